@@ -1,0 +1,85 @@
+"""Engine findings: what the runner itself observes about the run (store, payloads, probes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from preflight.model import Severity
+from preflight.registry import ENGINE, Problem, check
+
+
+@check(
+    "RUN001",
+    tag="run",
+    scope=ENGINE,
+    severity=Severity.WARN,
+    hint="Check that MASTER_ADDR:MASTER_PORT is reachable from every rank and that nothing else "
+    "holds the port; the shared --out-dir carried this run instead.",
+)
+def store_did_not_form(rank: int, host: str, reason: str) -> Iterable[Problem]:
+    """The c10d TCPStore could not be formed on a rank; the shared directory was used instead.
+
+    preflight reports through the same TCPStore the training will use for rendezvous. When a
+    rank cannot host or reach it, the fallback `--out-dir` still carries that rank's facts,
+    but the training's own rendezvous will most likely fail the same way.
+    """
+    yield Problem(f"rank {rank} could not form the c10d store: {reason}", ranks=[rank], hosts=[host])
+
+
+@check(
+    "RUN002",
+    tag="run",
+    scope=ENGINE,
+    severity=Severity.ERROR,
+    hint="Run the same preflight version on every rank; a truncated payload can also mean a "
+    "full --out-dir filesystem.",
+)
+def unreadable_payload(rank: int, reason: str) -> Iterable[Problem]:
+    """A rank's report reached rank 0 but could not be read.
+
+    Every rank sends its facts and findings as JSON. A payload that does not parse, or names
+    another rank, usually means mixed preflight versions or a stale file in --out-dir.
+    """
+    yield Problem(f"rank {rank} sent a report that could not be read: {reason}", ranks=[rank])
+
+
+@check(
+    "RUN003",
+    tag="run",
+    scope=ENGINE,
+    severity=Severity.COULD_NOT_RUN,
+    hint="Fix the errors above first; the probes run only on a world known to be whole.",
+)
+def probes_not_started(reason: str) -> Iterable[Problem]:
+    """The collective probes were requested but not started.
+
+    Probes (all-reduce, all-to-all, ...) would only hang on a world that is known to be
+    broken, so rank 0 gives a no-go when ranks are missing or errors were found.
+    """
+    yield Problem(f"probes not started: {reason}")
+
+
+@check(
+    "RUN004",
+    tag="run",
+    scope=ENGINE,
+    severity=Severity.COULD_NOT_RUN,
+    hint="The run was stopped (SIGTERM, SIGINT or a crash) before it finished; the report holds "
+    "what was known by then.",
+)
+def run_interrupted(reason: str) -> Iterable[Problem]:
+    """The run was interrupted before every step finished; the verdict is incomplete."""
+    yield Problem(f"run interrupted: {reason}")
+
+
+@check(
+    "RUN005",
+    tag="run",
+    scope=ENGINE,
+    severity=Severity.COULD_NOT_RUN,
+    hint="A fact gatherer overran --check-timeout or failed; checks that need its facts are "
+    "unverified on these ranks.",
+)
+def gatherer_failed(name: str, reason: str, ranks: list[int], hosts: list[str]) -> Iterable[Problem]:
+    """A fact gatherer (environment, versions, network, GPUs, ...) failed on some ranks."""
+    yield Problem(f"gathering {name} facts failed: {reason}", ranks=ranks, hosts=hosts)

@@ -1,0 +1,114 @@
+"""Layout checks over all ranks: is every rank there once, and do they agree on the world?"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from preflight.model import RankFacts, Severity
+from preflight.registry import CROSS, CheckContext, Problem, check
+
+
+def _expected_host(rank: int, ranks: Sequence[RankFacts]) -> str:
+    """Where the launcher says a rank should run: Slurm's layout, else torchrun's node rank."""
+    for facts in ranks:
+        host = facts.world.expected_hosts.get(rank)
+        if host:
+            return host
+    for facts in ranks:
+        local = facts.world.local_world_size
+        if local > 0 and facts.world.rank // local == rank // local and facts.world.num_nodes > 1:
+            return facts.host
+    return ""
+
+
+@check(
+    "RANK001",
+    tag="world",
+    scope=CROSS,
+    severity=Severity.ERROR,
+    hint="Look at the missing rank's host: did its process start (launcher log), crash at import, "
+    "or fail to reach MASTER_ADDR:MASTER_PORT? Exclude the host and resubmit if it is unhealthy.",
+)
+def missing_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """Every rank 0..WORLD_SIZE-1 must report to rank 0 within --timeout.
+
+    A rank that never reports is a process that did not start, crashed, hung, or cannot reach
+    the rendezvous address. The training would hang at its first collective waiting for it.
+    Where the launcher says where the rank should run (Slurm's nodelist and task layout, or
+    a torchrun node whose other ranks did report), the finding names that host.
+    """
+    present = {facts.rank for facts in ranks}
+    for rank in range(ctx.world_size):
+        if rank in present:
+            continue
+        host = _expected_host(rank, ranks)
+        where = f" (expected on {host})" if host else ""
+        yield Problem(
+            f"rank {rank} did not report within the deadline{where}",
+            ranks=[rank],
+            hosts=[host] if host else [],
+            data={"host_fault": True},
+        )
+
+
+@check(
+    "RANK002",
+    tag="world",
+    scope=CROSS,
+    severity=Severity.ERROR,
+    hint="Two processes claim the same RANK: check the launcher's per-process variables "
+    "(a RANK exported in the batch script is the same on every task).",
+)
+def duplicate_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """Each rank number must be held by exactly one process.
+
+    Duplicates come from exporting RANK in a job script (every task inherits the same value)
+    or from two launches sharing one MASTER_PORT.
+    """
+    # Rank 0 keeps one payload per rank, so duplicates show as a rank whose pid/host differs
+    # from what it claims; the runner records those in ctx.options["duplicate_ranks"].
+    for rank, hosts in sorted(ctx.options.get("duplicate_ranks", {}).items()):
+        yield Problem(f"rank {rank} is claimed by more than one process", ranks=[int(rank)], hosts=hosts)
+
+
+_AGREED_FIELDS = ("world_size", "master_addr", "master_port")
+
+
+@check(
+    "RANK003",
+    tag="world",
+    scope=CROSS,
+    severity=Severity.ERROR,
+    hint="Every rank must be started with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT; "
+    "the odd ranks were launched differently (a stale variable, another job's script).",
+)
+def world_disagreement(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """All ranks must agree on WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+
+    Ranks that disagree either wait for a world that never fills or rendezvous with another
+    job. The finding names the value most ranks hold and the ranks that hold another one.
+    """
+    for field_name in _AGREED_FIELDS:
+        holders: dict[str, list[RankFacts]] = defaultdict(list)
+        for facts in ranks:
+            holders[str(getattr(facts.world, field_name))].append(facts)
+        if len(holders) < 2:
+            continue
+        majority = max(holders, key=lambda value: len(holders[value]))
+        for value, odd in sorted(holders.items()):
+            if value == majority:
+                continue
+            yield Problem(
+                f"{field_name} is {value} on ranks {_ranks_text(odd)} but {majority} on "
+                f"{len(holders[majority])} other rank(s)",
+                ranks=[f.rank for f in odd],
+                hosts=[f.host for f in odd],
+                data={"field": field_name, "value": value, "majority": majority},
+            )
+
+
+def _ranks_text(ranks: Sequence[RankFacts], limit: int = 8) -> str:
+    numbers = sorted(f.rank for f in ranks)
+    shown = ",".join(str(n) for n in numbers[:limit])
+    return shown + (f",... ({len(numbers)} in all)" if len(numbers) > limit else "")

@@ -1,0 +1,207 @@
+"""Command line: `preflight [run options]`, `launch`, `list`, `explain`, `report`.
+
+Bad input anywhere (flags, env, mesh strings) ends in one line on stderr and exit code 2,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+
+from preflight import __version__
+from preflight.errors import BadInput
+from preflight.model import ExitCode
+from preflight.options import RunOptions
+
+SUBCOMMANDS = ("run", "launch", "list", "explain", "report")
+
+EPILOG = """exit codes: 0 passed (warnings allowed), 1 warnings with --strict, 2 bad usage or input,
+3 failed (errors, missing ranks), 4 incomplete (a check could not run, or interrupted).
+Every rank exits with rank 0's verdict, so `srun preflight` fails the job step on a bad verdict."""
+
+
+def _csv(text: str) -> list[str]:
+    items = [item.strip() for item in text.split(",")]
+    if any(not item for item in items):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty entry")
+    return items
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
+    return int(text)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a run, shared by `run` and `launch`."""
+    run = parser.add_argument_group("run")
+    run.add_argument("--timeout", dest="timeout_s", type=_positive_float, default=60.0,
+                     help="seconds rank 0 waits for every rank to report (default 60)")
+    run.add_argument("--check-timeout", dest="check_timeout_s", type=_positive_float, default=10.0,
+                     help="seconds one check or fact gatherer may take (default 10)")
+    run.add_argument("--out-dir", help="shared directory (cluster filesystem): fallback channel when "
+                     "the c10d store cannot form")
+    run.add_argument("--run-id", help="override the run id derived from the launcher's job id")
+    run.add_argument("--silence", type=_csv, default=[], metavar="ID[,ID]", help="drop findings of these ids")
+    run.add_argument("--only", type=_csv, default=[], metavar="TAG[,TAG]", help="run only checks of these tags")
+    run.add_argument("--skip", type=_csv, default=[], metavar="TAG[,TAG]", help="skip checks of these tags")
+    run.add_argument("--strict", action="store_true", help="exit 1 when there are warnings")
+    run.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)
+
+    out = parser.add_argument_group("reports")
+    out.add_argument("--json", dest="json_path", metavar="PATH", help="write the JobReport as JSON")
+    out.add_argument("--html", dest="html_path", metavar="PATH", help="write a self-contained HTML report")
+    out.add_argument("--junit", dest="junit_path", metavar="PATH", help="write JUnit XML")
+    out.add_argument("--text", dest="text_path", metavar="PATH", help="write the plain text report")
+    out.add_argument("--exclude-file", metavar="PATH", help="write bad hosts, one per line, for sbatch --exclude")
+    out.add_argument("--quiet", action="store_true", help="print nothing on stdout")
+
+    probe = parser.add_argument_group("probes")
+    probe.add_argument("--mesh", default="", help="DeviceMesh shape, outermost first, e.g. pp2,tp4")
+    probe.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    probe.add_argument("--ops", default="", help="collectives to probe (comma list)")
+    probe.add_argument("--sizes", default="", help="message sizes, e.g. 1M,64M,256M")
+    probe.add_argument("--warmup", type=_non_negative_int, default=None)
+    probe.add_argument("--iters", type=_non_negative_int, default=None)
+    probe.add_argument("--probe-timeout", dest="probe_timeout_s", type=_positive_float, default=30.0,
+                       help="deadline of one collective (default 30 s)")
+    probe.add_argument("--straggler-ratio", type=_positive_float, default=0.8)
+    probe.add_argument("--expect", default="", help="expected busbw per dimension, e.g. tp=300GB/s")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole CLI."""
+    parser = argparse.ArgumentParser(
+        prog="preflight",
+        description="Validate a distributed PyTorch job from inside its own launcher, before it starts. "
+        "Without a subcommand, `preflight [options]` is `preflight run [options]`.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"preflight {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="{run,launch,list,explain,report}")
+
+    run = commands.add_parser("run", help="run as this process's rank (srun, torchrun, mpirun, env://)",
+                              epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_options(run)
+
+    launch = commands.add_parser("launch", help="spawn N local ranks with torch's elastic launcher",
+                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    launch.add_argument("-n", "--nproc", type=int, default=4, help="local ranks to spawn (default 4)")
+    add_run_options(launch)
+
+    commands.add_parser("list", help="list every check with its id, tag, scope and severity")
+    explain = commands.add_parser("explain", help="explain a check id")
+    explain.add_argument("check_id")
+
+    report = commands.add_parser("report", help="re-render a past run's JSON report")
+    report.add_argument("json_file")
+    report.add_argument("--html", dest="html_path", metavar="PATH")
+    report.add_argument("--junit", dest="junit_path", metavar="PATH")
+    report.add_argument("--text", dest="text_path", metavar="PATH")
+    report.add_argument("--exclude-file", metavar="PATH")
+    report.add_argument("--json", dest="json_path", metavar="PATH")
+    return parser
+
+
+def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptions:
+    """RunOptions from parsed flags; the parsers of mesh/sizes/expect validate later values."""
+    return RunOptions(
+        timeout_s=args.timeout_s,
+        check_timeout_s=args.check_timeout_s,
+        out_dir=args.out_dir,
+        run_id=args.run_id,
+        silence=[s.upper() for s in args.silence],
+        only=list(args.only),
+        skip=list(args.skip),
+        strict=args.strict,
+        json_path=args.json_path,
+        html_path=args.html_path,
+        junit_path=args.junit_path,
+        text_path=args.text_path,
+        exclude_file=args.exclude_file,
+        quiet=args.quiet,
+        mesh=args.mesh,
+        backend=args.backend,
+        ops=args.ops,
+        sizes=args.sizes,
+        warmup=args.warmup,
+        iters=args.iters,
+        probe_timeout_s=args.probe_timeout_s,
+        straggler_ratio=args.straggler_ratio,
+        expect=args.expect,
+        sysfs_root=args.sysfs_root,
+        command_line=shlex.join(["preflight", *argv]),
+    )
+
+
+def _with_default_command(argv: list[str]) -> list[str]:
+    if not argv:
+        return ["run"]
+    if argv[0] in SUBCOMMANDS or argv[0] in ("-h", "--help", "--version"):
+        return argv
+    return ["run", *argv]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `preflight` script and `python -m preflight`."""
+    raw = list(sys.argv[1:] if argv is None else argv)
+    argv = _with_default_command(raw)
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse exits 2 with one line on a bad flag
+    try:
+        return _dispatch(args, argv)
+    except BadInput as exc:
+        print(f"preflight: error: {exc}", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
+
+
+def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.command == "list":
+        from preflight.explain import print_list
+
+        return print_list()
+    if args.command == "explain":
+        from preflight.explain import print_explanation
+
+        return print_explanation(args.check_id)
+    if args.command == "report":
+        from preflight.rerender import rerender
+
+        return rerender(args)
+    options = options_from_args(args, argv)
+    validate_options(options)
+    if args.command == "launch":
+        from preflight.launch import launch
+
+        return launch(args.nproc, argv[1:], options)
+    from preflight.runner import run
+
+    return run(options)
+
+
+def validate_options(options: RunOptions) -> None:
+    """Reject bad values before any rank starts (a launch validates once, not N times)."""
+    from preflight.registry import all_tags, get_check
+
+    known_tags = {*all_tags(), "probe"}
+    for tag in (*options.only, *options.skip):
+        if tag not in known_tags:
+            raise BadInput(f"unknown tag {tag!r}; known tags: {', '.join(sorted(known_tags))}")
+    for check_id in options.silence:
+        if get_check(check_id) is None:
+            raise BadInput(f"--silence {check_id}: no such check id (see `preflight list`)")

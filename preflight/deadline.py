@@ -1,0 +1,49 @@
+"""Run a call with a deadline: every wait in preflight is shorter than its caller's."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass
+class Outcome:
+    """What a bounded call did: returned a value, raised, or overran its deadline."""
+
+    value: Any = None
+    error: BaseException | None = None
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when the call returned in time without raising."""
+        return self.error is None and not self.timed_out
+
+    def reason(self, timeout_s: float) -> str:
+        """One line saying why the call gave no value."""
+        if self.timed_out:
+            return f"did not finish within {timeout_s:g}s"
+        return f"raised {type(self.error).__name__}: {self.error}"
+
+
+def call_with_deadline(func: Callable[..., Any], timeout_s: float, *args: Any) -> Outcome:
+    """Call func(*args) in a daemon thread; give up waiting after timeout_s.
+
+    A call that overruns keeps running in its daemon thread (Python cannot kill a thread),
+    but nobody waits for it and it cannot keep the process alive at exit.
+    """
+    outcome = Outcome()
+
+    def target() -> None:
+        try:
+            outcome.value = func(*args)
+        except BaseException as exc:  # a check may raise anything; it becomes could-not-run
+            outcome.error = exc
+
+    thread = threading.Thread(target=target, daemon=True, name=f"deadline:{getattr(func, '__name__', '?')}")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return Outcome(timed_out=True)
+    return outcome

@@ -1,0 +1,235 @@
+"""Step 4 and the go / verdict hand-offs: every rank reports to rank 0.
+
+The channel is torch.distributed's c10d TCPStore, the engine the training itself uses for
+rendezvous. Rank 0 hosts it at MASTER_ADDR:MASTER_PORT, except under torchrun, whose agent
+already hosts one there (TORCHELASTIC_USE_AGENT_STORE): then every rank joins that store as
+torch's env:// rendezvous does. A shared directory (`--out-dir` on the cluster filesystem)
+is the fallback when the store cannot form; rank 0 merges what it finds in both.
+
+Keys live under `preflight/<run id>/`, so a stale run's keys are never read. Every wait has
+a deadline; a rank that did not report is the caller's finding, never a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from preflight.model import World
+
+POLL_S = 0.05
+
+
+@dataclass
+class Collected:
+    """What rank 0 received: payloads by rank, and how each arrived."""
+
+    payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
+    via: dict[int, str] = field(default_factory=dict)  # rank -> "store" | "dir"
+    bad_payloads: dict[int, str] = field(default_factory=dict)  # rank -> why it was rejected
+    duplicates: dict[int, list[str]] = field(default_factory=dict)  # rank -> hosts of every claimant
+
+    def missing(self, world_size: int) -> list[int]:
+        """Ranks that never reported."""
+        return [r for r in range(world_size) if r not in self.payloads and r not in self.bad_payloads]
+
+
+class Exchange:
+    """Rank-to-rank-0 reporting over a TCPStore, with a shared-directory fallback."""
+
+    def __init__(self, world: World, timeout_s: float, out_dir: str | None = None) -> None:
+        self.world = world
+        self.timeout_s = timeout_s
+        self.prefix = f"preflight/{world.run_id}"
+        self.store: Any = None
+        self.store_error = ""  # why the store could not form, when it could not
+        self.out_dir = Path(out_dir, _safe(world.run_id)) if out_dir else None
+        self.started = time.time()
+
+    # -- forming the channel -------------------------------------------------------------
+
+    def open(self) -> None:
+        """Host or join the store. On failure, store_error says why and the dir is the channel."""
+        from torch.distributed import PrefixStore, TCPStore
+
+        hosting = self.world.rank == 0 and not self.world.use_agent_store
+        try:
+            if hosting:
+                store = TCPStore(
+                    self.world.master_addr,
+                    self.world.master_port,
+                    None,
+                    True,
+                    timedelta(seconds=self.timeout_s),
+                    wait_for_workers=False,
+                )
+                # Port 0 (single process) means "any free port": record the one we got.
+                self.world.master_port = store.port
+            else:
+                store = TCPStore(
+                    self.world.master_addr,
+                    self.world.master_port,
+                    None,
+                    False,
+                    timedelta(seconds=self.timeout_s),
+                )
+            self.store = PrefixStore(self.prefix, store)
+        except Exception as exc:  # DistNetworkError, DistStoreError, RuntimeError: all mean "no store"
+            self.store_error = _one_line(exc)
+            if self.out_dir is None:
+                self.store_error += " (no --out-dir fallback was given)"
+
+    # -- every rank ----------------------------------------------------------------------
+
+    def publish(self, payload: dict[str, Any]) -> None:
+        """Send this rank's facts and findings to rank 0 (store and, if given, the dir)."""
+        text = json.dumps(payload)
+        if self.out_dir is not None:
+            _atomic_write(self.out_dir / f"rank-{self.world.rank}.json", text)
+        if self.store is not None:
+            # A second process claiming the same rank leaves its host where rank 0 can find it.
+            claim = self.store.add(f"claims/{self.world.rank}", 1)
+            self.store.set(f"claimant/{self.world.rank}/{claim}", self.world.host)
+            if claim == 1:
+                self.store.set(f"rank/{self.world.rank}", text)
+            self.store.add("reported", 1)
+
+    def wait_for(self, name: str, timeout_s: float) -> dict[str, Any] | None:
+        """Wait for a value rank 0 publishes (go, verdict); None when the deadline passes."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = self._read_published(name)
+            if value is not None:
+                return value
+            time.sleep(POLL_S * 2)
+        return None
+
+    def _read_published(self, name: str) -> dict[str, Any] | None:
+        if self.store is not None:
+            try:
+                if self.store.check([name]):
+                    return json.loads(self.store.get(name))
+            except Exception:
+                self.store = None  # rank 0 went away; the dir may still answer
+        if self.out_dir is not None:
+            path = self.out_dir / f"{name}.json"
+            try:
+                if path.stat().st_mtime >= self.started - 1:
+                    return json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None
+        return None
+
+    def acknowledge(self) -> None:
+        """Tell rank 0 this rank has read the verdict, so it may take the store down."""
+        if self.store is not None:
+            try:
+                self.store.add("done", 1)
+            except Exception:
+                pass
+
+    # -- rank 0 --------------------------------------------------------------------------
+
+    def collect(self, timeout_s: float) -> Collected:
+        """Wait until every rank reported or the deadline passed; never longer."""
+        collected = Collected()
+        deadline = time.monotonic() + timeout_s
+        size = self.world.world_size
+        while True:
+            self._take_from_store(collected)
+            self._take_from_dir(collected)
+            if len(collected.payloads) + len(collected.bad_payloads) >= size or time.monotonic() >= deadline:
+                self._find_duplicates(collected)
+                return collected
+            time.sleep(POLL_S)
+
+    def _take_from_store(self, collected: Collected) -> None:
+        if self.store is None:
+            return
+        if self.store.add("reported", 0) <= len(collected.payloads) + len(collected.bad_payloads):
+            return
+        for rank in range(self.world.world_size):
+            if rank in collected.payloads or rank in collected.bad_payloads:
+                continue
+            key = f"rank/{rank}"
+            if self.store.check([key]):
+                self._accept(collected, rank, self.store.get(key), "store")
+
+    def _find_duplicates(self, collected: Collected) -> None:
+        if self.store is None or self.store.add("reported", 0) <= len(collected.payloads):
+            return
+        for rank in collected.payloads:
+            claims = self.store.add(f"claims/{rank}", 0)
+            if claims > 1:
+                collected.duplicates[rank] = [
+                    self.store.get(f"claimant/{rank}/{n}").decode() for n in range(1, claims + 1)
+                ]
+
+    def _take_from_dir(self, collected: Collected) -> None:
+        if self.out_dir is None or not self.out_dir.is_dir():
+            return
+        for rank in range(self.world.world_size):
+            if rank in collected.payloads or rank in collected.bad_payloads:
+                continue
+            path = self.out_dir / f"rank-{rank}.json"
+            try:
+                # A file older than this run's start belongs to an earlier run of the same id.
+                if path.stat().st_mtime < self.started - self.timeout_s:
+                    continue
+                self._accept(collected, rank, path.read_bytes(), "dir")
+            except OSError:
+                continue
+
+    @staticmethod
+    def _accept(collected: Collected, rank: int, raw: bytes, via: str) -> None:
+        try:
+            payload = json.loads(raw)
+            if not isinstance(payload, dict) or payload.get("rank") != rank:
+                raise ValueError(f"payload names rank {payload.get('rank') if isinstance(payload, dict) else '?'}")
+        except ValueError as exc:
+            collected.bad_payloads[rank] = str(exc)[:200]
+            return
+        collected.payloads[rank] = payload
+        collected.via[rank] = via
+
+    def announce(self, name: str, value: dict[str, Any]) -> None:
+        """Rank 0: publish a decision (go, verdict) to every rank."""
+        text = json.dumps(value)
+        if self.out_dir is not None:
+            _atomic_write(self.out_dir / f"{name}.json", text)
+        if self.store is not None:
+            self.store.set(name, text)
+
+    def wait_for_acknowledgements(self, expected: int, timeout_s: float) -> None:
+        """Rank 0: keep the store up until `expected` ranks read the verdict, or the deadline."""
+        if self.store is None or expected <= 0:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.store.add("done", 0) >= expected:
+                return
+            time.sleep(POLL_S)
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "run"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:400]}"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as stream:
+        stream.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,32 @@
+"""Versions that must agree across ranks: Python, torch and its CUDA / NCCL build."""
+
+from __future__ import annotations
+
+import platform
+from typing import TYPE_CHECKING
+
+from preflight.model import RankFacts
+
+if TYPE_CHECKING:
+    from preflight.facts import GatherOptions
+
+
+def gather(facts: RankFacts, options: GatherOptions) -> None:
+    """Fill facts.versions with python, torch, cuda, nccl and gloo availability."""
+    import torch
+    import torch.distributed as dist
+
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": str(torch.version.cuda or ""),
+        "gloo": "yes" if dist.is_gloo_available() else "no",
+        "nccl_built": "yes" if dist.is_nccl_available() else "no",
+    }
+    if dist.is_nccl_available():
+        try:
+            nccl = torch.cuda.nccl.version()
+            versions["nccl"] = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
+        except Exception as exc:  # a broken CUDA install is itself worth reporting
+            versions["nccl"] = f"error: {exc}"
+    facts.versions.update(versions)

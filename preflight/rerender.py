@@ -1,0 +1,27 @@
+"""`preflight report run.json --html out.html`: render a past run again from its JSON."""
+
+from __future__ import annotations
+
+import argparse
+
+from preflight.errors import BadInput
+from preflight.options import RunOptions
+from preflight.reports import json as json_report
+from preflight.reports import write_reports
+
+
+def rerender(args: argparse.Namespace) -> int:
+    """Load the JobReport and write the requested formats; exit with the run's own code."""
+    try:
+        report = json_report.load(args.json_file)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BadInput(f"{args.json_file}: not a preflight JSON report ({type(exc).__name__}: {exc})") from None
+    options = RunOptions(
+        json_path=args.json_path,
+        html_path=args.html_path,
+        junit_path=args.junit_path,
+        text_path=args.text_path,
+        exclude_file=args.exclude_file,
+    )
+    write_reports(report, options)
+    return report.exit_code

@@ -1,0 +1,65 @@
+"""Small formatting shared by the renderers: rank ranges, host lists, ordering."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+from preflight.hostlist import compress_hostlist
+from preflight.model import Finding, JobReport, Severity
+
+SEVERITY_LABEL = {
+    Severity.ERROR: "ERROR",
+    Severity.COULD_NOT_RUN: "COULD NOT RUN",
+    Severity.WARN: "WARN",
+    Severity.INFO: "INFO",
+    Severity.OK: "OK",
+}
+
+
+def rank_ranges(ranks: Iterable[int], limit: int = 12) -> str:
+    """[0, 1, 2, 3, 7] -> '0-3,7' (long lists end with the total)."""
+    numbers = sorted(set(ranks))
+    parts = []
+    for _, run in itertools.groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0]):
+        values = [n for _, n in run]
+        parts.append(str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}")
+    text = ",".join(parts[:limit])
+    return text + (f",... ({len(numbers)} ranks)" if len(parts) > limit else "")
+
+
+def where(finding: Finding) -> str:
+    """'ranks 3 on node07' style location of a finding; empty when it names nothing."""
+    pieces = []
+    if finding.ranks:
+        label = "rank" if len(finding.ranks) == 1 else "ranks"
+        pieces.append(f"{label} {rank_ranges(finding.ranks)}")
+    if finding.hosts:
+        pieces.append(f"on {compress_hostlist(finding.hosts)}")
+    return " ".join(pieces)
+
+
+def ordered_findings(report: JobReport) -> list[Finding]:
+    """Worst first, then by id; OK findings are left out."""
+    return sorted(
+        (f for f in report.findings if f.severity != Severity.OK),
+        key=lambda f: (-f.severity.rank, f.check_id, f.message),
+    )
+
+
+def world_summary(report: JobReport) -> str:
+    """One line: launcher, job, world, hosts, master, duration."""
+    meta = report.meta
+    hosts = sorted({r.host for r in report.ranks})
+    job = f" job {meta.job_id}" if meta.job_id else ""
+    restart = f", restart #{meta.restart_count}" if meta.restart_count else ""
+    return (
+        f"{meta.launcher}{job}: {meta.world_size} rank(s) on {len(hosts)} host(s) "
+        f"[{compress_hostlist(hosts)}], master {meta.master_addr}:{meta.master_port}, "
+        f"{meta.duration_s:.1f}s{restart}"
+    )
+
+
+def exclude_text(report: JobReport) -> str:
+    """`--exclude=node[07-08]`, or empty when no host is bad."""
+    return f"--exclude={compress_hostlist(report.bad_hosts)}" if report.bad_hosts else ""

@@ -1,0 +1,1 @@
+"""Small helpers the tests share: start real preflight ranks and read what they did."""
