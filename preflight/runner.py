@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import signal
 import time
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from preflight import probes
+from preflight import probes, secrets
 from preflight.checking import merge_findings, merge_outcomes, run_checks
 from preflight.exchange import Collected, Exchange
 from preflight.facts import GatherOptions, gather_facts
@@ -74,7 +75,7 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
 
 def _run_steps(state: RunState, exchange: Exchange) -> int:
     world, options = state.world, state.options
-    ctx = CheckContext(world_size=world.world_size, options={"mesh": options.mesh})
+    ctx = CheckContext(world_size=world.world_size, options={"mesh": options.mesh, "backend": options.backend})
     try:
         with _phase(state, "facts"):
             state.facts = gather_facts(world, _gather_options(world, options))  # step 2
@@ -86,6 +87,9 @@ def _run_steps(state: RunState, exchange: Exchange) -> int:
             state.outcomes += outcomes
         with _phase(state, "exchange"):
             exchange.open()  # step 4
+            # Secrets get their digests only now, keyed by a random key the ranks share
+            # through the store and no report ever holds (see preflight/secrets.py).
+            secrets.seal(state.facts.env, os.environ, secrets.agree_on_key(exchange.store))
             if exchange.store_error:
                 state.findings += engine_findings("RUN001", rank=world.rank, host=world.host,
                                                   reason=exchange.store_error)
@@ -254,7 +258,6 @@ def _gather_options(world: World, options: RunOptions) -> GatherOptions:
     return GatherOptions(
         timeout_s=options.check_timeout_s,
         sysfs_root=options.sysfs_root,
-        salt=f"{world.run_id}:{world.job_id}:{world.master_addr}:{world.master_port}",
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from preflight.deadline import call_with_deadline
-from preflight.facts import environment, software, system
+from preflight.facts import environment, interfaces, rendezvous, software, system
 from preflight.model import RankFacts, World
 
 
@@ -21,7 +21,6 @@ class GatherOptions:
 
     timeout_s: float = 5.0
     sysfs_root: str = "/sys"
-    salt: str = ""
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -31,6 +30,8 @@ GATHERERS: list[tuple[str, Gatherer]] = [
     ("env", environment.gather),
     ("versions", software.gather),
     ("system", system.gather),
+    ("interfaces", interfaces.gather),
+    ("rendezvous", rendezvous.gather),
 ]
 
 
