@@ -47,11 +47,15 @@ def hosts_text(hosts: Iterable[str], limit: int = 40) -> str:
 
 
 def where_text(group: Sequence[RankFacts], all_ranks: Sequence[RankFacts], count_only: bool = False) -> str:
-    """`node07`, `14 hosts`, or `node07 (ranks 3,5)` when the group does not cover whole hosts."""
+    """`node07`, `14 hosts`, or `node07 (ranks 3,5)` when the group does not cover whole hosts.
+
+    count_only (the most common value): just the host count, never rank detail."""
     hosts = {f.host for f in group}
+    if count_only and len(hosts) > 1:
+        return f"{len(hosts)} hosts"
+    place = hosts_text(hosts)
     on_hosts = sum(1 for f in all_ranks if f.host in hosts)
-    place = f"{len(hosts)} hosts" if count_only and len(hosts) > 1 else hosts_text(hosts)
-    if on_hosts == len(group):
+    if count_only or on_hosts == len(group):
         return place
     label = "rank" if len(group) == 1 else "ranks"
     return f"{place} ({label} {ranks_text(f.rank for f in group)})"

@@ -60,6 +60,8 @@ def is_collective(name: str) -> bool:
 def _value_label(value: str | None, secret_numbers: dict[str, int]) -> str:
     if value is None:
         return "unset"
+    if value == "":
+        return "empty"
     if is_redacted(value):  # never show a digest: numbered placeholders tell groups apart
         if len(secret_numbers) <= 1:
             return REDACTED
@@ -94,8 +96,7 @@ def summary(name: str, groups: dict[str | None, list[RankFacts]], ranks: Sequenc
     tag="env",
     scope=CROSS,
     severity=Severity.WARN,
-    hint="Export one value for every rank in the job script (not in a per-node profile, module "
-    "file or container image), or unset it everywhere.",
+    hint="Export one value for every rank in the job script (not a per-node profile), or unset it everywhere.",
 )
 def collective_env_drift(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
     """A variable that changes collective behaviour differs across ranks.
