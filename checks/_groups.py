@@ -57,6 +57,8 @@ def where_text(group: Sequence[RankFacts], all_ranks: Sequence[RankFacts], count
     on_hosts = sum(1 for f in all_ranks if f.host in hosts)
     if count_only or on_hosts == len(group):
         return place
+    if len(hosts) > 3:  # scattered over many hosts: counts say more than a cut list
+        return f"{len(group)} ranks of {len(hosts)} hosts"
     label = "rank" if len(group) == 1 else "ranks"
     return f"{place} ({label} {ranks_text(f.rank for f in group)})"
 

@@ -28,14 +28,25 @@ def rank_ranges(ranks: Iterable[int], limit: int = 12) -> str:
     return text + (f",... ({len(numbers)} ranks)" if len(parts) > limit else "")
 
 
+def host_ranges(hosts: Iterable[str], limit: int = 40) -> str:
+    """A Slurm hostlist, cut near `limit` characters and ended with the host count."""
+    unique = sorted(set(hosts))
+    text = compress_hostlist(unique)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit].rsplit(',', 1)[0]},... ({len(unique)} hosts)"
+
+
 def where(finding: Finding) -> str:
-    """'ranks 3 on node07' style location of a finding; empty when it names nothing."""
+    """'ranks 3 on node07' style location of a finding; empty when it names nothing.
+
+    Bounded, so a finding over thousands of ranks stays a few lines (the JSON has them all)."""
     pieces = []
     if finding.ranks:
         label = "rank" if len(finding.ranks) == 1 else "ranks"
-        pieces.append(f"{label} {rank_ranges(finding.ranks)}")
+        pieces.append(f"{label} {rank_ranges(finding.ranks, limit=4)}")
     if finding.hosts:
-        pieces.append(f"on {compress_hostlist(finding.hosts)}")
+        pieces.append(f"on {host_ranges(finding.hosts)}")
     return " ".join(pieces)
 
 
