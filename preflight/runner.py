@@ -114,7 +114,7 @@ def _import_torch_quietly() -> None:
     only for the import and the environment the checks see stays the user's own.
     """
     if "TORCH_CPP_LOG_LEVEL" in os.environ:
-        import torch.distributed  # noqa: F401
+        import torch.distributed
         return
     os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     try:

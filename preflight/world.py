@@ -374,7 +374,8 @@ _RULES = (_from_torchrun, _from_env, _from_open_mpi, _from_hydra, _from_slurm, _
 def resolve_world(env: Mapping[str, str] | None = None, host: str | None = None) -> World:
     """Work out the World from the launcher's variables. Raises BadInput on bad values."""
     reader = _EnvReader(os.environ if env is None else env)
-    host = host or socket.gethostname()
+    # Under Slurm the node's Slurm name is what `sbatch --exclude` takes; prefer it.
+    host = host or reader.text("SLURMD_NODENAME") or socket.gethostname()
     for rule in _RULES:
         world = rule(reader, host)
         if world is not None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 
 from preflight.model import (
-    CheckOutcome, Finding, JobReport, ProbeResult, RankFacts, ReportMeta, Severity, World,
+    CheckOutcome,
+    Finding,
+    JobReport,
+    ProbeResult,
+    RankFacts,
+    ReportMeta,
+    Severity,
+    World,
 )
 
 
