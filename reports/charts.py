@@ -14,6 +14,7 @@ from typing import Any
 
 from preflight.hostlist import compress_hostlist
 from preflight.model import Finding, JobReport, ProbeResult, Severity
+from preflight.reports.bandwidth import by_op, human_bytes, largest_size
 from preflight.reports.common import SEVERITY_LABEL, rank_ranges
 
 SEVERITY_COLOUR = {
@@ -27,59 +28,16 @@ _OP_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
 MAX_MATRIX_HOSTS = 300
 
 
-def human_bytes(size: int) -> str:
-    """1048576 -> '1 MiB' (message sizes are powers of two in practice)."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:g} {unit}"
-        value /= 1024
-    return f"{size} B"
-
-
 def _esc(text: str, limit: int = 300) -> str:
     text = text if len(text) <= limit else text[: limit - 1] + "…"
     return html.escape(text)
-
-
-def expected_busbw(report: JobReport) -> dict[str, float]:
-    """Expected busbw (GB/s) per dimension where the report knows one, else nothing.
-
-    Read from `meta.expected_busbw_gbps` when the model has it, else from a finding's data
-    carrying `dim` and `expected_busbw_gbps` (what a bandwidth check compared against).
-    """
-    found: dict[str, float] = {}
-    meta_expect = getattr(report.meta, "expected_busbw_gbps", None)
-    if isinstance(meta_expect, dict):
-        found.update({str(k): float(v) for k, v in meta_expect.items()})
-    for finding in report.findings:
-        dim, value = finding.data.get("dim"), finding.data.get("expected_busbw_gbps")
-        if isinstance(dim, str) and isinstance(value, (int, float)) and dim not in found:
-            found[dim] = float(value)
-    return found
-
-
-def probe_dimensions(report: JobReport) -> dict[str, list[ProbeResult]]:
-    """Probe results grouped by mesh dimension, in the order the mesh names them."""
-    dims: dict[str, list[ProbeResult]] = defaultdict(list)
-    for result in report.probes:
-        dims[result.dim].append(result)
-    order = [part.rstrip("0123456789") for part in report.meta.mesh.split(",") if part]
-    return dict(sorted(dims.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
-
-
-def _by_op(results: list[ProbeResult]) -> dict[str, list[ProbeResult]]:
-    ops: dict[str, list[ProbeResult]] = defaultdict(list)
-    for result in results:
-        ops[result.op].append(result)
-    return dict(sorted(ops.items()))
 
 
 def busbw_by_size_figure(dim: str, results: list[ProbeResult]) -> dict[str, Any]:
     """busbw versus message size, one line per op (median over the dimension's groups)."""
     traces = []
     sizes_seen: set[int] = set()
-    for index, (op, rows) in enumerate(_by_op(results).items()):
+    for index, (op, rows) in enumerate(by_op(results).items()):
         per_size: dict[int, list[ProbeResult]] = defaultdict(list)
         for row in rows:
             per_size[row.size_bytes].append(row)
@@ -97,7 +55,7 @@ def busbw_by_size_figure(dim: str, results: list[ProbeResult]) -> dict[str, Any]
         })
     ticks = sorted(sizes_seen)
     layout = {
-        "title": {"text": f"{_esc(dim)}: busbw vs message size (median of groups)"},
+        "title": {"text": f"{_esc(dim)}: busbw vs message size (median of groups)", "x": 0.01, "xanchor": "left"},
         "xaxis": {"type": "log", "title": {"text": "message size"}, "tickvals": ticks,
                   "ticktext": [human_bytes(s) for s in ticks]},
         "yaxis": {"title": {"text": "busbw (GB/s)"}, "rangemode": "tozero"},
@@ -110,11 +68,9 @@ def groups_figure(dim: str, results: list[ProbeResult], expected: float | None) 
     """Each group at the op's largest size as a point, with the sibling median and expected rate."""
     traces: list[dict[str, Any]] = []
     groups_seen: list[int] = []
-    for index, (op, rows) in enumerate(_by_op(results).items()):
+    for index, summary in enumerate(largest_size(dim, results)):
         colour = _OP_COLOURS[index % len(_OP_COLOURS)]
-        largest = max(r.size_bytes for r in rows)
-        at_largest = sorted((r for r in rows if r.size_bytes == largest), key=lambda r: r.group_index)
-        median = statistics.median(r.busbw_gbps for r in at_largest)
+        op, largest, at_largest, median = summary.op, summary.size_bytes, summary.groups, summary.median_gbps
         texts = []
         for r in at_largest:
             ratio = f" ({r.busbw_gbps / median:.2f} x median)" if median > 0 else ""
@@ -142,8 +98,9 @@ def groups_figure(dim: str, results: list[ProbeResult], expected: float | None) 
             "line": {"color": "#444", "dash": "dot", "width": 2},
         })
     layout = {
-        "title": {"text": f"{_esc(dim)}: each group at the largest size"},
-        "xaxis": {"title": {"text": "group index"}},
+        "title": {"text": f"{_esc(dim)}: each group at the largest size", "x": 0.01, "xanchor": "left"},
+        "xaxis": {"title": {"text": "group index"}, "tickformat": "d",
+                  **({"dtick": 1} if len(set(groups_seen)) <= 16 else {})},
         "yaxis": {"title": {"text": "busbw (GB/s)"}, "rangemode": "tozero"},
         "height": 380, "margin": {"t": 40, "b": 50, "l": 60, "r": 20}, "hovermode": "closest",
         "legend": {"orientation": "h", "y": -0.22},

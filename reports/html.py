@@ -20,6 +20,7 @@ import jinja2
 from preflight.hostlist import compress_hostlist
 from preflight.model import JobReport, Severity
 from preflight.reports import charts
+from preflight.reports.bandwidth import expected_busbw, probe_dimensions
 from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, rank_ranges, where, world_summary
 from preflight.reports.drift import env_drift
 
@@ -106,9 +107,9 @@ def _figures(report: JobReport, rank_hosts: dict[int, str]) -> tuple[list[dict[s
     matrix = charts.matrix_figure(report, rank_hosts)
     if matrix:
         figures.append({"id": "pf-matrix", **matrix})
-    expected = charts.expected_busbw(report)
+    expected = expected_busbw(report)
     dims = []
-    for index, (dim, results) in enumerate(charts.probe_dimensions(report).items()):
+    for index, (dim, results) in enumerate(probe_dimensions(report).items()):
         line_id, groups_id = f"pf-dim{index}-sizes", f"pf-dim{index}-groups"
         figures.append({"id": line_id, **charts.busbw_by_size_figure(dim, results)})
         figures.append({"id": groups_id, **charts.groups_figure(dim, results, expected.get(dim))})
