@@ -72,13 +72,17 @@ class Exchange:
                 # Port 0 (single process) means "any free port": record the one we got.
                 self.world.master_port = store.port
             else:
+                # With a shared-dir fallback, give up on the store early enough that the dir
+                # still reaches rank 0 before its own deadline.
+                connect_s = self.timeout_s / 3 if self.out_dir is not None else self.timeout_s
                 store = TCPStore(
                     self.world.master_addr,
                     self.world.master_port,
                     None,
                     False,
-                    timedelta(seconds=self.timeout_s),
+                    timedelta(seconds=connect_s),
                 )
+                store.set_timeout(timedelta(seconds=self.timeout_s))
             self.store = PrefixStore(self.prefix, store)
         except Exception as exc:  # DistNetworkError, DistStoreError, RuntimeError: all mean "no store"
             self.store_error = _one_line(exc)
