@@ -35,7 +35,7 @@ class PhaseDisplay:
             if self._status is not None:
                 self._status.stop()
                 self._status = None
-            mark = ("x", "bold red") if failed else ("v", "green")
+            mark = ("✗", "bold red") if failed else ("✓", "green")
             self.console.print(Text.assemble(mark, f" {name} ", (f"{seconds:.2f} s", "dim"),
                                              f" {state}" if failed else ""))
         else:

@@ -23,7 +23,7 @@ def test_terminal_display_marks_each_phase() -> None:
     display = PhaseDisplay(stream, live=True)
     display.start("facts")
     display.done("facts", 0.5)
-    assert "v facts 0.50 s" in stream.getvalue()
+    assert "✓ facts 0.50 s" in stream.getvalue()
 
 
 def test_only_rank_zero_and_never_quiet() -> None:
