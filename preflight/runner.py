@@ -29,6 +29,7 @@ from preflight.model import CheckOutcome, ExitCode, Finding, JobReport, RankFact
 from preflight.options import RunOptions
 from preflight.registry import CROSS, LOCAL, CheckContext, engine_findings, select_checks
 from preflight.reports import write_reports
+from preflight.reports.progress import PhaseDisplay, phase_display
 from preflight.verdict import bad_hosts, decide_exit_code, explain_verdict, verdict_text
 from preflight.world import resolve_world
 
@@ -55,6 +56,7 @@ class RunState:
     missing: list[int] = field(default_factory=list)
     probe_results: list[Any] = field(default_factory=list)
     interrupted: str = ""
+    progress: PhaseDisplay | None = None  # rank 0's live phase display (None elsewhere and under --quiet)
 
 
 def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
@@ -63,7 +65,7 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     _import_torch_quietly()
     if options.run_id:
         world.run_id = options.run_id
-    state = RunState(world, options)
+    state = RunState(world, options, progress=phase_display(world.rank, options.quiet))
     exchange = Exchange(world, options.timeout_s, options.out_dir)
     previous = _install_signal_handlers()
     try:
@@ -291,9 +293,13 @@ class _phase:
 
     def __enter__(self) -> None:
         self.started = time.perf_counter()
+        if self.state.progress:
+            self.state.progress.start(self.name)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.state.phases[self.name] = round(time.perf_counter() - self.started, 4)
+        if self.state.progress:
+            self.state.progress.done(self.name, self.state.phases[self.name], failed=exc_type is not None)
 
 
 def _iso(timestamp: float) -> str:
