@@ -7,12 +7,11 @@ ranks, where a value does not cover whole hosts). Imported by check modules only
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Callable, TypeVar
 
-from preflight.hostlist import compress_hostlist
+from preflight.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts
 
 K = TypeVar("K", bound=Hashable)
@@ -26,26 +25,6 @@ def group_by(ranks: Iterable[RankFacts], key: Callable[[RankFacts], K]) -> dict[
     return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0]))))
 
 
-def ranks_text(numbers: Iterable[int], limit: int = 6) -> str:
-    """[0, 1, 2, 3, 7] -> '0-3,7'; long lists are cut and end with the count."""
-    ordered = sorted(set(numbers))
-    parts = []
-    for _, run in itertools.groupby(enumerate(ordered), key=lambda pair: pair[1] - pair[0]):
-        values = [n for _, n in run]
-        parts.append(str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}")
-    text = ",".join(parts[:limit])
-    return text + (f",... ({len(ordered)} ranks)" if len(parts) > limit else "")
-
-
-def hosts_text(hosts: Iterable[str], limit: int = 40) -> str:
-    """A Slurm hostlist, cut at `limit` characters with the host count."""
-    unique = sorted(set(hosts))
-    text = compress_hostlist(unique)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit].rsplit(',', 1)[0]},... ({len(unique)} hosts)"
-
-
 def where_text(group: Sequence[RankFacts], all_ranks: Sequence[RankFacts], count_only: bool = False) -> str:
     """`node07`, `14 hosts`, or `node07 (ranks 3,5)` when the group does not cover whole hosts.
 
@@ -53,14 +32,14 @@ def where_text(group: Sequence[RankFacts], all_ranks: Sequence[RankFacts], count
     hosts = {f.host for f in group}
     if count_only and len(hosts) > 1:
         return f"{len(hosts)} hosts"
-    place = hosts_text(hosts)
+    place = host_ranges(hosts)
     on_hosts = sum(1 for f in all_ranks if f.host in hosts)
     if count_only or on_hosts == len(group):
         return place
     if len(hosts) > 3:  # scattered over many hosts: counts say more than a cut list
         return f"{len(group)} ranks of {len(hosts)} hosts"
     label = "rank" if len(group) == 1 else "ranks"
-    return f"{place} ({label} {ranks_text(f.rank for f in group)})"
+    return f"{place} ({label} {rank_ranges(f.rank for f in group)})"
 
 
 def describe(groups: dict[K, list[RankFacts]], all_ranks: Sequence[RankFacts],

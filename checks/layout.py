@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from preflight.checks._groups import describe, group_by, hosts_text, minority, ranks_text
+from preflight.checks._groups import describe, group_by, minority
+from preflight.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, CheckContext, Problem, check
 
@@ -50,7 +51,7 @@ def duplicate_local_rank(ranks: Sequence[RankFacts], ctx: CheckContext) -> Itera
     more = f" (and {len(clashes) - 1} more clash(es))" if len(clashes) > 1 else ""
     involved = [f for _, _, group in clashes for f in group]
     yield Problem(
-        f"LOCAL_RANK {local_rank} is held by ranks {ranks_text(f.rank for f in holders)} on {host}{more}",
+        f"LOCAL_RANK {local_rank} is held by ranks {rank_ranges(f.rank for f in holders)} on {host}{more}",
         ranks=[f.rank for f in involved],
         hosts=[f.host for f in involved],
         data={"host_fault": False},
@@ -139,8 +140,8 @@ def non_contiguous_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Itera
         return
     host, members = next(iter(scattered.items()))
     yield Problem(
-        f"ranks are not contiguous on {len(scattered)} host(s) [{hosts_text(scattered)}], "
-        f"e.g. {host} holds ranks {ranks_text(f.rank for f in members)}",
+        f"ranks are not contiguous on {len(scattered)} host(s) [{host_ranges(scattered)}], "
+        f"e.g. {host} holds ranks {rank_ranges(f.rank for f in members)}",
         ranks=[f.rank for members in scattered.values() for f in members],
         hosts=list(scattered),
     )

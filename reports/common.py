@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable
-
-from preflight.hostlist import compress_hostlist
+from preflight.hostlist import compress_hostlist, host_ranges, rank_ranges
 from preflight.model import Finding, JobReport, Severity
 
 SEVERITY_LABEL = {
@@ -15,26 +12,6 @@ SEVERITY_LABEL = {
     Severity.INFO: "INFO",
     Severity.OK: "OK",
 }
-
-
-def rank_ranges(ranks: Iterable[int], limit: int = 12) -> str:
-    """[0, 1, 2, 3, 7] -> '0-3,7' (long lists end with the total)."""
-    numbers = sorted(set(ranks))
-    parts = []
-    for _, run in itertools.groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0]):
-        values = [n for _, n in run]
-        parts.append(str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}")
-    text = ",".join(parts[:limit])
-    return text + (f",... ({len(numbers)} ranks)" if len(parts) > limit else "")
-
-
-def host_ranges(hosts: Iterable[str], limit: int = 40) -> str:
-    """A Slurm hostlist, cut near `limit` characters and ended with the host count."""
-    unique = sorted(set(hosts))
-    text = compress_hostlist(unique)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit].rsplit(',', 1)[0]},... ({len(unique)} hosts)"
 
 
 def where(finding: Finding) -> str:
