@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from preflight.deadline import call_with_deadline
-from preflight.facts import environment, interfaces, rendezvous, software, system
+from preflight.facts import environment, gpus, interfaces, rendezvous, software, system
 from preflight.model import RankFacts, World
 
 
@@ -32,6 +32,7 @@ GATHERERS: list[tuple[str, Gatherer]] = [
     ("system", system.gather),
     ("interfaces", interfaces.gather),
     ("rendezvous", rendezvous.gather),
+    ("gpus", gpus.gather),
 ]
 
 
