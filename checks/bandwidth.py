@@ -61,7 +61,7 @@ def wrong_result(dim: str, op: str, size_bytes: int, group_index: int, ranks: li
 )
 def probe_hang(dim: str, op: str, size_bytes: int, group_index: int, culprits: dict[int, str],
                waiting: list[int], hosts: dict[int, str], timeout_s: float, elapsed_s: float,
-               failed: bool, reason: str) -> Iterable[Problem]:
+               failed: bool, reason: str, reported_after_s: float = 0.0) -> Iterable[Problem]:
     """A collective did not finish within --probe-timeout (or failed), and who caused it.
 
     Each op has a deadline. When it expires the rank stops probing and records, in the c10d
@@ -79,7 +79,8 @@ def probe_hang(dim: str, op: str, size_bytes: int, group_index: int, culprits: d
         ranks=sorted(culprits), hosts=[hosts.get(r, "") for r in sorted(culprits) if hosts.get(r)],
         data={"dim": dim, "op": op, "size_bytes": size_bytes, "group_index": group_index,
               "culprits": {str(k): v for k, v in culprits.items()}, "waiting": waiting,
-              "detected_after_s": round(elapsed_s, 3), "host_fault": True},
+              "detected_after_s": round(elapsed_s, 3), "reported_after_s": round(reported_after_s, 3),
+              "host_fault": True},
     )
 
 

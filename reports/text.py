@@ -7,6 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from preflight.model import JobReport
+from preflight.reports import probes_table
 from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, where, world_summary
 
 
@@ -32,6 +33,10 @@ def render(report: JobReport) -> str:
             tabulate(rows, headers=["severity", "check", "finding", "where", "what to do"],
                      tablefmt="simple", maxcolwidths=[None, None, 60, 30, 60])
         )
+    probe_rows = probes_table.probe_rows(report)
+    if probe_rows:
+        lines += ["", "collective probes (busbw, GB = 1e9 B):",
+                  tabulate(probe_rows, headers=probes_table.HEADERS, tablefmt="simple")]
     lines.append(f"  {len(report.checks)} check(s) ran; {len(report.findings)} finding(s)")
     return "\n".join(lines) + "\n"
 

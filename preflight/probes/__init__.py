@@ -48,9 +48,10 @@ def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
     except Exception as exc:  # no NCCL, no GPU, a rank that never joined: nothing to measure
         return _could_not_run(world, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
     records, status = ses.run_steps(session)
+    stopped_at = time.monotonic()
     ses.publish(pstore, world.rank, world.host, records, status)
     if world.rank == 0:
-        outcome = _judge_on_rank_zero(session, status, options)
+        outcome = _judge_on_rank_zero(session, status, options, stopped_at)
     else:
         outcome = ProbeOutcome()
         _follow_localization(session, status)
@@ -63,7 +64,7 @@ def outcome_has_hang(outcome: ProbeOutcome) -> bool:
     return any(f.check_id == "BW002" for f in outcome.findings)
 
 
-def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions) -> ProbeOutcome:
+def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float) -> ProbeOutcome:
     from preflight.probes import collect, judge
 
     world, plan = session.world, session.plan
@@ -77,7 +78,9 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions) -> Probe
         outcome.findings += engine_findings(
             "BW002", dim=hang.dim, op=hang.op, size_bytes=hang.size_bytes, group_index=hang.group_index,
             culprits=hang.culprits, waiting=hang.waiting, hosts=hosts, timeout_s=session.timeout_s,
-            elapsed_s=hang.elapsed_s, failed=hang.failed, reason=hang.reason)
+            elapsed_s=hang.elapsed_s, failed=hang.failed, reason=hang.reason,
+            # rank 0's own time from the start of the step it stopped in to this finding
+            reported_after_s=status.elapsed_s + time.monotonic() - stopped_at)
     for r in outcome.results:
         if not r.verified:
             outcome.findings += engine_findings(
