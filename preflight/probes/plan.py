@@ -110,8 +110,8 @@ class ProbePlan:
             for op in self.ops:
                 if op == "send_recv" and dim.name != "pp" and len(self.dims) > 1:
                     continue
-                if dim.size < 2:
-                    continue
+                if dim.size < 2 and len(self.dims) > 1:
+                    continue  # a size-1 dimension has nothing to move (a lone rank still measures itself)
                 out += [(dim.name, op, size) for size in self.sizes]
         if self.world_all_reduce and not any(d.name == WORLD_DIM for d in self.dims):
             out += [(WORLD_DIM, "all_reduce", size) for size in self.sizes]
