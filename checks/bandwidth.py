@@ -171,7 +171,7 @@ def below_expected(dim: str, op: str, size_bytes: int, group_index: int, ranks: 
     yield Problem(f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) at {_size(size_bytes)}: busbw "
                   f"{busbw_gbps:.3g} GB/s is {busbw_gbps / expected_gbps:.0%} of the expected "
                   f"{expected_gbps:.3g} GB/s", ranks=ranks, hosts=hosts,
-                  data={"dim": dim, "op": op, "busbw_gbps": busbw_gbps, "expected_gbps": expected_gbps})
+                  data={"dim": dim, "op": op, "busbw_gbps": busbw_gbps, "expected_busbw_gbps": expected_gbps})
 
 
 @check(

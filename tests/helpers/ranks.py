@@ -47,7 +47,7 @@ def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                       "GROUP_RANK", "NODE_RANK")
     }
-    env.update({"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR", "PYTHONUNBUFFERED": "1"})
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})
     return env
 
