@@ -199,5 +199,11 @@ def dim_spans_hosts(dim: str, groups: int, total: int, example_ranks: list[int],
     "per rank) and the error; the collectives are unverified.",
 )
 def probes_could_not_run(reason: str) -> Iterable[Problem]:
-    """The probes could not start: process group, DeviceMesh or backend failed."""
+    """The probes could not start: process group, DeviceMesh or backend failed.
+
+    Without a process group nothing about the collectives is known: not their speed, not
+    whether they return correct data, not whether they hang. The usual causes are
+    `--backend nccl` on a rank without a GPU or on a torch built without NCCL, a mesh the
+    world cannot hold, or a rank that left before the process group formed.
+    """
     yield Problem(f"probes could not run: {reason}")

@@ -2,7 +2,8 @@
 
 A FAKE, documented where used: a `sitecustomize.py` on PYTHONPATH replaces
 `socket.gethostname` in each rank's interpreter with a name derived from its rank. The
-ranks, the store and every check are real; only the name they report for their host is not.
+ranks, the store and every check are real; only the name they report for their host is not
+(and LOCAL_RANK / LOCAL_WORLD_SIZE, set as a launcher would on such hosts).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ def fake_hostnames_env(tmp_path: Path, pattern: str = "node{rank:02d}", per_host
         "if _rank is not None:\n"
         f"    _name = {pattern!r}.format(rank=int(_rank) // {per_host} + 1)\n"
         "    socket.gethostname = lambda: _name\n"
+        # What a launcher would say on such a host, so layout checks see a consistent job.
+        f"    os.environ['LOCAL_RANK'] = str(int(_rank) % {per_host})\n"
+        f"    os.environ['LOCAL_WORLD_SIZE'] = '{per_host}'\n"
     )
     existing = os.environ.get("PYTHONPATH", "")
     return {"PYTHONPATH": f"{folder}{os.pathsep}{existing}" if existing else str(folder)}
