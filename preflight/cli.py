@@ -61,6 +61,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--skip", type=_csv, default=[], metavar="TAG[,TAG]", help="skip checks of these tags")
     run.add_argument("--strict", action="store_true", help="exit 1 when there are warnings")
     run.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)
+    run.add_argument("--verdict-file", default=None, help=argparse.SUPPRESS)
 
     out = parser.add_argument_group("reports")
     out.add_argument("--json", dest="json_path", metavar="PATH", help="write the JobReport as JSON")
@@ -145,6 +146,7 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         straggler_ratio=args.straggler_ratio,
         expect=args.expect,
         sysfs_root=args.sysfs_root,
+        verdict_file=args.verdict_file,
         command_line=shlex.join(["preflight", *argv]),
     )
 

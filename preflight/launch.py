@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from preflight.errors import BadInput
 from preflight.model import ExitCode
@@ -58,12 +61,24 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions) -> int:
         max_restarts=0,
         monitor_interval=0.05,
     )
-    try:
-        elastic_launch(config, sys.executable)("-m", "preflight", "run", *args)
-    except ChildFailedError as failed:
-        # Every rank exits with rank 0's verdict. The first rank to exit non-zero carries it;
-        # the agent then stops the others, whose codes only say they were stopped.
-        _rank, first = failed.get_first_failure()
-        code = first.exitcode
-        return code if code in {int(c) for c in ExitCode} else int(ExitCode.INCOMPLETE)
+    with tempfile.TemporaryDirectory(prefix="preflight-launch-") as folder:
+        verdict_file = Path(folder, "verdict")
+        try:
+            elastic_launch(config, sys.executable)("-m", "preflight", "run", *args,
+                                                   "--verdict-file", str(verdict_file))
+        except ChildFailedError as failed:
+            return _verdict(verdict_file, failed)
     return int(ExitCode.PASSED)
+
+
+def _verdict(verdict_file: Path, failed: Any) -> int:
+    """Rank 0's code from the file it wrote, else the first failure's.
+
+    Once one rank exits with the verdict, torch's agent stops the others, rank 0 included,
+    so their own exit codes (signals, "interrupted") do not say what the verdict was.
+    """
+    try:
+        return int(verdict_file.read_text())
+    except (OSError, ValueError):
+        code = failed.get_first_failure()[1].exitcode
+        return code if code in {int(c) for c in ExitCode} else int(ExitCode.INCOMPLETE)

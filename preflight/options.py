@@ -36,6 +36,7 @@ class RunOptions:
     expect: str = ""
     # facts
     sysfs_root: str = "/sys"
+    verdict_file: str | None = None  # `preflight launch` reads rank 0's code here
     command_line: str = ""
 
     def probes_enabled(self) -> bool:

@@ -18,6 +18,7 @@ import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -222,6 +223,8 @@ def _finish(state: RunState, exchange: Exchange) -> int:
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included.
     write_reports(report, state.options)
+    if state.options.verdict_file:
+        Path(state.options.verdict_file).write_text(f"{report.exit_code}\n")
     exchange.announce("verdict", {"exit_code": report.exit_code, "verdict": report.verdict})
     try:
         exchange.wait_for_acknowledgements(len(state.all_facts) - 1, timeout_s=5.0)
