@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from preflight.deadline import call_with_deadline
-from preflight.facts import environment, software, system
+from preflight.facts import environment, network, ports, software, system
 from preflight.model import RankFacts, World
 
 
@@ -31,6 +31,8 @@ GATHERERS: list[tuple[str, Gatherer]] = [
     ("env", environment.gather),
     ("versions", software.gather),
     ("system", system.gather),
+    ("network", network.gather),
+    ("ports", ports.gather),
 ]
 
 
