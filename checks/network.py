@@ -134,9 +134,17 @@ def socket_ifname_empty_entry(facts: RankFacts, ctx: CheckContext) -> Iterable[P
     hint="Use an address or a name every host resolves (check /etc/hosts and DNS on the named host).",
 )
 def master_addr_unresolved(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
-    """MASTER_ADDR does not resolve on this rank, so it cannot reach the rendezvous."""
+    """MASTER_ADDR does not resolve on this rank, or is set but empty.
+
+    A name that does not resolve cannot reach the rendezvous. An empty MASTER_ADDR (often a
+    failed `$(...)` in the job script) makes torch's env:// rendezvous raise, even where
+    preflight could fall back to a default.
+    """
     master = facts.network.get("master_addr")
-    if master and not master.get("addresses"):
+    if master and master.get("set_empty"):
+        yield Problem(f"MASTER_ADDR is set but empty on {facts.host} (preflight assumed {master.get('name')}; "
+                      "torch's env:// rendezvous will refuse it)", **_where(facts), data=dict(master))
+    elif master and not master.get("addresses"):
         yield Problem(f"MASTER_ADDR={master.get('name')} does not resolve on {facts.host}: {master.get('error')}",
                       **_where(facts), data=dict(master))
 

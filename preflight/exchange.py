@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -63,6 +64,8 @@ class Exchange:
         hosting = self.world.rank == 0 and not self.world.use_agent_store
         try:
             if hosting:
+                # torch retries an unresolvable MASTER_ADDR for ~3x the timeout before it gives up.
+                socket.getaddrinfo(self.world.master_addr, self.world.master_port, type=socket.SOCK_STREAM)
                 store = TCPStore(
                     self.world.master_addr,
                     self.world.master_port,

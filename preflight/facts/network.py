@@ -230,3 +230,6 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
     }
     facts.network["chosen_interface"] = choose_interface(interfaces, env, facts.world.master_addr)
     facts.network["master_addr"] = resolve_master(facts.world.master_addr)
+    if "MASTER_ADDR" in env and not env["MASTER_ADDR"].strip():
+        # World resolution took the default; torch's env:// rendezvous rejects an empty value.
+        facts.network["master_addr"]["set_empty"] = True
