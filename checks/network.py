@@ -8,6 +8,7 @@ reports as RUN005; these checks then stay silent rather than guess.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -15,46 +16,15 @@ from typing import Any
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, LOCAL, CheckContext, Problem, check
 
+_IFNAME_SOURCES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
 
 def _where(facts: RankFacts) -> dict[str, Any]:
     return {"ranks": [facts.rank], "hosts": [facts.host]}
 
 
-def _interface_names(facts: RankFacts) -> list[str]:
-    return [i.get("name", "") for i in facts.network.get("interfaces", [])]
-
-
 @check(
     "NET001",
-    tag="network",
-    scope=LOCAL,
-    severity=Severity.ERROR,
-    hint="Set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to an interface every host has (see `ip -br link` "
-    "on the named host), or unset it to let the library choose.",
-)
-def socket_ifname_missing(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
-    """NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME selects no interface on this host.
-
-    Gloo fails at process-group creation ("Unable to find address for: X"); NCCL finds no
-    socket interface and aborts its bootstrap. Gloo takes exact names (every name listed must
-    exist); NCCL takes prefixes, `=` for exact names and `^` to exclude.
-    """
-    names = _interface_names(facts)
-    for variable, entry in sorted(facts.network.get("socket_ifnames", {}).items()):
-        spec, matches = entry.get("spec", ""), entry.get("matches", [])
-        wanted = [e for e in entry.get("entries", []) if e]
-        missing = [e for e in wanted if e not in names] if variable == "GLOO_SOCKET_IFNAME" else []
-        if matches and not missing:
-            continue
-        what = f"names {', '.join(missing)}, which does not exist" if matches else "selects no interface"
-        yield Problem(
-            f"{variable}={spec} {what} on {facts.host} (interfaces: {', '.join(names) or 'none'})",
-            **_where(facts), data={"variable": variable, "spec": spec, "interfaces": names},
-        )
-
-
-@check(
-    "NET002",
     tag="network",
     scope=LOCAL,
     severity=Severity.ERROR,
@@ -65,7 +35,7 @@ def chosen_interface_unusable(facts: RankFacts, ctx: CheckContext) -> Iterable[P
     """The interface NCCL/Gloo will use on this rank is down, has no address, or there is none.
 
     The choice: NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME when set (a name matching nothing is
-    NET001), else the first UP interface named ib* with an address, else the interface of the
+    NCCL008 / NCCL009), else the first UP interface named ib* with an address, else the interface of the
     route to MASTER_ADDR. Sockets bound to a down or unaddressed interface cannot connect.
     """
     chosen = facts.network.get("chosen_interface")
@@ -73,8 +43,8 @@ def chosen_interface_unusable(facts: RankFacts, ctx: CheckContext) -> Iterable[P
         return
     name = chosen.get("name", "")
     if not name:
-        if facts.network.get("socket_ifnames"):
-            return  # NET001 says which variable matched nothing
+        if str(chosen.get("source", "")).startswith(_IFNAME_SOURCES):
+            return  # NCCL008 / NCCL009 say which variable matched nothing
         yield Problem(f"no usable interface on {facts.host}: {chosen.get('source', '')}", **_where(facts),
                       data=dict(chosen))
         return
@@ -86,7 +56,7 @@ def chosen_interface_unusable(facts: RankFacts, ctx: CheckContext) -> Iterable[P
 
 
 @check(
-    "NET003",
+    "NET002",
     tag="network",
     scope=LOCAL,
     severity=Severity.ERROR,
@@ -111,42 +81,28 @@ def ib_port_not_active(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
 
 
 @check(
-    "NET004",
+    "NET003",
     tag="network",
     scope=LOCAL,
     severity=Severity.ERROR,
-    hint="Remove the empty entry (a doubled or trailing comma): NCCL treats an empty prefix as "
-    "matching every interface, docker0 and lo included.",
-)
-def socket_ifname_empty_entry(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
-    """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME has an empty entry (`ib0,,eth0`, `ib0,`, `^`)."""
-    for variable, entry in sorted(facts.network.get("socket_ifnames", {}).items()):
-        if any(not e for e in entry.get("entries", [])):
-            yield Problem(f"{variable}={entry.get('spec', '')!r} has an empty entry", **_where(facts),
-                          data={"variable": variable, "spec": entry.get("spec", "")})
-
-
-@check(
-    "NET005",
-    tag="network",
-    scope=LOCAL,
-    severity=Severity.ERROR,
-    hint="Use an address or a name every host resolves (check /etc/hosts and DNS on the named host).",
+    hint="Use an address or a name every host resolves (check /etc/hosts and DNS on the named host), "
+    "and make sure the job script really sets it (an empty value is a failed `$(...)`).",
 )
 def master_addr_unresolved(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """MASTER_ADDR does not resolve on this rank, or is set but empty.
 
-    A name that does not resolve cannot reach the rendezvous. An empty MASTER_ADDR (often a
-    failed `$(...)` in the job script) makes torch's env:// rendezvous raise, even where
-    preflight could fall back to a default.
+    A name that does not resolve cannot reach the rendezvous (ENV002 compares what it resolves
+    to across ranks; this names the ranks where it resolves to nothing at all). An empty
+    MASTER_ADDR makes torch's env:// rendezvous raise, even where preflight fell back to a default.
     """
-    master = facts.network.get("master_addr")
-    if master and master.get("set_empty"):
-        yield Problem(f"MASTER_ADDR is set but empty on {facts.host} (preflight assumed {master.get('name')}; "
-                      "torch's env:// rendezvous will refuse it)", **_where(facts), data=dict(master))
-    elif master and not master.get("addresses"):
-        yield Problem(f"MASTER_ADDR={master.get('name')} does not resolve on {facts.host}: {master.get('error')}",
-                      **_where(facts), data=dict(master))
+    if facts.env.get("MASTER_ADDR", "unset").strip() == "":
+        yield Problem(f"MASTER_ADDR is set but empty on {facts.host} (preflight assumed "
+                      f"{facts.world.master_addr}; torch's env:// rendezvous will refuse it)", **_where(facts))
+        return
+    resolved = facts.network.get("master_addr_resolved")
+    if resolved and resolved.get("error"):
+        yield Problem(f"MASTER_ADDR={resolved.get('addr')} does not resolve on {facts.host}: {resolved['error']}",
+                      **_where(facts), data=dict(resolved))
 
 
 def _by_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
@@ -157,39 +113,32 @@ def _by_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
     return chosen
 
 
+def _loopback(facts: RankFacts) -> bool:
+    ips = (facts.network.get("master_addr_resolved") or {}).get("ips") or []
+    try:
+        return bool(ips) and all(ipaddress.ip_address(ip).is_loopback for ip in ips)
+    except ValueError:
+        return False
+
+
 @check(
-    "NET006",
+    "NET004",
     tag="network",
     scope=CROSS,
     severity=Severity.ERROR,
-    hint="Set MASTER_ADDR to the rendezvous host's routable address or a name every host resolves "
-    "the same way, never localhost when ranks span hosts.",
+    hint="Set MASTER_ADDR to the rendezvous host's routable address or name, never localhost or "
+    "127.x when ranks span hosts.",
 )
-def master_addr_disagrees(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
-    """MASTER_ADDR resolves to different addresses on different ranks, or to loopback across hosts.
+def master_addr_loopback(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """MASTER_ADDR is a loopback address while the ranks run on several hosts.
 
-    Ranks that resolve the rendezvous name differently (split DNS, stale /etc/hosts) connect
-    to different machines; a loopback MASTER_ADDR in a multi-host job makes every host talk to
-    itself.
+    Every host then looks for the rendezvous on itself: the other hosts' ranks either find
+    nothing or, worse, another job's store on their own loopback.
     """
-    resolved: dict[tuple[str, ...], list[RankFacts]] = defaultdict(list)
-    for facts in ranks:
-        master = facts.network.get("master_addr")
-        if master and master.get("addresses"):
-            resolved[tuple(master["addresses"])].append(facts)
-    if len(resolved) > 1:
-        majority = max(resolved, key=lambda k: len(resolved[k]))
-        for addresses, odd in sorted(resolved.items()):
-            if addresses != majority:
-                yield Problem(
-                    f"MASTER_ADDR resolves to {', '.join(addresses)} on {', '.join(sorted({f.host for f in odd}))} "
-                    f"but to {', '.join(majority)} on {len(resolved[majority])} other rank(s)",
-                    ranks=[f.rank for f in odd], hosts=[f.host for f in odd],
-                    data={"addresses": list(addresses), "majority": list(majority)})
     hosts = {f.host for f in ranks}
-    loopback = [f for f in ranks if (f.network.get("master_addr") or {}).get("loopback")]
+    loopback = [f for f in ranks if _loopback(f)]
     if len(hosts) > 1 and loopback:
-        yield Problem(f"MASTER_ADDR is a loopback address but ranks run on {len(hosts)} hosts",
+        yield Problem(f"MASTER_ADDR resolves to a loopback address but ranks run on {len(hosts)} hosts",
                       ranks=[f.rank for f in loopback], hosts=sorted({f.host for f in loopback}))
 
 
@@ -203,7 +152,7 @@ def _odd_ones(values: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 
 
 @check(
-    "NET007",
+    "NET005",
     tag="network",
     scope=CROSS,
     severity=Severity.WARN,
@@ -223,7 +172,7 @@ def ib_rates_differ(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[P
 
 
 @check(
-    "NET008",
+    "NET006",
     tag="network",
     scope=CROSS,
     severity=Severity.WARN,

@@ -56,7 +56,7 @@ def culprits(outcome: dict[str, Any]) -> dict[str, list[str]]:
 
 
 @check(
-    "NET009",
+    "NET007",
     tag="network",
     scope=CROSS,
     severity=Severity.ERROR,
@@ -69,7 +69,7 @@ def unreachable_pairs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable
     Each host listens on the address of the interface NCCL/Gloo will use and is probed by its
     ring neighbours and a few random peers (bounded fan-out, not every pair). A pair whose
     connection failed is named `prober -> target on <interface>`; both directions failing are
-    one finding. Pairs involving a host that nobody reaches are summed up by NET010.
+    one finding. Pairs involving a host that nobody reaches are summed up by NET008.
     """
     outcome = _outcome(ranks)
     if not outcome:
@@ -79,7 +79,7 @@ def unreachable_pairs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable
     seen: set[frozenset[str]] = set()
     for (prober, target), result in sorted(failed.items()):
         pair = frozenset((prober, target))
-        if pair in seen or pair & blamed:  # a dead host's links are NET010's, once
+        if pair in seen or pair & blamed:  # a dead host's links are NET008's, once
             continue
         seen.add(pair)
         back = failed.get((target, prober))
@@ -95,7 +95,7 @@ def unreachable_pairs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable
 
 
 @check(
-    "NET010",
+    "NET008",
     tag="network",
     scope=CROSS,
     severity=Severity.ERROR,
@@ -118,7 +118,7 @@ def unreachable_host(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[
 
 
 @check(
-    "NET011",
+    "NET009",
     tag="network",
     scope=CROSS,
     severity=Severity.COULD_NOT_RUN,

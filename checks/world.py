@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from preflight.hostlist import rank_ranges
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, CheckContext, Problem, check
 
@@ -100,15 +101,10 @@ def world_disagreement(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterabl
             if value == majority:
                 continue
             yield Problem(
-                f"{field_name} is {value} on ranks {_ranks_text(odd)} but {majority} on "
+                f"{field_name} is {value} on ranks {rank_ranges(f.rank for f in odd)} but {majority} on "
                 f"{len(holders[majority])} other rank(s)",
                 ranks=[f.rank for f in odd],
                 hosts=[f.host for f in odd],
                 data={"field": field_name, "value": value, "majority": majority},
             )
 
-
-def _ranks_text(ranks: Sequence[RankFacts], limit: int = 8) -> str:
-    numbers = sorted(f.rank for f in ranks)
-    shown = ",".join(str(n) for n in numbers[:limit])
-    return shown + (f",... ({len(numbers)} in all)" if len(numbers) > limit else "")

@@ -78,8 +78,12 @@ class Exchange:
                 self.world.master_port = store.port
                 mark_store(store, self.world)  # clients refuse a store another run marked
             else:
+                # With a shared-dir fallback, give up on the store early enough that the dir
+                # still reaches rank 0 before its own deadline.
+                connect_s = self.timeout_s / 3 if self.out_dir is not None else self.timeout_s
                 # Bounded: a bare TCPStore client hangs on a listener that is not a store.
-                store = join_store(self.world, self.timeout_s)
+                store = join_store(self.world, connect_s)
+                store.set_timeout(timedelta(seconds=self.timeout_s))
             self.store = PrefixStore(self.prefix, store)
         except Exception as exc:  # DistNetworkError, DistStoreError, RuntimeError: all mean "no store"
             self.store_error = _one_line(exc)
@@ -100,6 +104,8 @@ class Exchange:
             self.store.set(f"claimant/{self.world.rank}/{claim}", self.world.host)
             if claim == 1:
                 self.store.set(f"rank/{self.world.rank}", text)
+                # The arrival list lets rank 0 fetch only new payloads: O(new ranks) per poll.
+                self.store.append("arrivals", f"{self.world.rank},")
             self.store.add("reported", 1)
 
     def wait_for(self, name: str, timeout_s: float) -> dict[str, Any] | None:
@@ -157,16 +163,14 @@ class Exchange:
             time.sleep(POLL_S)
 
     def _take_from_store(self, collected: Collected) -> None:
-        if self.store is None:
+        if self.store is None or not self.store.check(["arrivals"]):
             return
-        if self.store.add("reported", 0) <= len(collected.payloads) + len(collected.bad_payloads):
-            return
-        for rank in range(self.world.world_size):
-            if rank in collected.payloads or rank in collected.bad_payloads:
-                continue
-            key = f"rank/{rank}"
-            if self.store.check([key]):
-                self._accept(collected, rank, self.store.get(key), "store")
+        arrived = {int(r) for r in self.store.get("arrivals").decode().split(",") if r}
+        new = sorted(r for r in arrived - collected.payloads.keys() - collected.bad_payloads.keys()
+                     if 0 <= r < self.world.world_size)
+        if new:
+            for rank, raw in zip(new, self.store.multi_get([f"rank/{r}" for r in new])):
+                self._accept(collected, rank, raw, "store")
 
     def _find_duplicates(self, collected: Collected) -> None:
         if self.store is None or self.store.add("reported", 0) <= len(collected.payloads):

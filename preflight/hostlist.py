@@ -1,4 +1,4 @@
-"""Slurm hostlists, in our own Python: `gpu[001-004,010],login1` <-> a list of names.
+"""Slurm hostlists and rank ranges, in our own Python: `gpu[001-004,010],login1` <-> names, `0-3,7` <- ranks.
 
 Expansion follows Slurm's rules: top-level commas separate entries, each bracket holds
 comma-separated numbers or ranges, zero-padding is kept, and several brackets in one
@@ -104,3 +104,23 @@ def compress_hostlist(hosts: Iterable[str]) -> str:
             ranges.append(low if low == high else f"{low}-{high}")
         entries.append(f"{prefix}[{','.join(ranges)}]{suffix}")
     return ",".join(sorted(entries))
+
+
+def rank_ranges(ranks: Iterable[int], limit: int = 12) -> str:
+    """[0, 1, 2, 3, 7] -> '0-3,7' (long lists end with the total)."""
+    numbers = sorted(set(ranks))
+    parts = []
+    for _, run in itertools.groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0]):
+        values = [n for _, n in run]
+        parts.append(str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}")
+    text = ",".join(parts[:limit])
+    return text + (f",... ({len(numbers)} ranks)" if len(parts) > limit else "")
+
+
+def host_ranges(hosts: Iterable[str], limit: int = 40) -> str:
+    """A compressed hostlist for messages, cut near `limit` characters and ended with the host count."""
+    unique = sorted(set(hosts))
+    text = compress_hostlist(unique)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit].rsplit(',', 1)[0]},... ({len(unique)} hosts)"

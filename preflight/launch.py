@@ -46,8 +46,8 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions) -> int:
         args += ["--backend", "gloo"]  # the CPU smoke check: gloo unless asked otherwise
     # 8 ranks x 2 OpenMP threads on 2 cores run 2x slower; torchrun sets 1 as well.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
+    # The agent logs each non-zero worker exit as an error; the verdict already says why.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -61,8 +61,9 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions) -> int:
     try:
         elastic_launch(config, sys.executable)("-m", "preflight", "run", *args)
     except ChildFailedError as failed:
-        codes = {rank: failure.exitcode for rank, failure in failed.failures.items()}
-        # Every rank exits with rank 0's verdict; prefer it, else the worst code seen.
-        code = codes.get(0, max(codes.values(), default=int(ExitCode.INCOMPLETE)))
+        # Every rank exits with rank 0's verdict. The first rank to exit non-zero carries it;
+        # the agent then stops the others, whose codes only say they were stopped.
+        _rank, first = failed.get_first_failure()
+        code = first.exitcode
         return code if code in {int(c) for c in ExitCode} else int(ExitCode.INCOMPLETE)
     return int(ExitCode.PASSED)

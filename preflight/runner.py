@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import signal
 import time
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from preflight import probes
+from preflight import probes, secrets
 from preflight.checking import merge_findings, merge_outcomes, run_checks
 from preflight.exchange import Collected, Exchange
 from preflight.facts import GatherOptions, gather_facts
@@ -30,6 +31,7 @@ from preflight.options import RunOptions
 from preflight.reachability import Reachability
 from preflight.registry import CROSS, LOCAL, CheckContext, engine_findings, select_checks
 from preflight.reports import write_reports
+from preflight.reports.progress import PhaseDisplay, phase_display
 from preflight.verdict import bad_hosts, decide_exit_code, explain_verdict, verdict_text
 from preflight.world import resolve_world
 
@@ -59,16 +61,16 @@ class RunState:
     missing: list[int] = field(default_factory=list)
     probe_results: list[Any] = field(default_factory=list)
     interrupted: str = ""
+    progress: PhaseDisplay | None = None  # rank 0's live phase display (None elsewhere and under --quiet)
 
 
 def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     """Run preflight as this process's rank; return the exit code every rank shares."""
     world = resolve_world(env)  # step 1; BadInput propagates to the CLI: one line, exit 2
-    import torch.distributed  # noqa: F401  (the slow import, here rather than inside a gatherer's deadline)
-
+    _import_torch_quietly()
     if options.run_id:
         world.run_id = options.run_id
-    state = RunState(world, options)
+    state = RunState(world, options, progress=phase_display(world.rank, options.quiet))
     exchange = Exchange(world, options.timeout_s, options.out_dir)
     previous = _install_signal_handlers()
     try:
@@ -79,7 +81,7 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
 
 def _run_steps(state: RunState, exchange: Exchange) -> int:
     world, options = state.world, state.options
-    ctx = CheckContext(world_size=world.world_size, options={"mesh": options.mesh})
+    ctx = CheckContext(world_size=world.world_size, options={"mesh": options.mesh, "backend": options.backend})
     try:
         with _phase(state, "facts"):
             state.facts = gather_facts(world, _gather_options(world, options))  # step 2
@@ -91,6 +93,9 @@ def _run_steps(state: RunState, exchange: Exchange) -> int:
             state.outcomes += outcomes
         with _phase(state, "exchange"):
             exchange.open()  # step 4
+            # Secrets get their digests only now, keyed by a random key the ranks share
+            # through the store and no report ever holds (see preflight/secrets.py).
+            secrets.seal(state.facts.env, os.environ, secrets.agree_on_key(exchange.store))
             if exchange.store_error:
                 state.findings += engine_findings("PORT004" if exchange.foreign else "RUN001", rank=world.rank,
                                                   host=world.host, reason=exchange.store_error)
@@ -119,9 +124,30 @@ def _run_steps(state: RunState, exchange: Exchange) -> int:
     return _finish(state, exchange)  # step 8
 
 
+def _import_torch_quietly() -> None:
+    """Import torch.distributed here (the slow import), not inside a gatherer's deadline.
+
+    c10d prints a C++ stack trace per failed store connection at ERROR level; preflight
+    reports the failure in one line itself. The level is read once at import, so it is set
+    only for the import and the environment the checks see stays the user's own.
+    """
+    if "TORCH_CPP_LOG_LEVEL" in os.environ:
+        import torch.distributed
+        return
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        import torch.distributed  # noqa: F401
+    finally:
+        del os.environ["TORCH_CPP_LOG_LEVEL"]
+
+
 def _follow_rank_zero(state: RunState, exchange: Exchange) -> int:
     """A non-zero rank: wait for go, take part in the probes, then adopt rank 0's verdict."""
     options = state.options
+    if exchange.store is None and exchange.out_dir is None:
+        print(f"preflight: rank {state.world.rank}: cannot reach rank 0: {exchange.store_error}; "
+              f"exit {int(ExitCode.INCOMPLETE)}")
+        return int(ExitCode.INCOMPLETE)
     decision = exchange.wait_for("go", options.timeout_s + VERDICT_MARGIN_S)
     if decision and decision.get("go") and options.probes_enabled():
         probes.run_probes(state.world, options, exchange.store)
@@ -234,10 +260,14 @@ def _finish(state: RunState, exchange: Exchange) -> int:
     if state.interrupted:
         state.findings += engine_findings("RUN004", reason=state.interrupted)
     report = build_report(state)
-    exchange.announce("verdict", {"exit_code": report.exit_code, "verdict": report.verdict})
+    # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
+    # agent stops the remaining workers, rank 0 included.
     write_reports(report, state.options)
-    reported = len(state.all_facts) - 1
-    exchange.wait_for_acknowledgements(reported, timeout_s=5.0)
+    exchange.announce("verdict", {"exit_code": report.exit_code, "verdict": report.verdict})
+    try:
+        exchange.wait_for_acknowledgements(len(state.all_facts) - 1, timeout_s=5.0)
+    except Interrupted:
+        pass  # the verdict is out and the reports are written; a launcher stopping us now changes nothing
     return report.exit_code
 
 
@@ -297,7 +327,6 @@ def _gather_options(world: World, options: RunOptions) -> GatherOptions:
     return GatherOptions(
         timeout_s=options.check_timeout_s,
         sysfs_root=options.sysfs_root,
-        salt=f"{world.run_id}:{world.job_id}:{world.master_addr}:{world.master_port}",
     )
 
 
@@ -309,9 +338,13 @@ class _phase:
 
     def __enter__(self) -> None:
         self.started = time.perf_counter()
+        if self.state.progress:
+            self.state.progress.start(self.name)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.state.phases[self.name] = round(time.perf_counter() - self.started, 4)
+        if self.state.progress:
+            self.state.progress.done(self.name, self.state.phases[self.name], failed=exc_type is not None)
 
 
 def _iso(timestamp: float) -> str:

@@ -77,6 +77,10 @@ class _EnvReader:
         return None
 
 
+def _first_set(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 def derive_port(job_id: str) -> int:
     """A port every rank of one job agrees on, different across jobs (deterministic)."""
     number = int(job_id) if job_id.isdigit() else zlib.crc32(job_id.encode())
@@ -166,7 +170,7 @@ def _from_env(reader: _EnvReader, host: str) -> World | None:
         world_size=world_size,
         local_rank=reader.integer("LOCAL_RANK", rank % local_world) or 0,
         local_world_size=local_world,
-        node_rank=reader.integer("GROUP_RANK", None) or reader.integer("NODE_RANK", rank // local_world) or 0,
+        node_rank=_first_set(reader.first_int(("GROUP_RANK", "NODE_RANK")), rank // local_world),
         num_nodes=max(1, -(-world_size // local_world)),
         host=host,
         master_addr=_validate_master_addr(reader.text("MASTER_ADDR", "127.0.0.1") or ""),
@@ -374,7 +378,8 @@ _RULES = (_from_torchrun, _from_env, _from_open_mpi, _from_hydra, _from_slurm, _
 def resolve_world(env: Mapping[str, str] | None = None, host: str | None = None) -> World:
     """Work out the World from the launcher's variables. Raises BadInput on bad values."""
     reader = _EnvReader(os.environ if env is None else env)
-    host = host or socket.gethostname()
+    # Under Slurm the node's Slurm name is what `sbatch --exclude` takes; prefer it.
+    host = host or reader.text("SLURMD_NODENAME") or socket.gethostname()
     for rule in _RULES:
         world = rule(reader, host)
         if world is not None:

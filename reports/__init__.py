@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from preflight.model import JobReport
 
@@ -12,14 +12,28 @@ if TYPE_CHECKING:
 
 
 def write_reports(report: JobReport, options: RunOptions) -> None:
-    """Write every requested format, then the verdict to stdout (rich on a TTY, else text)."""
-    from preflight.reports import json as json_report
-    from preflight.reports import terminal, text
+    """Write every requested format, then the verdict to stdout (rich on a TTY, else text).
 
-    if options.json_path:
-        json_report.write(report, options.json_path)
-    if options.text_path:
-        text.write(report, options.text_path)
+    One format failing to render must not cost the others (a report is always written):
+    the failure is one line on stderr and the remaining formats are still written.
+    """
+    from preflight.reports import exclude, html, junit, terminal, text
+    from preflight.reports import json as json_report
+
+    writers: list[tuple[str, str | None, Callable[[JobReport, str], None]]] = [
+        ("--json", options.json_path, json_report.write),
+        ("--text", options.text_path, text.write),
+        ("--exclude-file", options.exclude_file, exclude.write),
+        ("--junit", options.junit_path, junit.write),
+        ("--html", options.html_path, html.write),
+    ]
+    for flag, path, write in writers:
+        if not path:
+            continue
+        try:
+            write(report, path)
+        except Exception as exc:  # one renderer's bug or a full disk must not lose the rest
+            print(f"preflight: could not write {flag} {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
     if options.quiet:
         return
     if terminal.wants_rich(sys.stdout):

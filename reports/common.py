@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable
-
-from preflight.hostlist import compress_hostlist
+from preflight.hostlist import compress_hostlist, host_ranges, rank_ranges
 from preflight.model import Finding, JobReport, Severity
 
 SEVERITY_LABEL = {
@@ -17,25 +14,16 @@ SEVERITY_LABEL = {
 }
 
 
-def rank_ranges(ranks: Iterable[int], limit: int = 12) -> str:
-    """[0, 1, 2, 3, 7] -> '0-3,7' (long lists end with the total)."""
-    numbers = sorted(set(ranks))
-    parts = []
-    for _, run in itertools.groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0]):
-        values = [n for _, n in run]
-        parts.append(str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}")
-    text = ",".join(parts[:limit])
-    return text + (f",... ({len(numbers)} ranks)" if len(parts) > limit else "")
-
-
 def where(finding: Finding) -> str:
-    """'ranks 3 on node07' style location of a finding; empty when it names nothing."""
+    """'ranks 3 on node07' style location of a finding; empty when it names nothing.
+
+    Bounded, so a finding over thousands of ranks stays a few lines (the JSON has them all)."""
     pieces = []
     if finding.ranks:
         label = "rank" if len(finding.ranks) == 1 else "ranks"
-        pieces.append(f"{label} {rank_ranges(finding.ranks)}")
+        pieces.append(f"{label} {rank_ranges(finding.ranks, limit=4)}")
     if finding.hosts:
-        pieces.append(f"on {compress_hostlist(finding.hosts)}")
+        pieces.append(f"on {host_ranges(finding.hosts)}")
     return " ".join(pieces)
 
 

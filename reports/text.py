@@ -6,8 +6,55 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from preflight.hostlist import compress_hostlist
 from preflight.model import JobReport
-from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, where, world_summary
+from preflight.reports.bandwidth import expected_busbw, human_bytes, largest_size, probe_dimensions
+from preflight.reports.common import (
+    SEVERITY_LABEL,
+    exclude_text,
+    ordered_findings,
+    rank_ranges,
+    where,
+    world_summary,
+)
+from preflight.reports.drift import UNSET, env_drift
+
+MAX_DRIFT_ROWS = 20
+
+
+def _probe_table(report: JobReport) -> list[str]:
+    expected = expected_busbw(report)
+    rows = []
+    for dim, results in probe_dimensions(report).items():
+        for summary in largest_size(dim, results):
+            slow = summary.slowest
+            rows.append([
+                dim, summary.op, human_bytes(summary.size_bytes), len(summary.groups),
+                f"{summary.median_gbps:.2f}", f"{slow.busbw_gbps:.2f} (group {slow.group_index}, "
+                f"{compress_hostlist(slow.hosts)})", f"{expected[dim]:g}" if dim in expected else "",
+                sum(1 for r in results if r.op == summary.op and not r.verified) or "",
+            ])
+    if not rows:
+        return []
+    return ["", "busbw at the largest size (GB/s)", tabulate(
+        rows, headers=["dim", "op", "size", "groups", "median", "slowest (group, hosts)", "expected", "wrong"],
+        tablefmt="simple", maxcolwidths=[None, None, None, None, None, 50, None, None])]
+
+
+def _drift_table(report: JobReport) -> list[str]:
+    drift = env_drift(report, max_values=3)
+    if not drift:
+        return []
+    rows = []
+    for row in drift[:MAX_DRIFT_ROWS]:
+        values = "; ".join(f"{v.value if v.value == UNSET else repr(v.value)} on ranks {v.ranks}" for v in row.values)
+        more = f" (+{row.distinct - len(row.values)} more)" if row.distinct > len(row.values) else ""
+        rows.append([row.variable, values + more])
+    lines = ["", "environment drift (variables not the same on every rank)",
+             tabulate(rows, headers=["variable", "values"], tablefmt="simple", maxcolwidths=[40, 100])]
+    if len(drift) > MAX_DRIFT_ROWS:
+        lines.append(f"  ... and {len(drift) - MAX_DRIFT_ROWS} more variable(s); see the HTML or JSON report")
+    return lines
 
 
 def render(report: JobReport) -> str:
@@ -16,8 +63,10 @@ def render(report: JobReport) -> str:
         f"preflight: {report.verdict.upper()} (exit {report.exit_code}): {report.why}",
         f"  {world_summary(report)}",
     ]
+    if report.meta.mesh:
+        lines.append(f"  mesh {report.meta.mesh}, backend {report.meta.backend}")
     if report.missing_ranks:
-        lines.append(f"  missing ranks: {','.join(map(str, report.missing_ranks))}")
+        lines.append(f"  missing ranks: {rank_ranges(report.missing_ranks, limit=50)}")
     exclude = exclude_text(report)
     if exclude:
         lines.append(f"  bad hosts: {exclude}")
@@ -32,6 +81,9 @@ def render(report: JobReport) -> str:
             tabulate(rows, headers=["severity", "check", "finding", "where", "what to do"],
                      tablefmt="simple", maxcolwidths=[None, None, 60, 30, 60])
         )
+    lines += _probe_table(report)
+    lines += _drift_table(report)
+    lines.append("")
     lines.append(f"  {len(report.checks)} check(s) ran; {len(report.findings)} finding(s)")
     return "\n".join(lines) + "\n"
 

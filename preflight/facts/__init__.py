@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from preflight.deadline import call_with_deadline
-from preflight.facts import environment, network, ports, software, system
+from preflight.facts import environment, gpus, interfaces, network, ports, rendezvous, software, system
 from preflight.model import RankFacts, World
 
 
@@ -21,7 +21,6 @@ class GatherOptions:
 
     timeout_s: float = 5.0
     sysfs_root: str = "/sys"
-    salt: str = ""
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -31,7 +30,10 @@ GATHERERS: list[tuple[str, Gatherer]] = [
     ("env", environment.gather),
     ("versions", software.gather),
     ("system", system.gather),
-    ("network", network.gather),
+    ("interfaces", interfaces.gather),
+    ("rendezvous", rendezvous.gather),
+    ("gpus", gpus.gather),
+    ("network", network.gather),  # after "interfaces": reads its list, replaces ib_devices with ports
     ("ports", ports.gather),
 ]
 

@@ -59,7 +59,7 @@ def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                       "GROUP_RANK", "NODE_RANK")
     }
-    env.update({"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR", "PYTHONUNBUFFERED": "1"})
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})
     return env
 
@@ -80,8 +80,12 @@ def spawn_env_ranks(
     common_env: Mapping[str, str] | None = None,
     port: int | None = None,
     timeout: float = 120,
+    wrap: Mapping[int, Sequence[str]] | None = None,
 ) -> dict[int, RankRun]:
-    """Start `python -m preflight run ARGS` as env:// ranks 0..N-1 (minus `absent`); wait for all."""
+    """Start `python -m preflight run ARGS` as env:// ranks 0..N-1 (minus `absent`); wait for all.
+
+    `wrap[rank]` is a command prefix for that rank (e.g. tests/helpers/namespaces.host_wrapper:
+    its own UTS hostname, /etc/hosts, /dev/shm, ulimit)."""
     port = port or free_port()
     procs = {}
     started = time.monotonic()
@@ -93,7 +97,8 @@ def spawn_env_ranks(
             "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
             **(common_env or {}), **((rank_env or {}).get(rank, {})),
         })
-        procs[rank] = subprocess.Popen([PYTHON, "-m", "preflight", "run", *args], env=env, text=True,
+        prefix = list((wrap or {}).get(rank, ()))
+        procs[rank] = subprocess.Popen([*prefix, PYTHON, "-m", "preflight", "run", *args], env=env, text=True,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     results = {}
     for rank, proc in procs.items():

@@ -9,14 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from preflight.facts.network import (
-    choose_interface,
-    match_ifname_spec,
-    parse_rate_gbps,
-    read_ib_devices,
-    read_interfaces,
-    resolve_master,
-)
+from preflight.facts.interfaces import read_interfaces
+from preflight.facts.network import choose_interface, parse_rate_gbps, read_ib_devices
 
 
 def fake_ib_tree(root: Path, ports: dict[tuple[str, int], dict[str, str]], netdevs: dict[str, list[str]]) -> str:
@@ -53,16 +47,6 @@ def test_rate_parsing() -> None:
     assert parse_rate_gbps("garbage") is None
 
 
-def test_nccl_and_gloo_ifname_rules() -> None:
-    names = ["lo", "eth0", "ib0", "ib1", "docker0"]
-    assert match_ifname_spec("NCCL_SOCKET_IFNAME", "ib", names) == ["ib0", "ib1"]
-    assert match_ifname_spec("NCCL_SOCKET_IFNAME", "=ib", names) == []
-    assert match_ifname_spec("NCCL_SOCKET_IFNAME", "^docker,lo", names) == ["eth0", "ib0", "ib1"]
-    assert match_ifname_spec("NCCL_SOCKET_IFNAME", "^=ib0", names) == ["lo", "eth0", "ib1", "docker0"]
-    assert match_ifname_spec("GLOO_SOCKET_IFNAME", "ib0,eth0", names) == ["ib0", "eth0"]
-    assert match_ifname_spec("GLOO_SOCKET_IFNAME", "ib", names) == []  # gloo takes exact names
-
-
 def _iface(name: str, up: bool = True, addresses: tuple[str, ...] = ("10.0.0.1",)) -> dict:
     return {"name": name, "up": up, "mtu": 1500, "addresses": list(addresses)}
 
@@ -72,15 +56,11 @@ def test_chosen_interface_precedence() -> None:
                   _iface("ib0", addresses=("10.2.0.1",))]
     assert choose_interface(interfaces, {"NCCL_SOCKET_IFNAME": "eth"}, "127.0.0.1")["name"] == "eth0"
     assert choose_interface(interfaces, {"GLOO_SOCKET_IFNAME": "nosuch0"}, "127.0.0.1")["name"] == ""
+    assert choose_interface(interfaces, {"NCCL_SOCKET_IFNAME": "ib0,,eth0"}, "127.0.0.1")["name"] == ""
+    nccl_first = {"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "ib0"}
+    assert choose_interface(interfaces, nccl_first, "127.0.0.1")["source"] == "NCCL_SOCKET_IFNAME==eth0"
     assert choose_interface(interfaces, {}, "127.0.0.1")["name"] == "ib0"
     down_ib = [interfaces[0], interfaces[1], _iface("ib0", up=False)]
     # No UP ib*: the route to MASTER_ADDR decides (the real routing table: loopback for 127.0.0.1).
     assert choose_interface(down_ib, {}, "127.0.0.1")["name"] == "lo"
     assert any(i["name"] == "lo" and i["up"] and "127.0.0.1" in i["addresses"] for i in read_interfaces())
-
-
-def test_master_addr_resolution() -> None:
-    assert resolve_master("127.0.0.1") == {"name": "127.0.0.1", "addresses": ["127.0.0.1"], "loopback": True}
-    assert resolve_master("localhost")["addresses"]
-    bad = resolve_master("no-such-host.invalid")
-    assert bad["addresses"] == [] and bad["error"]

@@ -1,0 +1,67 @@
+"""Compact "value -> hosts/ranks" summaries that cross-rank checks put in their messages.
+
+A cross-rank check over 4096 ranks must still produce a few short lines: values are grouped,
+the most common one is summarised by its host count, and the others name their hosts (and
+ranks, where a value does not cover whole hosts). Imported by check modules only.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Callable, TypeVar
+
+from preflight.hostlist import host_ranges, rank_ranges
+from preflight.model import RankFacts
+
+K = TypeVar("K", bound=Hashable)
+
+
+def group_by(ranks: Iterable[RankFacts], key: Callable[[RankFacts], K]) -> dict[K, list[RankFacts]]:
+    """Ranks grouped by key(facts), largest group first (ties: by key text)."""
+    groups: dict[K, list[RankFacts]] = defaultdict(list)
+    for facts in ranks:
+        groups[key(facts)].append(facts)
+    return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0]))))
+
+
+def where_text(group: Sequence[RankFacts], all_ranks: Sequence[RankFacts], count_only: bool = False) -> str:
+    """`node07`, `14 hosts`, or `node07 (ranks 3,5)` when the group does not cover whole hosts.
+
+    count_only (the most common value): just the host count, never rank detail."""
+    hosts = {f.host for f in group}
+    if count_only and len(hosts) > 1:
+        return f"{len(hosts)} hosts"
+    place = host_ranges(hosts)
+    on_hosts = sum(1 for f in all_ranks if f.host in hosts)
+    if count_only or on_hosts == len(group):
+        return place
+    if len(hosts) > 3:  # scattered over many hosts: counts say more than a cut list
+        return f"{len(group)} ranks of {len(hosts)} hosts"
+    label = "rank" if len(group) == 1 else "ranks"
+    return f"{place} ({label} {rank_ranges(f.rank for f in group)})"
+
+
+def describe(groups: dict[K, list[RankFacts]], all_ranks: Sequence[RankFacts],
+             label: Callable[[K], str], limit: int = 3) -> str:
+    """`\\`mlx5_0\\` on 14 hosts, unset on node07`: the first (largest) group by count only."""
+    parts = []
+    items = list(groups.items())
+    for index, (value, group) in enumerate(items[:limit]):
+        parts.append(f"{label(value)} on {where_text(group, all_ranks, count_only=index == 0)}")
+    rest = items[limit:]
+    if rest:
+        others = sum(len(group) for _, group in rest)
+        parts.append(f"{len(rest)} other value(s) on {others} rank(s)")
+    return ", ".join(parts)
+
+
+def minority(groups: dict[K, list[RankFacts]]) -> list[RankFacts]:
+    """Every rank outside the largest group: the ones a finding names."""
+    return [facts for group in list(groups.values())[1:] for facts in group]
+
+
+def short(value: str, limit: int = 32) -> str:
+    """A value cut to `limit` characters, in backticks."""
+    text = value if len(value) <= limit else value[: limit - 3] + "..."
+    return f"`{text}`"

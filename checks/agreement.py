@@ -1,0 +1,120 @@
+"""Do all ranks belong to the same job? Launcher, job id, MASTER_ADDR's address, restarts.
+
+RANK003 (checks/world.py) already compares WORLD_SIZE, MASTER_ADDR and MASTER_PORT as text;
+these checks add what it does not: the launcher and job id, and what MASTER_ADDR *resolves*
+to on each rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from preflight.checks._groups import describe, group_by, minority, short
+from preflight.model import RankFacts, Severity
+from preflight.registry import CROSS, CheckContext, Problem, check
+
+_JOB_FIELDS = ("launcher", "job_id")
+_RESTART_VARIABLES = ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
+
+
+@check(
+    "ENV001",
+    tag="env",
+    scope=CROSS,
+    severity=Severity.ERROR,
+    hint="Start every rank from the same job step with the same launcher; a rank with another "
+    "job id or launcher is a stray process (an old step, another job sharing the port).",
+)
+def job_disagreement(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """All ranks must report the same launcher and job id.
+
+    Ranks that were detected as different launchers (torchrun on one node, plain env:// on
+    another) read their rank and world size from different variables, and a different job id
+    means a process of another job reached this job's rendezvous. Either way the training's
+    process group would mix processes that do not belong together.
+    """
+    for field_name in _JOB_FIELDS:
+        groups = group_by(ranks, lambda f, name=field_name: str(getattr(f.world, name)))
+        if len(groups) < 2:
+            continue
+        odd = minority(groups)
+        yield Problem(
+            f"ranks disagree on {field_name}: {describe(groups, ranks, lambda v: short(v) if v else 'empty')}",
+            ranks=[f.rank for f in odd],
+            hosts=[f.host for f in odd],
+            data={"field": field_name},
+        )
+
+
+def _resolved(facts: RankFacts) -> str:
+    entry = facts.network.get("master_addr_resolved") or {}
+    if entry.get("error"):
+        return "unresolvable"
+    return ",".join(entry.get("ips") or [])
+
+
+@check(
+    "ENV002",
+    tag="env",
+    scope=CROSS,
+    severity=Severity.ERROR,
+    hint="Make MASTER_ADDR resolve to the same address everywhere (fix /etc/hosts or DNS on the odd "
+    "hosts), or set MASTER_ADDR to the address itself.",
+)
+def master_addr_resolution(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """MASTER_ADDR must resolve to the same address on every rank.
+
+    The same host name can resolve differently per host: a stale /etc/hosts entry, split DNS,
+    a name that maps to 127.0.1.1 on the master itself. Ranks then rendezvous at different
+    endpoints, or the master's own process group binds an address nobody else can reach.
+    Ranks whose MASTER_ADDR text differs are RANK003's finding; this compares the addresses.
+    """
+    known = [f for f in ranks if f.network.get("master_addr_resolved")]
+    for addr, same_text in group_by(known, lambda f: f.network["master_addr_resolved"].get("addr", "")).items():
+        groups = group_by(same_text, _resolved)
+        if len(groups) < 2:
+            continue
+        odd = minority(groups)
+        yield Problem(
+            f"MASTER_ADDR {addr} resolves differently: "
+            f"{describe(groups, same_text, lambda v: short(v) if v != 'unresolvable' else 'unresolvable')}",
+            ranks=[f.rank for f in odd],
+            hosts=[f.host for f in odd],
+            data={"master_addr": addr},
+        )
+
+
+def restart_count(facts: RankFacts) -> int:
+    """The largest restart counter this rank knows of (world or environment)."""
+    counts = [facts.world.restart_count]
+    for name in _RESTART_VARIABLES:
+        value = facts.env.get(name, "").strip()
+        if value.isdigit():
+            counts.append(int(value))
+    return max(counts)
+
+
+@check(
+    "ENV005",
+    tag="env",
+    scope=CROSS,
+    severity=Severity.INFO,
+    hint="This run is a requeue or elastic restart: look at the previous attempt's logs for why "
+    "it ended before trusting this one.",
+)
+def restarted(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """SLURM_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT is above 0.
+
+    The job was requeued by Slurm or restarted by torchrun's elastic agent: something ended the
+    previous attempt (a node failure, a hang killed by a timeout, OOM). The report's header
+    shows the restart number too.
+    """
+    restarted_ranks = [f for f in ranks if restart_count(f) > 0]
+    if restarted_ranks:
+        highest = max(restart_count(f) for f in restarted_ranks)
+        yield Problem(
+            f"this run is restart #{highest} (SLURM_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT)",
+            ranks=[f.rank for f in restarted_ranks],
+            hosts=[f.host for f in restarted_ranks],
+            data={"restart_count": highest},
+        )

@@ -1,0 +1,54 @@
+"""Software versions that must agree across ranks: torch and its build, NCCL, Python, driver."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from preflight.checks._groups import describe, group_by, minority, short
+from preflight.model import RankFacts, Severity
+from preflight.registry import CROSS, CheckContext, Problem, check
+
+# Shown first, in this order; any other key of facts.versions is compared too.
+_KEYS = ("torch", "torch_cuda", "nccl", "python", "driver")
+
+
+def versions(facts: RankFacts) -> dict[str, str]:
+    """This rank's versions, with the GPU driver taken from the GPU facts where versions lack it."""
+    found = dict(facts.versions)
+    if "driver" not in found:
+        drivers = {str(g.get("driver_version")) for g in facts.gpus if g.get("driver_version")}
+        if drivers:
+            found["driver"] = ",".join(sorted(drivers))
+    return found
+
+
+@check(
+    "SW001",
+    tag="software",
+    scope=CROSS,
+    severity=Severity.ERROR,
+    hint="Run every rank from the same environment (container image, venv, module set) and "
+    "driver; exclude or reimage the odd hosts.",
+)
+def version_mismatch(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """torch (and its CUDA build), NCCL, Python and the GPU driver must be equal on every rank.
+
+    Ranks with different torch or NCCL builds may speak different wire protocols (NCCL
+    refuses mismatched versions, or worse, hangs), pickle objects differently in
+    object collectives, and use different default algorithms. A different driver changes
+    which CUDA features work. The finding names the hosts outside the most common version.
+    """
+    known = {key for facts in ranks for key in versions(facts)}
+    keys = [k for k in _KEYS if k in known] + sorted(known - set(_KEYS))
+    table = {facts.rank: versions(facts) for facts in ranks}
+    for key in keys:
+        groups = group_by(ranks, lambda f, key=key: table[f.rank].get(key, ""))
+        if len(groups) < 2:
+            continue
+        odd = minority(groups)
+        yield Problem(
+            f"{key} version differs: {describe(groups, ranks, lambda v: short(v) if v else 'unknown')}",
+            ranks=[f.rank for f in odd],
+            hosts=[f.host for f in odd],
+            data={"component": key},
+        )

@@ -1,0 +1,96 @@
+"""Which environment variables differ across ranks: one definition for checks and reports.
+
+ENV003/ENV004 (checks/drift.py) judge the drift; the text and HTML reports show it as a
+table. Both read it from here, so they agree on what is expected to differ (variables a
+launcher sets per rank) and on how a redacted value is shown (a numbered placeholder, never
+its digest).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from preflight.model import RankFacts
+from preflight.secrets import REDACTED, is_redacted
+
+COLLECTIVE_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_", "CUDA_", "NVIDIA_", "FI_", "UCX_")
+COLLECTIVE_NAMES = frozenset({"PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "LD_PRELOAD"})
+
+# Set per rank or per node by launchers, shells and schedulers: differing is normal.
+PER_RANK_NAMES = frozenset({
+    # torchrun / env://
+    "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_ERROR_FILE",
+    # Slurm
+    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURMD_NODENAME", "SLURM_TOPOLOGY_ADDR", "SLURM_TASK_PID",
+    "SLURM_GTIDS", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_CPUS_ON_NODE", "SLURM_LAUNCH_NODE_IPADDR",
+    "SLURM_CPU_BIND", "SLURM_CPU_BIND_LIST", "SLURM_CPU_BIND_TYPE", "SLURM_CPU_BIND_VERBOSE", "GPU_DEVICE_ORDINAL",
+    "SLURM_STEP_NODELIST_LOCAL", "SLURM_PRIO_PROCESS",
+    # Open MPI / PMIx / MPICH / Cray PALS
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_NODE_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_MCA_orte_ess_vpid", "OMPI_MCA_ess_base_vpid", "OMPI_MCA_orte_ess_node_rank", "OMPI_FILE_LOCATION",
+    "OMPI_MCA_orte_local_daemon_uri", "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_num_nodes", "OMPI_MCA_ess_base_num_procs",
+    "PMIX_RANK", "PMIX_ID", "PMIX_HOSTNAME", "PMIX_SERVER_URI2", "PMIX_SERVER_URI21", "PMIX_SERVER_URI3",
+    "PMIX_SERVER_URI4", "PMIX_SERVER_URI41", "PMIX_SERVER_TMPDIR", "PMIX_SYSTEM_TMPDIR", "PMIX_PTL_MODULE",
+    "PMI_RANK", "PMI_FD", "PMI_ID", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PALS_RANKID", "PALS_LOCAL_RANKID",
+    "PALS_NODEID", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE",
+    # Kubeflow / Kubernetes
+    "PET_NODE_RANK", "JOB_COMPLETION_INDEX", "POD_NAME", "POD_IP", "KUBERNETES_POD_NAME",
+    # devices bound per rank
+    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK",
+    # shells
+    "HOSTNAME", "HOST", "_", "OLDPWD", "SHLVL", "PPID", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+})
+PER_RANK_PREFIXES = ("PMIX_SERVER_URI", "OMPI_MCA_orte_", "OMPI_MCA_pmix_")
+
+
+def is_per_rank(name: str) -> bool:
+    """True for variables a launcher sets differently on every rank or node."""
+    return name in PER_RANK_NAMES or name.startswith(PER_RANK_PREFIXES)
+
+
+def is_collective(name: str) -> bool:
+    """True for variables that change how collectives, CUDA or the loader behave."""
+    return name in COLLECTIVE_NAMES or name.startswith(COLLECTIVE_PREFIXES)
+
+
+def value_label(value: str | None, secret_numbers: dict[str, int]) -> str:
+    if value is None:
+        return "unset"
+    if value == "":
+        return "empty"
+    if is_redacted(value):  # never show a digest: numbered placeholders tell groups apart
+        if len(secret_numbers) <= 1:
+            return REDACTED
+        return f"<redacted #{secret_numbers[value]}>"
+    return value
+
+
+def drifting(ranks: Sequence[RankFacts]) -> dict[str, dict[str | None, list[RankFacts]]]:
+    """Every variable (not per-rank) whose value differs across ranks, with its groups.
+
+    A bare `<redacted>` (no key: the --out-dir fallback) cannot be compared and is left out.
+    """
+    names = sorted({name for facts in ranks for name in facts.env if not is_per_rank(name)})
+    result = {}
+    for name in names:
+        comparable = [f for f in ranks if f.env.get(name) != REDACTED]
+        values = {f.env.get(name) for f in comparable}
+        if len(values) > 1:
+            result[name] = _group(comparable, name)
+    return result
+
+
+def secret_numbers(values: Sequence[str | None]) -> dict[str, int]:
+    """Number the distinct redacted values 1..n, so groups can be told apart without digests."""
+    secrets = sorted(v for v in set(values) if v is not None and is_redacted(v))
+    return {value: index + 1 for index, value in enumerate(secrets)}
+
+
+def _group(ranks: Sequence[RankFacts], name: str) -> dict[str | None, list[RankFacts]]:
+    """Ranks by their value of `name`, largest group first (ties: by value text)."""
+    groups: dict[str | None, list[RankFacts]] = defaultdict(list)
+    for facts in ranks:
+        groups[facts.env.get(name)].append(facts)
+    return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0]))))

@@ -1,0 +1,76 @@
+"""Probe results organised for reading: per mesh dimension, per op, judged at the largest size."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from preflight.model import JobReport, ProbeResult
+
+
+def human_bytes(size: int) -> str:
+    """1048576 -> '1 MiB' (message sizes are powers of two in practice)."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:g} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def expected_busbw(report: JobReport) -> dict[str, float]:
+    """Expected busbw (GB/s) per dimension where the report knows one, else nothing.
+
+    Read from `meta.expected_busbw_gbps` when the model has it, else from a finding's data
+    carrying `dim` and `expected_busbw_gbps` (what a bandwidth check compared against).
+    """
+    found: dict[str, float] = {}
+    meta_expect = getattr(report.meta, "expected_busbw_gbps", None)
+    if isinstance(meta_expect, dict):
+        found.update({str(k): float(v) for k, v in meta_expect.items()})
+    for finding in report.findings:
+        dim, value = finding.data.get("dim"), finding.data.get("expected_busbw_gbps")
+        if isinstance(dim, str) and isinstance(value, (int, float)) and dim not in found:
+            found[dim] = float(value)
+    return found
+
+
+def probe_dimensions(report: JobReport) -> dict[str, list[ProbeResult]]:
+    """Probe results grouped by mesh dimension, in the order the mesh names them."""
+    dims: dict[str, list[ProbeResult]] = defaultdict(list)
+    for result in report.probes:
+        dims[result.dim].append(result)
+    order = [part.rstrip("0123456789") for part in report.meta.mesh.split(",") if part]
+    return dict(sorted(dims.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
+
+
+def by_op(results: list[ProbeResult]) -> dict[str, list[ProbeResult]]:
+    """Results of one dimension grouped by op, ops sorted by name."""
+    ops: dict[str, list[ProbeResult]] = defaultdict(list)
+    for result in results:
+        ops[result.op].append(result)
+    return dict(sorted(ops.items()))
+
+
+@dataclass
+class LargestSize:
+    """One op of one dimension at its largest message size: the figure the verdict judges."""
+
+    dim: str
+    op: str
+    size_bytes: int
+    groups: list[ProbeResult]  # sorted by group index
+    median_gbps: float
+    slowest: ProbeResult
+
+
+def largest_size(dim: str, results: list[ProbeResult]) -> list[LargestSize]:
+    """Per op: the groups at the largest size, their median busbw and the slowest group."""
+    out = []
+    for op, rows in by_op(results).items():
+        size = max(r.size_bytes for r in rows)
+        groups = sorted((r for r in rows if r.size_bytes == size), key=lambda r: r.group_index)
+        median = statistics.median(r.busbw_gbps for r in groups)
+        out.append(LargestSize(dim, op, size, groups, median, min(groups, key=lambda r: r.busbw_gbps)))
+    return out

@@ -1,0 +1,55 @@
+"""Environment drift across ranks: the variables whose values are not the same everywhere.
+
+Which variables drift is decided in one place, preflight.envdrift, which the ENV003/ENV004
+checks use too. Secrets arrive redacted; they are shown as numbered placeholders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from preflight.envdrift import drifting, secret_numbers, value_label
+from preflight.hostlist import compress_hostlist
+from preflight.model import JobReport
+from preflight.reports.common import rank_ranges
+
+UNSET = "(unset)"
+
+
+@dataclass
+class DriftValue:
+    """One value of a drifting variable and who holds it."""
+
+    value: str
+    count: int
+    ranks: str  # compressed rank ranges
+    hosts: str  # compressed hostlist
+
+
+@dataclass
+class DriftRow:
+    """A variable whose value differs between ranks; values most common first."""
+
+    variable: str
+    values: list[DriftValue] = field(default_factory=list)
+    distinct: int = 0  # number of distinct values, including ones cut from `values`
+
+
+def env_drift(report: JobReport, max_values: int = 6) -> list[DriftRow]:
+    """Every variable not identical on all reporting ranks (preflight.envdrift decides which)."""
+    rows = []
+    for name, groups in drifting(report.ranks).items():
+        numbers = secret_numbers(list(groups))
+        values = [
+            DriftValue(
+                UNSET if value is None else value_label(value, numbers),
+                len(group),
+                rank_ranges(f.rank for f in group),
+                compress_hostlist(sorted({f.host for f in group})),
+            )
+            for value, group in list(groups.items())[:max_values]
+        ]
+        rows.append(DriftRow(name, values, len(groups)))
+    # A variable that only a few ranks disagree on is the likely fault: fewest dissenters first.
+    rows.sort(key=lambda row: (-row.values[0].count, row.variable))
+    return rows

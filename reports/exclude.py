@@ -1,0 +1,19 @@
+"""`--exclude-file PATH`: the bad hosts, one per line, as Slurm's `--exclude=<file>` reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from preflight.model import JobReport
+
+
+def render(report: JobReport) -> str:
+    """One host per line; empty when no host is bad (so a resubmit excludes nothing)."""
+    return "".join(f"{host}\n" for host in report.bad_hosts)
+
+
+def write(report: JobReport, path: str) -> None:
+    """Write the file, always: an empty file says "no bad host", a missing one says nothing."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render(report))

@@ -1,0 +1,54 @@
+/* preflight report: draw the figures, filter the findings table. Text only via textContent. */
+(function () {
+  "use strict";
+  var figures = JSON.parse(document.getElementById("pf-figures").textContent);
+  var config = {displaylogo: false, responsive: true, modeBarButtonsToRemove: ["sendDataToCloud"]};
+  var pending = figures.map(function (figure) {
+    var target = document.getElementById(figure.id);
+    if (!target) { return Promise.resolve(); }
+    return Plotly.newPlot(target, figure.data, figure.layout, config);
+  });
+  Promise.all(pending).then(function () {
+    document.documentElement.setAttribute("data-ready-ms", String(Math.round(performance.now())));
+    document.documentElement.setAttribute("data-ready", String(figures.length));
+  }, function (error) {
+    document.documentElement.setAttribute("data-ready", "error");
+    console.error("preflight: a chart failed to render", error);
+  });
+
+  var rows = Array.prototype.slice.call(document.querySelectorAll("#findings-table tr.finding"));
+  rows.forEach(function (row) { row._hosts = JSON.parse(row.getAttribute("data-hosts") || "[]"); });
+  var severity = document.getElementById("filter-severity");
+  var check = document.getElementById("filter-check");
+  var host = document.getElementById("filter-host");
+  var search = document.getElementById("filter-search");
+  var count = document.getElementById("filter-count");
+
+  function apply() {
+    var needle = search.value.trim().toLowerCase();
+    var shown = 0;
+    rows.forEach(function (row) {
+      var ok = (!severity.value || row.getAttribute("data-severity") === severity.value) &&
+        (!check.value || row.getAttribute("data-check") === check.value) &&
+        (!host.value || row._hosts.indexOf(host.value) >= 0) &&
+        (!needle || row.textContent.toLowerCase().indexOf(needle) >= 0);
+      row.hidden = !ok;
+      if (ok) { shown += 1; }
+    });
+    count.textContent = shown + " of " + rows.length + " shown";
+  }
+  [severity, check, host].forEach(function (el) { el.addEventListener("change", apply); });
+  search.addEventListener("input", apply);
+  apply();
+
+  var copy = document.getElementById("copy-exclude");
+  if (copy) {
+    copy.addEventListener("click", function () {
+      var text = document.getElementById(copy.getAttribute("data-copy")).textContent;
+      if (navigator.clipboard) {
+        navigator.clipboard.writeText(text).then(function () { copy.textContent = "copied"; },
+          function () { copy.textContent = "select and copy"; });
+      }
+    });
+  }
+})();

@@ -1,0 +1,55 @@
+"""Layout checks on hand-written facts."""
+
+from __future__ import annotations
+
+from tests.helpers.facts import cluster, rank_facts, run
+
+
+def test_regular_layout_is_silent() -> None:
+    ranks = cluster(4, 8)
+    assert [run(i, ranks) for i in ("LAYOUT001", "LAYOUT002", "LAYOUT003", "LAYOUT004")] == [[], [], [], []]
+
+
+def test_duplicate_local_rank_names_the_host_and_ranks() -> None:
+    ranks = cluster(2, 2)
+    ranks[1].world.local_rank = 0
+    [finding] = run("LAYOUT001", ranks)
+    assert finding.ranks == [0, 1] and finding.hosts == ["node001"]
+    assert "LOCAL_RANK 0 is held by ranks 0-1 on node001" in finding.message
+
+
+def test_duplicate_local_rank_on_many_hosts_is_one_finding() -> None:
+    ranks = cluster(100, 2)
+    for facts in ranks:
+        facts.world.local_rank = 0
+    [finding] = run("LAYOUT001", ranks)
+    assert "(and 99 more clash(es))" in finding.message and len(finding.hosts) == 100
+
+
+def test_uneven_local_world_size_names_the_odd_host() -> None:
+    ranks = cluster(3, 2)
+    for facts in ranks[4:]:
+        facts.world.local_world_size = 4
+    [finding] = run("LAYOUT002", ranks)
+    assert finding.hosts == ["node003"] and finding.ranks == [4, 5]
+    assert finding.message == "LOCAL_WORLD_SIZE differs: 2 on 2 hosts, 4 on node003"
+
+
+def test_world_size_not_sum_of_local_sizes() -> None:
+    ranks = [rank_facts(0, "a", world_size=3, local_world_size=2), rank_facts(1, "a", world_size=3, local_world_size=2),
+             rank_facts(2, "b", world_size=3, local_world_size=2, local_rank=0)]
+    [finding] = run("LAYOUT003", ranks)
+    assert finding.hosts == ["b"] and finding.ranks == [2] and "add up to 4" in finding.message
+
+
+def test_world_size_check_waits_for_a_complete_world() -> None:
+    ranks = cluster(2, 2)[:3]  # rank 3 missing: RANK001's finding, not a layout one
+    assert run("LAYOUT003", ranks, world_size=4) == []
+
+
+def test_cyclic_placement_warns_once() -> None:
+    ranks = [rank_facts(r, f"node{r % 4:02d}", world_size=16, local_world_size=4, local_rank=r // 4)
+             for r in range(16)]
+    [finding] = run("LAYOUT004", ranks)
+    assert finding.severity.value == "warn" and len(finding.hosts) == 4
+    assert "not contiguous on 4 host(s) [node[00-03]], e.g. node00 holds ranks 0,4,8,12" in finding.message

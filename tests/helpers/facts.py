@@ -1,0 +1,36 @@
+"""Hand-written RankFacts for unit tests of checks, and a way to run one check on them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from preflight.model import Finding, RankFacts, World
+from preflight.registry import CheckContext, get_check
+
+
+def rank_facts(rank: int, host: str = "node01", *, env: dict[str, str] | None = None, world_size: int = 1,
+               local_rank: int | None = None, local_world_size: int = 1, **sections: Any) -> RankFacts:
+    """One rank's facts; `sections` fills versions / system / network / gpus; world fields via world_*."""
+    world_fields = {k[len("world_"):]: sections.pop(k) for k in list(sections) if k.startswith("world_")}
+    world = World(launcher=world_fields.pop("launcher", "env"), rank=rank, world_size=world_size,
+                  local_rank=rank % local_world_size if local_rank is None else local_rank,
+                  local_world_size=local_world_size, host=host, **world_fields)
+    return RankFacts(rank=rank, host=host, world=world, env=dict(env or {}), **sections)
+
+
+def cluster(hosts: int, per_host: int, **kwargs: Any) -> list[RankFacts]:
+    """hosts x per_host ranks in block layout on node001.. with identical facts."""
+    size = hosts * per_host
+    return [rank_facts(r, f"node{r // per_host + 1:03d}", world_size=size, local_world_size=per_host,
+                       **{k: (dict(v) if isinstance(v, dict) else v) for k, v in kwargs.items()})
+            for r in range(size)]
+
+
+def run(check_id: str, subject: RankFacts | Sequence[RankFacts], **options: Any) -> list[Finding]:
+    """The findings one registered check gives on these facts."""
+    spec = get_check(check_id)
+    assert spec is not None, check_id
+    size = len(subject) if isinstance(subject, (list, tuple)) else 1
+    ctx = CheckContext(world_size=options.pop("world_size", size), options=options)
+    return [spec.finding(problem) for problem in spec.func(subject, ctx)]

@@ -1,0 +1,165 @@
+"""A real Slurm (slurmctld + slurmd + munged, Debian's 22.05) on this host, for launcher tests.
+
+Several fake nodes share the host through multiple-slurmd support (`slurmd -N nodeX`, one
+port each). Everything lives in a temporary directory; /etc/slurm is never touched, so
+clients need SLURM_CONF, which `SlurmCluster.env()` provides. Node names do not resolve,
+so tests export MASTER_ADDR=127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CONF_TEMPLATE = """\
+ClusterName=pftest
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort={ctld_port}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={munge_socket}
+StateSaveLocation={base}/state
+SlurmdSpoolDir={base}/spool/slurmd-%n
+SlurmctldPidFile={base}/pid/slurmctld.pid
+SlurmdPidFile={base}/pid/slurmd-%n.pid
+SlurmctldLogFile={base}/log/slurmctld.log
+SlurmdLogFile={base}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SlurmdParameters=config_overrides
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MailProg=/bin/true
+InactiveLimit=0
+KillWait=5
+MinJobAge=30
+SlurmctldTimeout=30
+SlurmdTimeout=30
+NodeName=node[1-{nodes}] NodeAddr=127.0.0.1 Port=[{slurmd_port}-{last_port}] CPUs=8 RealMemory=2000 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@dataclass
+class SlurmCluster:
+    """A running single-host Slurm with `nodes` fake nodes named node1..nodeN."""
+
+    base: Path
+    nodes: int
+
+    @property
+    def conf(self) -> Path:
+        """The slurm.conf clients must use."""
+        return self.base / "etc" / "slurm.conf"
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for srun/sbatch against this cluster."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env.update({"SLURM_CONF": str(self.conf), "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"})
+        env.update(extra or {})
+        return env
+
+    def sbatch(self, script: Path, options: list[str], script_args: list[str], env: dict[str, str],
+               timeout: float = 180) -> tuple[str, str]:
+        """Submit and poll every 0.2 s (sbatch --wait polls coarsely); return (job id, final state line)."""
+        command = ["sbatch", "--parsable", *options, str(script), *script_args]
+        job_id = subprocess.run(command, env=env, check=True,
+                                capture_output=True, text=True, timeout=30).stdout.strip().split(";")[0]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = subprocess.run(["scontrol", "show", "job", job_id, "-o"], env=env, capture_output=True,
+                                  text=True, timeout=30).stdout
+            state = next((w.split("=", 1)[1] for w in line.split() if w.startswith("JobState=")), "")
+            if state and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+                return job_id, line
+            time.sleep(0.2)
+        raise TimeoutError(f"job {job_id} did not finish within {timeout}s")
+
+
+def _write_conf(base: Path, nodes: int, ctld_port: int, slurmd_port: int) -> None:
+    for sub in ("etc", "state", "log", "pid", "munge"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    for n in range(1, nodes + 1):
+        (base / "spool" / f"slurmd-node{n}").mkdir(parents=True, exist_ok=True)
+    (base / "etc" / "slurm.conf").write_text(CONF_TEMPLATE.format(
+        base=base, nodes=nodes, ctld_port=ctld_port, slurmd_port=slurmd_port,
+        last_port=slurmd_port + nodes - 1, munge_socket=base / "munge" / "munge.socket.2"))
+
+
+def _start_munge(base: Path) -> None:
+    munge_dir = base / "munge"
+    os.chmod(base, 0o755)
+    os.chmod(munge_dir, 0o755)  # munged demands o+x on its socket's directory
+    shutil.chown(munge_dir, "munge", "munge")
+    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged", f"--socket={munge_dir}/munge.socket.2",
+                    f"--pid-file={munge_dir}/munged.pid", f"--log-file={munge_dir}/munged.log",
+                    f"--seed-file={munge_dir}/munged.seed", "--key-file=/etc/munge/munge.key"],
+                   check=True, timeout=30)
+
+
+def start_cluster(base: Path, nodes: int = 2, ctld_port: int = 16817, slurmd_port: int = 16818) -> SlurmCluster:
+    """Write the config, start munged, slurmctld and one slurmd per node; wait until idle."""
+    _write_conf(base, nodes, ctld_port, slurmd_port)
+    _start_munge(base)
+    cluster = SlurmCluster(base, nodes)
+    conf = str(cluster.conf)
+    subprocess.run(["/usr/sbin/slurmctld", "-f", conf, "-i"], check=True, timeout=30)
+    for n in range(1, nodes + 1):
+        subprocess.run(["/usr/sbin/slurmd", "-f", conf, "-N", f"node{n}"], check=True, timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        idle = subprocess.run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], env=cluster.env(),
+                              capture_output=True, text=True, timeout=30).stdout.split()
+        if len(idle) >= nodes:
+            return cluster
+        time.sleep(0.25)
+    stop_cluster(cluster)
+    logs = "\n".join(p.read_text()[-2000:] for p in (base / "log").glob("*.log"))
+    raise RuntimeError(f"slurm did not become idle:\n{logs}")
+
+
+def _terminate(pid_files: list[Path], wait_s: float = 10) -> None:
+    pids = []
+    for path in pid_files:
+        try:
+            pid = int(path.read_text().strip())
+            os.kill(pid, signal.SIGTERM)
+            pids.append(pid)
+        except (OSError, ValueError):
+            continue
+    deadline = time.monotonic() + wait_s
+    while pids and time.monotonic() < deadline:
+        pids = [p for p in pids if _alive(p)]
+        time.sleep(0.1)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def stop_cluster(cluster: SlurmCluster) -> None:
+    """Cancel jobs, stop the daemons (slurmd/slurmctld before munged, which they need to exit)."""
+    subprocess.run(["scancel", "--user=root"], env=cluster.env(), capture_output=True, timeout=30)
+    pid_dir = cluster.base / "pid"
+    _terminate([*pid_dir.glob("slurmd-*.pid"), pid_dir / "slurmctld.pid"])
+    _terminate([cluster.base / "munge" / "munged.pid"])

@@ -1,0 +1,72 @@
+"""preflight under a real Slurm: srun tasks resolve their world, the verdict is srun's exit code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preflight.model import JobReport
+from tests.helpers.ranks import read_json
+from tests.helpers.slurm import SlurmCluster
+
+pytestmark = pytest.mark.slurm
+REPO = Path(__file__).resolve().parents[2]
+BIN = os.path.dirname(sys.executable)
+
+
+def srun(cluster: SlurmCluster, args: list[str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = cluster.env({"PATH": f"{BIN}:{os.environ['PATH']}"})
+    return subprocess.run(["srun", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_srun_two_nodes_four_tasks_passes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    result = srun(slurm_cluster, ["-N", "2", "--ntasks-per-node=2", "preflight", "--skip", "probe",
+                                  "--json", str(tmp_path / "r.json")])
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    assert report.meta.launcher == "slurm" and report.meta.world_size == 4 and report.meta.num_nodes == 2
+    assert report.meta.job_id
+    # Hosts are Slurm's node names (SLURMD_NODENAME), the names sbatch --exclude takes.
+    assert [f.host for f in report.ranks] == ["node1", "node1", "node2", "node2"]
+    assert [f.world.local_rank for f in report.ranks] == [0, 1, 0, 1]
+    assert report.ranks[3].world.expected_hosts == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+    assert report.ranks[0].world.raw["SLURM_PROCID"] == "0"
+
+
+def test_srun_task_that_never_starts_is_named_with_its_node(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    script = (f'if [ "$SLURM_PROCID" = 3 ]; then exit 0; fi; '
+              f'exec preflight --skip probe --timeout 6 --json {tmp_path}/r.json')
+    result = srun(slurm_cluster, ["-N", "2", "--ntasks-per-node=2", "sh", "-c", script])
+    assert result.returncode == 3, result.stdout + result.stderr
+    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    [missing] = [f for f in report.findings if f.check_id == "RANK001"]
+    assert missing.ranks == [3] and missing.hosts == ["node2"]
+    assert report.bad_hosts == ["node2"]
+
+
+def test_sbatch_script_stops_before_training_on_a_bad_verdict(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    env = slurm_cluster.env({"PATH": f"{BIN}:{os.environ['PATH']}", "PREFLIGHT_DIR": str(tmp_path / "pf"),
+                             "PREFLIGHT_ARGS": "--skip probe", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"})
+    marker = tmp_path / "trained"
+    job_id, state = slurm_cluster.sbatch(
+        REPO / "sbatch" / "preflight-then-train.sbatch",
+        ["-N", "2", "--ntasks-per-node=1", "-o", str(tmp_path / "job.out")], ["touch", str(marker)], env)
+    assert "ExitCode=3:0" in state, state + (tmp_path / "job.out").read_text()
+    assert not marker.exists()
+    assert "training not started" in (tmp_path / "job.out").read_text()
+    assert JobReport.from_dict(read_json(tmp_path / "pf" / "report.json")).meta.job_id == job_id
+
+
+def test_sbatch_script_trains_after_a_clean_verdict(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    env = slurm_cluster.env({"PATH": f"{BIN}:{os.environ['PATH']}", "PREFLIGHT_DIR": str(tmp_path / "pf"),
+                             "PREFLIGHT_ARGS": "--skip probe"})
+    marker = tmp_path / "trained"
+    _job, state = slurm_cluster.sbatch(
+        REPO / "sbatch" / "preflight-then-train.sbatch",
+        ["-N", "2", "--ntasks-per-node=1", "-o", str(tmp_path / "job.out")], ["touch", str(marker)], env)
+    assert "ExitCode=0:0" in state, state + (tmp_path / "job.out").read_text()
+    assert marker.exists()

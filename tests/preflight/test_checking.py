@@ -1,0 +1,57 @@
+"""Checks run under a deadline: one that raises or overruns is could-not-run, never a pass."""
+
+from __future__ import annotations
+
+import time
+
+from preflight.checking import merge_findings, merge_outcomes, run_checks
+from preflight.model import CheckOutcome, Finding, RankFacts, Severity, World
+from preflight.registry import LOCAL, CheckContext, CheckSpec, Problem
+
+
+def spec(check_id: str, func) -> CheckSpec:
+    func.__doc__ = "A test check."
+    return CheckSpec(check_id, "test", LOCAL, Severity.WARN, "do x", func)
+
+
+FACTS = RankFacts(rank=2, host="h2", world=World(launcher="env", rank=2, world_size=4))
+
+
+def test_raising_and_overrunning_checks_become_could_not_run() -> None:
+    def raises(facts, ctx):
+        raise KeyError("network")
+
+    def sleeps(facts, ctx):
+        time.sleep(5)
+        return []
+
+    def finds(facts, ctx):
+        return [Problem("bad", ranks=[facts.rank], hosts=[facts.host])]
+
+    findings, outcomes = run_checks(
+        [spec("TST001", raises), spec("TST002", sleeps), spec("TST003", finds), spec("TST004", lambda f, c: [])],
+        FACTS, CheckContext(), 0.3, rank=2, host="h2",
+    )
+    by_id = {f.check_id: f for f in findings}
+    assert by_id["TST001"].severity == Severity.COULD_NOT_RUN and "KeyError" in by_id["TST001"].message
+    assert by_id["TST002"].severity == Severity.COULD_NOT_RUN and "within 0.3s" in by_id["TST002"].message
+    assert by_id["TST001"].ranks == [2] and by_id["TST001"].hosts == ["h2"]
+    assert by_id["TST003"].severity == Severity.WARN and by_id["TST003"].hint == "do x"
+    assert "TST004" not in by_id
+    assert [o.status for o in outcomes] == [Severity.COULD_NOT_RUN, Severity.COULD_NOT_RUN, Severity.WARN,
+                                            Severity.OK]
+
+
+def test_merge_folds_the_same_finding_from_many_ranks() -> None:
+    findings = [Finding("X001", Severity.WARN, "same", "h", [r], [f"n{r % 2}"]) for r in range(4)]
+    findings.append(Finding("X001", Severity.WARN, "other", "h", [9], ["n9"]))
+    merged = merge_findings(findings)
+    assert len(merged) == 2
+    same = next(f for f in merged if f.message == "same")
+    assert same.ranks == [0, 1, 2, 3] and same.hosts == ["n0", "n1"]
+
+
+def test_merge_outcomes_keeps_the_worst_status() -> None:
+    outcomes = [CheckOutcome("X001", "t", "local", "t", Severity.OK), CheckOutcome("X001", "t", "local", "t",
+                                                                                  Severity.ERROR)]
+    assert [o.status for o in merge_outcomes(outcomes)] == [Severity.ERROR]

@@ -1,0 +1,46 @@
+"""The CLI as a user meets it: bad input is one line and exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.ranks import run_cli
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ([], {"RANK": "abc", "WORLD_SIZE": "2"}, "RANK='abc' is not an integer"),
+        ([], {"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE='0' must be >= 1"),
+        ([], {"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 is not below world size 2"),
+        ([], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "-1"}, "LOCAL_RANK='-1'"),
+        ([], {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "99999"}, "MASTER_PORT='99999'"),
+        ([], {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "gpu[1-"}, "hostlist 'gpu[1-'"),
+        (["--no-such-flag"], {}, "unrecognized arguments: --no-such-flag"),
+        (["--silence", "NOPE999"], {}, "no such check id"),
+        (["--only", "nosuchtag"], {}, "unknown tag 'nosuchtag'"),
+        (["--timeout", "-1"], {}, "must be positive"),
+        (["explain", "XYZ123"], {}, "no check with id"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_exit_2(args: list[str], env: dict[str, str], expected: str) -> None:
+    result = run_cli(args, env, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    error_lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(error_lines) == 1
+
+
+def test_single_process_run_passes_and_prints_a_verdict(tmp_path) -> None:
+    result = run_cli(["--json", str(tmp_path / "r.json"), "--skip", "probe"], timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PASSED" in result.stdout
+    assert (tmp_path / "r.json").exists()
+
+
+def test_list_and_explain() -> None:
+    listing = run_cli(["list"])
+    assert listing.returncode == 0 and "NCCL001" in listing.stdout and "RANK001" in listing.stdout
+    explained = run_cli(["explain", "nccl001"])
+    assert explained.returncode == 0 and "watchdog" in explained.stdout and "What to do" in explained.stdout

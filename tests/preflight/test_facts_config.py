@@ -1,0 +1,38 @@
+"""The interfaces and MASTER_ADDR gatherers, on this machine's real network stack."""
+
+from __future__ import annotations
+
+import socket
+
+import psutil
+
+from preflight.facts import GatherOptions, gather_facts, interfaces, rendezvous
+from preflight.world import resolve_world
+
+
+def test_interfaces_shape_matches_psutil(tmp_path) -> None:
+    world = resolve_world({}, host="h")
+    facts = gather_facts(world, GatherOptions(sysfs_root=str(tmp_path)), [("interfaces", interfaces.gather)])
+    found = {i["name"]: i for i in facts.network["interfaces"]}
+    assert set(found) == set(psutil.net_if_addrs()) | set(psutil.net_if_stats())
+    assert found["lo"]["up"] is True and found["lo"]["mtu"] > 0 and "127.0.0.1" in found["lo"]["addresses"]
+    for entry in found.values():
+        assert set(entry) == {"name", "up", "mtu", "addresses"}
+    assert facts.network["ib_devices"] == []
+
+
+def test_ib_devices_from_a_sysfs_tree(tmp_path) -> None:
+    (tmp_path / "class" / "infiniband" / "mlx5_1").mkdir(parents=True)
+    (tmp_path / "class" / "infiniband" / "mlx5_0").mkdir()
+    assert interfaces.read_ib_devices(str(tmp_path)) == [{"name": "mlx5_0"}, {"name": "mlx5_1"}]
+
+
+def test_master_addr_resolution() -> None:
+    world = resolve_world({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": socket.gethostname()})
+    facts = gather_facts(world, GatherOptions(), [("rendezvous", rendezvous.gather)])
+    entry = facts.network["master_addr_resolved"]
+    assert entry["addr"] == socket.gethostname() and entry["ips"] and entry["error"] == ""
+    world.master_addr = "pf3-no-such-host.invalid"
+    facts = gather_facts(world, GatherOptions(), [("rendezvous", rendezvous.gather)])
+    assert facts.network["master_addr_resolved"]["error"] and facts.network["master_addr_resolved"]["ips"] == []
+    assert rendezvous.resolve("::1") == ["::1"]

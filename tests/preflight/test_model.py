@@ -1,0 +1,44 @@
+"""The JobReport is plain data: a JSON round trip gives back the same report."""
+
+from __future__ import annotations
+
+import json
+
+from preflight.model import (
+    CheckOutcome,
+    Finding,
+    JobReport,
+    ProbeResult,
+    RankFacts,
+    ReportMeta,
+    Severity,
+    World,
+)
+
+
+def sample_report() -> JobReport:
+    world = World(launcher="slurm", rank=1, world_size=2, host="n2", expected_hosts={0: "n1", 1: "n2"},
+                  raw={"SLURM_PROCID": "1"}, decisions=["x"])
+    facts = RankFacts(rank=1, host="n2", world=world, env={"A": "1"}, versions={"torch": "2.13"},
+                      network={"interfaces": [{"name": "ib0"}]}, gpus=[{"index": 0}], gather_errors={"gpu": "x"})
+    return JobReport(
+        meta=ReportMeta(launcher="slurm", job_id="7", run_id="slurm-7.0", world_size=2, num_nodes=2,
+                        master_addr="n1", master_port=12007, phases={"facts": 0.1}),
+        ranks=[facts],
+        findings=[Finding("NCCL001", Severity.ERROR, "m", "h", [1], ["n2"], {"k": [1, 2]})],
+        checks=[CheckOutcome("NCCL001", "nccl", "local", "t", Severity.ERROR, 0.01)],
+        probes=[ProbeResult("tp", "all_reduce", 1024, 0, [0, 1], ["n1", "n2"], 0.001, 1.0, 1.0, {0: 0.001})],
+        missing_ranks=[0], bad_hosts=["n2"], verdict="failed", exit_code=3, why="w",
+    )
+
+
+def test_json_round_trip_is_identity() -> None:
+    report = sample_report()
+    text = json.dumps(report.to_dict())
+    assert JobReport.from_dict(json.loads(text)) == report
+
+
+def test_severity_order_puts_could_not_run_between_warn_and_error() -> None:
+    assert Severity.OK.rank < Severity.INFO.rank < Severity.WARN.rank < Severity.COULD_NOT_RUN.rank
+    assert Severity.COULD_NOT_RUN.rank < Severity.ERROR.rank
+    assert sample_report().worst() == Severity.ERROR

@@ -1,0 +1,54 @@
+"""Secrets: names and values that are redacted, and the store-agreed digest key."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from preflight.secrets import REDACTED, agree_on_key, digest, is_secret, redact_environment, seal
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "MY_PASSWD",
+                                  "GPG_PASSPHRASE", "SMTP_PASS", "DB_PW", "GOOGLE_APPLICATION_CREDENTIALS",
+                                  "BASIC_AUTH", "JUPYTER_COOKIE", "SESSION_ID", "AZURE_STORAGE_CONNECTION_STRING",
+                                  "SENTRY_DSN", "TLS_PRIVATE_KEY", "github_token"])
+def test_secret_names(name: str) -> None:
+    assert is_secret(name, "x")
+
+
+@pytest.mark.parametrize("name", ["NCCL_IB_HCA", "PATH", "PWD", "SSH_AUTH_SOCK", "OMP_NUM_THREADS", "PASSAGE"])
+def test_plain_names(name: str) -> None:
+    assert not is_secret(name, "value")
+
+
+@pytest.mark.parametrize("value", ["postgres://user:hunter2@db:5432/x", "https://u:p@host/path",
+                                   "hf_" + "a" * 30, "AKIAABCDEFGHIJKLMNOP", "ghp_" + "b" * 36,
+                                   "-----BEGIN RSA PRIVATE KEY-----"])
+def test_secret_values_under_plain_names(value: str) -> None:
+    assert redact_environment({"SOME_URL": value}) == {"SOME_URL": REDACTED}
+
+
+def test_plain_url_is_kept() -> None:
+    assert redact_environment({"INDEX_URL": "https://pypi.org/simple"}) == {"INDEX_URL": "https://pypi.org/simple"}
+
+
+def test_ranks_agree_on_a_random_key_through_a_real_store() -> None:
+    from torch.distributed import PrefixStore, TCPStore
+
+    server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=5), wait_for_workers=False)
+    client = TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=5))
+    keys = [agree_on_key(PrefixStore("preflight/run", store)) for store in (server, client, server)]
+    assert keys[0] and len(set(keys)) == 1 and len(keys[0]) >= 32
+    other_run = agree_on_key(PrefixStore("preflight/other", server))
+    assert other_run != keys[0]  # a fresh random key per run: a digest says nothing across runs
+
+
+def test_seal_adds_digests_only_with_a_key() -> None:
+    raw = {"HF_TOKEN": "abc", "PATH": "/bin"}
+    env = redact_environment(raw)
+    seal(env, raw, None)
+    assert env == {"HF_TOKEN": REDACTED, "PATH": "/bin"}
+    seal(env, raw, b"k" * 32)
+    assert env["HF_TOKEN"] == digest("abc", b"k" * 32) and "abc" not in env["HF_TOKEN"]
+    assert agree_on_key(None) is None

@@ -1,0 +1,28 @@
+"""From findings to exit code and bad hosts."""
+
+from __future__ import annotations
+
+from preflight.model import ExitCode, Finding, Severity
+from preflight.verdict import bad_hosts, decide_exit_code, verdict_text
+
+
+def f(severity: Severity, hosts=(), **data) -> Finding:
+    return Finding("X001", severity, "m", "h", [], list(hosts), data)
+
+
+def test_exit_codes() -> None:
+    assert decide_exit_code([], strict=False) == ExitCode.PASSED
+    assert decide_exit_code([f(Severity.WARN)], strict=False) == ExitCode.PASSED
+    assert decide_exit_code([f(Severity.WARN)], strict=True) == ExitCode.WARNINGS_STRICT
+    assert decide_exit_code([f(Severity.COULD_NOT_RUN)], strict=False) == ExitCode.INCOMPLETE
+    assert decide_exit_code([f(Severity.COULD_NOT_RUN), f(Severity.ERROR)], strict=False) == ExitCode.FAILED
+    assert decide_exit_code([], strict=False, interrupted=True) == ExitCode.INCOMPLETE
+    assert verdict_text(ExitCode.PASSED, [f(Severity.WARN)]) == "passed with warnings"
+
+
+def test_bad_hosts_are_partial_or_host_faults() -> None:
+    hosts = ["n1", "n2", "n3"]
+    assert bad_hosts([f(Severity.ERROR, ["n2"])], hosts) == ["n2"]
+    assert bad_hosts([f(Severity.ERROR, hosts)], hosts) == []  # the job's config, not a node
+    assert bad_hosts([f(Severity.ERROR, ["n1"], host_fault=True)], ["n1"]) == ["n1"]
+    assert bad_hosts([f(Severity.WARN, ["n2"])], hosts) == []

@@ -1,0 +1,45 @@
+"""`pip install .` into a fresh venv works from any directory; no generic top-level modules."""
+
+from __future__ import annotations
+
+import json
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.ranks import base_env
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_fresh_venv_install_runs_outside_the_source_tree(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    query = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", query], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    # torch and the other dependencies come from the test environment (a second copy of torch
+    # would cost a minute and 900 MB); preflight itself is installed, not editable, with --no-deps.
+    (Path(purelib) / "deps-from-test-env.pth").write_text(site.getsitepackages()[0] + "\n")
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(REPO)], check=True, timeout=300,
+                   capture_output=True)
+    installed = sorted(p.name for p in Path(purelib).iterdir())
+    assert "preflight" in installed and "checks" not in installed and "reports" not in installed
+    assert (Path(purelib) / "preflight" / "checks" / "nccl.py").exists()
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env = base_env({"PATH": f"{venv / 'bin'}:/usr/bin:/bin"})
+    env.pop("PYTHONPATH", None)
+    helped = subprocess.run(["preflight", "--help"], cwd=outside, env=env, capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "launch" in helped.stdout
+    launched = subprocess.run(["preflight", "launch", "-n", "2", "--skip", "probe", "--json", "r.json"], cwd=outside,
+                              env=env, capture_output=True, text=True, timeout=180)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    assert "PASSED" in launched.stdout
+    report = json.loads((outside / "r.json").read_text())
+    assert report["meta"]["world_size"] == 2
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import preflight; print(preflight.__file__)"],
+                           cwd=outside, env=env, capture_output=True, text=True, timeout=60).stdout
+    assert where.startswith(purelib)
