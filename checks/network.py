@@ -135,9 +135,11 @@ def master_addr_loopback(ranks: Sequence[RankFacts], ctx: CheckContext) -> Itera
     Every host then looks for the rendezvous on itself: the other hosts' ranks either find
     nothing or, worse, another job's store on their own loopback.
     """
-    hosts = {f.host for f in ranks}
     loopback = [f for f in ranks if _loopback(f)]
-    if len(hosts) > 1 and loopback:
+    # Hosts that share one kernel and network namespace (fake nodes of one machine) share loopback.
+    scopes = {f.network.get("loopback_scope") or f.host for f in ranks}
+    hosts = {f.host for f in ranks}
+    if len(hosts) > 1 and len(scopes) > 1 and loopback:
         yield Problem(f"MASTER_ADDR resolves to a loopback address but ranks run on {len(hosts)} hosts",
                       ranks=[f.rank for f in loopback], hosts=sorted({f.host for f in loopback}))
 

@@ -1,15 +1,16 @@
 """The reachability step: can each host's chosen address take TCP from the other hosts?
 
-Bounded fan-out, never N²: one listener per host (its local rank 0, on the chosen interface's
-address, an ephemeral port), published through the store. Rank 0, once it has collected the
-ranks' reports, publishes the roster of listeners; each host then connects to its ring
-neighbours and `k` random peers (a plan every host computes alike, seeded by the run id), in
-parallel, each connection under its own deadline, from its chosen address, and publishes
-what happened. Rank 0 gathers the results into its own `facts.extra["reachability"]`, which
-the cross checks (checks/reachability.py) read. Other ranks on a host share its result.
+Bounded fan-out, never N²: one listener per host (the host's first rank to claim it, normally
+local rank 0), on the chosen interface's address and an ephemeral port, published through the
+store. Rank 0, once it has collected the ranks' reports, publishes the roster of listeners;
+each host then connects to its ring neighbours and `k` random peers (a plan every host
+computes alike, seeded by the run id), in parallel, each connection under its own deadline,
+from its chosen address, and publishes what happened. Rank 0 gathers the results into its own
+`facts.extra["reachability"]`, which the cross checks (checks/reachability.py) read. Other
+ranks on a host share its result.
 
-Keys, under the run's store prefix: `reach/listener/<host>`, `reach/roster`,
-`reach/result/<host>`, counter `reach/done`. Every wait has a deadline.
+Keys, under the run's store prefix: `reach/claim/<host>`, `reach/listener/<host>`,
+`reach/roster`, `reach/result/<host>`, counter `reach/done`. Every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def probe(source: str, target: dict[str, Any], timeout_s: float) -> dict[str, An
 
 
 class Reachability:
-    """One rank's part of the reachability step; only local rank 0 of each host does work."""
+    """One rank's part of the reachability step; one rank per host (the first to claim it) does work."""
 
     def __init__(self, store: Any, facts: RankFacts, seed: str, connect_timeout_s: float,
                  k: int = RANDOM_PEERS) -> None:
@@ -136,10 +137,17 @@ class Reachability:
         self.connect_timeout_s = connect_timeout_s
         chosen = facts.network.get("chosen_interface") or {}
         self.listener = Listener(chosen.get("address", ""), chosen.get("name", ""))
-        self.active = store is not None and facts.world.local_rank == 0
+        self.active = False  # whether this rank speaks for its host (see start)
 
     def start(self) -> None:
-        """Open this host's listener and publish it."""
+        """Claim this host for this rank if no other rank of it did; then open its listener and publish it.
+
+        The first rank of a host to claim it works for the host, whatever LOCAL_RANK says (a
+        launcher's local ranks can be wrong, which the layout checks report separately).
+        """
+        if self.store is None:
+            return
+        self.active = self.store.add(f"reach/claim/{self.facts.host}", 1) == 1
         if not self.active:
             return
         self.listener.open()

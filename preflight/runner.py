@@ -171,7 +171,7 @@ def _reachability(state: RunState, exchange: Exchange) -> Reachability:
 
 
 def _take_part_in_reachability(state: RunState, reach: Reachability) -> None:
-    """A non-zero rank (local rank 0 of its host): probe the peers rank 0's roster assigns, then keep listening."""
+    """A non-zero rank (if it speaks for its host): probe the peers the roster assigns, then keep listening."""
     reach.probe_peers(state.options.timeout_s + REACH_WAIT_S)  # the roster comes after rank 0's collect
     reach.finish(REACH_WAIT_S + reach.connect_timeout_s)
 

@@ -12,6 +12,7 @@ Runs after the `interfaces` gatherer (preflight/facts/interfaces.py), whose
   GLOO_SOCKET_IFNAME's choice if one is set (preflight/ifname.py's rules), else the first UP
   interface named `ib*` with an address, else the one that routes to MASTER_ADDR.
   `{"name", "source", "address", "up", "mtu"}`; name "" when there is none.
+* `loopback_scope`: boot id + network namespace: ranks with the same value share 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -157,3 +158,21 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
         interfaces = read_interfaces()
     facts.network["ib_devices"] = read_ib_devices(options.sysfs_root)
     facts.network["chosen_interface"] = choose_interface(interfaces, dict(os.environ), facts.world.master_addr)
+    facts.network["loopback_scope"] = loopback_scope()
+
+
+def loopback_scope() -> str:
+    """Who shares this rank's 127.0.0.1: the kernel (boot id) and network namespace it runs in.
+
+    Fake hosts on one machine (Slurm's multiple slurmd, several launches) share loopback;
+    real hosts, and network namespaces, do not.
+    """
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "?"
+    try:
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        netns = 0
+    return f"{boot}/{netns}"

@@ -53,6 +53,9 @@ def test_mtu_and_master_addr_across_hosts() -> None:
             facts(1, "b", master_addr_resolved={"addr": "localhost", "ips": ["127.0.0.1"], "error": ""})]
     assert "loopback" in run("NET004", loop)[0].message
     assert run("NET004", loop[:1]) == []  # one host: loopback is fine
+    for f in loop:
+        f.network["loopback_scope"] = "boot-1/4026531840"
+    assert run("NET004", loop) == []  # two fake hosts of one machine share loopback
     unresolved = facts(0, "a", master_addr_resolved={"addr": "x", "ips": [], "error": "gaierror: no such name"})
     assert "does not resolve" in run("NET003", unresolved)[0].message
     empty = facts(0, "a")
