@@ -61,10 +61,13 @@ def test_one_host_ib0_down_names_the_host(netns_hosts, tmp_path: Path) -> None:
     assert down in report["bad_hosts"]
 
 
-def test_firewalled_pair_is_named(netns_hosts, tmp_path: Path) -> None:
+def test_firewalled_pair_and_odd_mtu_are_named(netns_hosts, tmp_path: Path) -> None:
     hosts = netns_hosts(4)
     hosts[3].block_from(hosts[1])  # host 4 drops everything from host 2
+    hosts[2].run(["ip", "link", "set", "ib0", "mtu", "1400"])  # and host 3 has a smaller MTU
     _runs, report = _run(hosts, tmp_path)
+    mtu = [f for f in report["findings"] if f["check_id"] == "NET006"]
+    assert [f["hosts"] for f in mtu] == [[hosts[2].hostname]] and "1400" in mtu[0]["message"]
     pairs = [f for f in _findings(report) if f["check_id"] == "NET007"]
     assert len(pairs) == 1, report["findings"]
     assert sorted(pairs[0]["hosts"]) == sorted([hosts[1].hostname, hosts[3].hostname])

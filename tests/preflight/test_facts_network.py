@@ -11,6 +11,7 @@ from pathlib import Path
 
 from preflight.facts.interfaces import read_interfaces
 from preflight.facts.network import choose_interface, parse_rate_gbps, read_ib_devices
+from tests.helpers.ranks import free_port, read_json, run_cli
 
 
 def fake_ib_tree(root: Path, ports: dict[tuple[str, int], dict[str, str]], netdevs: dict[str, list[str]]) -> str:
@@ -64,3 +65,16 @@ def test_chosen_interface_precedence() -> None:
     # No UP ib*: the route to MASTER_ADDR decides (the real routing table: loopback for 127.0.0.1).
     assert choose_interface(down_ib, {}, "127.0.0.1")["name"] == "lo"
     assert any(i["name"] == "lo" and i["up"] and "127.0.0.1" in i["addresses"] for i in read_interfaces())
+
+
+def test_a_down_ib_port_fails_a_real_run(tmp_path: Path) -> None:
+    root = fake_ib_tree(tmp_path / "sys", {
+        ("mlx5_0", 1): ACTIVE,
+        ("mlx5_1", 1): {**ACTIVE, "state": "2: INIT", "phys_state": "5: LinkUp"},
+    }, {"mlx5_0": ["ib0"]})
+    report = tmp_path / "r.json"
+    done = run_cli(["run", "--skip", "probe", "--sysfs-root", root, "--json", str(report)],
+                   env={"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
+    found = [f for f in read_json(report)["findings"] if f["check_id"] == "NET002"]
+    assert done.returncode == 3 and len(found) == 1 and "mlx5_1 port 1" in found[0]["message"], done.stdout
+    assert "INIT" in found[0]["message"]
