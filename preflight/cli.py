@@ -184,7 +184,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return rerender(args)
     options = options_from_args(args, argv)
-    validate_options(options)
+    validate_options(options, world_size=args.nproc if args.command == "launch" else None)
     if args.command == "launch":
         from preflight.launch import launch
 
@@ -194,9 +194,16 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     return run(options)
 
 
-def validate_options(options: RunOptions) -> None:
-    """Reject bad values before any rank starts (a launch validates once, not N times)."""
+def validate_options(options: RunOptions, world_size: int | None = None) -> None:
+    """Reject bad values before any rank starts (a launch validates once, not N times).
+
+    world_size, when known here (launch -n), also checks the mesh's arithmetic; a rank checks
+    it again against its launcher's WORLD_SIZE before its store forms.
+    """
+    from preflight.probes.plan import validate_probe_options
     from preflight.registry import all_tags, get_check
+
+    validate_probe_options(options, world_size)
 
     known_tags = {*all_tags(), "probe"}
     for tag in (*options.only, *options.skip):

@@ -186,6 +186,8 @@ class ProbeResult:
     busbw_gbps: float
     rank_times_s: dict[int, float] = field(default_factory=dict)
     verified: bool = True
+    wrong_ranks: list[int] = field(default_factory=list)  # ranks whose output was wrong
+    bad_sources: list[int] = field(default_factory=list)  # ranks whose data arrived wrong
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -199,6 +201,45 @@ class ProbeResult:
         data = dict(raw)
         data["rank_times_s"] = {int(k): float(v) for k, v in raw.get("rank_times_s", {}).items()}
         return cls(**data)
+
+
+@dataclass
+class ProbeSummary:
+    """One dimension x op x size over all its groups: busbw min/median/max and the slowest group."""
+
+    dim: str
+    op: str
+    size_bytes: int
+    groups: int
+    busbw_min_gbps: float
+    busbw_median_gbps: float
+    busbw_max_gbps: float
+    slowest_group: int
+    slowest_ranks: list[int]
+    slowest_hosts: list[str]
+    time_s: float  # the slowest group's time per op
+    verified: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+def summarize_probes(results: list[ProbeResult]) -> list[ProbeSummary]:
+    """Per dimension x op x size, in the order the probes ran. Derived: never stored twice."""
+    import statistics
+
+    grouped: dict[tuple[str, str, int], list[ProbeResult]] = {}
+    for result in results:
+        grouped.setdefault((result.dim, result.op, result.size_bytes), []).append(result)
+    out = []
+    for (dim, op, size), members in grouped.items():
+        slowest = min(members, key=lambda r: r.busbw_gbps)
+        figures = [r.busbw_gbps for r in members]
+        out.append(ProbeSummary(dim, op, size, len(members), min(figures), statistics.median(figures),
+                                max(figures), slowest.group_index, list(slowest.ranks), list(slowest.hosts),
+                                slowest.time_s, all(r.verified for r in members)))
+    return out
 
 
 @dataclass
@@ -256,6 +297,7 @@ class JobReport:
             "findings": [f.to_dict() for f in self.findings],
             "checks": [c.to_dict() for c in self.checks],
             "probes": [p.to_dict() for p in self.probes],
+            "probe_summary": [s.to_dict() for s in summarize_probes(self.probes)],  # derived from probes
             "missing_ranks": list(self.missing_ranks),
             "bad_hosts": list(self.bad_hosts),
             "verdict": self.verdict,

@@ -28,6 +28,7 @@ from preflight.exchange import Collected, Exchange
 from preflight.facts import GatherOptions, gather_facts
 from preflight.model import CheckOutcome, ExitCode, Finding, JobReport, RankFacts, ReportMeta, Severity, World
 from preflight.options import RunOptions
+from preflight.probes.plan import validate_probe_options
 from preflight.reachability import Reachability
 from preflight.registry import CROSS, LOCAL, CheckContext, engine_findings, select_checks
 from preflight.reports import write_reports
@@ -67,6 +68,7 @@ class RunState:
 def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     """Run preflight as this process's rank; return the exit code every rank shares."""
     world = resolve_world(env)  # step 1; BadInput propagates to the CLI: one line, exit 2
+    validate_probe_options(options, world.world_size)  # a bad --mesh for this WORLD_SIZE: exit 2 too
     _import_torch_quietly()
     if options.run_id:
         world.run_id = options.run_id

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from preflight.model import JobReport, Severity
+from preflight.reports import probes_table
 from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, where, world_summary
 
 _VERDICT_STYLE = {0: "bold white on green", 1: "bold black on yellow", 3: "bold white on red"}
@@ -47,6 +48,14 @@ def render(report: JobReport, stream: TextIO) -> None:
                 Text(finding.check_id), Text(finding.message), Text(where(finding)), Text(finding.hint),
             )
         console.print(table)
+    probe_rows = probes_table.probe_rows(report)
+    if probe_rows:
+        probes = Table(title="collective probes (busbw, GB = 1e9 B)", expand=True)
+        for column in probes_table.HEADERS:
+            probes.add_column(column, overflow="fold")
+        for row in probe_rows:
+            probes.add_row(*(Text(cell) for cell in row))
+        console.print(probes)
     exclude = exclude_text(report)
     if exclude:
         console.print(Text.assemble("bad hosts: ", (exclude, "bold")))

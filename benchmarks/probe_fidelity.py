@@ -1,0 +1,99 @@
+"""Probe fidelity: preflight's busbw against a bare timing loop of the same op, size and iterations.
+
+The bare loop is the all_reduce_bench method: barrier, time N back-to-back calls, barrier,
+slowest rank's total / N. preflight's figure comes from its own probe code path
+(session.open_session + run_steps, then collect.results on rank 0: per-iteration timing,
+median per rank, slowest rank). Both run in the same processes, alternating, on the same
+world group. Not a test: it prints the ratio (goal >= 0.97).
+
+    python benchmarks/probe_fidelity.py [--ranks 4] [--size 16MiB] [--iters 20] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from preflight.mesh import MeshDim
+from preflight.model import World
+from preflight.probes import collect, ops, session
+from preflight.probes.plan import ProbePlan, parse_size
+
+
+def _bare(op: str, size: int, iters: int, warmup: int, n: int) -> float:
+    """busbw of a plain loop, as all_reduce_bench measures it (slowest rank's total / iters)."""
+    bufs = ops.make_buffers(op, size, dist.get_rank(), n, torch.float32, "cpu")
+    call = {"all_reduce": lambda: dist.all_reduce(bufs.send),
+            "all_to_all": lambda: dist.all_to_all_single(bufs.recv, bufs.send)}[op]
+    for _ in range(warmup):
+        call()
+    dist.barrier()
+    began = time.perf_counter()
+    for _ in range(iters):
+        call()
+    elapsed = torch.tensor([time.perf_counter() - began])
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return ops.busbw_gbps(op, n, bufs.nbytes, elapsed.item() / iters)
+
+
+def _worker(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    base = dist.TCPStore("127.0.0.1", port, n, rank == 0, timedelta(seconds=60))
+    world = World("bench", rank, n, host=socket.gethostname())
+    size = parse_size(args.size)
+    figures: dict[str, dict[str, list[float]]] = {}
+    for op in ("all_reduce", "all_to_all"):
+        plan = ProbePlan([MeshDim("world", n)], [op], [size], args.warmup, args.iters, False)
+        probe_store = dist.PrefixStore(f"{op}", base)
+        if not dist.is_initialized():
+            ses = session.open_session(world, plan, probe_store, "gloo", 120.0)
+        else:
+            ses.plan = plan
+        for round_index in range(args.rounds):
+            ses.store = dist.PrefixStore(f"{op}/{round_index}", base)
+            records, status = session.run_steps(ses)
+            session.publish(ses.store, rank, world.host, records, status)
+            if rank == 0:
+                got = collect.gather(ses.store, n, 120.0)
+                (result,) = collect.results(got, got.hosts())
+                figures.setdefault(op, {}).setdefault("preflight", []).append(result.busbw_gbps)
+            bare = _bare(op, size, args.iters, args.warmup, n)
+            if rank == 0:
+                figures[op].setdefault("bare", []).append(bare)
+    if rank == 0:
+        print(f"gloo, {n} ranks, {args.size}, {args.iters} iters, {args.rounds} alternating rounds (busbw GB/s)")
+        for op, both in figures.items():
+            pf, bare = statistics.median(both["preflight"]), statistics.median(both["bare"])
+            print(f"  {op:<11} preflight {pf:.4f}  bare loop {bare:.4f}  ratio {pf / bare:.3f}   "
+                  f"(rounds: preflight {[round(x, 3) for x in both['preflight']]}, "
+                  f"bare {[round(x, 3) for x in both['bare']]})")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    """Spawn the ranks and print the fidelity ratios."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--size", default="16MiB")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.spawn(_worker, args=(args.ranks, port, args), nprocs=args.ranks, join=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""Rank 0: gather every rank's measurements from the store, and find who stopped a hung step.
+
+Nothing here touches a communicator: after a hang the store is the only channel trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from preflight.model import ProbeResult
+from preflight.probes import ops
+
+POLL_S = 0.05
+
+
+@dataclass
+class Gathered:
+    """Every rank's payload that arrived, keyed by rank."""
+
+    payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
+    positions: dict[int, int] = field(default_factory=dict)  # last step each rank started
+
+    def hosts(self) -> dict[int, str]:
+        """Rank -> host, for the ranks that reported."""
+        return {rank: str(p.get("host", "")) for rank, p in self.payloads.items()}
+
+    def stopped(self) -> dict[int, dict[str, Any]]:
+        """Ranks whose probing ended in a timeout or a failure: rank -> status."""
+        return {r: p["status"] for r, p in self.payloads.items() if p["status"]["state"] != "done"}
+
+
+def gather(store: Any, world_size: int, timeout_s: float, *, early: bool = False) -> Gathered:
+    """Wait for every rank's `res/<rank>` until the deadline.
+
+    early: some rank already stopped on a hang; the others stop within about the same
+    deadline, so a short wait is enough and a rank that never answers is named by position.
+    """
+    got = Gathered()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for rank in range(world_size):
+            if rank not in got.payloads and store.check([f"res/{rank}"]):
+                got.payloads[rank] = json.loads(store.get(f"res/{rank}"))
+        if len(got.payloads) == world_size or time.monotonic() >= deadline:
+            break
+        if not early and got.stopped():
+            deadline = min(deadline, time.monotonic() + 1.0)
+            early = True
+        time.sleep(POLL_S)
+    for rank in range(world_size):
+        if store.check([f"pos/{rank}"]):
+            got.positions[rank] = int(store.get(f"pos/{rank}"))
+    return got
+
+
+@dataclass
+class Hang:
+    """A step that did not finish: the group, and who was not in it with its peers."""
+
+    step: int
+    dim: str
+    op: str
+    size_bytes: int
+    group_index: int
+    ranks: list[int]
+    waiting: list[int]  # ranks stuck in the step until the deadline
+    culprits: dict[int, str]  # rank -> why it is blamed
+    phase: str
+    elapsed_s: float
+    failed: bool = False  # the op raised instead of timing out
+    reason: str = ""
+
+
+def diagnose_hang(got: Gathered, steps: list[tuple[str, str, int]], groups: dict[str, list[list[int]]],
+                  world_size: int) -> Hang | None:
+    """The earliest step where a rank stopped, and the ranks that were elsewhere."""
+    stopped = got.stopped()
+    if not stopped and len(got.payloads) == world_size:
+        return None
+    if not stopped:  # some ranks never reported at all
+        missing = [r for r in range(world_size) if r not in got.payloads]
+        return Hang(-1, "", "", 0, -1, missing, [], {r: "sent no probe results" for r in missing}, "", 0.0)
+    first_step = min(s["step"] for s in stopped.values())
+    dim, op, size = steps[first_step]
+    stuck = sorted(r for r, s in stopped.items() if s["step"] == first_step)
+    # A rank inside the collective points at the hung group; ranks at a barrier only waited.
+    in_op = [r for r in stuck if stopped[r]["phase"] == "op"]
+    status = stopped[(in_op or stuck)[0]]
+    if status["phase"] == "op":
+        group_index, members = next((i, g) for i, g in enumerate(groups[dim]) if in_op[0] in g)
+    else:
+        group_index, members = -1, list(range(world_size))
+    culprits: dict[int, str] = {}
+    for rank in members:
+        where = _where(rank, got, first_step, bool(in_op))
+        if where:
+            culprits[rank] = where
+    waiting = [r for r in members if r in stuck and r not in culprits]
+    if not culprits and status["phase"] == "op":
+        culprits = {r: "stuck with the rest of its group (link or peer hang)" for r in members}
+    return Hang(first_step, dim, op, size, group_index, members, waiting, culprits, status["phase"],
+                float(status.get("elapsed_s", 0.0)), status["state"] == "failed", str(status.get("reason", "")))
+
+
+def _where(rank: int, got: Gathered, step: int, in_op: bool) -> str:
+    """Why a rank was not waiting in `step` with its peers; empty when it was."""
+    payload = got.payloads.get(rank)
+    position = got.positions.get(rank)
+    if payload is not None:
+        status = payload["status"]
+        if status["state"] == "done" or status["step"] > step:
+            return "moved past this step without completing it with its group (skipped or returned early)"
+        if status["step"] < step:
+            return f"was still stuck in an earlier step ({status['step']})"
+        if status["phase"] == "barrier" and in_op:
+            return "left the collective without completing it with its group (skipped or returned early)"
+        return ""
+    if position is None or position < step:
+        return "never reached this step (no results; last seen at step "\
+               f"{position if position is not None else 'none'})"
+    if position > step:
+        return "moved past this step without completing it with its group (skipped or returned early)"
+    return "sent no results (crashed or hung outside the collective)"
+
+
+def results(got: Gathered, hosts: dict[int, str]) -> list[ProbeResult]:
+    """One ProbeResult per (step, group): a rank's time is its median iteration, the group's its slowest rank's.
+
+    The median keeps one preempted iteration on a shared CPU from deciding the figure.
+    """
+    by_group: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
+    for rank, payload in got.payloads.items():
+        for record in payload["records"]:
+            by_group.setdefault((record["step"], record["group_index"]), {})[rank] = record
+    out = []
+    for (_, group_index), records in sorted(by_group.items()):
+        first = next(iter(records.values()))
+        ranks = first["ranks"]
+        if len(records) < len(ranks):
+            continue  # a member stopped before finishing: no figure for this group
+        rank_times = {rank: statistics.median(r["times_s"]) for rank, r in sorted(records.items())}
+        time_s = max(rank_times.values())
+        out.append(ProbeResult(
+            dim=first["dim"], op=first["op"], size_bytes=first["size_bytes"], group_index=group_index,
+            ranks=ranks, hosts=[hosts.get(r, "") for r in ranks], time_s=time_s,
+            algbw_gbps=ops.algbw_gbps(first["size_bytes"], time_s),
+            busbw_gbps=ops.busbw_gbps(first["op"], len(ranks), first["size_bytes"], time_s),
+            rank_times_s=rank_times, verified=all(r["output_ok"] for r in records.values()),
+            wrong_ranks=sorted(rank for rank, r in records.items() if not r["output_ok"]),
+            bad_sources=sorted({s for r in records.values() for s in r["bad_sources"]}),
+        ))
+    return out

@@ -1,0 +1,87 @@
+"""Localization: a pairwise send/recv round robin over the ranks of the slow groups.
+
+n-1 rounds of disjoint pairs (the circle method), all pairs of a round at once; each pair
+exchanges one buffer both ways. A rank whose pairs are all slow is the slow host; a single
+slow pair between two otherwise fast ranks is a slow link.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from preflight.probes.timing import barrier, timed_call
+
+
+def round_robin(ranks: list[int]) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs covering every pair once (circle method; a bye when odd)."""
+    players: list[int | None] = list(ranks)
+    if len(players) % 2:
+        players.append(None)
+    n = len(players)
+    rounds = []
+    for _ in range(n - 1):
+        pairs = []
+        for i in range(n // 2):
+            a, b = players[i], players[n - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((min(a, b), max(a, b)))
+        rounds.append(pairs)
+        players = [players[0], players[-1], *players[1:-1]]
+    return rounds
+
+
+def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control: Any,
+               timeout_s: float) -> dict[int, float]:
+    """Every rank of the world takes part in the barriers; members of `ranks` exchange.
+
+    Returns peer -> median seconds of one two-way exchange, for this rank's pairs.
+    """
+    import torch
+    import torch.distributed as dist
+
+    count = max(1, size_bytes // 4)
+    send, recv = torch.ones(count), torch.zeros(count)
+    times: dict[int, float] = {}
+    for pairs in round_robin(ranks):
+        deadline = time.monotonic() + timeout_s
+        barrier(control, deadline)
+        peer = next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
+        if peer is None:
+            continue
+
+        def exchange(peer: int = peer) -> list[Any]:
+            return [dist.isend(send, dst=peer, group=control), dist.irecv(recv, src=peer, group=control)]
+
+        timed_call(exchange, deadline, "cpu")  # warm the connection
+        samples = [timed_call(exchange, deadline, "cpu") for _ in range(iters)]
+        times[peer] = statistics.median(samples)
+    barrier(control, time.monotonic() + timeout_s)
+    return times
+
+
+@dataclass
+class Localized:
+    """What the round robin found: slow ranks (hosts) and slow links between fast ranks."""
+
+    slow_ranks: dict[int, float]  # rank -> its median pair bandwidth / everyone's median
+    slow_links: dict[tuple[int, int], float]  # pair -> its bandwidth / everyone's median
+    median_gbps: float
+
+
+def judge_pairs(pair_gbps: dict[tuple[int, int], float], ratio: float) -> Localized:
+    """Name ranks whose median pair bandwidth is below ratio x the median of all pairs, then links."""
+    if not pair_gbps:
+        return Localized({}, {}, 0.0)
+    overall = statistics.median(pair_gbps.values())
+    per_rank: dict[int, list[float]] = {}
+    for (a, b), bw in pair_gbps.items():
+        per_rank.setdefault(a, []).append(bw)
+        per_rank.setdefault(b, []).append(bw)
+    slow_ranks = {r: statistics.median(v) / overall for r, v in sorted(per_rank.items())
+                  if overall > 0 and statistics.median(v) < ratio * overall}
+    slow_links = {pair: bw / overall for pair, bw in sorted(pair_gbps.items())
+                  if overall > 0 and bw < ratio * overall and not (set(pair) & set(slow_ranks))}
+    return Localized(slow_ranks, slow_links, overall)

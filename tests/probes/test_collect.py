@@ -1,0 +1,58 @@
+"""Hang diagnosis from the positions ranks left in the store (no communicator involved)."""
+
+from __future__ import annotations
+
+from preflight.probes.collect import Gathered, diagnose_hang, results
+
+STEPS = [("tp", "all_reduce", 100), ("tp", "all_to_all", 100), ("pp", "all_reduce", 100)]
+GROUPS = {"tp": [[0, 1], [2, 3]], "pp": [[0, 2], [1, 3]]}
+
+
+def _payload(state: str, step: int = -1, phase: str = "") -> dict:
+    return {"host": "h", "records": [], "status": {"state": state, "step": step, "phase": phase, "reason": "",
+                                                   "elapsed_s": 3.0}}
+
+
+def test_no_hang_when_everyone_is_done() -> None:
+    got = Gathered({r: _payload("done") for r in range(4)})
+    assert diagnose_hang(got, STEPS, GROUPS, 4) is None
+
+
+def test_rank_that_skipped_ahead_is_named_not_its_waiting_peer() -> None:
+    got = Gathered({0: _payload("timeout", 2, "barrier"), 1: _payload("timeout", 2, "barrier"),
+                    2: _payload("timeout", 1, "op"), 3: _payload("timeout", 2, "barrier")})
+    hang = diagnose_hang(got, STEPS, GROUPS, 4)
+    assert hang is not None and (hang.dim, hang.op, hang.group_index) == ("tp", "all_to_all", 1)
+    assert list(hang.culprits) == [3] and hang.waiting == [2]
+
+
+def test_rank_that_left_the_op_for_the_step_barrier_is_named() -> None:
+    got = Gathered({0: _payload("timeout", 1, "barrier"), 1: _payload("timeout", 1, "op"),
+                    2: _payload("timeout", 1, "barrier"), 3: _payload("timeout", 1, "barrier")})
+    hang = diagnose_hang(got, STEPS, GROUPS, 4)
+    assert hang is not None and hang.group_index == 0 and list(hang.culprits) == [0]
+
+
+def test_silent_rank_is_named_by_its_position() -> None:
+    got = Gathered({0: _payload("timeout", 0, "op"), 2: _payload("done"), 3: _payload("done")}, positions={1: 0})
+    hang = diagnose_hang(got, STEPS, GROUPS, 4)
+    assert hang is not None and list(hang.culprits) == [1]
+
+
+def test_whole_group_named_when_nobody_is_elsewhere() -> None:
+    got = Gathered({0: _payload("timeout", 0, "op"), 1: _payload("timeout", 0, "op"),
+                    2: _payload("timeout", 1, "barrier"), 3: _payload("timeout", 1, "barrier")})
+    hang = diagnose_hang(got, STEPS, GROUPS, 4)
+    assert hang is not None and sorted(hang.culprits) == [0, 1]
+
+
+def test_group_time_is_the_slowest_ranks_median() -> None:
+    def rec(rank_times: list[float]) -> dict:
+        return {"step": 0, "dim": "tp", "op": "all_reduce", "size_bytes": 1000, "group_index": 0, "ranks": [0, 1],
+                "times_s": rank_times, "output_ok": True, "bad_sources": []}
+    got = Gathered({0: {"host": "a", "records": [rec([1.0, 2.0, 9.0])], "status": {}},
+                    1: {"host": "b", "records": [rec([3.0, 3.0, 3.0])], "status": {}}})
+    (r,) = results(got, got.hosts())
+    assert r.rank_times_s == {0: 2.0, 1: 3.0} and r.time_s == 3.0
+    assert r.algbw_gbps == 1000 / 3.0 / 1e9 and r.busbw_gbps == r.algbw_gbps  # 2(n-1)/n = 1 for n=2
+    assert r.hosts == ["a", "b"]

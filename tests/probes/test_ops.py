@@ -1,0 +1,56 @@
+"""Bandwidth formulas against hand-computed numbers, and verification of known results."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from preflight.probes import ops
+
+
+def test_bus_factors_per_nccl_tests() -> None:
+    assert ops.bus_factor("all_reduce", 8) == pytest.approx(14 / 8)
+    assert ops.bus_factor("all_gather", 4) == pytest.approx(0.75)
+    assert ops.bus_factor("reduce_scatter", 2) == pytest.approx(0.5)
+    assert ops.bus_factor("all_to_all", 8) == pytest.approx(7 / 8)
+    assert ops.bus_factor("broadcast", 8) == 1.0
+    assert ops.bus_factor("send_recv", 2) == 1.0
+
+
+def test_bandwidth_hand_computed() -> None:
+    # 256 MB in 10 ms = 25.6 GB/s; all_reduce on 8 ranks: x 1.75 = 44.8 GB/s
+    assert ops.algbw_gbps(256_000_000, 0.010) == pytest.approx(25.6)
+    assert ops.busbw_gbps("all_reduce", 8, 256_000_000, 0.010) == pytest.approx(44.8)
+    # all_to_all 1 GB on 4 ranks in 0.5 s: algbw 2 GB/s, busbw 1.5 GB/s
+    assert ops.busbw_gbps("all_to_all", 4, 10**9, 0.5) == pytest.approx(1.5)
+    assert ops.busbw_gbps("broadcast", 16, 10**9, 0.25) == pytest.approx(4.0)
+
+
+def test_byte_counts_round_to_whole_chunks() -> None:
+    assert ops.element_counts("all_reduce", 1000, 4, 4) == (250, 1000)
+    assert ops.element_counts("all_gather", 1000, 3, 4) == (83, 996)  # output = 3 chunks of 83 floats
+    assert ops.element_counts("all_to_all", 1 << 20, 8, 2) == (65536, 1 << 20)
+
+
+def _simulate(op: str, n: int, corrupt: int | None = None) -> list[tuple[bool, list[int]]]:
+    """Run the op's arithmetic by hand over n buffer sets (no process group) and verify each."""
+    bufs = [ops.make_buffers(op, 64 * 4 * n, me, n, torch.float32, "cpu") for me in range(n)]
+    if corrupt is not None:
+        bufs[corrupt].send.mul_(-1)
+    chunk = bufs[0].chunk
+    if op == "all_reduce":
+        total = sum(b.send for b in bufs)
+        for b in bufs:
+            b.send.copy_(total)
+    elif op == "all_to_all":
+        for k, b in enumerate(bufs):
+            b.recv.copy_(torch.cat([bufs[i].send[k * chunk:(k + 1) * chunk] for i in range(n)]))
+    return [ops.verify(b, me, n) for me, b in enumerate(bufs)]
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_to_all"])
+def test_verification_names_the_corrupting_rank(op: str) -> None:
+    assert all(ok and not bad for ok, bad in _simulate(op, 4))
+    outcome = _simulate(op, 4, corrupt=2)
+    assert {r for ok, bad in outcome for r in bad} == {2}
+    assert not any(ok for ok, _ in outcome if op == "all_reduce")

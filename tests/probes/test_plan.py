@@ -1,0 +1,52 @@
+"""--sizes, --ops, --expect parsing and the resulting plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.errors import BadInput
+from preflight.options import RunOptions
+from preflight.probes.plan import build_plan, parse_expect, parse_ops, parse_sizes, validate_probe_options
+
+
+def test_sizes_decimal_and_binary_units() -> None:
+    assert parse_sizes("1M,64MiB,2K,1KiB,1G,1GiB,512") == sorted(
+        [10**6, 64 * 2**20, 2000, 1024, 10**9, 2**30, 512])
+
+
+@pytest.mark.parametrize("bad", ["1X", "-1M", "M", "0", "1,,2"])
+def test_bad_sizes(bad: str) -> None:
+    with pytest.raises(BadInput):
+        parse_sizes(bad)
+
+
+def test_ops() -> None:
+    assert parse_ops("all_reduce,all-to-all,send_recv") == ["all_reduce", "all_to_all", "send_recv"]
+    with pytest.raises(BadInput, match="unknown op 'allreduce'"):
+        parse_ops("allreduce")
+
+
+def test_expect_units() -> None:
+    assert parse_expect("tp=300GB/s,dp=400Gb/s,cp=2000MB/s,pp=7") == {"tp": 300.0, "dp": 50.0, "cp": 2.0, "pp": 7.0}
+    for bad in ("tp300GB/s", "tp=fast", "=3GB/s", "tp=3furlongs/s"):
+        with pytest.raises(BadInput):
+            parse_expect(bad)
+
+
+def test_expect_must_name_a_dimension() -> None:
+    with pytest.raises(BadInput, match="no mesh dimension 'ep'"):
+        validate_probe_options(RunOptions(mesh="pp2,tp4", expect="ep=10GB/s"), 8)
+    validate_probe_options(RunOptions(mesh="pp2,tp4", expect="dp=10GB/s"), 16)  # the remainder dim
+
+
+def test_default_plan_probes_every_dimension_and_the_world() -> None:
+    plan = build_plan(RunOptions(mesh="pp2,tp2"), 4, "cpu")
+    dims = {d for d, _, _ in plan.steps()}
+    ops = {o for _, o, _ in plan.steps()}
+    assert dims == {"pp", "tp", "world"} and ops == {"all_reduce", "all_to_all"}
+    assert [(d, o) for d, o, _ in plan.steps() if d == "world"] == [("world", "all_reduce")] * len(plan.sizes)
+
+
+def test_send_recv_only_between_pipeline_stages() -> None:
+    plan = build_plan(RunOptions(mesh="pp2,tp2", ops="send_recv,all_gather", sizes="1K"), 4, "cpu")
+    assert [(d, o) for d, o, _ in plan.steps()] == [("pp", "send_recv"), ("pp", "all_gather"), ("tp", "all_gather")]

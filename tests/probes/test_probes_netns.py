@@ -1,0 +1,70 @@
+"""Four fake hosts (network namespaces, tests/helpers/netns.py), one rank each, over ib0.
+
+One host's ib0 is shaped with tbf to about a tenth of the unshaped rate: its groups are
+stragglers and the pairwise round robin names that host. Unshaped, nothing is flagged,
+over repeated runs. The straggler ratio is 0.5, not the 0.8 default: four ranks share two
+CPU cores here, so sibling groups of a clean run differ by up to ~1.5x from CPU scheduling
+alone; the shaped host is ~10x slower, far below either threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.netns import FakeNetwork
+from tests.helpers.ranks import base_env, free_port
+
+pytestmark = pytest.mark.netns
+
+ARGS = ["--mesh", "dp2,tp2", "--sizes", "1MiB,4MiB", "--warmup", "1", "--iters", "5", "--straggler-ratio", "0.5",
+        "--probe-timeout", "60"]
+
+
+def _run_on_hosts(hosts: FakeNetwork, out: Path) -> dict:
+    port = free_port()
+    procs = []
+    for rank, host in enumerate(hosts):
+        env = base_env({"RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
+                        "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(port),
+                        "GLOO_SOCKET_IFNAME": "ib0"})
+        args = [*ARGS, "--json", str(out)] if rank == 0 else ARGS
+        procs.append(host.popen([sys.executable, "-m", "preflight", "run", *args], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    logs = [p.communicate(timeout=240)[0] for p in procs]
+    assert out.exists(), "\n".join(logs)
+    return json.loads(out.read_text())
+
+
+def _ids(report: dict) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for f in report["findings"]:
+        found.setdefault(f["check_id"], []).append(f)
+    return found
+
+
+def test_shaped_host_is_named_by_pairwise_localization(netns_hosts, tmp_path: Path) -> None:
+    hosts: FakeNetwork = netns_hosts(4, prefix="pf5")
+    hosts[3].shape("ib0", rate="400mbit", burst="256kb", latency="100ms")
+    report = _run_on_hosts(hosts, tmp_path / "shaped.json")
+    found = _ids(report)
+    assert all(p["verified"] for p in report["probes"])
+    slow_groups = {(f["data"]["dim"], tuple(f["ranks"])) for f in found.get("BW003", [])}
+    assert slow_groups >= {("tp", (2, 3)), ("dp", (1, 3))}, report["why"]
+    assert [f["hosts"] for f in found.get("BW005", [])] == [[hosts[3].hostname]], report["why"]
+    assert [f["ranks"] for f in found.get("BW004", [])] == [[3]]
+    assert "BW008" in found  # tp groups span hosts here: warned
+    assert report["bad_hosts"] == []  # warnings never exclude a host
+
+
+def test_unshaped_hosts_have_no_straggler_over_repeated_runs(netns_hosts, tmp_path: Path) -> None:
+    hosts: FakeNetwork = netns_hosts(4, prefix="pf5")
+    for attempt in range(3):
+        report = _run_on_hosts(hosts, tmp_path / f"clean-{attempt}.json")
+        found = _ids(report)
+        assert len(report["probes"]) == 2 * 2 * 2 * 2 + 2  # (dp, tp) x 2 groups x 2 ops x 2 sizes + world
+        assert not {"BW003", "BW004", "BW005", "BW006"} & set(found), [f["message"] for f in report["findings"]]
