@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight.model import World
+from preflight.rendezvous import ForeignStore, join_store, mark_store
 
 POLL_S = 0.05
 
@@ -49,6 +51,7 @@ class Exchange:
         self.prefix = f"preflight/{world.run_id}"
         self.store: Any = None
         self.store_error = ""  # why the store could not form, when it could not
+        self.foreign = False  # MASTER_PORT answered, but not as this run's store
         self.out_dir = Path(out_dir, _safe(world.run_id)) if out_dir else None
         self.started = time.time()
 
@@ -61,6 +64,8 @@ class Exchange:
         hosting = self.world.rank == 0 and not self.world.use_agent_store
         try:
             if hosting:
+                # torch retries an unresolvable MASTER_ADDR for ~3x the timeout before it gives up.
+                socket.getaddrinfo(self.world.master_addr, self.world.master_port, type=socket.SOCK_STREAM)
                 store = TCPStore(
                     self.world.master_addr,
                     self.world.master_port,
@@ -71,21 +76,18 @@ class Exchange:
                 )
                 # Port 0 (single process) means "any free port": record the one we got.
                 self.world.master_port = store.port
+                mark_store(store, self.world)  # clients refuse a store another run marked
             else:
                 # With a shared-dir fallback, give up on the store early enough that the dir
                 # still reaches rank 0 before its own deadline.
                 connect_s = self.timeout_s / 3 if self.out_dir is not None else self.timeout_s
-                store = TCPStore(
-                    self.world.master_addr,
-                    self.world.master_port,
-                    None,
-                    False,
-                    timedelta(seconds=connect_s),
-                )
+                # Bounded: a bare TCPStore client hangs on a listener that is not a store.
+                store = join_store(self.world, connect_s)
                 store.set_timeout(timedelta(seconds=self.timeout_s))
             self.store = PrefixStore(self.prefix, store)
         except Exception as exc:  # DistNetworkError, DistStoreError, RuntimeError: all mean "no store"
             self.store_error = _one_line(exc)
+            self.foreign = isinstance(exc, ForeignStore)
             if self.out_dir is None:
                 self.store_error += " (no --out-dir fallback was given)"
 
@@ -109,12 +111,16 @@ class Exchange:
     def wait_for(self, name: str, timeout_s: float) -> dict[str, Any] | None:
         """Wait for a value rank 0 publishes (go, verdict); None when the deadline passes."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.has_channel():
             value = self._read_published(name)
             if value is not None:
                 return value
             time.sleep(POLL_S * 2)
         return None
+
+    def has_channel(self) -> bool:
+        """Whether anything can still arrive: a store, or a shared directory."""
+        return self.store is not None or self.out_dir is not None
 
     def _read_published(self, name: str) -> dict[str, Any] | None:
         if self.store is not None:
@@ -150,7 +156,8 @@ class Exchange:
         while True:
             self._take_from_store(collected)
             self._take_from_dir(collected)
-            if len(collected.payloads) + len(collected.bad_payloads) >= size or time.monotonic() >= deadline:
+            if (len(collected.payloads) + len(collected.bad_payloads) >= size or time.monotonic() >= deadline
+                    or not self.has_channel()):
                 self._find_duplicates(collected)
                 return collected
             time.sleep(POLL_S)

@@ -4,6 +4,7 @@
 2. Facts      what this rank sees, every gatherer under a deadline (facts/)
 3. Local      checks of one rank's facts (checking.py)
 4. Exchange   every rank reports to rank 0 over the c10d store or --out-dir (exchange.py)
+   Reach      hosts probe each other's chosen address, bounded fan-out (reachability.py)
 5. Cross      checks over all ranks' facts, on rank 0
 6. Go/no-go   rank 0 tells every rank whether the probes may start
 7. Probes     collectives on every mesh dimension (probes/)
@@ -29,6 +30,7 @@ from preflight.facts import GatherOptions, gather_facts
 from preflight.model import CheckOutcome, ExitCode, Finding, JobReport, RankFacts, ReportMeta, Severity, World
 from preflight.options import RunOptions
 from preflight.probes.plan import validate_probe_options
+from preflight.reachability import Reachability
 from preflight.registry import CROSS, LOCAL, CheckContext, engine_findings, select_checks
 from preflight.reports import write_reports
 from preflight.reports.progress import PhaseDisplay, phase_display
@@ -37,6 +39,9 @@ from preflight.world import resolve_world
 
 # Seconds a non-zero rank waits for rank 0 beyond rank 0's own deadlines (rendering, skew).
 VERDICT_MARGIN_S = 30.0
+# Reachability: one TCP connect's deadline (at most --check-timeout), and each wait for peers.
+REACH_CONNECT_S = 2.0
+REACH_WAIT_S = 5.0
 
 
 class Interrupted(Exception):
@@ -95,13 +100,21 @@ def _run_steps(state: RunState, exchange: Exchange) -> int:
             # through the store and no report ever holds (see preflight/secrets.py).
             secrets.seal(state.facts.env, os.environ, secrets.agree_on_key(exchange.store))
             if exchange.store_error:
-                state.findings += engine_findings("RUN001", rank=world.rank, host=world.host,
-                                                  reason=exchange.store_error)
+                state.findings += engine_findings("PORT004" if exchange.foreign else "RUN001", rank=world.rank,
+                                                  host=world.host, reason=exchange.store_error)
             exchange.publish(_payload(state))
+        reach = _reachability(state, exchange)
+        reach.start()  # this host's listener, before rank 0 waits for anyone
         if world.rank != 0:
+            with _phase(state, "reachability"):
+                _take_part_in_reachability(state, reach)
             return _follow_rank_zero(state, exchange)
+        with _phase(state, "collect"):
+            _collect(state, exchange, ctx)
+        with _phase(state, "reachability"):
+            _check_reachability(state, reach)
         with _phase(state, "cross checks"):
-            _collect_and_cross_check(state, exchange, ctx)  # step 5
+            _cross_check(state, ctx)  # step 5
         go, reason = _decide_go(state)  # step 6
         exchange.announce("go", {"go": go, "reason": reason})
         if options.probes_enabled():
@@ -144,13 +157,39 @@ def _follow_rank_zero(state: RunState, exchange: Exchange) -> int:
     verdict = exchange.wait_for("verdict", options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)
     exchange.acknowledge()
     if verdict is None:
+        why = f": {exchange.store_error}" if exchange.store_error else ""
         print(f"preflight: rank {state.world.rank}: no verdict from rank 0 "
-              f"({state.world.master_addr}:{state.world.master_port}); exit {int(ExitCode.INCOMPLETE)}")
+              f"({state.world.master_addr}:{state.world.master_port}){why}; exit {int(ExitCode.INCOMPLETE)}")
         return int(ExitCode.INCOMPLETE)
     return int(verdict["exit_code"])
 
 
-def _collect_and_cross_check(state: RunState, exchange: Exchange, ctx: CheckContext) -> None:
+def _reachability(state: RunState, exchange: Exchange) -> Reachability:
+    """This rank's part in the reachability step; inert without a store or when network checks are off."""
+    options = state.options
+    wanted = "network" not in options.skip and (not options.only or "network" in options.only)
+    assert state.facts is not None
+    return Reachability(exchange.store if wanted else None, state.facts, seed=state.world.run_id,
+                        connect_timeout_s=min(REACH_CONNECT_S, options.check_timeout_s))
+
+
+def _take_part_in_reachability(state: RunState, reach: Reachability) -> None:
+    """A non-zero rank (if it speaks for its host): probe the peers the roster assigns, then keep listening."""
+    reach.probe_peers(state.options.timeout_s + REACH_WAIT_S)  # the roster comes after rank 0's collect
+    reach.finish(REACH_WAIT_S + reach.connect_timeout_s)
+
+
+def _check_reachability(state: RunState, reach: Reachability) -> None:
+    """Rank 0: publish the roster of listeners, probe its own peers, keep every host's result in its facts."""
+    if reach.store is None or state.facts is None:
+        return
+    roster = reach.publish_roster(sorted({f.host for f in state.all_facts}), REACH_WAIT_S)
+    reach.probe_peers(REACH_WAIT_S)
+    state.facts.extra["reachability"] = reach.collect(roster, REACH_WAIT_S + reach.connect_timeout_s)
+    reach.finish(0.0)
+
+
+def _collect(state: RunState, exchange: Exchange, ctx: CheckContext) -> None:
     options = state.options
     collected = exchange.collect(options.timeout_s)
     state.all_facts, remote_findings, remote_outcomes = _unpack(collected, state)
@@ -160,6 +199,10 @@ def _collect_and_cross_check(state: RunState, exchange: Exchange, ctx: CheckCont
     ctx.options["duplicate_ranks"] = collected.duplicates
     for name, (reason, ranks, hosts) in _gather_errors(state.all_facts).items():
         state.findings += engine_findings("RUN005", name=name, reason=reason, ranks=ranks, hosts=hosts)
+
+
+def _cross_check(state: RunState, ctx: CheckContext) -> None:
+    options = state.options
     cross = select_checks(CROSS, options.only, options.skip)
     found, outcomes = run_checks(cross, state.all_facts, ctx, options.check_timeout_s,
                                  rank=0, host=state.world.host)

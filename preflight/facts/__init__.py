@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from preflight.deadline import call_with_deadline
-from preflight.facts import environment, gpus, interfaces, rendezvous, software, system
+from preflight.facts import environment, gpus, interfaces, network, ports, rendezvous, software, system
 from preflight.model import RankFacts, World
 
 
@@ -33,6 +33,8 @@ GATHERERS: list[tuple[str, Gatherer]] = [
     ("interfaces", interfaces.gather),
     ("rendezvous", rendezvous.gather),
     ("gpus", gpus.gather),
+    ("network", network.gather),  # after "interfaces": reads its list, replaces ib_devices with ports
+    ("ports", ports.gather),
 ]
 
 

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import pytest
 
+from tests.helpers.ranks import PYTHON, RankRun, base_env, free_port
 from tests.helpers.tools import require, require_root, require_tool
 
 NETNS_ETC = Path("/etc/netns")
@@ -251,3 +252,49 @@ def netns_hosts() -> Iterator[Callable[..., FakeNetwork]]:
     finally:
         for network in built:
             network.close()
+
+
+def spawn_ranks_on_hosts(
+    network: FakeNetwork | Sequence[FakeHost],
+    ranks_per_host: int,
+    args: Sequence[str] = (),
+    *,
+    master: str | None = None,
+    port: int | None = None,
+    common_env: Mapping[str, str] | None = None,
+    host_env: Mapping[int, Mapping[str, str]] | None = None,
+    timeout: float = 120,
+) -> dict[int, RankRun]:
+    """`python -m preflight run ARGS` as env:// ranks, `ranks_per_host` in each fake host; wait for all.
+
+    Ranks are numbered host by host (host 0 holds ranks 0..n-1). MASTER_ADDR defaults to the
+    first host's hostname (resolved through the hosts files to its ib0 address); host_env
+    adds variables per host index (0-based).
+    """
+    hosts = list(network)
+    world = len(hosts) * ranks_per_host
+    port = port or free_port()
+    procs = {}
+    started = time.monotonic()
+    for index, host in enumerate(hosts):
+        for local in range(ranks_per_host):
+            rank = index * ranks_per_host + local
+            env = base_env({
+                "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
+                "LOCAL_WORLD_SIZE": str(ranks_per_host), "GROUP_RANK": str(index),
+                "MASTER_ADDR": master or hosts[0].hostname, "MASTER_PORT": str(port),
+                **(common_env or {}), **((host_env or {}).get(index, {})),
+            })
+            procs[rank] = host.popen([PYTHON, "-m", "preflight", "run", *args], env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    results = {}
+    for rank, proc in procs.items():
+        remaining = max(1.0, timeout - (time.monotonic() - started))
+        try:
+            out, err = proc.communicate(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            err += "\n[test helper: killed after timeout]"
+        results[rank] = RankRun(rank, proc.returncode, out, err, time.monotonic() - started)
+    return results

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -32,10 +33,21 @@ class RankRun:
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port nobody listens on right now, below the ephemeral range.
+
+    Port 0 would give an ephemeral port (32768-60999), which preflight rightly warns about
+    as a MASTER_PORT (PORT002); real jobs use ports below that range, and so do the tests.
+    """
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-31999")
 
 
 def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

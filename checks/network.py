@@ -1,0 +1,193 @@
+"""Network checks: the interface the job will use, InfiniBand ports, MASTER_ADDR, reachability.
+
+Local checks read one rank's `facts.network` (preflight/facts/network.py); cross checks
+compare hosts, and read the reachability results rank 0 stored in `facts.extra`
+(preflight/reachability.py). A missing section means its gatherer failed, which the runner
+reports as RUN005; these checks then stay silent rather than guess.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from preflight.model import RankFacts, Severity
+from preflight.registry import CROSS, LOCAL, CheckContext, Problem, check
+
+_IFNAME_SOURCES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def _where(facts: RankFacts) -> dict[str, Any]:
+    return {"ranks": [facts.rank], "hosts": [facts.host]}
+
+
+@check(
+    "NET001",
+    tag="network",
+    scope=LOCAL,
+    severity=Severity.ERROR,
+    hint="Bring the interface up and give it an address (or point NCCL_SOCKET_IFNAME / "
+    "GLOO_SOCKET_IFNAME at one that is); a down link usually means a cable, switch port or driver fault.",
+)
+def chosen_interface_unusable(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
+    """The interface NCCL/Gloo will use on this rank is down, has no address, or there is none.
+
+    The choice: NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME when set (a name matching nothing is
+    NCCL008 / NCCL009), else the first UP interface named ib* with an address, else the interface of the
+    route to MASTER_ADDR. Sockets bound to a down or unaddressed interface cannot connect.
+    """
+    chosen = facts.network.get("chosen_interface")
+    if not chosen:
+        return
+    name = chosen.get("name", "")
+    if not name:
+        if str(chosen.get("source", "")).startswith(_IFNAME_SOURCES):
+            return  # NCCL008 / NCCL009 say which variable matched nothing
+        yield Problem(f"no usable interface on {facts.host}: {chosen.get('source', '')}", **_where(facts),
+                      data=dict(chosen))
+        return
+    faults = [text for bad, text in ((not chosen.get("up"), "is down"),
+                                     (not chosen.get("address"), "has no address")) if bad]
+    if faults:
+        yield Problem(f"interface {name} ({chosen.get('source', '')}) {' and '.join(faults)} on {facts.host}",
+                      **_where(facts), data=dict(chosen))
+
+
+@check(
+    "NET002",
+    tag="network",
+    scope=LOCAL,
+    severity=Severity.ERROR,
+    hint="Check the port's cable and switch port (`ibstat`, `ibportstate`); a port stuck in INIT "
+    "usually means no subnet manager. Exclude the host if it cannot be fixed now.",
+)
+def ib_port_not_active(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
+    """An InfiniBand / RoCE port is present but not ACTIVE with physical state LinkUp.
+
+    NCCL's IB transport uses every active port it finds (or those NCCL_IB_HCA names); a port
+    that is DOWN, POLLING or INIT either makes NCCL fall back to slower paths or fail when it
+    is the one selected.
+    """
+    for port in facts.network.get("ib_devices", []):
+        if port.get("state") == "ACTIVE" and port.get("phys_state") == "LinkUp":
+            continue
+        yield Problem(
+            f"{port.get('device')} port {port.get('port')} on {facts.host} is {port.get('state') or '?'} / "
+            f"{port.get('phys_state') or '?'} (want ACTIVE / LinkUp)",
+            **_where(facts), data=dict(port),
+        )
+
+
+@check(
+    "NET003",
+    tag="network",
+    scope=LOCAL,
+    severity=Severity.ERROR,
+    hint="Use an address or a name every host resolves (check /etc/hosts and DNS on the named host), "
+    "and make sure the job script really sets it (an empty value is a failed `$(...)`).",
+)
+def master_addr_unresolved(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
+    """MASTER_ADDR does not resolve on this rank, or is set but empty.
+
+    A name that does not resolve cannot reach the rendezvous (ENV002 compares what it resolves
+    to across ranks; this names the ranks where it resolves to nothing at all). An empty
+    MASTER_ADDR makes torch's env:// rendezvous raise, even where preflight fell back to a default.
+    """
+    if facts.env.get("MASTER_ADDR", "unset").strip() == "":
+        yield Problem(f"MASTER_ADDR is set but empty on {facts.host} (preflight assumed "
+                      f"{facts.world.master_addr}; torch's env:// rendezvous will refuse it)", **_where(facts))
+        return
+    resolved = facts.network.get("master_addr_resolved")
+    if resolved and resolved.get("error"):
+        yield Problem(f"MASTER_ADDR={resolved.get('addr')} does not resolve on {facts.host}: {resolved['error']}",
+                      **_where(facts), data=dict(resolved))
+
+
+def _by_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
+    """One rank's facts per host (the lowest rank): hosts share interfaces and ports."""
+    chosen: dict[str, RankFacts] = {}
+    for facts in sorted(ranks, key=lambda f: f.rank):
+        chosen.setdefault(facts.host, facts)
+    return chosen
+
+
+def _loopback(facts: RankFacts) -> bool:
+    ips = (facts.network.get("master_addr_resolved") or {}).get("ips") or []
+    try:
+        return bool(ips) and all(ipaddress.ip_address(ip).is_loopback for ip in ips)
+    except ValueError:
+        return False
+
+
+@check(
+    "NET004",
+    tag="network",
+    scope=CROSS,
+    severity=Severity.ERROR,
+    hint="Set MASTER_ADDR to the rendezvous host's routable address or name, never localhost or "
+    "127.x when ranks span hosts.",
+)
+def master_addr_loopback(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """MASTER_ADDR is a loopback address while the ranks run on several hosts.
+
+    Every host then looks for the rendezvous on itself: the other hosts' ranks either find
+    nothing or, worse, another job's store on their own loopback.
+    """
+    loopback = [f for f in ranks if _loopback(f)]
+    # Hosts that share one kernel and network namespace (fake nodes of one machine) share loopback.
+    scopes = {f.network.get("loopback_scope") or f.host for f in ranks}
+    hosts = {f.host for f in ranks}
+    if len(hosts) > 1 and len(scopes) > 1 and loopback:
+        yield Problem(f"MASTER_ADDR resolves to a loopback address but ranks run on {len(hosts)} hosts",
+                      ranks=[f.rank for f in loopback], hosts=sorted({f.host for f in loopback}))
+
+
+def _odd_ones(values: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The most common value and the hosts that differ from it."""
+    counts: dict[Any, int] = defaultdict(int)
+    for value in values.values():
+        counts[value] += 1
+    majority = max(counts, key=lambda v: (counts[v], str(v)))
+    return majority, {host: v for host, v in values.items() if v != majority}
+
+
+@check(
+    "NET005",
+    tag="network",
+    scope=CROSS,
+    severity=Severity.WARN,
+    hint="A port at a lower rate than its peers is a degraded link (bad cable, wrong speed "
+    "negotiated): check `ibstat` on the named host.",
+)
+def ib_rates_differ(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """InfiniBand port rates differ across hosts; the slowest link sets the pace of every collective."""
+    rates = {host: tuple(sorted(str(p.get("rate", "")) for p in facts.network.get("ib_devices", [])))
+             for host, facts in _by_host(ranks).items() if facts.network.get("ib_devices")}
+    if len(rates) < 2:
+        return
+    majority, odd = _odd_ones(rates)
+    for host, value in sorted(odd.items()):
+        yield Problem(f"IB port rates on {host} are {', '.join(value)}; most hosts have {', '.join(majority)}",
+                      hosts=[host], data={"rates": list(value), "majority": list(majority)})
+
+
+@check(
+    "NET006",
+    tag="network",
+    scope=CROSS,
+    severity=Severity.WARN,
+    hint="Set the same MTU on the chosen interface of every host (and the switch ports between them).",
+)
+def mtu_differs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """The chosen interface's MTU differs across hosts; mismatched MTUs drop or fragment large packets."""
+    mtus = {host: (facts.network.get("chosen_interface") or {}).get("mtu")
+            for host, facts in _by_host(ranks).items()}
+    mtus = {h: m for h, m in mtus.items() if m}
+    if len(mtus) < 2:
+        return
+    majority, odd = _odd_ones(mtus)
+    for host, mtu in sorted(odd.items()):
+        yield Problem(f"chosen interface MTU on {host} is {mtu}; most hosts have {majority}",
+                      hosts=[host], data={"mtu": mtu, "majority": majority})

@@ -1,0 +1,138 @@
+"""Reachability checks over the results of the reachability step (preflight/reachability.py).
+
+Rank 0 stores the step's outcome in its own `facts.extra["reachability"]`:
+`{"roster": [{"host", "address", "port", "interface", "error"}], "results": {prober host:
+[{"target", "address", "interface", "ok", "error", "time_s"}]}, "missing": [hosts]}`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from preflight.model import RankFacts, Severity
+from preflight.registry import CROSS, CheckContext, Problem, check
+
+
+def _outcome(ranks: Sequence[RankFacts]) -> dict[str, Any] | None:
+    for facts in ranks:
+        if facts.rank == 0:
+            return facts.extra.get("reachability")
+    return None
+
+
+def failed_pairs(outcome: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(prober, target) -> the failed probe, for probes that really ran."""
+    failed = {}
+    for prober, results in outcome.get("results", {}).items():
+        for result in results:
+            if not result.get("ok") and not result.get("skipped"):
+                failed[(prober, result["target"])] = result
+    return failed
+
+
+def culprits(outcome: dict[str, Any]) -> dict[str, list[str]]:
+    """Hosts that every one of their (two or more) probers failed to reach, while other probes worked.
+
+    Returns culprit host -> its probers.
+    """
+    probers: dict[str, list[str]] = defaultdict(list)
+    failed_to: dict[str, list[str]] = defaultdict(list)
+    any_ok = False
+    for prober, results in outcome.get("results", {}).items():
+        for result in results:
+            if result.get("skipped"):
+                continue
+            probers[result["target"]].append(prober)
+            if result.get("ok"):
+                any_ok = True
+            else:
+                failed_to[result["target"]].append(prober)
+    if not any_ok:
+        return {}  # nothing got through anywhere: no single host to blame
+    return {host: sorted(by) for host, by in sorted(probers.items())
+            if len(by) >= 2 and len(failed_to[host]) == len(by)}
+
+
+@check(
+    "NET007",
+    tag="network",
+    scope=CROSS,
+    severity=Severity.ERROR,
+    hint="A firewall, routing or link fault between these hosts: check nft/iptables rules, routes and "
+    "the switch path on that interface; NCCL/Gloo connections between them will hang or fail.",
+)
+def unreachable_pairs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """A host's chosen address did not accept TCP from another host within the deadline.
+
+    Each host listens on the address of the interface NCCL/Gloo will use and is probed by its
+    ring neighbours and a few random peers (bounded fan-out, not every pair). A pair whose
+    connection failed is named `prober -> target on <interface>`; both directions failing are
+    one finding. Pairs involving a host that nobody reaches are summed up by NET008.
+    """
+    outcome = _outcome(ranks)
+    if not outcome:
+        return
+    failed = failed_pairs(outcome)
+    blamed = set(culprits(outcome))
+    seen: set[frozenset[str]] = set()
+    for (prober, target), result in sorted(failed.items()):
+        pair = frozenset((prober, target))
+        if pair in seen or pair & blamed:  # a dead host's links are NET008's, once
+            continue
+        seen.add(pair)
+        back = failed.get((target, prober))
+        arrow = "<->" if back else "->"
+        interface = result.get("interface") or "?"
+        yield Problem(
+            f"{prober} {arrow} {target} on {interface}: {result.get('error')} "
+            f"(connecting to {result.get('address')})",
+            hosts=[prober, target],
+            data={"prober": prober, "target": target, "interface": interface, "address": result.get("address"),
+                  "error": result.get("error"), "both_directions": bool(back)},
+        )
+
+
+@check(
+    "NET008",
+    tag="network",
+    scope=CROSS,
+    severity=Severity.ERROR,
+    hint="This host is cut off on the job's interface (link down, firewall, wrong address): fix it or "
+    "exclude it (--exclude-file) and resubmit.",
+)
+def unreachable_host(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """A host that none of its probers could reach: the culprit, rather than each of its links."""
+    outcome = _outcome(ranks)
+    if not outcome:
+        return
+    roster = {entry["host"]: entry for entry in outcome.get("roster", [])}
+    for host, probers in culprits(outcome).items():
+        entry = roster.get(host, {})
+        yield Problem(
+            f"{host} is unreachable on {entry.get('interface') or '?'} ({entry.get('address')}) from all "
+            f"{len(probers)} hosts that probed it: {', '.join(probers)}",
+            hosts=[host], data={"probers": probers, "interface": entry.get("interface"), "host_fault": True},
+        )
+
+
+@check(
+    "NET009",
+    tag="network",
+    scope=CROSS,
+    severity=Severity.COULD_NOT_RUN,
+    hint="These hosts published no listener or no result before the deadline; their reachability is "
+    "unverified (see their other findings: interface, store, missing ranks).",
+)
+def reachability_incomplete(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+    """The reachability step could not test some hosts (no listener, or no result in time)."""
+    outcome = _outcome(ranks)
+    if not outcome:
+        return
+    no_listener = {e["host"]: e.get("error", "") for e in outcome.get("roster", []) if e.get("error")}
+    for host, reason in sorted(no_listener.items()):
+        yield Problem(f"{host} was not probed: {reason}", hosts=[host])
+    for host in outcome.get("missing", []):
+        if host not in no_listener:
+            yield Problem(f"{host} published no reachability result in time", hosts=[host])

@@ -1,0 +1,178 @@
+"""Network facts of one rank: InfiniBand / RoCE ports and the interface the job will use.
+
+Runs after the `interfaces` gatherer (preflight/facts/interfaces.py), whose
+`facts.network["interfaces"]` list it reads, and fills:
+
+* `ib_devices`: one entry per port under `<sysfs root>/class/infiniband/*/ports/*` with its
+  device `name`, `port`, state, physical state, rate ("400 Gb/sec (4X NDR)"), link layer and
+  the netdevs it maps to. This replaces the interfaces gatherer's list of device names (each
+  entry keeps `name`). The sysfs root is `--sysfs-root` (default /sys): tests point it at a
+  fixture tree, a fake of the kernel's layout, because no InfiniBand hardware exists on CI.
+* `chosen_interface`: the interface NCCL/Gloo will use on this rank: NCCL_SOCKET_IFNAME /
+  GLOO_SOCKET_IFNAME's choice if one is set (preflight/ifname.py's rules), else the first UP
+  interface named `ib*` with an address, else the one that routes to MASTER_ADDR.
+  `{"name", "source", "address", "up", "mtu"}`; name "" when there is none.
+* `loopback_scope`: boot id + network namespace: ranks with the same value share 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from preflight.facts.interfaces import read_interfaces
+from preflight.ifname import match_gloo_interfaces, match_interfaces
+from preflight.model import RankFacts
+
+if TYPE_CHECKING:
+    from preflight.facts import GatherOptions
+
+IFNAME_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")  # NCCL's choice first
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _split_state(text: str) -> tuple[int | None, str]:
+    """sysfs writes states as `4: ACTIVE` / `5: LinkUp`."""
+    code, _, name = text.partition(":")
+    if name and code.strip().isdigit():
+        return int(code.strip()), name.strip()
+    return None, text.strip()
+
+
+def parse_rate_gbps(rate: str) -> float | None:
+    """`400 Gb/sec (4X NDR)` -> 400.0; None when unreadable."""
+    head = rate.split()
+    try:
+        return float(head[0]) if head and "Gb/sec" in rate else None
+    except ValueError:
+        return None
+
+
+def read_ib_devices(sysfs_root: str) -> list[dict[str, Any]]:
+    """One entry per InfiniBand / RoCE port found under sysfs_root/class/infiniband."""
+    base = Path(sysfs_root, "class", "infiniband")
+    if not base.is_dir():
+        return []
+    ports = []
+    for device in sorted(base.iterdir()):
+        device_netdevs = sorted(p.name for p in (device / "device" / "net").glob("*"))
+        for port in sorted((device / "ports").glob("*"), key=lambda p: (len(p.name), p.name)):
+            state_code, state = _split_state(_read(port / "state"))
+            phys_code, phys = _split_state(_read(port / "phys_state"))
+            rate = _read(port / "rate")
+            # RoCE ports name their netdev per GID; IB ports share the PCI device's netdevs.
+            gid_netdevs = {_read(p) for p in (port / "gid_attrs" / "ndevs").glob("*")} - {""}
+            ports.append({
+                "name": device.name,  # the key the interfaces gatherer's device list uses
+                "device": device.name,
+                "port": int(port.name) if port.name.isdigit() else port.name,
+                "state": state,
+                "state_code": state_code,
+                "phys_state": phys,
+                "phys_state_code": phys_code,
+                "rate": rate,
+                "rate_gbps": parse_rate_gbps(rate),
+                "link_layer": _read(port / "link_layer"),
+                "netdevs": sorted(gid_netdevs) or device_netdevs,
+            })
+    return ports
+
+
+def _selected(variable: str, spec: str, names: list[str]) -> list[str]:
+    """The interfaces a socket-ifname variable selects; none for a malformed list (NCCL008/9 say so)."""
+    try:
+        if variable == "GLOO_SOCKET_IFNAME":
+            return match_gloo_interfaces(spec, names)
+        return match_interfaces(spec, names)
+    except ValueError:
+        return []
+
+
+def route_source(master_addr: str) -> str:
+    """The local address the kernel picks to reach master_addr ("" when there is no route)."""
+    try:
+        infos = socket.getaddrinfo(master_addr, 9, type=socket.SOCK_DGRAM)
+    except (OSError, UnicodeError):
+        return ""
+    for family, _, _, _, sockaddr in infos:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            try:
+                sock.connect(sockaddr)  # UDP connect sends nothing; it only picks a route
+                return str(sock.getsockname()[0]).split("%")[0]
+            except OSError:
+                continue
+    return ""
+
+
+def _ipv4_first(addresses: list[str]) -> str:
+    for address in addresses:
+        if ":" not in address:
+            return address
+    return addresses[0] if addresses else ""
+
+
+def choose_interface(interfaces: list[dict[str, Any]], env: dict[str, str], master_addr: str) -> dict[str, Any]:
+    """The interface the job's sockets will use on this rank, and why."""
+    by_name = {i["name"]: i for i in interfaces}
+    names = [i["name"] for i in interfaces]
+    for variable in IFNAME_VARIABLES:
+        spec = env.get(variable, "")
+        if spec.strip():
+            matched = _selected(variable, spec, names)
+            chosen = by_name[matched[0]] if matched else None
+            return _chosen(chosen, f"{variable}={spec}")
+    for interface in interfaces:
+        if interface["name"].startswith("ib") and interface["up"] and interface["addresses"]:
+            return _chosen(interface, "first UP ib* interface with an address")
+    source = route_source(master_addr)
+    for interface in interfaces:
+        if source and source in interface["addresses"]:
+            return _chosen(interface, f"route to MASTER_ADDR {master_addr}", address=source)
+    return _chosen(None, f"no ib* interface and no route to MASTER_ADDR {master_addr}")
+
+
+def _chosen(interface: dict[str, Any] | None, source: str, address: str = "") -> dict[str, Any]:
+    if interface is None:
+        return {"name": "", "source": source, "address": "", "up": False, "mtu": 0}
+    return {
+        "name": interface["name"],
+        "source": source,
+        "address": address or _ipv4_first(interface["addresses"]),
+        "up": interface["up"],
+        "mtu": interface["mtu"],
+    }
+
+
+def gather(facts: RankFacts, options: GatherOptions) -> None:
+    """Fill facts.network["ib_devices"] (per port) and facts.network["chosen_interface"]."""
+    interfaces = facts.network.get("interfaces")
+    if interfaces is None:  # the interfaces gatherer failed or was left out: read them here
+        interfaces = read_interfaces()
+    facts.network["ib_devices"] = read_ib_devices(options.sysfs_root)
+    facts.network["chosen_interface"] = choose_interface(interfaces, dict(os.environ), facts.world.master_addr)
+    facts.network["loopback_scope"] = loopback_scope()
+
+
+def loopback_scope() -> str:
+    """Who shares this rank's 127.0.0.1: the kernel (boot id) and network namespace it runs in.
+
+    Fake hosts on one machine (Slurm's multiple slurmd, several launches) share loopback;
+    real hosts, and network namespaces, do not.
+    """
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "?"
+    try:
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        netns = 0
+    return f"{boot}/{netns}"

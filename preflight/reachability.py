@@ -1,0 +1,237 @@
+"""The reachability step: can each host's chosen address take TCP from the other hosts?
+
+Bounded fan-out, never N²: one listener per host (the host's first rank to claim it, normally
+local rank 0), on the chosen interface's address and an ephemeral port, published through the
+store. Rank 0, once it has collected the ranks' reports, publishes the roster of listeners;
+each host then connects to its ring neighbours and `k` random peers (a plan every host
+computes alike, seeded by the run id), in parallel, each connection under its own deadline,
+from its chosen address, and publishes what happened. Rank 0 gathers the results into its own
+`facts.extra["reachability"]`, which the cross checks (checks/reachability.py) read. Other
+ranks on a host share its result.
+
+Keys, under the run's store prefix: `reach/claim/<host>`, `reach/listener/<host>`,
+`reach/roster`, `reach/result/<host>`, counter `reach/done`. Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from preflight.model import RankFacts
+
+RANDOM_PEERS = 2  # k: random peers per host, besides the two ring neighbours
+POLL_S = 0.02
+
+
+def plan_probes(count: int, k: int, seed: str) -> list[list[int]]:
+    """Targets of every host index 0..count-1: ring neighbours plus k random peers.
+
+    Each host's targets depend only on (count, k, seed, its index), so each host computes its
+    own plan in O(k). Every host is probed at least by its ring neighbours; total connections
+    are at most count * (k + 2).
+    """
+    return [targets_of(index, count, k, seed) for index in range(count)]
+
+
+def targets_of(index: int, count: int, k: int, seed: str) -> list[int]:
+    """The hosts that host `index` connects to (see plan_probes)."""
+    if count < 2:
+        return []
+    targets = [(index + 1) % count]
+    if (index - 1) % count not in targets:
+        targets.append((index - 1) % count)
+    rng = random.Random(f"{seed}/{index}")
+    others = count - 1 - len(targets)
+    wanted = min(k, others)
+    while wanted > 0:
+        candidate = rng.randrange(count)
+        if candidate != index and candidate not in targets:
+            targets.append(candidate)
+            wanted -= 1
+    return targets
+
+
+@dataclass
+class Listener:
+    """This host's listener: accepts and closes connections until closed."""
+
+    address: str
+    interface: str
+    sock: socket.socket | None = None
+    port: int = 0
+    error: str = ""
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    def open(self) -> None:
+        """Bind to the chosen interface's address on an ephemeral port."""
+        if not self.address:
+            self.error = "no usable interface chosen on this host"
+            return
+        try:
+            family = socket.AF_INET6 if ":" in self.address else socket.AF_INET
+            self.sock = socket.socket(family, socket.SOCK_STREAM)
+            self.sock.bind((self.address, 0))
+            self.sock.listen(1024)
+            self.sock.settimeout(0.2)
+            self.port = self.sock.getsockname()[1]
+        except OSError as exc:
+            self.error = f"cannot listen on {self.address} ({self.interface or '?'}): {exc}"
+            self.close()
+            return
+        self._thread = threading.Thread(target=self._accept, daemon=True, name="reachability-listener")
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while self.sock is not None:
+            try:
+                conn, _ = self.sock.accept()
+                conn.close()
+            except (socket.timeout, OSError):
+                continue
+
+    def close(self) -> None:
+        """Stop listening."""
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
+
+
+def probe(source: str, target: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """One TCP connection from our chosen address to a peer's listener."""
+    result = {"target": target["host"], "address": target.get("address", ""), "interface": target.get("interface", ""),
+              "ok": False, "error": "", "time_s": 0.0}
+    if target.get("error") or not target.get("port"):
+        result["error"] = f"no listener: {target.get('error') or 'none published'}"
+        result["skipped"] = True
+        return result
+    started = time.perf_counter()
+    family = socket.AF_INET6 if ":" in target["address"] else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            if source and (":" in source) == (family == socket.AF_INET6):
+                sock.bind((source, 0))  # over our chosen interface, as the job's sockets will be
+            sock.connect((target["address"], int(target["port"])))
+        result["ok"] = True
+    except socket.timeout:
+        result["error"] = f"timed out after {timeout_s:g}s"
+    except OSError as exc:
+        result["error"] = exc.strerror or str(exc)
+    result["time_s"] = round(time.perf_counter() - started, 4)
+    return result
+
+
+class Reachability:
+    """One rank's part of the reachability step; one rank per host (the first to claim it) does work."""
+
+    def __init__(self, store: Any, facts: RankFacts, seed: str, connect_timeout_s: float,
+                 k: int = RANDOM_PEERS) -> None:
+        self.store, self.facts, self.seed, self.k = store, facts, seed, k
+        self.connect_timeout_s = connect_timeout_s
+        chosen = facts.network.get("chosen_interface") or {}
+        self.listener = Listener(chosen.get("address", ""), chosen.get("name", ""))
+        self.active = False  # whether this rank speaks for its host (see start)
+
+    def start(self) -> None:
+        """Claim this host for this rank if no other rank of it did; then open its listener and publish it.
+
+        The first rank of a host to claim it works for the host, whatever LOCAL_RANK says (a
+        launcher's local ranks can be wrong, which the layout checks report separately).
+        """
+        if self.store is None:
+            return
+        self.active = self.store.add(f"reach/claim/{self.facts.host}", 1) == 1
+        if not self.active:
+            return
+        self.listener.open()
+        record = {"host": self.facts.host, "rank": self.facts.rank, "address": self.listener.address,
+                  "interface": self.listener.interface, "port": self.listener.port, "error": self.listener.error}
+        self.store.set(f"reach/listener/{self.facts.host}", json.dumps(record))
+
+    def publish_roster(self, hosts: list[str], timeout_s: float) -> list[dict[str, Any]]:
+        """Rank 0: wait for the listeners of the hosts that reported, then publish the roster."""
+        deadline = time.monotonic() + timeout_s
+        roster = {}
+        while True:
+            for host in hosts:
+                if host not in roster and self.store.check([f"reach/listener/{host}"]):
+                    roster[host] = json.loads(self.store.get(f"reach/listener/{host}"))
+            if len(roster) == len(hosts) or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        for host in hosts:
+            roster.setdefault(host, {"host": host, "address": "", "interface": "", "port": 0,
+                                     "error": "published no listener in time"})
+        ordered = [roster[h] for h in sorted(roster)]
+        self.store.set("reach/roster", json.dumps(ordered))
+        return ordered
+
+    def probe_peers(self, timeout_s: float) -> None:
+        """Wait for the roster, probe this host's targets in parallel, publish the result."""
+        if not self.active:
+            return
+        roster = self._wait_json("reach/roster", timeout_s)
+        if roster is None:
+            return
+        hosts = [entry["host"] for entry in roster]
+        if self.facts.host not in hosts:
+            return
+        index = hosts.index(self.facts.host)
+        targets = [roster[i] for i in targets_of(index, len(roster), self.k, self.seed)]
+        with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
+            results = list(pool.map(lambda t: probe(self.listener.address, t, self.connect_timeout_s), targets))
+        record = {"host": self.facts.host, "interface": self.listener.interface, "address": self.listener.address,
+                  "results": results}
+        self.store.set(f"reach/result/{self.facts.host}", json.dumps(record))
+        self.store.add("reach/done", 1)
+        self._roster_size = len(roster)
+
+    def finish(self, timeout_s: float) -> None:
+        """Keep listening until every host has probed (or the deadline), then close."""
+        if not self.active:
+            return
+        size = getattr(self, "_roster_size", 0)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while size and self.store.add("reach/done", 0) < size and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+        finally:
+            self.listener.close()
+
+    def collect(self, roster: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+        """Rank 0: every host's published result, and which hosts published none in time."""
+        deadline = time.monotonic() + timeout_s
+        results: dict[str, Any] = {}
+        while True:
+            for entry in roster:
+                key = f"reach/result/{entry['host']}"
+                if entry["host"] not in results and self.store.check([key]):
+                    results[entry["host"]] = json.loads(self.store.get(key))["results"]
+            if len(results) == len(roster) or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        return {
+            "roster": roster,
+            "results": results,
+            "missing": sorted(e["host"] for e in roster if e["host"] not in results),
+            "k": self.k,
+            "connect_timeout_s": self.connect_timeout_s,
+        }
+
+    def _wait_json(self, key: str, timeout_s: float) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if self.store.check([key]):
+                    return json.loads(self.store.get(key))
+            except Exception:
+                return None  # the store went away (rank 0 exited): nothing more to do
+            time.sleep(POLL_S)
+        return None

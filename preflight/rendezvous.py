@@ -1,0 +1,100 @@
+"""Joining MASTER_ADDR:MASTER_PORT without hanging on, or mixing with, something that is not ours.
+
+A c10d TCPStore client that connects to a program that is not a store (another service on
+MASTER_PORT) waits forever, whatever its timeout says (torch 2.13, measured). And a client
+that reaches another job's preflight store would publish into it. So a rank joins in three
+bounded steps:
+
+1. wait until MASTER_ADDR:MASTER_PORT accepts a TCP connection (rank 0 may start later),
+   within the exchange deadline;
+2. create the TCPStore client in a helper thread, given HANDSHAKE_S to answer as a store;
+3. unless a launcher agent hosts the store, read the owner mark rank 0 set when it hosted
+   the store (run id, world size) and refuse a store marked by another run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from datetime import timedelta
+from typing import Any
+
+from preflight.deadline import call_with_deadline
+from preflight.model import World
+
+OWNER_KEY = "preflight/owner"
+HANDSHAKE_S = 5.0
+
+
+class ForeignStore(Exception):
+    """MASTER_ADDR:MASTER_PORT answers, but not as this run's store."""
+
+
+def owner_mark(world: World) -> dict[str, Any]:
+    """What rank 0 writes into the store it hosts, so clients can tell it is theirs."""
+    return {"run_id": world.run_id, "world_size": world.world_size, "host": world.host, "pid": os.getpid()}
+
+
+def mark_store(store: Any, world: World) -> None:
+    """Rank 0, right after hosting: claim the store for this run."""
+    store.set(OWNER_KEY, json.dumps(owner_mark(world)))
+
+
+def wait_for_listener(addr: str, port: int, timeout_s: float) -> float:
+    """Seconds until addr:port accepted a TCP connection; raises OSError with the last error at the deadline."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((addr, port), timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                return time.monotonic() - started
+        except OSError as exc:
+            last = exc
+            time.sleep(0.1)
+    reason = f"{type(last).__name__}: {last}" if last else "no attempt finished"
+    raise OSError(f"{addr}:{port} did not accept a connection within {timeout_s:g}s ({reason})")
+
+
+def join_store(world: World, timeout_s: float) -> Any:
+    """A TCPStore client of this run's store; OSError when unreachable, ForeignStore when not ours."""
+    from torch.distributed import TCPStore
+
+    addr, port = world.master_addr, world.master_port
+    spent = wait_for_listener(addr, port, timeout_s)
+    remaining = max(1.0, timeout_s - spent)
+    handshake = min(HANDSHAKE_S, remaining)
+    outcome = call_with_deadline(
+        lambda: TCPStore(addr, port, None, False, timedelta(seconds=remaining)), handshake
+    )
+    if outcome.timed_out:
+        raise ForeignStore(
+            f"{addr}:{port} accepts connections but did not answer as a c10d store within {handshake:g}s: "
+            "another program holds MASTER_PORT"
+        )
+    if outcome.error is not None:
+        raise outcome.error
+    store = outcome.value
+    if not world.use_agent_store:
+        _verify_owner(store, world, min(HANDSHAKE_S, remaining))
+    return store
+
+
+def _verify_owner(store: Any, world: World, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not store.check([OWNER_KEY]):
+        if time.monotonic() >= deadline:
+            raise ForeignStore(
+                f"the store at {world.master_addr}:{world.master_port} carries no preflight owner mark after "
+                f"{timeout_s:g}s: it is not this run's rank 0 (another job's rendezvous on the same port?)"
+            )
+        time.sleep(0.05)
+    mark = json.loads(store.get(OWNER_KEY))
+    if mark.get("run_id") != world.run_id or mark.get("world_size") != world.world_size:
+        raise ForeignStore(
+            f"the store at {world.master_addr}:{world.master_port} belongs to another run "
+            f"(run id {mark.get('run_id')!r}, world size {mark.get('world_size')}, hosted by pid {mark.get('pid')} "
+            f"on {mark.get('host')}), not this one (run id {world.run_id!r}, world size {world.world_size})"
+        )
