@@ -188,6 +188,8 @@ class ProbeResult:
     verified: bool = True
     wrong_ranks: list[int] = field(default_factory=list)  # ranks whose output was wrong
     bad_sources: list[int] = field(default_factory=list)  # ranks whose data arrived wrong
+    nominal_gbps: float | None = None  # the group's link rate, where readable (probes/nominal.py)
+    nominal_source: str = ""  # e.g. "NVLink4 x18", "mlx5_0 port 1 400 Gb/sec (4X NDR)"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -219,6 +221,7 @@ class ProbeSummary:
     slowest_hosts: list[str]
     time_s: float  # the slowest group's time per op
     verified: bool
+    nominal_gbps: float | None = None  # the slowest group's link rate, where readable
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -238,7 +241,7 @@ def summarize_probes(results: list[ProbeResult]) -> list[ProbeSummary]:
         figures = [r.busbw_gbps for r in members]
         out.append(ProbeSummary(dim, op, size, len(members), min(figures), statistics.median(figures),
                                 max(figures), slowest.group_index, list(slowest.ranks), list(slowest.hosts),
-                                slowest.time_s, all(r.verified for r in members)))
+                                slowest.time_s, all(r.verified for r in members), slowest.nominal_gbps))
     return out
 
 
@@ -262,6 +265,7 @@ class ReportMeta:
     duration_s: float = 0.0
     versions: dict[str, str] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # phase name -> seconds
+    expected_busbw_gbps: dict[str, float] = field(default_factory=dict)  # --expect, per dimension
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

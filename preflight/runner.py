@@ -29,7 +29,8 @@ from preflight.exchange import Collected, Exchange
 from preflight.facts import GatherOptions, gather_facts
 from preflight.model import CheckOutcome, ExitCode, Finding, JobReport, RankFacts, ReportMeta, Severity, World
 from preflight.options import RunOptions
-from preflight.probes.plan import validate_probe_options
+from preflight.probes.nominal import annotate as annotate_nominal_rates
+from preflight.probes.plan import parse_expect, validate_probe_options
 from preflight.reachability import Reachability
 from preflight.registry import CROSS, LOCAL, CheckContext, engine_findings, select_checks
 from preflight.reports import write_reports
@@ -254,6 +255,7 @@ def _probe(state: RunState, exchange: Exchange, go: bool, reason: str) -> None:
         state.findings += engine_findings("RUN003", reason=reason)
         return
     outcome = probes.run_probes(state.world, state.options, exchange.store)
+    annotate_nominal_rates(outcome.results, state.all_facts)
     state.probe_results += outcome.results
     state.findings += outcome.findings
 
@@ -303,6 +305,7 @@ def build_report(state: RunState) -> JobReport:
         duration_s=round(finished - state.started, 3),
         versions=dict(state.facts.versions) if state.facts else {},
         phases=dict(state.phases),
+        expected_busbw_gbps=parse_expect(options.expect),
     )
     return JobReport(
         meta=meta,

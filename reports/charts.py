@@ -75,9 +75,12 @@ def groups_figure(dim: str, results: list[ProbeResult], expected: float | None) 
         for r in at_largest:
             ratio = f" ({r.busbw_gbps / median:.2f} x median)" if median > 0 else ""
             check = "" if r.verified else "<br><b>RESULT WRONG (verification failed)</b>"
+            nominal = (f"<br>{r.busbw_gbps / r.nominal_gbps:.0%} of {r.nominal_gbps:g} GB/s "
+                       f"({_esc(r.nominal_source)})" if r.nominal_gbps else "")
             texts.append(
                 f"{_esc(op)} {human_bytes(largest)}, group {r.group_index}<br>busbw {r.busbw_gbps:.2f} GB/s{ratio}"
-                f"<br>ranks {_esc(rank_ranges(r.ranks))}<br>hosts {_esc(compress_hostlist(r.hosts), 200)}{check}"
+                f"{nominal}<br>ranks {_esc(rank_ranges(r.ranks))}<br>hosts {_esc(compress_hostlist(r.hosts), 200)}"
+                f"{check}"
             )
         xs = [r.group_index for r in at_largest]
         groups_seen += xs
@@ -90,6 +93,13 @@ def groups_figure(dim: str, results: list[ProbeResult], expected: float | None) 
         traces.append({
             "type": "scatter", "mode": "lines", "name": f"{_esc(op)} sibling median", "x": [min(xs), max(xs)],
             "y": [round(median, 4)] * 2, "hoverinfo": "name", "line": {"color": colour, "dash": "dash", "width": 1},
+        })
+    nominal = min((r.nominal_gbps for r in results if r.nominal_gbps), default=None)
+    if nominal is not None and groups_seen:
+        traces.append({
+            "type": "scatter", "mode": "lines", "name": f"link nominal {nominal:g} GB/s",
+            "x": [min(groups_seen), max(groups_seen)], "y": [nominal, nominal], "hoverinfo": "name",
+            "line": {"color": "#999", "dash": "longdash", "width": 1},
         })
     if expected is not None and groups_seen:
         traces.append({

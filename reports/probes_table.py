@@ -1,18 +1,19 @@
-"""The probe table both text renderers show: one row per dimension x op x size."""
+"""The probe table the text and terminal reports both show: one row per dimension x op x size.
+
+Busbw over the dimension's groups (min / median / max), the slowest group with its ranks and
+hosts, the expected rate (`--expect`) and the slowest group's figure as a fraction of its
+link's nominal rate, where the link rate was readable (NVLink via NVML, IB via sysfs).
+"""
 
 from __future__ import annotations
 
+from preflight.hostlist import host_ranges, rank_ranges
 from preflight.model import JobReport, summarize_probes
-from preflight.reports.common import rank_ranges
+from preflight.reports.bandwidth import expected_busbw, human_bytes
 
-HEADERS = ["dim", "op", "size", "groups", "busbw min", "median", "max GB/s", "slowest group", "time/op", "ok"]
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:g} {unit}"
-    return f"{nbytes} B"
+TITLE = "collective probes: busbw in GB/s (1e9 B/s) over each dimension's groups"
+HEADERS = ["dim", "op", "size", "groups", "min", "median", "max", "slowest group", "expected", "of nominal",
+           "data"]
 
 
 def _time(seconds: float) -> str:
@@ -21,9 +22,14 @@ def _time(seconds: float) -> str:
 
 def probe_rows(report: JobReport) -> list[list[str]]:
     """Rows for HEADERS, in the order the probes ran; empty when no probe ran."""
-    return [
-        [s.dim, s.op, _size(s.size_bytes), str(s.groups), f"{s.busbw_min_gbps:.3g}", f"{s.busbw_median_gbps:.3g}",
-         f"{s.busbw_max_gbps:.3g}", f"#{s.slowest_group} (ranks {rank_ranges(s.slowest_ranks)})", _time(s.time_s),
-         "yes" if s.verified else "WRONG"]
-        for s in summarize_probes(report.probes)
-    ]
+    expected = expected_busbw(report)
+    rows = []
+    for s in summarize_probes(report.probes):
+        slowest = (f"#{s.slowest_group} ranks {rank_ranges(s.slowest_ranks, limit=3)} on "
+                   f"{host_ranges(s.slowest_hosts, limit=24)}, {_time(s.time_s)}/op")
+        fraction = f"{s.busbw_min_gbps / s.nominal_gbps:.0%}" if s.nominal_gbps else ""
+        rows.append([s.dim, s.op, human_bytes(s.size_bytes), str(s.groups), f"{s.busbw_min_gbps:.3g}",
+                     f"{s.busbw_median_gbps:.3g}", f"{s.busbw_max_gbps:.3g}", slowest,
+                     f"{expected[s.dim]:g}" if s.dim in expected else "", fraction,
+                     "ok" if s.verified else "WRONG"])
+    return rows

@@ -50,7 +50,7 @@ def render(report: JobReport, stream: TextIO) -> None:
         console.print(table)
     probe_rows = probes_table.probe_rows(report)
     if probe_rows:
-        probes = Table(title="collective probes (busbw, GB = 1e9 B)", expand=True)
+        probes = Table(title=probes_table.TITLE, expand=True)
         for column in probes_table.HEADERS:
             probes.add_column(column, overflow="fold")
         for row in probe_rows:

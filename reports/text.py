@@ -6,9 +6,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from preflight.hostlist import compress_hostlist
 from preflight.model import JobReport
-from preflight.reports.bandwidth import expected_busbw, human_bytes, largest_size, probe_dimensions
 from preflight.reports.common import (
     SEVERITY_LABEL,
     exclude_text,
@@ -18,27 +16,18 @@ from preflight.reports.common import (
     world_summary,
 )
 from preflight.reports.drift import UNSET, env_drift
+from preflight.reports.probes_table import HEADERS, TITLE, probe_rows
 
 MAX_DRIFT_ROWS = 20
 
 
 def _probe_table(report: JobReport) -> list[str]:
-    expected = expected_busbw(report)
-    rows = []
-    for dim, results in probe_dimensions(report).items():
-        for summary in largest_size(dim, results):
-            slow = summary.slowest
-            rows.append([
-                dim, summary.op, human_bytes(summary.size_bytes), len(summary.groups),
-                f"{summary.median_gbps:.2f}", f"{slow.busbw_gbps:.2f} (group {slow.group_index}, "
-                f"{compress_hostlist(slow.hosts)})", f"{expected[dim]:g}" if dim in expected else "",
-                sum(1 for r in results if r.op == summary.op and not r.verified) or "",
-            ])
+    rows = probe_rows(report)
     if not rows:
         return []
-    return ["", "busbw at the largest size (GB/s)", tabulate(
-        rows, headers=["dim", "op", "size", "groups", "median", "slowest (group, hosts)", "expected", "wrong"],
-        tablefmt="simple", maxcolwidths=[None, None, None, None, None, 50, None, None])]
+    widths = [None] * len(HEADERS)
+    widths[HEADERS.index("slowest group")] = 44
+    return ["", TITLE, tabulate(rows, headers=HEADERS, tablefmt="simple", maxcolwidths=widths)]
 
 
 def _drift_table(report: JobReport) -> list[str]:

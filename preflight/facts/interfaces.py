@@ -3,16 +3,13 @@
 Fills `facts.network["interfaces"]` with one dict per interface, in this shape (shared with
 the network facts in preflight/facts/network.py, which add more beside it):
 
-    {"name": "ib0", "up": True, "mtu": 2044, "addresses": ["10.0.0.7", "fe80::1"]}
+    {"name": "ib0", "up": True, "mtu": 2044, "speed_mbps": 100000, "addresses": ["10.0.0.7", "fe80::1"]}
 
-It also records `facts.network["ib_devices"]` (device names under <sysfs>/class/infiniband)
-unless another gatherer already filled it: the IB-dependent checks (NCCL_IB_DISABLE,
-RLIMIT_MEMLOCK) need to know whether this host has RDMA devices at all.
+The RDMA ports (`facts.network["ib_devices"]`) come from preflight/facts/network.py.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -37,21 +34,12 @@ def read_interfaces() -> list[dict[str, Any]]:
             "name": name,
             "up": bool(stat.isup) if stat else False,
             "mtu": int(stat.mtu) if stat else 0,
+            "speed_mbps": int(stat.speed) if stat else 0,  # 0: unknown (loopback, most virtual links)
             "addresses": [a.address.split("%", 1)[0] for a in addresses.get(name, []) if a.family in _FAMILIES],
         })
     return interfaces
 
 
-def read_ib_devices(sysfs_root: str) -> list[dict[str, Any]]:
-    """RDMA devices by name (`mlx5_0`, ...) from <sysfs_root>/class/infiniband."""
-    folder = os.path.join(sysfs_root, "class", "infiniband")
-    try:
-        return [{"name": name} for name in sorted(os.listdir(folder))]
-    except OSError:  # no such folder: no IB stack on this host
-        return []
-
-
 def gather(facts: RankFacts, options: GatherOptions) -> None:
-    """Fill facts.network["interfaces"] (and ib_devices where nobody did)."""
+    """Fill facts.network["interfaces"]."""
     facts.network["interfaces"] = read_interfaces()
-    facts.network.setdefault("ib_devices", read_ib_devices(options.sysfs_root))

@@ -68,3 +68,6 @@ def test_unshaped_hosts_have_no_straggler_over_repeated_runs(netns_hosts, tmp_pa
         found = _ids(report)
         assert len(report["probes"]) == 2 * 2 * 2 * 2 + 2  # (dp, tp) x 2 groups x 2 ops x 2 sizes + world
         assert not {"BW003", "BW004", "BW005", "BW006"} & set(found), [f["message"] for f in report["findings"]]
+        # Groups spanning hosts run over ib0, a veth whose speed (10000 Mb/s) is the nominal rate.
+        spanning = [p for p in report["probes"] if len(set(p["hosts"])) > 1]
+        assert spanning and all(p["nominal_gbps"] == 1.25 and "ib0" in p["nominal_source"] for p in spanning)
