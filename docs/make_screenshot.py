@@ -2,16 +2,16 @@
 
     .venv/bin/python docs/make_screenshot.py [--out docs/report.png] [--keep DIR]
 
-1. Runs `preflight run` as 8 real env:// ranks on this machine (gloo, c10d store), with
-   faults planted in their environments: rank 5 sets TORCH_NCCL_ASYNC_ERROR_HANDLING=0,
-   rank 6 has NCCL_DEBUG=INFO where the others have WARN. Each pair of ranks reports a host
-   name node01..node04 (a sitecustomize hook replaces socket.gethostname: a documented fake,
-   so that one machine shows a multi-host layout).
-2. That run fails (exit 3), so its probes never start. Until the probes exist, the script adds
-   made-up ProbeResults for a dp2,tp4 mesh in which node03 is slow (tests/helpers/synthetic.py,
-   a documented fake) and re-renders the run's JSON with `preflight report --html`; when the
-   run did measure probes, they are kept as they are.
-3. Opens the HTML in headless chromium (selenium + chromedriver) and saves a full-page PNG.
+1. Runs `preflight run --mesh dp2,tp4` as 8 real env:// ranks on this machine (gloo, c10d
+   store, real process groups and probes), with faults planted from outside preflight by a
+   `sitecustomize.py` on PYTHONPATH:
+   - rank 5 negates its all_to_all input (a corrupting rank: BW001, an error naming it);
+   - rank 2 sleeps 30 ms in every all_reduce (a slow rank: its groups are stragglers);
+   - rank 6 has NCCL_DEBUG=INFO where the others have WARN (environment drift).
+   Ranks 0-3 report host name node01 and ranks 4-7 node02 (the same hook replaces
+   socket.gethostname: a documented fake, so that one machine shows a two-host layout).
+2. Renders the HTML (`--html`), opens it in headless chromium (selenium + chromedriver) and
+   saves a full-page PNG.
 """
 
 from __future__ import annotations
@@ -34,32 +34,49 @@ from tests.helpers.browser import (  # noqa: E402
     full_page_screenshot,
     wait_ready,
 )
-from tests.helpers.hosts import fake_hostnames_env  # noqa: E402
-from tests.helpers.ranks import run_cli, spawn_env_ranks  # noqa: E402
-from tests.helpers.synthetic import probe_results  # noqa: E402
+from tests.helpers.ranks import spawn_env_ranks  # noqa: E402
+
+PLANTS = """
+import os, socket, time
+_rank = int(os.environ["RANK"])
+_host = "node%02d" % (_rank // 4 + 1)
+socket.gethostname = lambda: _host
+os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"] = str(_rank % 4), "4"
+if _rank in (2, 5):
+    import torch.distributed as dist
+    if _rank == 2:
+        _real_all_reduce = dist.all_reduce
+        def _slow_all_reduce(*args, **kwargs):
+            time.sleep(0.03)
+            return _real_all_reduce(*args, **kwargs)
+        dist.all_reduce = _slow_all_reduce
+    else:
+        _real_a2a = dist.all_to_all_single
+        def _corrupt_a2a(output, input, *args, **kwargs):
+            input.mul_(-1)
+            return _real_a2a(output, input, *args, **kwargs)
+        dist.all_to_all_single = _corrupt_a2a
+"""
 
 
 def make(out: Path, folder: Path) -> None:
-    """Run, re-render, screenshot."""
+    """Run with the planted faults, render, screenshot."""
     run_json, html = folder / "run.json", folder / "report.html"
+    plants = folder / "plants"
+    plants.mkdir(exist_ok=True)
+    (plants / "sitecustomize.py").write_text(PLANTS)
     ranks = spawn_env_ranks(
-        8, ["--timeout", "60", "--json", str(run_json), "--quiet"],
-        common_env={**fake_hostnames_env(folder, per_host=2), "NCCL_DEBUG": "WARN"},
-        rank_env={5: {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, 6: {"NCCL_DEBUG": "INFO"}},
-        timeout=180,
+        8, ["--timeout", "60", "--mesh", "dp2,tp4", "--sizes", "256KiB,1MiB,4MiB", "--iters", "5",
+            "--json", str(run_json), "--html", str(html), "--quiet"],
+        common_env={"PYTHONPATH": str(plants), "NCCL_DEBUG": "WARN"},
+        rank_env={6: {"NCCL_DEBUG": "INFO"}},
+        timeout=240,
     )
-    if not run_json.exists():
-        raise SystemExit(f"the run wrote no report: {ranks[0].stderr}")
+    if not html.exists():
+        raise SystemExit(f"the run wrote no report: {ranks[0].stdout}\n{ranks[0].stderr}")
     report = JobReport.from_dict(json.loads(run_json.read_text()))
     if not report.probes:
-        report.meta.mesh = "dp2,tp4"
-        hosts = {facts.rank: facts.host for facts in report.ranks}
-        report.probes = probe_results("dp2,tp4", hosts, link_gbps={"dp": 8.0, "tp": 20.0},
-                                      slow_hosts={"node03": 0.35})
-        run_json.write_text(json.dumps(report.to_dict()))
-    rendered = run_cli(["report", str(run_json), "--html", str(html)])
-    if not html.exists():
-        raise SystemExit(f"preflight report failed: {rendered.stderr}")
+        raise SystemExit(f"the run measured no probes: {report.why}")
     chromium, chromedriver = find_chromium(), shutil.which("chromedriver")
     if not chromium or not chromedriver:
         raise SystemExit("needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
