@@ -64,11 +64,25 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions) -> int:
     with tempfile.TemporaryDirectory(prefix="preflight-launch-") as folder:
         verdict_file = Path(folder, "verdict")
         try:
-            elastic_launch(config, sys.executable)("-m", "preflight", "run", *args,
-                                                   "--verdict-file", str(verdict_file))
+            program, *prefix = worker_command()
+            elastic_launch(config, program)(*prefix, "run", *args, "--verdict-file", str(verdict_file))
         except ChildFailedError as failed:
             return _verdict(verdict_file, failed)
     return int(ExitCode.PASSED)
+
+
+def worker_command() -> list[str]:
+    """How workers start preflight: the installed console script, else `python -m preflight`.
+
+    `python -m` puts the working directory first on sys.path, so run from a preflight source
+    checkout it would import the source folder `preflight/`, which lacks the `checks` and
+    `reports` subpackages that only the installed layout maps into it. The console script's
+    own folder comes first instead.
+    """
+    script = Path(sys.executable).with_name("preflight")
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [sys.executable, "-m", "preflight"]
 
 
 def _verdict(verdict_file: Path, failed: Any) -> int:

@@ -40,6 +40,12 @@ def test_fresh_venv_install_runs_outside_the_source_tree(tmp_path: Path) -> None
     assert "PASSED" in launched.stdout
     report = json.loads((outside / "r.json").read_text())
     assert report["meta"]["world_size"] == 2
+    # From a source checkout too (the README's first command runs there): the workers must
+    # import the installed package, not the checkout's `preflight/` folder.
+    in_checkout = subprocess.run(["preflight", "launch", "-n", "2", "--skip", "probe", "--json",
+                                  str(tmp_path / "checkout.json")], cwd=REPO, env=env, capture_output=True,
+                                 text=True, timeout=180)
+    assert in_checkout.returncode == 0, in_checkout.stdout + in_checkout.stderr
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import preflight; print(preflight.__file__)"],
                            cwd=outside, env=env, capture_output=True, text=True, timeout=60).stdout
     assert where.startswith(purelib)
