@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from preflight.errors import BadInput
 from preflight.model import Finding, Severity
 
 LOCAL = "local"  # a pure function of one rank's facts, run on every rank
@@ -109,7 +110,15 @@ def load_builtin_checks() -> None:
     import importlib
     import pkgutil
 
-    import preflight.checks as package
+    try:
+        import preflight.checks as package
+    except ModuleNotFoundError:
+        import preflight
+
+        raise BadInput(
+            f"preflight was imported from the source folder {preflight.__path__[0]}, which lacks the "
+            "installed layout's checks/reports subpackages; run from another directory, or `pip install -e .`"
+        ) from None
 
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{package.__name__}.{module.name}")
