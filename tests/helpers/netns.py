@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.helpers.ranks import PYTHON, RankRun, base_env, free_port
+from tests.helpers.ranks import PYTHON, RankRun, base_env, free_port, wait_for_ranks
 from tests.helpers.tools import require, require_root, require_tool
 
 NETNS_ETC = Path("/etc/netns")
@@ -287,14 +287,4 @@ def spawn_ranks_on_hosts(
             })
             procs[rank] = host.popen([PYTHON, "-m", "preflight", "run", *args], env=env, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    results = {}
-    for rank, proc in procs.items():
-        remaining = max(1.0, timeout - (time.monotonic() - started))
-        try:
-            out, err = proc.communicate(timeout=remaining)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            err += "\n[test helper: killed after timeout]"
-        results[rank] = RankRun(rank, proc.returncode, out, err, time.monotonic() - started)
-    return results
+    return wait_for_ranks(procs, started, timeout)

@@ -100,6 +100,11 @@ def spawn_env_ranks(
         prefix = list((wrap or {}).get(rank, ()))
         procs[rank] = subprocess.Popen([*prefix, PYTHON, "-m", "preflight", "run", *args], env=env, text=True,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return wait_for_ranks(procs, started, timeout)
+
+
+def wait_for_ranks(procs: Mapping[int, subprocess.Popen[str]], started: float, timeout: float) -> dict[int, RankRun]:
+    """Wait for every rank's process, killing what is still running `timeout` s after `started`."""
     results = {}
     for rank, proc in procs.items():
         remaining = max(1.0, timeout - (time.monotonic() - started))
