@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from preflight.model import CheckOutcome, Finding, JobReport, ReportMeta, Severity
-from preflight.reports import exclude, junit, text
+from preflight.reports import exclude, junit, probes_table, text
 from tests.helpers.synthetic import big_report
 
 
@@ -48,10 +48,13 @@ def test_exclude_file_one_host_per_line_and_empty_when_none(tmp_path: Path) -> N
 
 
 def test_text_report_has_probe_and_drift_tables() -> None:
-    out = text.render(big_report(world_size=64, ranks_per_host=8, mesh="dp2,pp2,tp16"))
+    report = big_report(world_size=64, ranks_per_host=8, mesh="dp2,pp2,tp16")
+    out = text.render(report)
     assert out.startswith("preflight: FAILED (exit 3)")
     assert "--exclude=gpu[0007,0042]" in out
-    probes = out.split("busbw at the largest size (GB/s)", 1)[1].split("environment drift", 1)[0]
-    assert len([line for line in probes.splitlines() if line.startswith(("dp ", "pp ", "tp "))]) == 9
+    probes = out.split(probes_table.TITLE, 1)[1].split("environment drift", 1)[0]
+    rows = [line for line in probes.splitlines() if line.startswith(("dp ", "pp ", "tp "))]
+    # One row per dimension x op x size, each dimension's ops at every size.
+    assert len(rows) == len({(p.dim, p.op, p.size_bytes) for p in report.probes}) == 3 * 3 * 7
     assert "'mlx5_1' on ranks 48-55" in out
     assert max(len(line) for line in out.splitlines()) < 200  # readable in a Slurm .out file
