@@ -31,7 +31,7 @@ def _ranks(ranks: Iterable[int]) -> str:
     hint="Wrong data is never a slow link: drain the named ranks' hosts and run GPU memory and "
     "NIC diagnostics (dcgmi diag -r 3, ibv_rc_pingpong) before any training on them.",
 )
-def wrong_result(dim: str, op: str, size_bytes: int, group_index: int, ranks: list[int], hosts: list[str],
+def wrong_result(dim: str, op: str, sizes: list[int], group_index: int, ranks: list[int], hosts: list[str],
                  wrong_ranks: list[int], bad_sources: list[int]) -> Iterable[Problem]:
     """A collective returned a wrong value.
 
@@ -42,10 +42,11 @@ def wrong_result(dim: str, op: str, size_bytes: int, group_index: int, ranks: li
     """
     culprits = bad_sources or wrong_ranks
     yield Problem(
-        f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) at {_size(size_bytes)} returned wrong data: "
+        f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) returned wrong data at "
+        f"{', '.join(_size(size) for size in sorted(sizes))}: "
         f"data from rank(s) {_ranks(bad_sources) or '?'} arrived wrong on rank(s) {_ranks(wrong_ranks)}",
         ranks=culprits, hosts=[h for r, h in zip(ranks, hosts) if r in culprits],
-        data={"dim": dim, "op": op, "size_bytes": size_bytes, "group_index": group_index,
+        data={"dim": dim, "op": op, "sizes": sorted(sizes), "group_index": group_index,
               "wrong_ranks": wrong_ranks, "bad_sources": bad_sources, "host_fault": True},
     )
 

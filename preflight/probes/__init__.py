@@ -64,6 +64,15 @@ def outcome_has_hang(outcome: ProbeOutcome) -> bool:
     return any(f.check_id == "BW002" for f in outcome.findings)
 
 
+def _wrong_by_group(results: list[ProbeResult]) -> list[list[ProbeResult]]:
+    """Unverified results, one list per (dim, op, group) across sizes: one finding per group, not per size."""
+    grouped: dict[tuple[str, str, int], list[ProbeResult]] = {}
+    for result in results:
+        if not result.verified:
+            grouped.setdefault((result.dim, result.op, result.group_index), []).append(result)
+    return list(grouped.values())
+
+
 def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float) -> ProbeOutcome:
     from preflight.probes import collect, judge
 
@@ -81,11 +90,12 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
             elapsed_s=hang.elapsed_s, failed=hang.failed, reason=hang.reason,
             # rank 0's own time from the start of the step it stopped in to this finding
             reported_after_s=status.elapsed_s + time.monotonic() - stopped_at)
-    for r in outcome.results:
-        if not r.verified:
-            outcome.findings += engine_findings(
-                "BW001", dim=r.dim, op=r.op, size_bytes=r.size_bytes, group_index=r.group_index, ranks=r.ranks,
-                hosts=r.hosts, wrong_ranks=r.wrong_ranks, bad_sources=r.bad_sources)
+    for wrong in _wrong_by_group(outcome.results):
+        first = wrong[0]
+        outcome.findings += engine_findings(
+            "BW001", dim=first.dim, op=first.op, sizes=[r.size_bytes for r in wrong], group_index=first.group_index,
+            ranks=first.ranks, hosts=first.hosts, wrong_ranks=sorted({x for r in wrong for x in r.wrong_ranks}),
+            bad_sources=sorted({x for r in wrong for x in r.bad_sources}))
     outcome.findings += _spans_hosts(mesh_dims, groups, hosts)
     localize: list[int] = []
     if hang is None:

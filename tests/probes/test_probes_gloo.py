@@ -87,6 +87,8 @@ def test_corrupting_rank_is_a_correctness_error_naming_it(tmp_path: Path) -> Non
     assert wrong and all(f["ranks"] == [3] and f["severity"] == "error" for f in wrong)
     expected = {(d, o) for d in ("pp", "tp") for o in ("all_reduce", "all_to_all")} | {("world", "all_reduce")}
     assert {(f["data"]["dim"], f["data"]["op"]) for f in wrong} == expected
+    # One finding per group, naming every size it failed at, not one per size.
+    assert len(wrong) == len(expected) and all(f["data"]["sizes"] == [65536, 262144] for f in wrong)
     assert all(not p["verified"] for p in report["probes"] if 3 in p["ranks"])
     assert all(p["verified"] for p in report["probes"] if 3 not in p["ranks"])
 
