@@ -10,13 +10,7 @@ from collections.abc import Iterable
 
 from preflight.model import Severity
 from preflight.registry import ENGINE, Problem, check
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:g} {unit}"
-    return f"{nbytes} B"
+from preflight.units import human_bytes
 
 
 def _ranks(ranks: Iterable[int]) -> str:
@@ -43,7 +37,7 @@ def wrong_result(dim: str, op: str, sizes: list[int], group_index: int, ranks: l
     culprits = bad_sources or wrong_ranks
     yield Problem(
         f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) returned wrong data at "
-        f"{', '.join(_size(size) for size in sorted(sizes))}: "
+        f"{', '.join(human_bytes(size) for size in sorted(sizes))}: "
         f"data from rank(s) {_ranks(bad_sources) or '?'} arrived wrong on rank(s) {_ranks(wrong_ranks)}",
         ranks=culprits, hosts=[h for r, h in zip(ranks, hosts) if r in culprits],
         data={"dim": dim, "op": op, "sizes": sorted(sizes), "group_index": group_index,
@@ -71,7 +65,7 @@ def probe_hang(dim: str, op: str, size_bytes: int, group_index: int, culprits: d
     that moved past it (skipped the op or returned early) and ranks that never reached it.
     """
     group = f"{dim} group {group_index}" if group_index >= 0 else "the control barrier"
-    what = f"{op} on {group} at {_size(size_bytes)}" if op else "the probes"
+    what = f"{op} on {group} at {human_bytes(size_bytes)}" if op else "the probes"
     how = "failed" if failed else f"did not finish within {timeout_s:g}s"
     named = "; ".join(f"rank {r}: {why}" for r, why in sorted(culprits.items()))
     yield Problem(
@@ -101,7 +95,7 @@ def straggler_group(dim: str, op: str, size_bytes: int, group_index: int, ranks:
     bus bandwidth. A group below the ratio times the median of the others is a straggler.
     """
     yield Problem(
-        f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) at {_size(size_bytes)}: busbw "
+        f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) at {human_bytes(size_bytes)}: busbw "
         f"{busbw_gbps:.3g} GB/s is {busbw_gbps / siblings_median_gbps:.0%} of its siblings' median "
         f"{siblings_median_gbps:.3g} GB/s (threshold {ratio:.0%})",
         ranks=ranks, hosts=hosts,
@@ -169,7 +163,7 @@ def slow_link(ranks: list[int], hosts: list[str], fraction: float) -> Iterable[P
 def below_expected(dim: str, op: str, size_bytes: int, group_index: int, ranks: list[int], hosts: list[str],
                    busbw_gbps: float, expected_gbps: float) -> Iterable[Problem]:
     """A group's bus bandwidth is below 0.9 x the figure --expect gives for its dimension."""
-    yield Problem(f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) at {_size(size_bytes)}: busbw "
+    yield Problem(f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) at {human_bytes(size_bytes)}: busbw "
                   f"{busbw_gbps:.3g} GB/s is {busbw_gbps / expected_gbps:.0%} of the expected "
                   f"{expected_gbps:.3g} GB/s", ranks=ranks, hosts=hosts,
                   data={"dim": dim, "op": op, "busbw_gbps": busbw_gbps, "expected_busbw_gbps": expected_gbps})

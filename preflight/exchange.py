@@ -22,6 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from preflight.errors import one_line
 from preflight.model import World
 from preflight.rendezvous import ForeignStore, join_store, mark_store
 
@@ -33,7 +34,6 @@ class Collected:
     """What rank 0 received: payloads by rank, and how each arrived."""
 
     payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
-    via: dict[int, str] = field(default_factory=dict)  # rank -> "store" | "dir"
     bad_payloads: dict[int, str] = field(default_factory=dict)  # rank -> why it was rejected
     duplicates: dict[int, list[str]] = field(default_factory=dict)  # rank -> hosts of every claimant
 
@@ -170,7 +170,7 @@ class Exchange:
                      if 0 <= r < self.world.world_size)
         if new:
             for rank, raw in zip(new, self.store.multi_get([f"rank/{r}" for r in new])):
-                self._accept(collected, rank, raw, "store")
+                self._accept(collected, rank, raw)
 
     def _find_duplicates(self, collected: Collected) -> None:
         if self.store is None or self.store.add("reported", 0) <= len(collected.payloads):
@@ -193,12 +193,12 @@ class Exchange:
                 # A file older than this run's start belongs to an earlier run of the same id.
                 if path.stat().st_mtime < self.started - self.timeout_s:
                     continue
-                self._accept(collected, rank, path.read_bytes(), "dir")
+                self._accept(collected, rank, path.read_bytes())
             except OSError:
                 continue
 
     @staticmethod
-    def _accept(collected: Collected, rank: int, raw: bytes, via: str) -> None:
+    def _accept(collected: Collected, rank: int, raw: bytes) -> None:
         try:
             payload = json.loads(raw)
             if not isinstance(payload, dict) or payload.get("rank") != rank:
@@ -207,7 +207,6 @@ class Exchange:
             collected.bad_payloads[rank] = str(exc)[:200]
             return
         collected.payloads[rank] = payload
-        collected.via[rank] = via
 
     def announce(self, name: str, value: dict[str, Any]) -> None:
         """Rank 0: publish a decision (go, verdict) to every rank."""
@@ -233,8 +232,7 @@ def _safe(text: str) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:400]}"
+    return f"{type(exc).__name__}: {one_line(exc, 400)}"
 
 
 def _atomic_write(path: Path, text: str) -> None:

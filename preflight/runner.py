@@ -148,7 +148,7 @@ def _import_torch_quietly() -> None:
 def _follow_rank_zero(state: RunState, exchange: Exchange) -> int:
     """A non-zero rank: wait for go, take part in the probes, then adopt rank 0's verdict."""
     options = state.options
-    if exchange.store is None and exchange.out_dir is None:
+    if not exchange.has_channel():
         print(f"preflight: rank {state.world.rank}: cannot reach rank 0: {exchange.store_error}; "
               f"exit {int(ExitCode.INCOMPLETE)}")
         return int(ExitCode.INCOMPLETE)

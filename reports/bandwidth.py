@@ -9,31 +9,9 @@ from dataclasses import dataclass
 from preflight.model import JobReport, ProbeResult
 
 
-def human_bytes(size: int) -> str:
-    """1048576 -> '1 MiB' (message sizes are powers of two in practice)."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:g} {unit}"
-        value /= 1024
-    return f"{size} B"
-
-
 def expected_busbw(report: JobReport) -> dict[str, float]:
-    """Expected busbw (GB/s) per dimension where the report knows one, else nothing.
-
-    Read from `meta.expected_busbw_gbps` when the model has it, else from a finding's data
-    carrying `dim` and `expected_busbw_gbps` (what a bandwidth check compared against).
-    """
-    found: dict[str, float] = {}
-    meta_expect = getattr(report.meta, "expected_busbw_gbps", None)
-    if isinstance(meta_expect, dict):
-        found.update({str(k): float(v) for k, v in meta_expect.items()})
-    for finding in report.findings:
-        dim, value = finding.data.get("dim"), finding.data.get("expected_busbw_gbps")
-        if isinstance(dim, str) and isinstance(value, (int, float)) and dim not in found:
-            found[dim] = float(value)
-    return found
+    """Expected busbw (GB/s) per dimension, as `--expect` gave it (empty when none was)."""
+    return dict(report.meta.expected_busbw_gbps)
 
 
 def probe_dimensions(report: JobReport) -> dict[str, list[ProbeResult]]:

@@ -14,8 +14,9 @@ from typing import Any
 
 from preflight.hostlist import compress_hostlist
 from preflight.model import Finding, JobReport, ProbeResult, Severity
-from preflight.reports.bandwidth import by_op, human_bytes, largest_size
+from preflight.reports.bandwidth import by_op, largest_size
 from preflight.reports.common import SEVERITY_LABEL, rank_ranges
+from preflight.units import human_bytes
 
 SEVERITY_COLOUR = {
     Severity.OK: "#3a9d5d",

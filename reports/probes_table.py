@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from preflight.hostlist import host_ranges, rank_ranges
 from preflight.model import JobReport, summarize_probes
-from preflight.reports.bandwidth import expected_busbw, human_bytes
+from preflight.reports.bandwidth import expected_busbw
+from preflight.units import human_bytes
 
 TITLE = "collective probes: busbw in GB/s (1e9 B/s) over each dimension's groups"
 HEADERS = ["dim", "op", "size", "groups", "min", "median", "max", "slowest group", "expected", "of nominal",

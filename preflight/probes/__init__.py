@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.errors import one_line
 from preflight.mesh import WORLD_DIM, dim_groups
 from preflight.model import Finding, ProbeResult, World
 from preflight.options import RunOptions
@@ -46,7 +47,7 @@ def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
         plan = build_plan(options, world.world_size, "cuda" if backend == "nccl" else "cpu")
         session = ses.open_session(world, plan, pstore, backend, timeout_s)
     except Exception as exc:  # no NCCL, no GPU, a rank that never joined: nothing to measure
-        return _could_not_run(world, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+        return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
     records, status = ses.run_steps(session)
     stopped_at = time.monotonic()
     ses.publish(pstore, world.rank, world.host, records, status)

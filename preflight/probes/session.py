@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from preflight.errors import one_line
 from preflight.mesh import WORLD_DIM, dim_groups
 from preflight.model import World
 from preflight.probes import ops
@@ -130,7 +131,7 @@ def run_steps(session: Session) -> tuple[list[StepRecord], Status]:
         except ProbeTimeout as exc:
             return records, Status("timeout", index, exc.phase, str(exc)[:200], time.monotonic() - started)
         except (ProbeFailed, RuntimeError) as exc:
-            return records, Status("failed", index, phase, " ".join(str(exc).split())[:300],
+            return records, Status("failed", index, phase, one_line(exc),
                                    time.monotonic() - started)
     return records, Status()
 

@@ -9,6 +9,8 @@ import time
 from datetime import timedelta
 from typing import Any, Callable
 
+from preflight.errors import one_line
+
 
 class ProbeTimeout(Exception):
     """A collective or barrier did not finish before its deadline."""
@@ -43,7 +45,7 @@ def wait_works(works: list[Any], deadline: float, device: str) -> None:
             except RuntimeError as exc:
                 if "timed out" in str(exc).lower() or "timeout" in str(exc).lower():
                     raise ProbeTimeout(str(exc)) from exc
-                raise ProbeFailed(" ".join(str(exc).split())[:300]) from exc
+                raise ProbeFailed(one_line(exc)) from exc
         else:
             while not work.is_completed():
                 remaining(deadline)
