@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from preflight.mesh import MeshDim
+from preflight.lib.mesh_shape import MeshDim
 from preflight.model import World
 from preflight.probes import collect, ops, session
 from preflight.probes.plan import ProbePlan, parse_size

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from preflight.checks._groups import describe, group_by, minority, short
+from preflight.lib.grouping import describe, group_by, minority, short
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, CheckContext, Problem, check
 

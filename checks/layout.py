@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from preflight.checks._groups import describe, group_by, minority
-from preflight.hostlist import host_ranges, rank_ranges
+from preflight.lib.grouping import describe, group_by, minority
+from preflight.lib.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, CheckContext, Problem, check
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from preflight.ifname import match_gloo_interfaces, match_interfaces
+from preflight.lib.ifname import match_gloo_interfaces, match_interfaces
 from preflight.model import RankFacts, Severity
 from preflight.registry import LOCAL, CheckContext, Problem, check
 

@@ -1,6 +1,6 @@
 """`python -m preflight`: the same as the `preflight` console script."""
 
-from preflight.cli import main
+from preflight.commands.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -23,20 +23,29 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from preflight import probes, secrets
-from preflight.checking import merge_findings, merge_outcomes, run_checks
-from preflight.exchange import Collected, Exchange
-from preflight.facts import GatherOptions, gather_facts
+from preflight.lib import secrets
 from preflight.model import CheckOutcome, ExitCode, Finding, JobReport, RankFacts, ReportMeta, Severity, World
 from preflight.options import RunOptions
+from preflight.probes import orchestrate as probes
 from preflight.probes.nominal import annotate as annotate_nominal_rates
 from preflight.probes.plan import parse_expect, validate_probe_options
-from preflight.reachability import Reachability
-from preflight.registry import CROSS, LOCAL, CheckContext, engine_findings, select_checks
+from preflight.registry import (
+    CROSS,
+    LOCAL,
+    CheckContext,
+    engine_findings,
+    merge_findings,
+    merge_outcomes,
+    run_checks,
+    select_checks,
+)
 from preflight.reports import write_reports
-from preflight.reports.progress import PhaseDisplay, phase_display
-from preflight.verdict import bad_hosts, decide_exit_code, explain_verdict, verdict_text
-from preflight.world import resolve_world
+from preflight.steps.exchange import Collected, Exchange
+from preflight.steps.gather import GatherOptions, gather_facts
+from preflight.steps.launchers import resolve_world
+from preflight.steps.phases import PhaseDisplay, phase_display
+from preflight.steps.tcp_reach import Reachability
+from preflight.steps.verdict import bad_hosts, decide_exit_code, explain_verdict, verdict_text
 
 # Seconds a non-zero rank waits for rank 0 beyond rank 0's own deadlines (rendering, skew).
 VERDICT_MARGIN_S = 30.0

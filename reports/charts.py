@@ -12,11 +12,11 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from preflight.hostlist import compress_hostlist
+from preflight.lib.hostlist import compress_hostlist
+from preflight.lib.units import human_bytes
 from preflight.model import Finding, JobReport, ProbeResult, Severity
-from preflight.reports.bandwidth import by_op, largest_size
 from preflight.reports.common import SEVERITY_LABEL, rank_ranges
-from preflight.units import human_bytes
+from preflight.reports.probe_dims import by_op, largest_size
 
 SEVERITY_COLOUR = {
     Severity.OK: "#3a9d5d",

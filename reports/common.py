@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from preflight.hostlist import compress_hostlist, host_ranges, rank_ranges
+from preflight.lib.hostlist import compress_hostlist, host_ranges, rank_ranges
 from preflight.model import Finding, JobReport, Severity
 
 SEVERITY_LABEL = {

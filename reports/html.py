@@ -17,12 +17,12 @@ from typing import Any
 
 import jinja2
 
-from preflight.hostlist import compress_hostlist
+from preflight.lib.hostlist import compress_hostlist
 from preflight.model import JobReport, Severity
 from preflight.reports import charts
-from preflight.reports.bandwidth import expected_busbw, probe_dimensions
 from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, rank_ranges, where, world_summary
-from preflight.reports.drift import env_drift
+from preflight.reports.drift_table import env_drift
+from preflight.reports.probe_dims import expected_busbw, probe_dimensions
 
 _TEMPLATES = Path(__file__).parent / "templates"
 _VERDICT_CLASS = {"passed": "passed", "passed with warnings": "warned", "failed": "failed"}

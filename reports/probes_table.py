@@ -7,10 +7,10 @@ link's nominal rate, where the link rate was readable (NVLink via NVML, IB via s
 
 from __future__ import annotations
 
-from preflight.hostlist import host_ranges, rank_ranges
+from preflight.lib.hostlist import host_ranges, rank_ranges
+from preflight.lib.units import human_bytes
 from preflight.model import JobReport, summarize_probes
-from preflight.reports.bandwidth import expected_busbw
-from preflight.units import human_bytes
+from preflight.reports.probe_dims import expected_busbw
 
 TITLE = "collective probes: busbw in GB/s (1e9 B/s) over each dimension's groups"
 HEADERS = ["dim", "op", "size", "groups", "min", "median", "max", "slowest group", "expected", "of nominal",

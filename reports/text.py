@@ -15,7 +15,7 @@ from preflight.reports.common import (
     where,
     world_summary,
 )
-from preflight.reports.drift import UNSET, env_drift
+from preflight.reports.drift_table import UNSET, env_drift
 from preflight.reports.probes_table import HEADERS, TITLE, probe_rows
 
 MAX_DRIFT_ROWS = 20

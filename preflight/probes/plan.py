@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.errors import BadInput
-from preflight.mesh import WORLD_DIM, MeshDim, parse_mesh_syntax, resolve_mesh
+from preflight.lib.errors import BadInput
+from preflight.lib.mesh_shape import WORLD_DIM, MeshDim, parse_mesh_syntax, resolve_mesh
 from preflight.options import RunOptions
 
 OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "send_recv", "broadcast")

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from preflight.errors import one_line
-from preflight.mesh import WORLD_DIM, dim_groups
+from preflight.lib.errors import one_line
+from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.model import World
 from preflight.probes import ops
 from preflight.probes.plan import ProbePlan

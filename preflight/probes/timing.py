@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 from typing import Any, Callable
 
-from preflight.errors import one_line
+from preflight.lib.errors import one_line
 
 
 class ProbeTimeout(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import random
 
-from preflight.checks.drift import is_collective, is_per_rank
+from preflight.checks.env_agreement import is_collective, is_per_rank
 from preflight.model import JobReport, ReportMeta
 from preflight.reports import terminal, text
 from tests.helpers.facts import cluster, run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.explain import print_explanation
+from preflight.commands.explain import print_explanation
 from preflight.registry import all_checks
 from tests.helpers.ranks import run_cli
 

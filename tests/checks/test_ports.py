@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.facts.ports import ephemeral_range, port_holders, port_in_use
+from preflight.steps.gather.master_port import ephemeral_range, port_holders, port_in_use
 from tests.helpers.ranks import PYTHON, base_env, free_port, read_json, spawn_env_ranks
 from tests.helpers.tools import require
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from preflight.checks.world import missing_ranks, world_disagreement
+from preflight.checks.rank_roster import missing_ranks, world_disagreement
 from preflight.model import RankFacts, World
 from preflight.registry import CheckContext
 

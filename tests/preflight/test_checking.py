@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import time
 
-from preflight.checking import merge_findings, merge_outcomes, run_checks
 from preflight.model import CheckOutcome, Finding, RankFacts, Severity, World
-from preflight.registry import LOCAL, CheckContext, CheckSpec, Problem
+from preflight.registry import LOCAL, CheckContext, CheckSpec, Problem, merge_findings, merge_outcomes, run_checks
 
 
 def spec(check_id: str, func) -> CheckSpec:

@@ -6,8 +6,9 @@ import socket
 
 import psutil
 
-from preflight.facts import GatherOptions, gather_facts, interfaces, rendezvous
-from preflight.world import resolve_world
+from preflight.steps.gather import GatherOptions, gather_facts, interfaces
+from preflight.steps.gather import master_addr as rendezvous
+from preflight.steps.launchers import resolve_world
 
 
 def test_interfaces_shape_matches_psutil(tmp_path) -> None:

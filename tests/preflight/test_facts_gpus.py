@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from preflight.facts import GatherOptions
-from preflight.facts.gpus import gather
 from preflight.model import RankFacts, World
+from preflight.steps.gather import GatherOptions
+from preflight.steps.gather.gpus import gather
 
 
 class FakeNVML:

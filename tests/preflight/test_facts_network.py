@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from preflight.facts.interfaces import read_interfaces
-from preflight.facts.network import choose_interface, parse_rate_gbps, read_ib_devices
+from preflight.steps.gather.interfaces import read_interfaces
+from preflight.steps.gather.links import choose_interface, parse_rate_gbps, read_ib_devices
 from tests.helpers.ranks import free_port, read_json, run_cli
 
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from preflight.errors import BadInput
-from preflight.hostlist import compress_hostlist, expand_hostlist
+from preflight.lib.errors import BadInput
+from preflight.lib.hostlist import compress_hostlist, expand_hostlist
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from preflight.ifname import match_gloo_interfaces, match_interfaces, parse_spec
+from preflight.lib.ifname import match_gloo_interfaces, match_interfaces, parse_spec
 
 NAMES = ["lo", "eth0", "eth01", "ib0", "ib1", "docker0", "enp1s0"]
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from preflight.errors import BadInput
-from preflight.mesh import MeshDim, dim_groups, mesh_text, parse_mesh_syntax, resolve_mesh
+from preflight.lib.errors import BadInput
+from preflight.lib.mesh_shape import MeshDim, dim_groups, mesh_text, parse_mesh_syntax, resolve_mesh
 
 
 def test_exact_mesh_is_kept_outermost_first() -> None:

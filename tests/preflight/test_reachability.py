@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from preflight.reachability import RANDOM_PEERS, plan_probes, targets_of
+from preflight.steps.tcp_reach import RANDOM_PEERS, plan_probes, targets_of
 
 
 def test_plan_for_4096_hosts_is_linear_and_probes_every_host() -> None:

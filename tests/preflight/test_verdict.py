@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from preflight.model import ExitCode, Finding, Severity
-from preflight.verdict import bad_hosts, decide_exit_code, verdict_text
+from preflight.steps.verdict import bad_hosts, decide_exit_code, verdict_text
 
 
 def f(severity: Severity, hosts=(), **data) -> Finding:

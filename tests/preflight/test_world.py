@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.errors import BadInput
-from preflight.world import DERIVED_PORT_BASE, derive_port, parse_tasks_per_node, resolve_world
+from preflight.lib.errors import BadInput
+from preflight.steps.launchers import DERIVED_PORT_BASE, derive_port, parse_tasks_per_node, resolve_world
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "abc", "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",

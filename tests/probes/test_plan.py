@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.errors import BadInput
+from preflight.lib.errors import BadInput
 from preflight.options import RunOptions
 from preflight.probes.plan import build_plan, parse_expect, parse_ops, parse_sizes, validate_probe_options
 

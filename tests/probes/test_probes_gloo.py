@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.mesh import dim_groups, resolve_mesh
+from preflight.lib.mesh_shape import dim_groups, resolve_mesh
 from tests.helpers.ranks import plant_in_rank, read_json, run_cli
 
 SMALL = ["--sizes", "64KiB,256KiB", "--warmup", "1", "--iters", "3"]

@@ -9,7 +9,7 @@ import re
 
 from preflight.model import CheckOutcome, Finding, JobReport, RankFacts, ReportMeta, Severity, World
 from preflight.reports import charts, html
-from preflight.reports.drift import env_drift
+from preflight.reports.drift_table import env_drift
 
 
 def _report(envs: list[dict[str, str]], findings: list[Finding]) -> JobReport:

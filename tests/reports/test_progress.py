@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from preflight.reports.progress import PhaseDisplay, phase_display
+from preflight.steps.phases import PhaseDisplay, phase_display
 
 
 def test_log_gets_one_line_per_phase() -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from preflight.lib.secrets import REDACTED, is_redacted
 from preflight.model import RankFacts
-from preflight.secrets import REDACTED, is_redacted
 
 COLLECTIVE_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_", "CUDA_", "NVIDIA_", "FI_", "UCX_")
 COLLECTIVE_NAMES = frozenset({"PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "LD_PRELOAD"})

@@ -24,8 +24,8 @@ import socket
 import zlib
 from collections.abc import Mapping
 
-from preflight.errors import BadInput
-from preflight.hostlist import expand_hostlist
+from preflight.lib.errors import BadInput
+from preflight.lib.hostlist import expand_hostlist
 from preflight.model import World
 
 DEFAULT_MASTER_PORT = 29500

@@ -11,7 +11,7 @@ import itertools
 import re
 from collections.abc import Iterable
 
-from preflight.errors import BadInput
+from preflight.lib.errors import BadInput
 
 _MAX_HOSTS = 1_000_000
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from preflight.errors import BadInput
+from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
 from preflight.options import RunOptions
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from preflight.model import RankFacts
 
 if TYPE_CHECKING:
-    from preflight.facts import GatherOptions
+    from preflight.steps.gather import GatherOptions
 
 _FAMILIES = (socket.AF_INET, socket.AF_INET6)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from preflight.errors import BadInput
+from preflight.lib.errors import BadInput
 from preflight.options import RunOptions
 from preflight.reports import json as json_report
 from preflight.reports import write_reports

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from preflight.checks._groups import describe, minority, short
-from preflight.envdrift import drifting, is_collective, is_per_rank, secret_numbers, value_label
+from preflight.lib.env_drift import drifting, is_collective, is_per_rank, secret_numbers, value_label
+from preflight.lib.grouping import describe, minority, short
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, CheckContext, Problem, check
 

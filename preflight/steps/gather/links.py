@@ -22,12 +22,12 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from preflight.facts.interfaces import read_interfaces
-from preflight.ifname import match_gloo_interfaces, match_interfaces
+from preflight.lib.ifname import match_gloo_interfaces, match_interfaces
 from preflight.model import RankFacts
+from preflight.steps.gather.interfaces import read_interfaces
 
 if TYPE_CHECKING:
-    from preflight.facts import GatherOptions
+    from preflight.steps.gather import GatherOptions
 
 IFNAME_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")  # NCCL's choice first
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from preflight.lib.secrets import REDACTED, is_secret, is_secret_name, redact_environment
 from preflight.model import RankFacts
-from preflight.secrets import REDACTED, is_secret, is_secret_name, redact_environment
 
 if TYPE_CHECKING:
-    from preflight.facts import GatherOptions
+    from preflight.steps.gather import GatherOptions
 
 __all__ = ["REDACTED", "gather", "is_secret", "is_secret_name", "redact_environment"]
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Callable, TypeVar
 
-from preflight.hostlist import host_ranges, rank_ranges
+from preflight.lib.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts
 
 K = TypeVar("K", bound=Hashable)

@@ -22,9 +22,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from preflight.errors import one_line
+from preflight.lib.errors import one_line
 from preflight.model import World
-from preflight.rendezvous import ForeignStore, join_store, mark_store
+from preflight.steps.store_join import ForeignStore, join_store, mark_store
 
 POLL_S = 0.05
 

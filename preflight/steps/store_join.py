@@ -21,7 +21,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from preflight.deadline import call_with_deadline
+from preflight.lib.deadline import call_with_deadline
 from preflight.model import World
 
 OWNER_KEY = "preflight/owner"

@@ -10,9 +10,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
-from preflight.deadline import call_with_deadline
-from preflight.facts import environment, gpus, interfaces, network, ports, rendezvous, software, system
+from preflight.lib.deadline import call_with_deadline
 from preflight.model import RankFacts, World
+from preflight.steps.gather import (
+    env_vars,
+    gpus,
+    interfaces,
+    links,
+    master_addr,
+    master_port,
+    system_limits,
+    versions,
+)
 
 
 @dataclass
@@ -27,14 +36,14 @@ class GatherOptions:
 Gatherer = Callable[[RankFacts, GatherOptions], None]
 
 GATHERERS: list[tuple[str, Gatherer]] = [
-    ("env", environment.gather),
-    ("versions", software.gather),
-    ("system", system.gather),
+    ("env", env_vars.gather),
+    ("versions", versions.gather),
+    ("system", system_limits.gather),
     ("interfaces", interfaces.gather),
-    ("rendezvous", rendezvous.gather),
+    ("rendezvous", master_addr.gather),
     ("gpus", gpus.gather),
-    ("network", network.gather),  # after "interfaces": reads its list, replaces ib_devices with ports
-    ("ports", ports.gather),
+    ("network", links.gather),  # after "interfaces": reads its list, replaces ib_devices with ports
+    ("ports", master_port.gather),
 ]
 
 

@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from preflight.errors import BadInput
+from preflight.lib.errors import BadInput
 
 WILDCARD = -1
 KNOWN_NAMES = ("pp", "dp", "dp_replicate", "dp_shard", "cp", "ep", "tp")

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from preflight.model import RankFacts
-from preflight.world import derive_port
+from preflight.steps.launchers import derive_port
 
 if TYPE_CHECKING:
-    from preflight.facts import GatherOptions
+    from preflight.steps.gather import GatherOptions
 
 
 def port_in_use(port: int) -> bool:

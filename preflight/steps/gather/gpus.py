@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from preflight.model import RankFacts
 
 if TYPE_CHECKING:
-    from preflight.facts import GatherOptions
+    from preflight.steps.gather import GatherOptions
 
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS on Hopper
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from preflight.lib.units import human_bytes
 from preflight.model import Severity
 from preflight.registry import ENGINE, Problem, check
-from preflight.units import human_bytes
 
 
 def _ranks(ranks: Iterable[int]) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from preflight.model import RankFacts
 
 if TYPE_CHECKING:
-    from preflight.facts import GatherOptions
+    from preflight.steps.gather import GatherOptions
 
 
 def gather(facts: RankFacts, options: GatherOptions) -> None:

@@ -1,6 +1,6 @@
 """Environment drift across ranks: the variables whose values are not the same everywhere.
 
-Which variables drift is decided in one place, preflight.envdrift, which the ENV003/ENV004
+Which variables drift is decided in one place, preflight.lib.env_drift, which the ENV003/ENV004
 checks use too. Secrets arrive redacted; they are shown as numbered placeholders.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from preflight.envdrift import drifting, secret_numbers, value_label
-from preflight.hostlist import compress_hostlist
+from preflight.lib.env_drift import drifting, secret_numbers, value_label
+from preflight.lib.hostlist import compress_hostlist
 from preflight.model import JobReport
 from preflight.reports.common import rank_ranges
 
@@ -36,7 +36,7 @@ class DriftRow:
 
 
 def env_drift(report: JobReport, max_values: int = 6) -> list[DriftRow]:
-    """Every variable not identical on all reporting ranks (preflight.envdrift decides which)."""
+    """Every variable not identical on all reporting ranks (preflight.lib.env_drift decides which)."""
     rows = []
     for name, groups in drifting(report.ranks).items():
         numbers = secret_numbers(list(groups))

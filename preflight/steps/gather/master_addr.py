@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from preflight.model import RankFacts
 
 if TYPE_CHECKING:
-    from preflight.facts import GatherOptions
+    from preflight.steps.gather import GatherOptions
 
 
 def resolve(addr: str) -> list[str]:

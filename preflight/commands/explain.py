@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from preflight.errors import BadInput
+from preflight.lib.errors import BadInput
 from preflight.registry import all_checks, get_check
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from preflight import __version__
-from preflight.errors import BadInput
+from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
 from preflight.options import RunOptions
 
@@ -174,21 +174,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "list":
-        from preflight.explain import print_list
+        from preflight.commands.explain import print_list
 
         return print_list()
     if args.command == "explain":
-        from preflight.explain import print_explanation
+        from preflight.commands.explain import print_explanation
 
         return print_explanation(args.check_id)
     if args.command == "report":
-        from preflight.rerender import rerender
+        from preflight.commands.rerender import rerender
 
         return rerender(args)
     options = options_from_args(args, argv)
     validate_options(options, world_size=args.nproc if args.command == "launch" else None)
     if args.command == "launch":
-        from preflight.launch import launch
+        from preflight.commands.launch import launch
 
         return launch(args.nproc, argv[1:], options)
     from preflight.runner import run

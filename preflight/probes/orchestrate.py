@@ -1,0 +1,218 @@
+"""Step 7: collective probes on every DeviceMesh dimension.
+
+`run_probes` is called on every rank once rank 0 gave the go. Every rank builds the process
+group and DeviceMesh on the run's store and runs the plan's steps (session.py); rank 0
+gathers the measurements through the store (collect.py), judges them (judge.py), has the
+slow groups localized by a pairwise round robin (pairwise.py), and returns the results and
+findings. Other ranks return an empty outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from preflight.lib.errors import one_line
+from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
+from preflight.model import Finding, ProbeResult, World
+from preflight.options import RunOptions
+from preflight.registry import engine_findings
+
+MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
+
+
+@dataclass
+class ProbeOutcome:
+    """Results and findings of the probes (filled on rank 0 only)."""
+
+    results: list[ProbeResult] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
+    """Measure the collectives on every rank; rank 0 returns results and findings."""
+    from torch.distributed import PrefixStore
+
+    from preflight.probes import session as ses
+    from preflight.probes.plan import build_plan
+
+    timeout_s = options.probe_timeout_s
+    if store is None:
+        return _could_not_run(world, "the c10d store did not form, so no process group can")
+    pstore = PrefixStore("probe", store)
+    try:
+        backend = ses.choose_backend(options.backend, world, pstore, timeout_s)
+        plan = build_plan(options, world.world_size, "cuda" if backend == "nccl" else "cpu")
+        session = ses.open_session(world, plan, pstore, backend, timeout_s)
+    except Exception as exc:  # no NCCL, no GPU, a rank that never joined: nothing to measure
+        return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
+    records, status = ses.run_steps(session)
+    stopped_at = time.monotonic()
+    ses.publish(pstore, world.rank, world.host, records, status)
+    if world.rank == 0:
+        outcome = _judge_on_rank_zero(session, status, options, stopped_at)
+    else:
+        outcome = ProbeOutcome()
+        _follow_localization(session, status)
+    _teardown(clean=status.state == "done" and not outcome_has_hang(outcome))
+    return outcome
+
+
+def outcome_has_hang(outcome: ProbeOutcome) -> bool:
+    """True when the probes ended on a hang (the communicators must not be torn down cleanly)."""
+    return any(f.check_id == "BW002" for f in outcome.findings)
+
+
+def _wrong_by_group(results: list[ProbeResult]) -> list[list[ProbeResult]]:
+    """Unverified results, one list per (dim, op, group) across sizes: one finding per group, not per size."""
+    grouped: dict[tuple[str, str, int], list[ProbeResult]] = {}
+    for result in results:
+        if not result.verified:
+            grouped.setdefault((result.dim, result.op, result.group_index), []).append(result)
+    return list(grouped.values())
+
+
+def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float) -> ProbeOutcome:
+    from preflight.probes import collect, judge
+
+    world, plan = session.world, session.plan
+    got = collect.gather(session.store, world.world_size, session.timeout_s, early=status.state != "done")
+    hosts = got.hosts()
+    mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
+    groups = {**dim_groups(mesh_dims), WORLD_DIM: [list(range(world.world_size))]}
+    outcome = ProbeOutcome(results=collect.results(got, hosts))
+    hang = collect.diagnose_hang(got, plan.steps(), groups, world.world_size)
+    if hang is not None:
+        outcome.findings += engine_findings(
+            "BW002", dim=hang.dim, op=hang.op, size_bytes=hang.size_bytes, group_index=hang.group_index,
+            culprits=hang.culprits, waiting=hang.waiting, hosts=hosts, timeout_s=session.timeout_s,
+            elapsed_s=hang.elapsed_s, failed=hang.failed, reason=hang.reason,
+            # rank 0's own time from the start of the step it stopped in to this finding
+            reported_after_s=status.elapsed_s + time.monotonic() - stopped_at)
+    for wrong in _wrong_by_group(outcome.results):
+        first = wrong[0]
+        outcome.findings += engine_findings(
+            "BW001", dim=first.dim, op=first.op, sizes=[r.size_bytes for r in wrong], group_index=first.group_index,
+            ranks=first.ranks, hosts=first.hosts, wrong_ranks=sorted({x for r in wrong for x in r.wrong_ranks}),
+            bad_sources=sorted({x for r in wrong for x in r.bad_sources}))
+    outcome.findings += _spans_hosts(mesh_dims, groups, hosts)
+    localize: list[int] = []
+    if hang is None:
+        slow = judge.stragglers(outcome.results, options.straggler_ratio)
+        for s in slow:
+            outcome.findings += engine_findings(
+                "BW003", dim=s.dim, op=s.op, size_bytes=s.size_bytes, group_index=s.group_index, ranks=s.ranks,
+                hosts=s.hosts, busbw_gbps=s.busbw_gbps, siblings_median_gbps=s.siblings_median_gbps,
+                ratio=options.straggler_ratio)
+        for rank, dims in judge.cross_dim_suspects(slow).items():
+            outcome.findings += engine_findings("BW004", rank=rank, host=hosts.get(rank, ""), dims=dims)
+        for b in judge.below_expected(outcome.results, plan.expect):
+            r = b.result
+            outcome.findings += engine_findings(
+                "BW007", dim=r.dim, op=r.op, size_bytes=r.size_bytes, group_index=r.group_index, ranks=r.ranks,
+                hosts=r.hosts, busbw_gbps=r.busbw_gbps, expected_gbps=b.expected_gbps)
+        localize = _localization_set(slow, outcome.results)
+    session.store.set("localize", json.dumps({"ranks": localize}))
+    if localize:
+        outcome.findings += _localize(session, localize, hosts, options.straggler_ratio)
+    return outcome
+
+
+def _spans_hosts(mesh_dims: list[Any], groups: dict[str, list[list[int]]], hosts: dict[int, str]) -> list[Finding]:
+    from preflight.probes import judge
+
+    name = judge.intra_host_dim([d.name for d in mesh_dims])
+    if name is None:
+        return []
+    spanning = judge.spanning_groups(groups[name], hosts)
+    if not spanning:
+        return []
+    _, ranks, names = spanning[0]
+    return engine_findings("BW008", dim=name, groups=len(spanning), total=len(groups[name]),
+                           example_ranks=ranks, example_hosts=names)
+
+
+def _localization_set(slow: list[Any], results: list[ProbeResult]) -> list[int]:
+    """The slow groups' ranks plus the fastest healthy sibling of each, as a reference."""
+    chosen: set[int] = set()
+    for s in slow:
+        chosen |= set(s.ranks)
+        siblings = [r for r in results if r.dim == s.dim and r.op == s.op and r.size_bytes == s.size_bytes
+                    and r.group_index != s.group_index and not set(r.ranks) & set(s.ranks)]
+        if siblings:
+            chosen |= set(max(siblings, key=lambda r: r.busbw_gbps).ranks)
+    return sorted(chosen)[:MAX_LOCALIZE_RANKS]
+
+
+def _localize(session: Any, ranks: list[int], hosts: dict[int, str], ratio: float) -> list[Finding]:
+    """Rank 0's part of the round robin, then the verdict on hosts and links."""
+    from preflight.probes import pairwise
+    from preflight.probes.timing import ProbeFailed, ProbeTimeout
+
+    size = max(session.plan.sizes)
+    try:
+        mine = pairwise.run_rounds(0, ranks, size, session.plan.iters, session.control, session.timeout_s)
+    except (ProbeTimeout, ProbeFailed, RuntimeError):
+        return []
+    session.store.set("pair/0", json.dumps({str(k): v for k, v in mine.items()}))
+    times: dict[tuple[int, int], float] = {}
+    deadline = time.monotonic() + session.timeout_s
+    for rank in ranks:
+        while not session.store.check([f"pair/{rank}"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not session.store.check([f"pair/{rank}"]):
+            continue
+        for peer, seconds in json.loads(session.store.get(f"pair/{rank}")).items():
+            key = (min(rank, int(peer)), max(rank, int(peer)))
+            times[key] = max(times.get(key, 0.0), float(seconds))
+    per_direction = max(1, size // 4) * 4
+    found = pairwise.judge_pairs({pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}, ratio)
+    findings = []
+    for rank, fraction in found.slow_ranks.items():
+        findings += engine_findings("BW005", rank=rank, host=hosts.get(rank, ""), fraction=fraction,
+                                    median_gbps=found.median_gbps)
+    for (a, b), fraction in found.slow_links.items():
+        findings += engine_findings("BW006", ranks=[a, b], hosts=[hosts.get(a, ""), hosts.get(b, "")],
+                                    fraction=fraction)
+    return findings
+
+
+def _follow_localization(session: Any, status: Any) -> None:
+    """A non-zero rank: take part in the round robin when rank 0 asks for one."""
+    from preflight.probes import pairwise
+    from preflight.probes.timing import ProbeFailed, ProbeTimeout
+
+    if status.state != "done":
+        return  # a hang: rank 0 will not ask; nothing more goes through the communicators
+    deadline = time.monotonic() + 2 * session.timeout_s + 10
+    while not session.store.check(["localize"]):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+    ranks = json.loads(session.store.get("localize"))["ranks"]
+    if not ranks:
+        return
+    rank = session.world.rank
+    try:
+        mine = pairwise.run_rounds(rank, ranks, max(session.plan.sizes), session.plan.iters, session.control,
+                                   session.timeout_s)
+    except (ProbeTimeout, ProbeFailed, RuntimeError):
+        return
+    if rank in ranks:
+        session.store.set(f"pair/{rank}", json.dumps({str(k): v for k, v in mine.items()}))
+
+
+def _could_not_run(world: World, reason: str) -> ProbeOutcome:
+    if world.rank != 0:
+        return ProbeOutcome()
+    return ProbeOutcome(findings=engine_findings("BW009", reason=reason))
+
+
+def _teardown(clean: bool) -> None:
+    """Destroy the process group after a clean run; after a hang leave it (destroy would block)."""
+    import torch.distributed as dist
+
+    if clean and dist.is_initialized():
+        dist.destroy_process_group()
