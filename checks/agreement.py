@@ -47,10 +47,12 @@ def job_disagreement(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[
 
 
 def _resolved(facts: RankFacts) -> str:
-    entry = facts.network.get("master_addr_resolved") or {}
-    if entry.get("error"):
+    entry = facts.network.master_addr
+    if entry is None:
+        return ""
+    if entry.error:
         return "unresolvable"
-    return ",".join(entry.get("ips") or [])
+    return ",".join(entry.ips)
 
 
 @check(
@@ -69,8 +71,9 @@ def master_addr_resolution(ranks: Sequence[RankFacts], ctx: CheckContext) -> Ite
     endpoints, or the master's own process group binds an address nobody else can reach.
     Ranks whose MASTER_ADDR text differs are RANK003's finding; this compares the addresses.
     """
-    known = [f for f in ranks if f.network.get("master_addr_resolved")]
-    for addr, same_text in group_by(known, lambda f: f.network["master_addr_resolved"].get("addr", "")).items():
+    known = [f for f in ranks if f.network.master_addr]
+    by_text = group_by(known, lambda f: f.network.master_addr.addr if f.network.master_addr else "")
+    for addr, same_text in by_text.items():
         groups = group_by(same_text, _resolved)
         if len(groups) < 2:
             continue

@@ -34,7 +34,7 @@ def memlock_too_low(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     NCCL's memory registration fails ("ibv_reg_mr failed") or NCCL falls back to slower paths.
     Only checked on hosts with IB devices.
     """
-    limit = facts.system.get("memlock_bytes")
+    limit = facts.system.memlock_bytes
     if limit is None or limit < 0 or not ib_devices(facts):
         return  # unknown, unlimited (-1), or no RDMA on this host
     if limit < MEMLOCK_MIN:
@@ -58,7 +58,7 @@ def shm_too_small(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     defaults of 64 MiB make NCCL fail with "unhandled system error" / bus errors, or workers
     crash, once the buffers no longer fit.
     """
-    size = facts.system.get("shm_bytes")
+    size = facts.system.shm_bytes
     if size is not None and size < SHM_MIN:
         yield Problem(f"/dev/shm is {_size(size)} (want >= {_size(SHM_MIN)})", ranks=[facts.rank],
                       hosts=[facts.host], data={"shm_bytes": size})

@@ -27,7 +27,7 @@ def effective_async(facts: RankFacts) -> tuple[str, str] | None:
 
 def nccl_in_play(facts: RankFacts, ctx: CheckContext) -> bool:
     """NCCL settings matter: this torch has NCCL, or the run asked for the nccl backend."""
-    return facts.versions.get("nccl_built") == "yes" or ctx.options.get("backend") == "nccl"
+    return facts.versions.nccl_built == "yes" or ctx.backend == "nccl"
 
 
 @check(

@@ -11,11 +11,8 @@ GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 
 
 def ib_devices(facts: RankFacts) -> list[str]:
-    """Names of this host's RDMA devices; an absent list means none were found."""
-    names = []
-    for device in facts.network.get("ib_devices") or []:
-        names.append(str(device.get("name", "?")) if isinstance(device, dict) else str(device))
-    return names
+    """This host's RDMA device of each port; empty when none were found."""
+    return [port.device for port in facts.network.ib_ports]
 
 
 def _enabled(value: str | None) -> bool:

@@ -1,8 +1,8 @@
 """Network checks: the interface the job will use, InfiniBand ports, MASTER_ADDR, reachability.
 
-Local checks read one rank's `facts.network` (preflight/facts/network.py); cross checks
-compare hosts, and read the reachability results rank 0 stored in `facts.extra`
-(preflight/reachability.py). A missing section means its gatherer failed, which the runner
+Local checks read one rank's `facts.network` (preflight/steps/gather/links.py); cross checks
+compare hosts, and read the reachability step's results from `ctx.reachability`
+(preflight/steps/tcp_reach.py). A missing section means its gatherer failed, which the runner
 reports as RUN005; these checks then stay silent rather than guess.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from preflight.model import RankFacts, Severity
@@ -38,21 +39,20 @@ def chosen_interface_unusable(facts: RankFacts, ctx: CheckContext) -> Iterable[P
     NCCL008 / NCCL009), else the first UP interface named ib* with an address, else the interface of the
     route to MASTER_ADDR. Sockets bound to a down or unaddressed interface cannot connect.
     """
-    chosen = facts.network.get("chosen_interface")
-    if not chosen:
+    chosen = facts.network.chosen_interface
+    if chosen is None:
         return
-    name = chosen.get("name", "")
+    name = chosen.name
     if not name:
-        if str(chosen.get("source", "")).startswith(_IFNAME_SOURCES):
+        if chosen.source.startswith(_IFNAME_SOURCES):
             return  # NCCL008 / NCCL009 say which variable matched nothing
-        yield Problem(f"no usable interface on {facts.host}: {chosen.get('source', '')}", **_where(facts),
-                      data=dict(chosen))
+        yield Problem(f"no usable interface on {facts.host}: {chosen.source}", **_where(facts),
+                      data=asdict(chosen))
         return
-    faults = [text for bad, text in ((not chosen.get("up"), "is down"),
-                                     (not chosen.get("address"), "has no address")) if bad]
+    faults = [text for bad, text in ((not chosen.up, "is down"), (not chosen.address, "has no address")) if bad]
     if faults:
-        yield Problem(f"interface {name} ({chosen.get('source', '')}) {' and '.join(faults)} on {facts.host}",
-                      **_where(facts), data=dict(chosen))
+        yield Problem(f"interface {name} ({chosen.source}) {' and '.join(faults)} on {facts.host}",
+                      **_where(facts), data=asdict(chosen))
 
 
 @check(
@@ -70,13 +70,13 @@ def ib_port_not_active(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
     that is DOWN, POLLING or INIT either makes NCCL fall back to slower paths or fail when it
     is the one selected.
     """
-    for port in facts.network.get("ib_devices", []):
-        if port.get("state") == "ACTIVE" and port.get("phys_state") == "LinkUp":
+    for port in facts.network.ib_ports:
+        if port.state == "ACTIVE" and port.phys_state == "LinkUp":
             continue
         yield Problem(
-            f"{port.get('device')} port {port.get('port')} on {facts.host} is {port.get('state') or '?'} / "
-            f"{port.get('phys_state') or '?'} (want ACTIVE / LinkUp)",
-            **_where(facts), data=dict(port),
+            f"{port.device} port {port.port} on {facts.host} is {port.state or '?'} / "
+            f"{port.phys_state or '?'} (want ACTIVE / LinkUp)",
+            **_where(facts), data=asdict(port),
         )
 
 
@@ -99,10 +99,10 @@ def master_addr_unresolved(facts: RankFacts, ctx: CheckContext) -> Iterable[Prob
         yield Problem(f"MASTER_ADDR is set but empty on {facts.host} (preflight assumed "
                       f"{facts.world.master_addr}; torch's env:// rendezvous will refuse it)", **_where(facts))
         return
-    resolved = facts.network.get("master_addr_resolved")
-    if resolved and resolved.get("error"):
-        yield Problem(f"MASTER_ADDR={resolved.get('addr')} does not resolve on {facts.host}: {resolved['error']}",
-                      **_where(facts), data=dict(resolved))
+    resolved = facts.network.master_addr
+    if resolved and resolved.error:
+        yield Problem(f"MASTER_ADDR={resolved.addr} does not resolve on {facts.host}: {resolved.error}",
+                      **_where(facts), data=asdict(resolved))
 
 
 def _by_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
@@ -114,7 +114,7 @@ def _by_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
 
 
 def _loopback(facts: RankFacts) -> bool:
-    ips = (facts.network.get("master_addr_resolved") or {}).get("ips") or []
+    ips = facts.network.master_addr.ips if facts.network.master_addr else []
     try:
         return bool(ips) and all(ipaddress.ip_address(ip).is_loopback for ip in ips)
     except ValueError:
@@ -137,7 +137,7 @@ def master_addr_loopback(ranks: Sequence[RankFacts], ctx: CheckContext) -> Itera
     """
     loopback = [f for f in ranks if _loopback(f)]
     # Hosts that share one kernel and network namespace (fake nodes of one machine) share loopback.
-    scopes = {f.network.get("loopback_scope") or f.host for f in ranks}
+    scopes = {f.network.loopback_scope or f.host for f in ranks}
     hosts = {f.host for f in ranks}
     if len(hosts) > 1 and len(scopes) > 1 and loopback:
         yield Problem(f"MASTER_ADDR resolves to a loopback address but ranks run on {len(hosts)} hosts",
@@ -163,8 +163,8 @@ def _odd_ones(values: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 )
 def ib_rates_differ(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
     """InfiniBand port rates differ across hosts; the slowest link sets the pace of every collective."""
-    rates = {host: tuple(sorted(str(p.get("rate", "")) for p in facts.network.get("ib_devices", [])))
-             for host, facts in _by_host(ranks).items() if facts.network.get("ib_devices")}
+    rates = {host: tuple(sorted(p.rate for p in facts.network.ib_ports))
+             for host, facts in _by_host(ranks).items() if facts.network.ib_ports}
     if len(rates) < 2:
         return
     majority, odd = _odd_ones(rates)
@@ -182,8 +182,8 @@ def ib_rates_differ(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[P
 )
 def mtu_differs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
     """The chosen interface's MTU differs across hosts; mismatched MTUs drop or fragment large packets."""
-    mtus = {host: (facts.network.get("chosen_interface") or {}).get("mtu")
-            for host, facts in _by_host(ranks).items()}
+    mtus = {host: facts.network.chosen_interface.mtu
+            for host, facts in _by_host(ranks).items() if facts.network.chosen_interface}
     mtus = {h: m for h, m in mtus.items() if m}
     if len(mtus) < 2:
         return

@@ -1,24 +1,24 @@
 """Rendezvous port checks: MASTER_PORT on the rank that hosts the store, and foreign stores.
 
-`facts.network["master_port"]` exists only on the rank that hosts the c10d store itself
-(preflight/facts/ports.py); under torchrun the agent's store legitimately holds the port.
+`facts.network.master_port` exists only on the rank that hosts the c10d store itself
+(preflight/steps/gather/master_port.py); under torchrun the agent's store legitimately holds the port.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import asdict
 
-from preflight.model import RankFacts, Severity
+from preflight.model import MasterPortState, RankFacts, Severity
 from preflight.registry import ENGINE, LOCAL, CheckContext, Problem, check
 
 
-def _port(facts: RankFacts) -> dict[str, Any] | None:
-    return facts.network.get("master_port")
+def _port(facts: RankFacts) -> MasterPortState | None:
+    return facts.network.master_port
 
 
-def _suggestion(state: dict[str, Any]) -> str:
-    port = state.get("suggested_port")
+def _suggestion(state: MasterPortState) -> str:
+    port = state.suggested_port
     return f"; free now and derived from the job id: MASTER_PORT={port}" if port else ""
 
 
@@ -39,17 +39,17 @@ def master_port_in_use(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
     finding names the holder's pid and command.
     """
     state = _port(facts)
-    if not state or not state.get("in_use"):
+    if not state or not state.in_use:
         return
-    holders = state.get("holders", [])
+    holders = state.holders
     who = "; ".join(
-        f"pid {h['pid']} ({h.get('command') or '?'})" if h.get("pid") else f"an unnamed process on {h['address']}"
+        f"pid {h.pid} ({h.command or '?'})" if h.pid else f"an unnamed process on {h.address}"
         for h in holders
     ) or "a process not visible to this user"
     yield Problem(
-        f"MASTER_PORT {state['port']} on {facts.host} is already in use by {who}{_suggestion(state)}",
+        f"MASTER_PORT {state.port} on {facts.host} is already in use by {who}{_suggestion(state)}",
         ranks=[facts.rank], hosts=[facts.host],
-        data={"port": state["port"], "holders": holders, "suggested_port": state.get("suggested_port")},
+        data={"port": state.port, "holders": [asdict(h) for h in holders], "suggested_port": state.suggested_port},
     )
 
 
@@ -68,13 +68,13 @@ def master_port_ephemeral(facts: RankFacts, ctx: CheckContext) -> Iterable[Probl
     them can take MASTER_PORT moments before the store listens, and the job fails to start.
     """
     state = _port(facts)
-    span = state.get("ephemeral_range") if state else None
-    if not state or not span or not span[0] <= state["port"] <= span[1]:
+    span = state.ephemeral_range if state else None
+    if not state or not span or not span[0] <= state.port <= span[1]:
         return
     yield Problem(
-        f"MASTER_PORT {state['port']} is inside the ephemeral range {span[0]}-{span[1]} on {facts.host}"
+        f"MASTER_PORT {state.port} is inside the ephemeral range {span[0]}-{span[1]} on {facts.host}"
         f"{_suggestion(state)}",
-        ranks=[facts.rank], hosts=[facts.host], data={"port": state["port"], "ephemeral_range": span},
+        ranks=[facts.rank], hosts=[facts.host], data={"port": state.port, "ephemeral_range": span},
     )
 
 
@@ -88,12 +88,12 @@ def master_port_ephemeral(facts: RankFacts, ctx: CheckContext) -> Iterable[Probl
 def master_port_privileged(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """MASTER_PORT is below 1024 and the store-hosting rank does not run as root."""
     state = _port(facts)
-    if not state or not state.get("privileged") or state.get("root"):
+    if not state or not state.privileged or state.root:
         return
     yield Problem(
-        f"MASTER_PORT {state['port']} is privileged (<1024) and rank {facts.rank} on {facts.host} is not root"
+        f"MASTER_PORT {state.port} is privileged (<1024) and rank {facts.rank} on {facts.host} is not root"
         f"{_suggestion(state)}",
-        ranks=[facts.rank], hosts=[facts.host], data={"port": state["port"]},
+        ranks=[facts.rank], hosts=[facts.host], data={"port": state.port},
     )
 
 

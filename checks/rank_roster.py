@@ -68,8 +68,8 @@ def duplicate_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[P
     or from two launches sharing one MASTER_PORT.
     """
     # Rank 0 keeps one payload per rank, so duplicates show as a rank whose pid/host differs
-    # from what it claims; the runner records those in ctx.options["duplicate_ranks"].
-    for rank, hosts in sorted(ctx.options.get("duplicate_ranks", {}).items()):
+    # from what it claims; the runner records those in ctx.duplicate_ranks.
+    for rank, hosts in sorted(ctx.duplicate_ranks.items()):
         yield Problem(f"rank {rank} is claimed by more than one process", ranks=[int(rank)], hosts=hosts)
 
 

@@ -1,6 +1,6 @@
 """Reachability checks over the results of the reachability step (preflight/reachability.py).
 
-Rank 0 stores the step's outcome in its own `facts.extra["reachability"]`:
+The step's outcome reaches the cross checks as `ctx.reachability`:
 `{"roster": [{"host", "address", "port", "interface", "error"}], "results": {prober host:
 [{"target", "address", "interface", "ok", "error", "time_s"}]}, "missing": [hosts]}`.
 """
@@ -13,13 +13,6 @@ from typing import Any
 
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, CheckContext, Problem, check
-
-
-def _outcome(ranks: Sequence[RankFacts]) -> dict[str, Any] | None:
-    for facts in ranks:
-        if facts.rank == 0:
-            return facts.extra.get("reachability")
-    return None
 
 
 def failed_pairs(outcome: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -71,7 +64,7 @@ def unreachable_pairs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable
     connection failed is named `prober -> target on <interface>`; both directions failing are
     one finding. Pairs involving a host that nobody reaches are summed up by NET008.
     """
-    outcome = _outcome(ranks)
+    outcome = ctx.reachability
     if not outcome:
         return
     failed = failed_pairs(outcome)
@@ -104,7 +97,7 @@ def unreachable_pairs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable
 )
 def unreachable_host(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
     """A host that none of its probers could reach: the culprit, rather than each of its links."""
-    outcome = _outcome(ranks)
+    outcome = ctx.reachability
     if not outcome:
         return
     roster = {entry["host"]: entry for entry in outcome.get("roster", [])}
@@ -127,7 +120,7 @@ def unreachable_host(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[
 )
 def reachability_incomplete(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
     """The reachability step could not test some hosts (no listener, or no result in time)."""
-    outcome = _outcome(ranks)
+    outcome = ctx.reachability
     if not outcome:
         return
     no_listener = {e["host"]: e.get("error", "") for e in outcome.get("roster", []) if e.get("error")}

@@ -11,10 +11,10 @@ from preflight.registry import LOCAL, CheckContext, Problem, check
 
 def interface_names(facts: RankFacts) -> list[str] | None:
     """This host's interface names, or None when the interfaces gatherer gave nothing."""
-    interfaces = facts.network.get("interfaces")
+    interfaces = facts.network.interfaces
     if interfaces is None:
         return None
-    return [str(i.get("name", "")) for i in interfaces]
+    return [i.name for i in interfaces]
 
 
 def _selection(facts: RankFacts, variable: str) -> tuple[str, list[str] | None, str] | None:

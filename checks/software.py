@@ -8,18 +8,13 @@ from preflight.lib.grouping import describe, group_by, minority, short
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, CheckContext, Problem, check
 
-# Shown first, in this order; any other key of facts.versions is compared too.
+# Shown first, in this order; any other version of facts.versions is compared too.
 _KEYS = ("torch", "torch_cuda", "nccl", "python", "driver")
 
 
 def versions(facts: RankFacts) -> dict[str, str]:
-    """This rank's versions, with the GPU driver taken from the GPU facts where versions lack it."""
-    found = dict(facts.versions)
-    if "driver" not in found:
-        drivers = {str(g.get("driver_version")) for g in facts.gpus if g.get("driver_version")}
-        if drivers:
-            found["driver"] = ",".join(sorted(drivers))
-    return found
+    """This rank's versions that were read (the GPU driver comes from NVML, steps/gather/gpus.py)."""
+    return facts.versions.known()
 
 
 @check(

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from preflight.model import JobReport  # noqa: E402
+from preflight.reports.json import load as load_report  # noqa: E402
 from tests.helpers.browser import (  # noqa: E402
     chromium_driver,
     console_errors,
@@ -74,7 +73,7 @@ def make(out: Path, folder: Path) -> None:
     )
     if not html.exists():
         raise SystemExit(f"the run wrote no report: {ranks[0].stdout}\n{ranks[0].stderr}")
-    report = JobReport.from_dict(json.loads(run_json.read_text()))
+    report = load_report(str(run_json))
     if not report.probes:
         raise SystemExit(f"the run measured no probes: {report.why}")
     chromium, chromedriver = find_chromium(), shutil.which("chromedriver")

@@ -42,11 +42,17 @@ class Problem:
 
 @dataclass
 class CheckContext:
-    """Run options a check may depend on (mesh, expectations); never engine objects."""
+    """What a check may know about the job beyond facts: typed, never engine objects.
+
+    Cross checks also get what rank 0 learned while collecting: ranks claimed by more than one
+    process, and the reachability step's outcome (preflight/steps/tcp_reach.py).
+    """
 
     world_size: int = 1
-    mesh: list[tuple[str, int]] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)
+    backend: str = "auto"
+    mesh: str = ""
+    duplicate_ranks: dict[int, list[str]] = field(default_factory=dict)  # rank -> every claimant's host
+    reachability: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

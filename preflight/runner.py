@@ -40,7 +40,7 @@ from preflight.registry import (
     select_checks,
 )
 from preflight.reports import write_reports
-from preflight.steps.exchange import Collected, Exchange
+from preflight.steps.exchange import Collected, Exchange, RankPayload
 from preflight.steps.gather import GatherOptions, gather_facts
 from preflight.steps.launchers import resolve_world
 from preflight.steps.phases import PhaseDisplay, phase_display
@@ -94,7 +94,7 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
 
 def _run_steps(state: RunState, exchange: Exchange) -> int:
     world, options = state.world, state.options
-    ctx = CheckContext(world_size=world.world_size, options={"mesh": options.mesh, "backend": options.backend})
+    ctx = CheckContext(world_size=world.world_size, backend=options.backend, mesh=options.mesh)
     try:
         with _phase(state, "facts"):
             state.facts = gather_facts(world, _gather_options(world, options))  # step 2
@@ -122,7 +122,7 @@ def _run_steps(state: RunState, exchange: Exchange) -> int:
         with _phase(state, "collect"):
             _collect(state, exchange, ctx)
         with _phase(state, "reachability"):
-            _check_reachability(state, reach)
+            _check_reachability(state, reach, ctx)
         with _phase(state, "cross checks"):
             _cross_check(state, ctx)  # step 5
         go, reason = _decide_go(state)  # step 6
@@ -189,13 +189,13 @@ def _take_part_in_reachability(state: RunState, reach: Reachability) -> None:
     reach.finish(REACH_WAIT_S + reach.connect_timeout_s)
 
 
-def _check_reachability(state: RunState, reach: Reachability) -> None:
+def _check_reachability(state: RunState, reach: Reachability, ctx: CheckContext) -> None:
     """Rank 0: publish the roster of listeners, probe its own peers, keep every host's result in its facts."""
     if reach.store is None or state.facts is None:
         return
     roster = reach.publish_roster(sorted({f.host for f in state.all_facts}), REACH_WAIT_S)
     reach.probe_peers(REACH_WAIT_S)
-    state.facts.extra["reachability"] = reach.collect(roster, REACH_WAIT_S + reach.connect_timeout_s)
+    ctx.reachability = reach.collect(roster, REACH_WAIT_S + reach.connect_timeout_s)
     reach.finish(0.0)
 
 
@@ -206,7 +206,7 @@ def _collect(state: RunState, exchange: Exchange, ctx: CheckContext) -> None:
     state.findings += remote_findings
     state.outcomes += remote_outcomes
     state.missing = collected.missing(state.world.world_size)
-    ctx.options["duplicate_ranks"] = collected.duplicates
+    ctx.duplicate_ranks = collected.duplicates
     for name, (reason, ranks, hosts) in _gather_errors(state.all_facts).items():
         state.findings += engine_findings("RUN005", name=name, reason=reason, ranks=ranks, hosts=hosts)
 
@@ -228,12 +228,9 @@ def _unpack(collected: Collected, state: RunState) -> tuple[list[RankFacts], lis
     for rank, payload in sorted(collected.payloads.items()):
         if rank == 0:
             continue
-        try:
-            all_facts.append(RankFacts.from_dict(payload["facts"]))
-            findings += [Finding.from_dict(f) for f in payload.get("findings", [])]
-            outcomes += [CheckOutcome.from_dict(o) for o in payload.get("outcomes", [])]
-        except (KeyError, TypeError, ValueError) as exc:
-            collected.bad_payloads[rank] = f"{type(exc).__name__}: {exc}"[:200]
+        all_facts.append(payload.facts)
+        findings += payload.findings
+        outcomes += payload.outcomes
     for rank, reason in sorted(collected.bad_payloads.items()):
         findings += engine_findings("RUN002", rank=rank, reason=reason)
     return sorted(all_facts, key=lambda f: f.rank), findings, outcomes
@@ -312,7 +309,7 @@ def build_report(state: RunState) -> JobReport:
         started_at=_iso(state.started),
         finished_at=_iso(finished),
         duration_s=round(finished - state.started, 3),
-        versions=dict(state.facts.versions) if state.facts else {},
+        versions=state.facts.versions.known() if state.facts else {},
         phases=dict(state.phases),
         expected_busbw_gbps=parse_expect(options.expect),
     )
@@ -330,14 +327,9 @@ def build_report(state: RunState) -> JobReport:
     )
 
 
-def _payload(state: RunState) -> dict[str, Any]:
+def _payload(state: RunState) -> RankPayload:
     assert state.facts is not None
-    return {
-        "rank": state.world.rank,
-        "facts": state.facts.to_dict(),
-        "findings": [f.to_dict() for f in state.findings],
-        "outcomes": [o.to_dict() for o in state.outcomes],
-    }
+    return RankPayload(state.world.rank, state.facts, list(state.findings), list(state.outcomes))
 
 
 def _gather_options(world: World, options: RunOptions) -> GatherOptions:

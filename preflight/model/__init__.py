@@ -1,2 +1,30 @@
-"""The data every stage passes on. Re-exported here: `from preflight.model import Finding`."""
-from preflight.model._all import *  # noqa: F403
+"""The data every stage passes on: plain dataclasses, JSON through one codec (codec.py).
+
+Everything here round-trips through JSON, so a report written by one run can be re-rendered
+later and a rank's payload can cross the store unchanged. Import from here:
+`from preflight.model import Finding, RankFacts, JobReport`.
+"""
+
+from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
+from preflight.model.job_report import JobReport, ReportMeta
+from preflight.model.probe_results import ProbeResult, ProbeSummary, summarize_probes
+from preflight.model.rank_facts import (
+    ChosenInterface,
+    GpuFacts,
+    IbPort,
+    Interface,
+    MasterAddrResolution,
+    MasterPortState,
+    NetworkFacts,
+    PortHolder,
+    RankFacts,
+    SystemLimits,
+    Versions,
+    World,
+)
+
+__all__ = [
+    "CheckOutcome", "ChosenInterface", "ExitCode", "Finding", "GpuFacts", "IbPort", "Interface", "JobReport",
+    "MasterAddrResolution", "MasterPortState", "NetworkFacts", "PortHolder", "ProbeResult", "ProbeSummary",
+    "RankFacts", "ReportMeta", "Severity", "SystemLimits", "Versions", "World", "summarize_probes",
+]

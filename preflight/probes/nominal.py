@@ -35,7 +35,7 @@ def nvlink_of(facts: RankFacts) -> Link | None:
     if not gpus:
         return None
     gpu = gpus[facts.world.local_rank] if facts.world.local_rank < len(gpus) else gpus[0]
-    links, version = int(gpu.get("nvlink_active", 0)), int(gpu.get("nvlink_version", 0))
+    links, version = gpu.nvlink_active, gpu.nvlink_version
     per_link = NVLINK_GBPS_PER_LINK.get(version)
     if links <= 0 or per_link is None:
         return None
@@ -44,16 +44,16 @@ def nvlink_of(facts: RankFacts) -> Link | None:
 
 def network_link_of(facts: RankFacts) -> Link | None:
     """The rate of the rank's chosen interface: its IB/RoCE port, else its Ethernet speed."""
-    chosen = facts.network.get("chosen_interface") or {}
-    name = chosen.get("name", "")
+    chosen = facts.network.chosen_interface
+    name = chosen.name if chosen else ""
     if not name:
         return None
-    for port in facts.network.get("ib_devices", []):
-        if name in port.get("netdevs", []) and port.get("rate_gbps"):
-            return Link(float(port["rate_gbps"]) / 8, f"{port['device']} port {port['port']} {port['rate']}")
-    for interface in facts.network.get("interfaces", []):
-        if interface.get("name") == name and interface.get("speed_mbps"):
-            return Link(float(interface["speed_mbps"]) / 8000, f"{name} {interface['speed_mbps']} Mb/s")
+    for port in facts.network.ib_ports:
+        if name in port.netdevs and port.rate_gbps:
+            return Link(port.rate_gbps / 8, f"{port.device} port {port.port} {port.rate}")
+    for interface in facts.network.interfaces or []:
+        if interface.name == name and interface.speed_mbps:
+            return Link(interface.speed_mbps / 8000, f"{name} {interface.speed_mbps} Mb/s")
     return None
 
 

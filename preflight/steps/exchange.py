@@ -23,17 +23,28 @@ from pathlib import Path
 from typing import Any
 
 from preflight.lib.errors import one_line
-from preflight.model import World
+from preflight.model import CheckOutcome, Finding, RankFacts, World
+from preflight.model.codec import BadPayload, decode, encode
 from preflight.steps.store_join import ForeignStore, join_store, mark_store
 
 POLL_S = 0.05
 
 
 @dataclass
+class RankPayload:
+    """What one rank sends to rank 0: its facts and what its local checks found."""
+
+    rank: int
+    facts: RankFacts
+    findings: list[Finding] = field(default_factory=list)
+    outcomes: list[CheckOutcome] = field(default_factory=list)
+
+
+@dataclass
 class Collected:
     """What rank 0 received: payloads by rank, and how each arrived."""
 
-    payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
+    payloads: dict[int, RankPayload] = field(default_factory=dict)
     bad_payloads: dict[int, str] = field(default_factory=dict)  # rank -> why it was rejected
     duplicates: dict[int, list[str]] = field(default_factory=dict)  # rank -> hosts of every claimant
 
@@ -93,9 +104,9 @@ class Exchange:
 
     # -- every rank ----------------------------------------------------------------------
 
-    def publish(self, payload: dict[str, Any]) -> None:
+    def publish(self, payload: RankPayload) -> None:
         """Send this rank's facts and findings to rank 0 (store and, if given, the dir)."""
-        text = json.dumps(payload)
+        text = encode(payload)
         if self.out_dir is not None:
             _atomic_write(self.out_dir / f"rank-{self.world.rank}.json", text)
         if self.store is not None:
@@ -199,11 +210,12 @@ class Exchange:
 
     @staticmethod
     def _accept(collected: Collected, rank: int, raw: bytes) -> None:
+        """Decode and validate one rank's payload: the one place a peer's data enters rank 0."""
         try:
-            payload = json.loads(raw)
-            if not isinstance(payload, dict) or payload.get("rank") != rank:
-                raise ValueError(f"payload names rank {payload.get('rank') if isinstance(payload, dict) else '?'}")
-        except ValueError as exc:
+            payload = decode(raw, RankPayload)
+            if payload.rank != rank or payload.facts.rank != rank:
+                raise BadPayload(f"payload names rank {payload.rank}")
+        except BadPayload as exc:
             collected.bad_payloads[rank] = str(exc)[:200]
             return
         collected.payloads[rank] = payload
@@ -235,10 +247,10 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {one_line(exc, 400)}"
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _atomic_write(path: Path, data: str | bytes) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as stream:
-        stream.write(text)
+    with os.fdopen(handle, "wb") as stream:
+        stream.write(data.encode() if isinstance(data, str) else data)
     os.replace(tmp, path)

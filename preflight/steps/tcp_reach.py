@@ -5,9 +5,9 @@ local rank 0), on the chosen interface's address and an ephemeral port, publishe
 store. Rank 0, once it has collected the ranks' reports, publishes the roster of listeners;
 each host then connects to its ring neighbours and `k` random peers (a plan every host
 computes alike, seeded by the run id), in parallel, each connection under its own deadline,
-from its chosen address, and publishes what happened. Rank 0 gathers the results into its own
-`facts.extra["reachability"]`, which the cross checks (checks/reachability.py) read. Other
-ranks on a host share its result.
+from its chosen address, and publishes what happened. Rank 0 gathers the results, which the
+cross checks (checks/reachability.py) read as `ctx.reachability`. Other ranks on a host share
+its result.
 
 Keys, under the run's store prefix: `reach/claim/<host>`, `reach/listener/<host>`,
 `reach/roster`, `reach/result/<host>`, counter `reach/done`. Every wait has a deadline.
@@ -135,8 +135,8 @@ class Reachability:
                  k: int = RANDOM_PEERS) -> None:
         self.store, self.facts, self.seed, self.k = store, facts, seed, k
         self.connect_timeout_s = connect_timeout_s
-        chosen = facts.network.get("chosen_interface") or {}
-        self.listener = Listener(chosen.get("address", ""), chosen.get("name", ""))
+        chosen = facts.network.chosen_interface
+        self.listener = Listener(chosen.address, chosen.name) if chosen else Listener("", "")
         self.active = False  # whether this rank speaks for its host (see start)
 
     def start(self) -> None:

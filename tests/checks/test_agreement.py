@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from preflight.model import MasterAddrResolution
 from tests.helpers.facts import cluster, run
 
 
 def test_same_job_is_silent() -> None:
-    ranks = cluster(3, 2, world_job_id="42", network={"master_addr_resolved": {"addr": "n1", "ips": ["10.0.0.1"]}},
+    ranks = cluster(3, 2, world_job_id="42", network={"master_addr": {"addr": "n1", "ips": ["10.0.0.1"]}},
                     versions={"torch": "2.4.0", "python": "3.11.7"})
     assert [run(i, ranks) for i in ("ENV001", "ENV002", "ENV005", "SW001")] == [[], [], [], []]
 
@@ -22,9 +23,9 @@ def test_job_id_and_launcher_disagreement() -> None:
 
 
 def test_master_addr_resolving_differently() -> None:
-    ranks = cluster(4, 1, network={"master_addr_resolved": {"addr": "n1", "ips": ["10.0.0.1"], "error": ""}})
-    ranks[2].network["master_addr_resolved"] = {"addr": "n1", "ips": ["127.0.1.1"], "error": ""}
-    ranks[3].network["master_addr_resolved"] = {"addr": "n1", "ips": [], "error": "gaierror"}
+    ranks = cluster(4, 1, network={"master_addr": {"addr": "n1", "ips": ["10.0.0.1"], "error": ""}})
+    ranks[2].network.master_addr = MasterAddrResolution("n1", ["127.0.1.1"])
+    ranks[3].network.master_addr = MasterAddrResolution("n1", [], "gaierror")
     [finding] = run("ENV002", ranks)
     assert finding.ranks == [2, 3] and finding.hosts == ["node003", "node004"]
     assert "unresolvable on node004" in finding.message and "`127.0.1.1` on node003" in finding.message
@@ -32,8 +33,8 @@ def test_master_addr_resolving_differently() -> None:
 
 def test_master_addr_text_differences_are_rank003s() -> None:
     ranks = cluster(2, 1)
-    ranks[0].network["master_addr_resolved"] = {"addr": "a", "ips": ["10.0.0.1"]}
-    ranks[1].network["master_addr_resolved"] = {"addr": "b", "ips": ["10.0.0.2"]}
+    ranks[0].network.master_addr = MasterAddrResolution("a", ["10.0.0.1"])
+    ranks[1].network.master_addr = MasterAddrResolution("b", ["10.0.0.2"])
     assert run("ENV002", ranks) == []
 
 
@@ -47,11 +48,11 @@ def test_restart_from_world_or_environment() -> None:
 
 def test_software_mismatch_names_the_odd_hosts() -> None:
     ranks = cluster(4, 2, versions={"torch": "2.4.0+cu124", "torch_cuda": "12.4", "nccl": "2.21.5",
-                                    "python": "3.11.7"}, gpus=[{"driver_version": "550.54"}])
-    ranks[7].versions["nccl"] = "2.20.5"
-    ranks[6].versions["nccl"] = "2.20.5"
-    ranks[0].versions["python"] = "3.10.12"
-    ranks[2].gpus = [{"driver_version": "535.1"}]
+                                    "python": "3.11.7", "driver": "550.54"})
+    ranks[7].versions.nccl = "2.20.5"
+    ranks[6].versions.nccl = "2.20.5"
+    ranks[0].versions.python = "3.10.12"
+    ranks[2].versions.driver = "535.1"
     found = {f.data["component"]: f for f in run("SW001", ranks)}
     assert set(found) == {"nccl", "python", "driver"}
     assert found["nccl"].hosts == ["node004"] and found["nccl"].severity.value == "error"

@@ -88,18 +88,20 @@ def test_socket_ifname_without_interface_facts_is_not_judged() -> None:
 
 def test_ib_disable_only_matters_with_ib_devices() -> None:
     env = {"NCCL_IB_DISABLE": "1"}
-    assert run("NCCL011", facts(env)) == []  # no ib_devices key: none
-    assert run("NCCL011", facts(env, network={"ib_devices": []})) == []
-    [finding] = run("NCCL011", facts(env, network={"ib_devices": [{"name": "mlx5_0"}, "mlx5_1"]}))
+    assert run("NCCL011", facts(env)) == []  # no RDMA ports found: none
+    assert run("NCCL011", facts(env, network={"ib_ports": []})) == []
+    ports = [{"device": "mlx5_0", "port": 1}, {"device": "mlx5_1", "port": 1}]
+    [finding] = run("NCCL011", facts(env, network={"ib_ports": ports}))
     assert "2 RDMA device(s) (mlx5_0, mlx5_1)" in finding.message
-    assert run("NCCL011", facts({"NCCL_IB_DISABLE": "0"}, network={"ib_devices": ["mlx5_0"]})) == []
+    assert run("NCCL011", facts({"NCCL_IB_DISABLE": "0"}, network={"ib_ports": ports[:1]})) == []
 
 
 @pytest.mark.parametrize(("memlock", "ib", "fires"), [
     (8 << 20, True, True), (-1, True, False), (64 << 30, True, False), (8 << 20, False, False), (None, True, False),
 ])
 def test_memlock(memlock: int | None, ib: bool, fires: bool) -> None:
-    subject = facts({}, system={"memlock_bytes": memlock}, network={"ib_devices": ["mlx5_0"] if ib else []})
+    ports = [{"device": "mlx5_0", "port": 1}] if ib else []
+    subject = facts({}, system={"memlock_bytes": memlock}, network={"ib_ports": ports})
     assert bool(run("SYS001", subject)) == fires
 
 

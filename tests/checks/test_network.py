@@ -4,22 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from preflight.model import RankFacts, World
-from preflight.registry import CheckContext, get_check
+from preflight.model import RankFacts
+from tests.helpers.facts import rank_facts, run
 from tests.helpers.ranks import base_env, run_cli
-
-CTX = CheckContext(world_size=4)
 
 
 def facts(rank: int, host: str, **network: Any) -> RankFacts:
-    world = World(launcher="env", rank=rank, world_size=4, host=host)
-    return RankFacts(rank=rank, host=host, world=world, network=network)
-
-
-def run(check_id: str, subject: Any) -> list:
-    spec = get_check(check_id)
-    assert spec is not None
-    return list(spec.func(subject, CTX))
+    return rank_facts(rank, host, world_size=4, network=network)
 
 
 IB0 = {"name": "ib0", "up": True, "mtu": 4092, "addresses": ["10.0.0.1"]}
@@ -35,10 +26,10 @@ def test_chosen_interface_down_or_without_address() -> None:
 def test_ib_port_state_and_rates() -> None:
     good = {"device": "mlx5_0", "port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "rate": "400 Gb/sec (4X NDR)"}
     bad = {**good, "state": "INIT"}
-    assert run("NET002", facts(0, "a", ib_devices=[good])) == []
-    assert "INIT" in run("NET002", facts(0, "a", ib_devices=[good, bad]))[0].message
+    assert run("NET002", facts(0, "a", ib_ports=[good])) == []
+    assert "INIT" in run("NET002", facts(0, "a", ib_ports=[good, bad]))[0].message
     slow = {**good, "rate": "200 Gb/sec (4X HDR)"}
-    ranks = [facts(0, "a", ib_devices=[good]), facts(1, "b", ib_devices=[good]), facts(2, "c", ib_devices=[slow])]
+    ranks = [facts(0, "a", ib_ports=[good]), facts(1, "b", ib_ports=[good]), facts(2, "c", ib_ports=[slow])]
     problems = run("NET005", ranks)
     assert len(problems) == 1 and problems[0].hosts == ["c"]
     assert run("NET005", ranks[:2]) == []
@@ -49,38 +40,41 @@ def test_mtu_and_master_addr_across_hosts() -> None:
     ranks = [facts(r, h, chosen_interface={**chosen, "mtu": m}) for r, h, m in [(0, "a", 4092), (1, "b", 4092),
                                                                                   (2, "c", 1500)]]
     assert [p.hosts for p in run("NET006", ranks)] == [["c"]]
-    loop = [facts(0, "a", master_addr_resolved={"addr": "localhost", "ips": ["127.0.0.1"], "error": ""}),
-            facts(1, "b", master_addr_resolved={"addr": "localhost", "ips": ["127.0.0.1"], "error": ""})]
+    loop = [facts(0, "a", master_addr={"addr": "localhost", "ips": ["127.0.0.1"], "error": ""}),
+            facts(1, "b", master_addr={"addr": "localhost", "ips": ["127.0.0.1"], "error": ""})]
     assert "loopback" in run("NET004", loop)[0].message
     assert run("NET004", loop[:1]) == []  # one host: loopback is fine
     for f in loop:
-        f.network["loopback_scope"] = "boot-1/4026531840"
+        f.network.loopback_scope = "boot-1/4026531840"
     assert run("NET004", loop) == []  # two fake hosts of one machine share loopback
-    unresolved = facts(0, "a", master_addr_resolved={"addr": "x", "ips": [], "error": "gaierror: no such name"})
+    unresolved = facts(0, "a", master_addr={"addr": "x", "ips": [], "error": "gaierror: no such name"})
     assert "does not resolve" in run("NET003", unresolved)[0].message
     empty = facts(0, "a")
     empty.env["MASTER_ADDR"] = ""
     assert "set but empty" in run("NET003", empty)[0].message
 
 
-def _outcome(failed: set[tuple[str, str]], hosts: str = "abcd") -> RankFacts:
+def _outcome(failed: set[tuple[str, str]], hosts: str = "abcd") -> dict[str, Any]:
     results = {p: [{"target": t, "ok": (p, t) not in failed, "error": "timed out", "interface": "ib0",
                     "address": f"10.0.0.{t}"} for t in hosts if t != p] for p in hosts}
-    zero = facts(0, "a")
-    zero.extra["reachability"] = {"roster": [{"host": h, "interface": "ib0", "address": h} for h in hosts],
-                                  "results": results, "missing": []}
-    return zero
+    return {"roster": [{"host": h, "interface": "ib0", "address": h} for h in hosts],
+            "results": results, "missing": []}
+
+
+def reach(check_id: str, outcome: dict[str, Any]) -> list:
+    """A reachability check on rank 0's facts with the step's outcome."""
+    return run(check_id, [facts(0, "a")], reachability=outcome)
 
 
 def test_reachability_pair_and_culprit() -> None:
-    assert run("NET007", [_outcome(set())]) == [] and run("NET008", [_outcome(set())]) == []
+    assert reach("NET007", _outcome(set())) == [] and reach("NET008", _outcome(set())) == []
     pair = _outcome({("b", "d"), ("d", "b")})
-    problems = run("NET007", [pair])
+    problems = reach("NET007", pair)
     assert len(problems) == 1 and problems[0].message.startswith("b <-> d on ib0")
-    assert run("NET008", [pair]) == []
+    assert reach("NET008", pair) == []
     dead = _outcome({(p, "c") for p in "abd"} | {("c", t) for t in "abd"})
-    assert [p.hosts for p in run("NET008", [dead])] == [["c"]]
-    assert run("NET007", [dead]) == []  # the dead host's links are not repeated as pairs
+    assert [p.hosts for p in reach("NET008", dead)] == [["c"]]
+    assert reach("NET007", dead) == []  # the dead host's links are not repeated as pairs
 
 
 def test_bad_master_addr_and_ifname_input_in_a_real_run(tmp_path) -> None:

@@ -41,7 +41,7 @@ def held_port():
 def test_port_facts_name_the_holder(held_port) -> None:
     port, holder = held_port
     assert port_in_use(port)
-    assert holder.pid in [h["pid"] for h in port_holders(port)]
+    assert holder.pid in [h.pid for h in port_holders(port)]
     assert not port_in_use(free_port())
     low, high = ephemeral_range() or (0, 0)
     assert 0 < low <= high

@@ -1,12 +1,19 @@
-"""Hand-written RankFacts for unit tests of checks, and a way to run one check on them."""
+"""Hand-written RankFacts for unit tests of checks, and a way to run one check on them.
+
+Sections may be given as plain dicts (the JSON shape of the typed section); they are decoded
+through the model's own codec, so a test's data is held to the same types as a peer's payload.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from preflight.model import Finding, RankFacts, World
+from preflight.model import Finding, GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
+from preflight.model.codec import from_builtins
 from preflight.registry import CheckContext, get_check
+
+_SECTIONS = {"versions": Versions, "system": SystemLimits, "network": NetworkFacts, "gpus": list[GpuFacts]}
 
 
 def rank_facts(rank: int, host: str = "node01", *, env: dict[str, str] | None = None, world_size: int = 1,
@@ -16,21 +23,22 @@ def rank_facts(rank: int, host: str = "node01", *, env: dict[str, str] | None = 
     world = World(launcher=world_fields.pop("launcher", "env"), rank=rank, world_size=world_size,
                   local_rank=rank % local_world_size if local_rank is None else local_rank,
                   local_world_size=local_world_size, host=host, **world_fields)
-    return RankFacts(rank=rank, host=host, world=world, env=dict(env or {}), **sections)
+    typed = {name: from_builtins(value, _SECTIONS[name]) if name in _SECTIONS else value
+             for name, value in sections.items()}
+    return RankFacts(rank=rank, host=host, world=world, env=dict(env or {}), **typed)
 
 
 def cluster(hosts: int, per_host: int, **kwargs: Any) -> list[RankFacts]:
-    """hosts x per_host ranks in block layout on node001.. with identical facts."""
+    """hosts x per_host ranks in block layout on node001.. with identical (not shared) facts."""
     size = hosts * per_host
-    return [rank_facts(r, f"node{r // per_host + 1:03d}", world_size=size, local_world_size=per_host,
-                       **{k: (dict(v) if isinstance(v, dict) else v) for k, v in kwargs.items()})
+    return [rank_facts(r, f"node{r // per_host + 1:03d}", world_size=size, local_world_size=per_host, **kwargs)
             for r in range(size)]
 
 
-def run(check_id: str, subject: RankFacts | Sequence[RankFacts], **options: Any) -> list[Finding]:
-    """The findings one registered check gives on these facts."""
+def run(check_id: str, subject: RankFacts | Sequence[RankFacts], **context: Any) -> list[Finding]:
+    """The findings one registered check gives on these facts; `context` sets CheckContext fields."""
     spec = get_check(check_id)
     assert spec is not None, check_id
     size = len(subject) if isinstance(subject, (list, tuple)) else 1
-    ctx = CheckContext(world_size=options.pop("world_size", size), options=options)
+    ctx = CheckContext(world_size=context.pop("world_size", size), **context)
     return [spec.finding(problem) for problem in spec.func(subject, ctx)]

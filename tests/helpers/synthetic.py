@@ -19,6 +19,7 @@ from preflight.model import (
     RankFacts,
     ReportMeta,
     Severity,
+    Versions,
     World,
 )
 
@@ -97,7 +98,7 @@ def big_report(world_size: int = 1024, ranks_per_host: int = 8, mesh: str = "dp8
             env["VAR_001"] = "<script>alert(1)</script>"
         world = World(launcher="slurm", rank=rank, world_size=world_size, host=hosts[rank], job_id="123456")
         ranks.append(RankFacts(rank=rank, host=hosts[rank], world=world, env=env,
-                               versions={"torch": "2.13.0", "nccl": "2.27.3"}))
+                               versions=Versions(torch="2.13.0", nccl="2.27.3")))
     check_ids = [f"ENV{i:03d}" for i in range(1, 13)] + [f"NET{i:03d}" for i in range(1, 9)] + \
         [f"GPU{i:03d}" for i in range(1, 9)] + ["BW001", "BW002", "BW003", "RANK001", "RANK002"]
     checks = [CheckOutcome(c, c.rstrip("0123456789").lower(), "cross", f"{c} title", Severity.OK, 0.001)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.model import JobReport
-from tests.helpers.ranks import base_env, read_json
+from preflight.reports.json import load as load_report
+from tests.helpers.ranks import base_env
 from tests.helpers.tools import require_tool
 
 pytestmark = pytest.mark.mpi
@@ -25,7 +25,7 @@ def mpirun(args: list[str], extra_env: dict[str, str] | None = None) -> subproce
 def test_mpirun_four_ranks_pass(tmp_path: Path) -> None:
     result = mpirun(["-n", "4", "preflight", "--skip", "probe", "--json", str(tmp_path / "r.json")])
     assert result.returncode == 0, result.stdout + result.stderr
-    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    report = load_report(tmp_path / "r.json")
     assert report.meta.launcher == "mpirun" and report.meta.world_size == 4
     assert [f.world.local_rank for f in report.ranks] == [0, 1, 2, 3]
     # The port is derived from Open MPI's job namespace: all ranks agree without MASTER_PORT.
@@ -37,5 +37,5 @@ def test_mpirun_exit_code_is_the_verdict(tmp_path: Path) -> None:
     result = mpirun(["-n", "2", "-x", "TORCH_NCCL_ASYNC_ERROR_HANDLING=0", "preflight", "--skip", "probe",
                      "--json", str(tmp_path / "r.json")])
     assert result.returncode == 3, result.stdout + result.stderr
-    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    report = load_report(tmp_path / "r.json")
     assert [f.ranks for f in report.findings if f.check_id == "NCCL001"] == [[0, 1]]

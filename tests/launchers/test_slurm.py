@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.model import JobReport
-from tests.helpers.ranks import read_json
+from preflight.reports.json import load as load_report
 from tests.helpers.slurm import SlurmCluster
 
 pytestmark = pytest.mark.slurm
@@ -27,7 +26,7 @@ def test_srun_two_nodes_four_tasks_passes(slurm_cluster: SlurmCluster, tmp_path:
     result = srun(slurm_cluster, ["-N", "2", "--ntasks-per-node=2", "preflight", "--skip", "probe",
                                   "--json", str(tmp_path / "r.json")])
     assert result.returncode == 0, result.stdout + result.stderr
-    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    report = load_report(tmp_path / "r.json")
     assert report.meta.launcher == "slurm" and report.meta.world_size == 4 and report.meta.num_nodes == 2
     assert report.meta.job_id
     # Hosts are Slurm's node names (SLURMD_NODENAME), the names sbatch --exclude takes.
@@ -42,7 +41,7 @@ def test_srun_task_that_never_starts_is_named_with_its_node(slurm_cluster: Slurm
               f'exec preflight --skip probe --timeout 6 --json {tmp_path}/r.json')
     result = srun(slurm_cluster, ["-N", "2", "--ntasks-per-node=2", "sh", "-c", script])
     assert result.returncode == 3, result.stdout + result.stderr
-    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    report = load_report(tmp_path / "r.json")
     [missing] = [f for f in report.findings if f.check_id == "RANK001"]
     assert missing.ranks == [3] and missing.hosts == ["node2"]
     assert report.bad_hosts == ["node2"]
@@ -58,7 +57,7 @@ def test_sbatch_script_stops_before_training_on_a_bad_verdict(slurm_cluster: Slu
     assert "ExitCode=3:0" in state, state + (tmp_path / "job.out").read_text()
     assert not marker.exists()
     assert "training not started" in (tmp_path / "job.out").read_text()
-    assert JobReport.from_dict(read_json(tmp_path / "pf" / "report.json")).meta.job_id == job_id
+    assert load_report(tmp_path / "pf" / "report.json").meta.job_id == job_id
 
 
 def test_sbatch_script_trains_after_a_clean_verdict(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:

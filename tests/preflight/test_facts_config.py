@@ -14,19 +14,20 @@ from preflight.steps.launchers import resolve_world
 def test_interfaces_shape_matches_psutil(tmp_path) -> None:
     world = resolve_world({}, host="h")
     facts = gather_facts(world, GatherOptions(sysfs_root=str(tmp_path)), [("interfaces", interfaces.gather)])
-    found = {i["name"]: i for i in facts.network["interfaces"]}
+    found = {i.name: i for i in facts.network.interfaces or []}
     assert set(found) == set(psutil.net_if_addrs()) | set(psutil.net_if_stats())
-    assert found["lo"]["up"] is True and found["lo"]["mtu"] > 0 and "127.0.0.1" in found["lo"]["addresses"]
+    assert found["lo"].up is True and found["lo"].mtu > 0 and "127.0.0.1" in found["lo"].addresses
     for entry in found.values():
-        assert set(entry) == {"name", "up", "mtu", "speed_mbps", "addresses"}
+        assert set(vars(entry)) == {"name", "up", "mtu", "speed_mbps", "addresses"}
 
 
 def test_master_addr_resolution() -> None:
     world = resolve_world({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": socket.gethostname()})
     facts = gather_facts(world, GatherOptions(), [("rendezvous", rendezvous.gather)])
-    entry = facts.network["master_addr_resolved"]
-    assert entry["addr"] == socket.gethostname() and entry["ips"] and entry["error"] == ""
+    entry = facts.network.master_addr
+    assert entry is not None and entry.addr == socket.gethostname() and entry.ips and entry.error == ""
     world.master_addr = "pf3-no-such-host.invalid"
     facts = gather_facts(world, GatherOptions(), [("rendezvous", rendezvous.gather)])
-    assert facts.network["master_addr_resolved"]["error"] and facts.network["master_addr_resolved"]["ips"] == []
+    entry = facts.network.master_addr
+    assert entry is not None and entry.error and entry.ips == []
     assert rendezvous.resolve("::1") == ["::1"]

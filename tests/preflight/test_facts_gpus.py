@@ -72,22 +72,22 @@ def test_gpus_driver_and_nvlinks_are_read() -> None:
                       "memory": 85 * 2**30, "links": 0}])
     target = facts()
     gather(target, GatherOptions(), nvml=nvml)
-    assert target.versions["driver"] == "550.54.15" and target.versions["cuda_driver"] == "12.4"
-    assert [g["uuid"] for g in target.gpus] == ["GPU-1", "GPU-2"]
-    assert target.gpus[0]["nvlink_active"] == 17 and target.gpus[0]["nvlink_version"] == 4
-    assert target.gpus[1]["nvlink_active"] == 0
-    assert target.gpus[0]["pci_bus_id"] == "00000000:18:00.0"
+    assert target.versions.driver == "550.54.15" and target.versions.cuda_driver == "12.4"
+    assert [g.uuid for g in target.gpus] == ["GPU-1", "GPU-2"]
+    assert target.gpus[0].nvlink_active == 17 and target.gpus[0].nvlink_version == 4
+    assert target.gpus[1].nvlink_active == 0
+    assert target.gpus[0].pci_bus_id == "00000000:18:00.0"
     assert nvml.shut_down
 
 
 def test_no_driver_leaves_the_section_empty() -> None:
     target = facts()
     gather(target, GatherOptions(), nvml=FakeNVML([], present=False))
-    assert target.gpus == [] and "driver" not in target.versions
+    assert target.gpus == [] and not target.versions.driver
 
 
 def test_real_nvml_binding_on_this_machine_does_not_fail() -> None:
     target = facts()
     gather(target, GatherOptions())  # no GPU here: empty; on a GPU host: the real devices
-    assert bool(target.gpus) == ("driver" in target.versions)
-    assert all(g["uuid"] and g["memory_total_bytes"] > 0 for g in target.gpus)
+    assert bool(target.gpus) == bool(target.versions.driver)
+    assert all(g.uuid and g.memory_total_bytes > 0 for g in target.gpus)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from preflight.model import Interface
 from preflight.steps.gather.interfaces import read_interfaces
-from preflight.steps.gather.links import choose_interface, parse_rate_gbps, read_ib_devices
+from preflight.steps.gather.links import choose_interface, parse_rate_gbps, read_ib_ports
 from tests.helpers.ranks import free_port, read_json, run_cli
 
 
@@ -35,12 +36,12 @@ def test_ib_ports_from_sysfs_tree(tmp_path: Path) -> None:
         ("mlx5_0", 1): ACTIVE,
         ("mlx5_1", 1): {**ACTIVE, "state": "1: DOWN", "phys_state": "2: Polling", "rate": "10 Gb/sec (4X SDR)"},
     }, {"mlx5_0": ["ib0"], "mlx5_1": ["ib1"]})
-    ports = read_ib_devices(root)
-    assert [(p["device"], p["port"], p["state"], p["phys_state"], p["rate_gbps"], p["netdevs"]) for p in ports] == [
+    ports = read_ib_ports(root)
+    assert [(p.device, p.port, p.state, p.phys_state, p.rate_gbps, p.netdevs) for p in ports] == [
         ("mlx5_0", 1, "ACTIVE", "LinkUp", 400.0, ["ib0"]),
         ("mlx5_1", 1, "DOWN", "Polling", 10.0, ["ib1"]),
     ]
-    assert read_ib_devices(str(tmp_path / "nothing")) == []
+    assert read_ib_ports(str(tmp_path / "nothing")) == []
 
 
 def test_rate_parsing() -> None:
@@ -48,23 +49,23 @@ def test_rate_parsing() -> None:
     assert parse_rate_gbps("garbage") is None
 
 
-def _iface(name: str, up: bool = True, addresses: tuple[str, ...] = ("10.0.0.1",)) -> dict:
-    return {"name": name, "up": up, "mtu": 1500, "addresses": list(addresses)}
+def _iface(name: str, up: bool = True, addresses: tuple[str, ...] = ("10.0.0.1",)) -> Interface:
+    return Interface(name, up=up, mtu=1500, addresses=list(addresses))
 
 
 def test_chosen_interface_precedence() -> None:
     interfaces = [_iface("lo", addresses=("127.0.0.1",)), _iface("eth0", addresses=("10.1.0.1",)),
                   _iface("ib0", addresses=("10.2.0.1",))]
-    assert choose_interface(interfaces, {"NCCL_SOCKET_IFNAME": "eth"}, "127.0.0.1")["name"] == "eth0"
-    assert choose_interface(interfaces, {"GLOO_SOCKET_IFNAME": "nosuch0"}, "127.0.0.1")["name"] == ""
-    assert choose_interface(interfaces, {"NCCL_SOCKET_IFNAME": "ib0,,eth0"}, "127.0.0.1")["name"] == ""
+    assert choose_interface(interfaces, {"NCCL_SOCKET_IFNAME": "eth"}, "127.0.0.1").name == "eth0"
+    assert choose_interface(interfaces, {"GLOO_SOCKET_IFNAME": "nosuch0"}, "127.0.0.1").name == ""
+    assert choose_interface(interfaces, {"NCCL_SOCKET_IFNAME": "ib0,,eth0"}, "127.0.0.1").name == ""
     nccl_first = {"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "ib0"}
-    assert choose_interface(interfaces, nccl_first, "127.0.0.1")["source"] == "NCCL_SOCKET_IFNAME==eth0"
-    assert choose_interface(interfaces, {}, "127.0.0.1")["name"] == "ib0"
+    assert choose_interface(interfaces, nccl_first, "127.0.0.1").source == "NCCL_SOCKET_IFNAME==eth0"
+    assert choose_interface(interfaces, {}, "127.0.0.1").name == "ib0"
     down_ib = [interfaces[0], interfaces[1], _iface("ib0", up=False)]
     # No UP ib*: the route to MASTER_ADDR decides (the real routing table: loopback for 127.0.0.1).
-    assert choose_interface(down_ib, {}, "127.0.0.1")["name"] == "lo"
-    assert any(i["name"] == "lo" and i["up"] and "127.0.0.1" in i["addresses"] for i in read_interfaces())
+    assert choose_interface(down_ib, {}, "127.0.0.1").name == "lo"
+    assert any(i.name == "lo" and i.up and "127.0.0.1" in i.addresses for i in read_interfaces())
 
 
 def test_a_down_ib_port_fails_a_real_run(tmp_path: Path) -> None:

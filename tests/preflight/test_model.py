@@ -7,20 +7,26 @@ import json
 from preflight.model import (
     CheckOutcome,
     Finding,
+    GpuFacts,
+    Interface,
     JobReport,
+    NetworkFacts,
     ProbeResult,
     RankFacts,
     ReportMeta,
     Severity,
+    Versions,
     World,
 )
+from preflight.model.codec import decode, encode, from_builtins, to_builtins
 
 
 def sample_report() -> JobReport:
     world = World(launcher="slurm", rank=1, world_size=2, host="n2", expected_hosts={0: "n1", 1: "n2"},
                   raw={"SLURM_PROCID": "1"}, decisions=["x"])
-    facts = RankFacts(rank=1, host="n2", world=world, env={"A": "1"}, versions={"torch": "2.13"},
-                      network={"interfaces": [{"name": "ib0"}]}, gpus=[{"index": 0}], gather_errors={"gpu": "x"})
+    facts = RankFacts(rank=1, host="n2", world=world, env={"A": "1"}, versions=Versions(torch="2.13"),
+                      network=NetworkFacts(interfaces=[Interface("ib0")]), gpus=[GpuFacts(0)],
+                      gather_errors={"gpu": "x"})
     return JobReport(
         meta=ReportMeta(launcher="slurm", job_id="7", run_id="slurm-7.0", world_size=2, num_nodes=2,
                         master_addr="n1", master_port=12007, phases={"facts": 0.1}),
@@ -34,8 +40,9 @@ def sample_report() -> JobReport:
 
 def test_json_round_trip_is_identity() -> None:
     report = sample_report()
-    text = json.dumps(report.to_dict())
-    assert JobReport.from_dict(json.loads(text)) == report
+    text = json.dumps(to_builtins(report))
+    assert from_builtins(json.loads(text), JobReport) == report
+    assert decode(encode(report), JobReport) == report
 
 
 def test_severity_order_puts_could_not_run_between_warn_and_error() -> None:

@@ -7,8 +7,9 @@ import subprocess
 import sys
 import time
 
-from preflight.model import ExitCode, JobReport
-from tests.helpers.ranks import base_env, free_port, read_json, spawn_env_ranks
+from preflight.model import ExitCode
+from preflight.reports.json import load as load_report
+from tests.helpers.ranks import base_env, free_port, spawn_env_ranks
 
 FAST = ["--skip", "probe"]
 
@@ -17,7 +18,7 @@ def test_four_clean_ranks_pass_and_rank0_reports_all(tmp_path) -> None:
     runs = spawn_env_ranks(4, [*FAST, "--json", str(tmp_path / "r.json"), "--timeout", "30"])
     assert {r.returncode for r in runs.values()} == {0}, [r.stdout + r.stderr for r in runs.values()]
     assert "PASSED" in runs[0].stdout
-    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    report = load_report(tmp_path / "r.json")
     assert [f.rank for f in report.ranks] == [0, 1, 2, 3]
     assert report.meta.launcher == "env" and report.exit_code == 0 and not report.findings
 
@@ -26,7 +27,7 @@ def test_missing_rank_is_named_within_timeout_and_every_started_rank_exits_3(tmp
     timeout = 4.0
     runs = spawn_env_ranks(4, [*FAST, "--timeout", str(timeout), "--json", str(tmp_path / "r.json")], absent=[3])
     assert {r.returncode for r in runs.values()} == {int(ExitCode.FAILED)}
-    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    report = load_report(tmp_path / "r.json")
     assert report.missing_ranks == [3]
     [missing] = [f for f in report.findings if f.check_id == "RANK001"]
     assert missing.ranks == [3] and "rank 3 did not report" in missing.message
@@ -38,7 +39,7 @@ def test_shared_dir_carries_a_rank_that_cannot_reach_the_store(tmp_path) -> None
     # Rank 2 is pointed at an address where no store listens: it falls back to --out-dir.
     args = [*FAST, "--timeout", "16", "--out-dir", str(tmp_path / "shared"), "--json", str(tmp_path / "r.json")]
     runs = spawn_env_ranks(3, args, rank_env={2: {"MASTER_PORT": str(free_port())}})
-    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    report = load_report(tmp_path / "r.json")
     assert [f.rank for f in report.ranks] == [0, 1, 2] and not report.missing_ranks
     store_failed = [f for f in report.findings if f.check_id == "RUN001"]
     assert store_failed and store_failed[0].ranks == [2]
@@ -51,7 +52,7 @@ def test_shared_dir_carries_a_rank_that_cannot_reach_the_store(tmp_path) -> None
 def test_duplicate_rank_is_reported(tmp_path) -> None:
     runs = spawn_env_ranks(3, [*FAST, "--timeout", "5", "--json", str(tmp_path / "r.json")],
                            rank_env={2: {"RANK": "1"}})
-    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    report = load_report(tmp_path / "r.json")
     ids = {f.check_id: f for f in report.findings}
     assert ids["RANK002"].ranks == [1]
     assert ids["RANK001"].ranks == [2]
@@ -70,7 +71,7 @@ def test_sigterm_still_writes_a_report_with_an_incomplete_verdict(tmp_path) -> N
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == int(ExitCode.INCOMPLETE), out + err
-    report = JobReport.from_dict(read_json(tmp_path / "r.json"))
+    report = load_report(tmp_path / "r.json")
     assert any(f.check_id == "RUN004" and "SIGTERM" in f.message for f in report.findings)
 
 

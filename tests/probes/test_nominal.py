@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from preflight.model import ProbeResult, RankFacts, World
+from preflight.model import ProbeResult, RankFacts
 from preflight.probes.nominal import annotate, group_link
+from tests.helpers.facts import rank_facts
 
 
 def rank(r: int, host: str, *, nvlinks: int = 0, version: int = 4, chosen: str = "ib0", ib_gbps: float | None = None,
          speed_mbps: int = 0) -> RankFacts:
-    facts = RankFacts(rank=r, host=host, world=World(launcher="env", rank=r, world_size=8, local_rank=r % 4,
-                                                   local_world_size=4))
-    facts.gpus = [{"index": i, "nvlink_active": nvlinks, "nvlink_version": version} for i in range(4)]
-    facts.network = {
-        "chosen_interface": {"name": chosen},
-        "interfaces": [{"name": chosen, "speed_mbps": speed_mbps}],
-        "ib_devices": [] if ib_gbps is None else [{"device": "mlx5_0", "port": 1, "rate": f"{ib_gbps:g} Gb/sec",
-                                                  "rate_gbps": ib_gbps, "netdevs": [chosen]}],
-    }
-    return facts
+    return rank_facts(r, host, world_size=8, local_world_size=4,
+                      gpus=[{"index": i, "nvlink_active": nvlinks, "nvlink_version": version} for i in range(4)],
+                      network={
+                          "chosen_interface": {"name": chosen},
+                          "interfaces": [{"name": chosen, "speed_mbps": speed_mbps}],
+                          "ib_ports": [] if ib_gbps is None else [{"device": "mlx5_0", "port": 1,
+                                                                   "rate": f"{ib_gbps:g} Gb/sec",
+                                                                   "rate_gbps": ib_gbps, "netdevs": [chosen]}],
+                      })
 
 
 def test_group_inside_a_host_uses_nvlink() -> None:

@@ -21,6 +21,9 @@ from pathlib import Path
 import pytest
 
 from preflight.model import JobReport
+from preflight.model.codec import from_builtins
+from preflight.reports.json import dumps
+from preflight.reports.json import load as load_report
 from tests.helpers.hosts import fake_hostnames_env
 from tests.helpers.ranks import RankRun, run_cli, spawn_env_ranks
 from tests.helpers.synthetic import probe_results
@@ -48,7 +51,7 @@ class PlantedRun:
 
     def report(self) -> JobReport:
         """The JobReport the run wrote."""
-        return JobReport.from_dict(json.loads(self.json.read_text()))
+        return load_report(str(self.json))
 
 
 @pytest.fixture(scope="session")
@@ -69,12 +72,12 @@ def planted_run(tmp_path_factory: pytest.TempPathFactory) -> PlantedRun:
     )
     assert paths["json"].exists(), f"rank 0 wrote no JSON: {ranks[0].stdout}\n{ranks[0].stderr}"
     raw = json.loads(paths["json"].read_text())
-    report = JobReport.from_dict(raw)
+    report = from_builtins(raw, JobReport)
     hosts = {facts.rank: facts.host for facts in report.ranks}
     report.meta.mesh = "dp2,tp2"
     report.probes = probe_results("dp2,tp2", hosts, link_gbps={"dp": 8.0, "tp": 20.0}, slow_hosts={"node04": 0.3})
     probed_json = folder / "probed.json"
-    probed_json.write_text(json.dumps(report.to_dict()))
+    probed_json.write_text(dumps(report))
     probed_html, probed_junit = folder / "probed.html", folder / "probed.xml"
     rerender = run_cli(["report", str(probed_json), "--html", str(probed_html), "--junit", str(probed_junit)])
     return PlantedRun(folder, ranks, probed_json=probed_json, probed_html=probed_html, probed_junit=probed_junit,

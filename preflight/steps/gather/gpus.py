@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from preflight.model import RankFacts
+from preflight.model import GpuFacts, RankFacts
 
 if TYPE_CHECKING:
     from preflight.steps.gather import GatherOptions
@@ -22,7 +22,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _nvlinks(nvml: Any, handle: Any) -> dict[str, int]:
+def _nvlinks(nvml: Any, handle: Any) -> tuple[int, int]:
     """Active NVLink count and version; devices without NVLink raise NotSupported on link 0."""
     active, version = 0, 0
     for link in range(NVLINK_MAX_LINKS):
@@ -32,26 +32,28 @@ def _nvlinks(nvml: Any, handle: Any) -> dict[str, int]:
                 version = version or int(nvml.nvmlDeviceGetNvLinkVersion(handle, link))
         except nvml.NVMLError:
             break
-    return {"nvlink_active": active, "nvlink_version": version}
+    return active, version
 
 
-def describe_gpus(nvml: Any) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """(versions, gpus) read through an initialised NVML module."""
-    versions = {"driver": _text(nvml.nvmlSystemGetDriverVersion())}
+def describe_gpus(nvml: Any) -> tuple[tuple[str, str], list[GpuFacts]]:
+    """((driver, cuda_driver), gpus) read through an initialised NVML module."""
+    driver = _text(nvml.nvmlSystemGetDriverVersion())
     cuda = int(nvml.nvmlSystemGetCudaDriverVersion_v2())
-    versions["cuda_driver"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
+    cuda_driver = f"{cuda // 1000}.{cuda % 1000 // 10}"
     gpus = []
     for index in range(int(nvml.nvmlDeviceGetCount())):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        gpus.append({
-            "index": index,
-            "name": _text(nvml.nvmlDeviceGetName(handle)),
-            "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
-            "pci_bus_id": _text(nvml.nvmlDeviceGetPciInfo(handle).busId),
-            "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-            **_nvlinks(nvml, handle),
-        })
-    return versions, gpus
+        active, version = _nvlinks(nvml, handle)
+        gpus.append(GpuFacts(
+            index=index,
+            name=_text(nvml.nvmlDeviceGetName(handle)),
+            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+            pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
+            memory_total_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+            nvlink_active=active,
+            nvlink_version=version,
+        ))
+    return (driver, cuda_driver), gpus
 
 
 def gather(facts: RankFacts, options: GatherOptions, nvml: Any = None) -> None:
@@ -69,5 +71,5 @@ def gather(facts: RankFacts, options: GatherOptions, nvml: Any = None) -> None:
         versions, gpus = describe_gpus(nvml)
     finally:
         nvml.nvmlShutdown()
-    facts.versions.update(versions)
+    facts.versions.driver, facts.versions.cuda_driver = versions
     facts.gpus = gpus

@@ -1,17 +1,15 @@
 """Network facts of one rank: InfiniBand / RoCE ports and the interface the job will use.
 
-Runs after the `interfaces` gatherer (preflight/facts/interfaces.py), whose
-`facts.network["interfaces"]` list it reads, and fills:
+Runs after the `interfaces` gatherer (interfaces.py beside this file), whose
+`facts.network.interfaces` list it reads, and fills:
 
-* `ib_devices`: one entry per port under `<sysfs root>/class/infiniband/*/ports/*` with its
-  device `name`, `port`, state, physical state, rate ("400 Gb/sec (4X NDR)"), link layer and
-  the netdevs it maps to. This replaces the interfaces gatherer's list of device names (each
-  entry keeps `name`). The sysfs root is `--sysfs-root` (default /sys): tests point it at a
-  fixture tree, a fake of the kernel's layout, because no InfiniBand hardware exists on CI.
+* `ib_ports`: one IbPort per port under `<sysfs root>/class/infiniband/*/ports/*` (state,
+  physical state, rate, link layer, the netdevs it maps to). The sysfs root is `--sysfs-root`
+  (default /sys): tests point it at a fixture tree, a fake of the kernel's layout, because no
+  InfiniBand hardware exists on CI.
 * `chosen_interface`: the interface NCCL/Gloo will use on this rank: NCCL_SOCKET_IFNAME /
-  GLOO_SOCKET_IFNAME's choice if one is set (preflight/ifname.py's rules), else the first UP
+  GLOO_SOCKET_IFNAME's choice if one is set (preflight/lib/ifname.py's rules), else the first UP
   interface named `ib*` with an address, else the one that routes to MASTER_ADDR.
-  `{"name", "source", "address", "up", "mtu"}`; name "" when there is none.
 * `loopback_scope`: boot id + network namespace: ranks with the same value share 127.0.0.1.
 """
 
@@ -20,10 +18,10 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from preflight.lib.ifname import match_gloo_interfaces, match_interfaces
-from preflight.model import RankFacts
+from preflight.model import ChosenInterface, IbPort, Interface, RankFacts
 from preflight.steps.gather.interfaces import read_interfaces
 
 if TYPE_CHECKING:
@@ -56,7 +54,7 @@ def parse_rate_gbps(rate: str) -> float | None:
         return None
 
 
-def read_ib_devices(sysfs_root: str) -> list[dict[str, Any]]:
+def read_ib_ports(sysfs_root: str) -> list[IbPort]:
     """One entry per InfiniBand / RoCE port found under sysfs_root/class/infiniband."""
     base = Path(sysfs_root, "class", "infiniband")
     if not base.is_dir():
@@ -70,19 +68,18 @@ def read_ib_devices(sysfs_root: str) -> list[dict[str, Any]]:
             rate = _read(port / "rate")
             # RoCE ports name their netdev per GID; IB ports share the PCI device's netdevs.
             gid_netdevs = {_read(p) for p in (port / "gid_attrs" / "ndevs").glob("*")} - {""}
-            ports.append({
-                "name": device.name,  # the key the interfaces gatherer's device list uses
-                "device": device.name,
-                "port": int(port.name) if port.name.isdigit() else port.name,
-                "state": state,
-                "state_code": state_code,
-                "phys_state": phys,
-                "phys_state_code": phys_code,
-                "rate": rate,
-                "rate_gbps": parse_rate_gbps(rate),
-                "link_layer": _read(port / "link_layer"),
-                "netdevs": sorted(gid_netdevs) or device_netdevs,
-            })
+            ports.append(IbPort(
+                device=device.name,
+                port=int(port.name) if port.name.isdigit() else port.name,
+                state=state,
+                state_code=state_code,
+                phys_state=phys,
+                phys_state_code=phys_code,
+                rate=rate,
+                rate_gbps=parse_rate_gbps(rate),
+                link_layer=_read(port / "link_layer"),
+                netdevs=sorted(gid_netdevs) or device_netdevs,
+            ))
     return ports
 
 
@@ -119,10 +116,10 @@ def _ipv4_first(addresses: list[str]) -> str:
     return addresses[0] if addresses else ""
 
 
-def choose_interface(interfaces: list[dict[str, Any]], env: dict[str, str], master_addr: str) -> dict[str, Any]:
+def choose_interface(interfaces: list[Interface], env: dict[str, str], master_addr: str) -> ChosenInterface:
     """The interface the job's sockets will use on this rank, and why."""
-    by_name = {i["name"]: i for i in interfaces}
-    names = [i["name"] for i in interfaces]
+    by_name = {i.name: i for i in interfaces}
+    names = [i.name for i in interfaces]
     for variable in IFNAME_VARIABLES:
         spec = env.get(variable, "")
         if spec.strip():
@@ -130,35 +127,35 @@ def choose_interface(interfaces: list[dict[str, Any]], env: dict[str, str], mast
             chosen = by_name[matched[0]] if matched else None
             return _chosen(chosen, f"{variable}={spec}")
     for interface in interfaces:
-        if interface["name"].startswith("ib") and interface["up"] and interface["addresses"]:
+        if interface.name.startswith("ib") and interface.up and interface.addresses:
             return _chosen(interface, "first UP ib* interface with an address")
     source = route_source(master_addr)
     for interface in interfaces:
-        if source and source in interface["addresses"]:
+        if source and source in interface.addresses:
             return _chosen(interface, f"route to MASTER_ADDR {master_addr}", address=source)
     return _chosen(None, f"no ib* interface and no route to MASTER_ADDR {master_addr}")
 
 
-def _chosen(interface: dict[str, Any] | None, source: str, address: str = "") -> dict[str, Any]:
+def _chosen(interface: Interface | None, source: str, address: str = "") -> ChosenInterface:
     if interface is None:
-        return {"name": "", "source": source, "address": "", "up": False, "mtu": 0}
-    return {
-        "name": interface["name"],
-        "source": source,
-        "address": address or _ipv4_first(interface["addresses"]),
-        "up": interface["up"],
-        "mtu": interface["mtu"],
-    }
+        return ChosenInterface(source=source)
+    return ChosenInterface(
+        name=interface.name,
+        source=source,
+        address=address or _ipv4_first(interface.addresses),
+        up=interface.up,
+        mtu=interface.mtu,
+    )
 
 
 def gather(facts: RankFacts, options: GatherOptions) -> None:
-    """Fill facts.network["ib_devices"] (per port) and facts.network["chosen_interface"]."""
-    interfaces = facts.network.get("interfaces")
+    """Fill facts.network.ib_ports, chosen_interface and loopback_scope."""
+    interfaces = facts.network.interfaces
     if interfaces is None:  # the interfaces gatherer failed or was left out: read them here
         interfaces = read_interfaces()
-    facts.network["ib_devices"] = read_ib_devices(options.sysfs_root)
-    facts.network["chosen_interface"] = choose_interface(interfaces, dict(os.environ), facts.world.master_addr)
-    facts.network["loopback_scope"] = loopback_scope()
+    facts.network.ib_ports = read_ib_ports(options.sysfs_root)
+    facts.network.chosen_interface = choose_interface(interfaces, dict(os.environ), facts.world.master_addr)
+    facts.network.loopback_scope = loopback_scope()
 
 
 def loopback_scope() -> str:

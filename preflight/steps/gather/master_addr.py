@@ -1,8 +1,8 @@
 """What MASTER_ADDR resolves to on this rank (ranks must agree on it, checks/agreement.py).
 
-Fills `facts.network["master_addr_resolved"]` = {"addr": ..., "ips": [sorted addresses],
-"error": ""}. A name that resolves differently on different hosts (a stale /etc/hosts, split
-DNS) sends ranks to different rendezvous endpoints even though MASTER_ADDR is the same text.
+Fills `facts.network.master_addr` (addr, its sorted ips, or the lookup error). A name that
+resolves differently on different hosts (a stale /etc/hosts, split DNS) sends ranks to
+different rendezvous endpoints even though MASTER_ADDR is the same text.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import ipaddress
 import socket
 from typing import TYPE_CHECKING
 
-from preflight.model import RankFacts
+from preflight.model import MasterAddrResolution, RankFacts
 
 if TYPE_CHECKING:
     from preflight.steps.gather import GatherOptions
@@ -30,9 +30,9 @@ def resolve(addr: str) -> list[str]:
 def gather(facts: RankFacts, options: GatherOptions) -> None:
     """Resolve this rank's MASTER_ADDR (the gatherer's deadline bounds a slow resolver)."""
     addr = facts.world.master_addr
-    entry: dict[str, object] = {"addr": addr, "ips": [], "error": ""}
+    entry = MasterAddrResolution(addr=addr)
     try:
-        entry["ips"] = resolve(addr)
+        entry.ips = resolve(addr)
     except OSError as exc:
-        entry["error"] = f"{type(exc).__name__}: {exc}"[:200]
-    facts.network["master_addr_resolved"] = entry
+        entry.error = f"{type(exc).__name__}: {exc}"[:200]
+    facts.network.master_addr = entry

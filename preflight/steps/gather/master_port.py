@@ -2,7 +2,7 @@
 
 Only rank 0 hosts the c10d store, and only when no launcher agent already does (under
 torchrun the agent's store legitimately holds MASTER_PORT). On that rank this gatherer fills
-`facts.network["master_port"]` with:
+`facts.network.master_port` (a MasterPortState) with:
 
 * `in_use`: the port cannot be bound (another listener has it), and `holders`: the pid and
   command of each process listening on it, where /proc shows them (psutil reads
@@ -20,9 +20,9 @@ import os
 import socket
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from preflight.model import RankFacts
+from preflight.model import MasterPortState, PortHolder, RankFacts
 from preflight.steps.launchers import derive_port
 
 if TYPE_CHECKING:
@@ -49,11 +49,11 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def port_holders(port: int) -> list[dict[str, Any]]:
+def port_holders(port: int) -> list[PortHolder]:
     """Processes listening on the port, with pid and command line where visible."""
     import psutil
 
-    holders: list[dict[str, Any]] = []
+    holders: list[PortHolder] = []
     try:
         connections = psutil.net_connections(kind="tcp")
     except (psutil.Error, OSError):
@@ -61,10 +61,10 @@ def port_holders(port: int) -> list[dict[str, Any]]:
     for conn in connections:
         if conn.status != psutil.CONN_LISTEN or not conn.laddr or conn.laddr.port != port:
             continue
-        entry: dict[str, Any] = {"address": str(conn.laddr.ip), "pid": conn.pid, "command": ""}
+        entry = PortHolder(address=str(conn.laddr.ip), pid=conn.pid)
         if conn.pid:
             try:
-                entry["command"] = " ".join(psutil.Process(conn.pid).cmdline())[:300]
+                entry.command = " ".join(psutil.Process(conn.pid).cmdline())[:300]
             except psutil.Error:
                 pass
         if entry not in holders:
@@ -102,12 +102,12 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
         return
     port = facts.world.master_port
     in_use = port_in_use(port)
-    facts.network["master_port"] = {
-        "port": port,
-        "in_use": in_use,
-        "holders": port_holders(port) if in_use else [],
-        "ephemeral_range": ephemeral_range(),
-        "privileged": port < 1024,
-        "root": os.geteuid() == 0,
-        "suggested_port": suggest_port(facts.world.job_id or facts.world.run_id),
-    }
+    facts.network.master_port = MasterPortState(
+        port=port,
+        in_use=in_use,
+        holders=port_holders(port) if in_use else [],
+        ephemeral_range=ephemeral_range(),
+        privileged=port < 1024,
+        root=os.geteuid() == 0,
+        suggested_port=suggest_port(facts.world.job_id or facts.world.run_id),
+    )

@@ -15,11 +15,11 @@ if TYPE_CHECKING:
 def gather(facts: RankFacts, options: GatherOptions) -> None:
     """Fill facts.system with pid, cpu count, RLIMIT_MEMLOCK and /dev/shm size."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    facts.system["pid"] = os.getpid()
-    facts.system["cpu_count"] = os.cpu_count() or 0
-    facts.system["memlock_bytes"] = -1 if soft == resource.RLIM_INFINITY else int(soft)
+    facts.system.pid = os.getpid()
+    facts.system.cpu_count = os.cpu_count() or 0
+    facts.system.memlock_bytes = -1 if soft == resource.RLIM_INFINITY else int(soft)
     try:
         stat = os.statvfs("/dev/shm")
-        facts.system["shm_bytes"] = stat.f_frsize * stat.f_blocks
+        facts.system.shm_bytes = stat.f_frsize * stat.f_blocks
     except OSError:
-        facts.system["shm_bytes"] = None
+        facts.system.shm_bytes = None

@@ -16,17 +16,15 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
     import torch
     import torch.distributed as dist
 
-    versions = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_cuda": str(torch.version.cuda or ""),
-        "gloo": "yes" if dist.is_gloo_available() else "no",
-        "nccl_built": "yes" if dist.is_nccl_available() else "no",
-    }
+    versions = facts.versions
+    versions.python = platform.python_version()
+    versions.torch = str(torch.__version__)  # a TorchVersion (str subclass): plain text crosses the store
+    versions.torch_cuda = str(torch.version.cuda or "")
+    versions.gloo = "yes" if dist.is_gloo_available() else "no"
+    versions.nccl_built = "yes" if dist.is_nccl_available() else "no"
     if dist.is_nccl_available():
         try:
             nccl = torch.cuda.nccl.version()
-            versions["nccl"] = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
+            versions.nccl = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
         except Exception as exc:  # a broken CUDA install is itself worth reporting
-            versions["nccl"] = f"error: {exc}"
-    facts.versions.update(versions)
+            versions.nccl = f"error: {exc}"

@@ -1,0 +1,66 @@
+"""Severities, exit codes, findings and check outcomes: what the checks say."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Severity(str, enum.Enum):
+    """How bad a finding is. COULD_NOT_RUN is never a pass: the check did not answer."""
+
+    OK = "ok"
+    INFO = "info"
+    WARN = "warn"
+    ERROR = "error"
+    COULD_NOT_RUN = "could-not-run"
+
+    @property
+    def rank(self) -> int:
+        """Order for "worst of": ok < info < warn < could-not-run < error."""
+        return _SEVERITY_ORDER[self]
+
+
+_SEVERITY_ORDER = {
+    Severity.OK: 0,
+    Severity.INFO: 1,
+    Severity.WARN: 2,
+    Severity.COULD_NOT_RUN: 3,
+    Severity.ERROR: 4,
+}
+
+
+class ExitCode(enum.IntEnum):
+    """The verdict as a process exit status, the same on every rank."""
+
+    PASSED = 0
+    WARNINGS_STRICT = 1
+    BAD_INPUT = 2
+    FAILED = 3
+    INCOMPLETE = 4
+
+
+@dataclass
+class Finding:
+    """One thing a check found: stable id, severity, a one-line message and what to do."""
+
+    check_id: str
+    severity: Severity
+    message: str
+    hint: str = ""
+    ranks: list[int] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckOutcome:
+    """That a check ran (or could not), so reports can list passes too (JUnit testcases)."""
+
+    check_id: str
+    tag: str
+    scope: str
+    title: str
+    status: Severity  # worst severity it produced; OK when silent
+    duration_s: float = 0.0

@@ -1,0 +1,52 @@
+"""The whole run on rank 0 (JobReport, the one source every renderer reads) and its metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
+from preflight.model.probe_results import ProbeResult
+from preflight.model.rank_facts import RankFacts
+
+
+@dataclass
+class ReportMeta:
+    """Who ran, where, when, with what."""
+
+    launcher: str
+    job_id: str
+    run_id: str
+    world_size: int
+    num_nodes: int
+    master_addr: str
+    master_port: int
+    restart_count: int = 0
+    mesh: str = ""
+    backend: str = ""
+    command_line: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+    duration_s: float = 0.0
+    versions: dict[str, str] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # phase name -> seconds
+    expected_busbw_gbps: dict[str, float] = field(default_factory=dict)  # --expect, per dimension
+
+
+@dataclass
+class JobReport:
+    """The one source every renderer reads: the whole run, on rank 0."""
+
+    meta: ReportMeta
+    ranks: list[RankFacts] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    checks: list[CheckOutcome] = field(default_factory=list)
+    probes: list[ProbeResult] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
+    bad_hosts: list[str] = field(default_factory=list)
+    verdict: str = "incomplete"
+    exit_code: int = int(ExitCode.INCOMPLETE)
+    why: str = ""
+
+    def worst(self) -> Severity:
+        """The worst severity among the findings (OK when there are none)."""
+        return max((f.severity for f in self.findings), key=lambda s: s.rank, default=Severity.OK)

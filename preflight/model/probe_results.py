@@ -1,0 +1,61 @@
+"""Probe measurements: one collective on one group at one size, and their per-dimension summary."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ProbeResult:
+    """One collective, on one group of one mesh dimension, at one message size."""
+
+    dim: str
+    op: str
+    size_bytes: int
+    group_index: int
+    ranks: list[int]
+    hosts: list[str]
+    time_s: float  # the group's time per op: its slowest rank's
+    algbw_gbps: float
+    busbw_gbps: float
+    rank_times_s: dict[int, float] = field(default_factory=dict)
+    verified: bool = True
+    wrong_ranks: list[int] = field(default_factory=list)  # ranks whose output was wrong
+    bad_sources: list[int] = field(default_factory=list)  # ranks whose data arrived wrong
+    nominal_gbps: float | None = None  # the group's link rate, where readable (probes/nominal.py)
+    nominal_source: str = ""  # e.g. "NVLink4 x18", "mlx5_0 port 1 400 Gb/sec (4X NDR)"
+
+
+@dataclass
+class ProbeSummary:
+    """One dimension x op x size over all its groups: busbw min/median/max and the slowest group."""
+
+    dim: str
+    op: str
+    size_bytes: int
+    groups: int
+    busbw_min_gbps: float
+    busbw_median_gbps: float
+    busbw_max_gbps: float
+    slowest_group: int
+    slowest_ranks: list[int]
+    slowest_hosts: list[str]
+    time_s: float  # the slowest group's time per op
+    verified: bool
+    nominal_gbps: float | None = None  # the slowest group's link rate, where readable
+
+
+def summarize_probes(results: list[ProbeResult]) -> list[ProbeSummary]:
+    """Per dimension x op x size, in the order the probes ran. Derived: never stored twice."""
+    grouped: dict[tuple[str, str, int], list[ProbeResult]] = {}
+    for result in results:
+        grouped.setdefault((result.dim, result.op, result.size_bytes), []).append(result)
+    out = []
+    for (dim, op, size), members in grouped.items():
+        slowest = min(members, key=lambda r: r.busbw_gbps)
+        figures = [r.busbw_gbps for r in members]
+        out.append(ProbeSummary(dim, op, size, len(members), min(figures), statistics.median(figures),
+                                max(figures), slowest.group_index, list(slowest.ranks), list(slowest.hosts),
+                                slowest.time_s, all(r.verified for r in members), slowest.nominal_gbps))
+    return out
