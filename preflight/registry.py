@@ -14,9 +14,9 @@ from __future__ import annotations
 import inspect
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from preflight.lib.deadline import call_with_deadline
 from preflight.lib.errors import BadInput

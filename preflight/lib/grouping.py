@@ -8,8 +8,8 @@ ranks, where a value does not cover whole hosts). Imported by check modules only
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Sequence
-from typing import Callable, TypeVar
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TypeVar
 
 from preflight.lib.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts

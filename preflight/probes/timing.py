@@ -6,8 +6,9 @@ A deadline expiring raises ProbeTimeout; the stuck communicator is never waited 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 from preflight.lib.errors import one_line
 

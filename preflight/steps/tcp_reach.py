@@ -93,7 +93,7 @@ class Listener:
             try:
                 conn, _ = self.sock.accept()
                 conn.close()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
 
     def close(self) -> None:
@@ -120,7 +120,7 @@ def probe(source: str, target: dict[str, Any], timeout_s: float) -> dict[str, An
                 sock.bind((source, 0))  # over our chosen interface, as the job's sockets will be
             sock.connect((target["address"], int(target["port"])))
         result["ok"] = True
-    except socket.timeout:
+    except TimeoutError:
         result["error"] = f"timed out after {timeout_s:g}s"
     except OSError as exc:
         result["error"] = exc.strerror or str(exc)

@@ -6,9 +6,8 @@ A gatherer fills one section of RankFacts. One that raises or overruns is record
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable
 
 from preflight.lib.deadline import call_with_deadline
 from preflight.model import RankFacts, World
