@@ -24,8 +24,9 @@ import torch.multiprocessing as mp
 
 from preflight.lib.mesh_shape import MeshDim
 from preflight.model import World
+from preflight.options import parse_size
 from preflight.probes import collect, ops, session
-from preflight.probes.plan import ProbePlan, parse_size
+from preflight.probes.plan import ProbePlan
 
 
 def _bare(op: str, size: int, iters: int, warmup: int, n: int) -> float:

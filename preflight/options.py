@@ -1,46 +1,170 @@
-"""The run's options as plain data, validated where they enter (the CLI)."""
+"""The run's options as typed values, parsed once where they enter and validated there.
+
+`RunOptions.parse` turns the flags written as text (--mesh, --sizes, --ops, --expect) into
+typed values; the CLI calls it once per process, and a bad value is BadInput: one line,
+exit 2. The mesh arithmetic needs the world size, known only after step 1 (or from
+`launch -n`): `options.for_world(world_size)` resolves the mesh, derived `dp` included,
+and every later stage reads `options.mesh` as resolved. Nothing after this module parses
+an option's text again. Plain dataclasses, in the manner of torchtitan's ParallelDims.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field
+from typing import Any
+
+from preflight.lib.errors import BadInput
+from preflight.lib.mesh_shape import WORLD_DIM, MeshDim, mesh_text, parse_mesh_syntax, resolve_dims
+
+BACKENDS = ("auto", "nccl", "gloo")
+OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "send_recv", "broadcast")
+
+_UNITS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "KB": 10**3, "MB": 10**6, "GB": 10**9,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z]*)$")
+# Rates: bytes per second (GB/s, MB/s, GiB/s) or bits (Gb/s, Gbit/s, Gbps); GB = 1e9 B.
+_RATE_UNITS = {"GB/S": 1.0, "MB/S": 1e-3, "GIB/S": 2**30 / 1e9, "TB/S": 1e3, "GBIT/S": 1 / 8}
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z/]*)$")
+
+
+@dataclass
+class ReportTargets:
+    """Where rank 0 writes the reports (`preflight report` re-renders to the same targets)."""
+
+    json: str | None = None  # --json: the JobReport
+    html: str | None = None  # --html: self-contained HTML
+    junit: str | None = None  # --junit: JUnit XML
+    text: str | None = None  # --text: the plain text report
+    exclude: str | None = None  # --exclude-file: bad hosts, one per line
+    quiet: bool = False  # --quiet: nothing on stdout
 
 
 @dataclass
 class RunOptions:
-    """Everything `preflight run` was asked to do. Strings are parsed by their own modules."""
+    """Everything `preflight run` was asked to do, as typed values.
+
+    Per-value checks happen in the parsers below (and in argparse's converters); __post_init__
+    checks what ties fields together: the mesh against the world size once that is known, and
+    every --expect dimension against the mesh.
+    """
 
     timeout_s: float = 60.0  # rank 0 waits at most this long for every rank to report
     check_timeout_s: float = 10.0  # one check or fact gatherer may take at most this long
     out_dir: str | None = None
     run_id: str | None = None
-    silence: list[str] = field(default_factory=list)
+    silence: list[str] = field(default_factory=list)  # check ids, upper case
     only: list[str] = field(default_factory=list)
     skip: list[str] = field(default_factory=list)
     strict: bool = False
-    # reports
-    json_path: str | None = None
-    html_path: str | None = None
-    junit_path: str | None = None
-    text_path: str | None = None
-    exclude_file: str | None = None
-    quiet: bool = False
+    reports: ReportTargets = field(default_factory=ReportTargets)
     # probes
-    mesh: str = ""
+    # Outermost first. Before for_world: as written (a wildcard size is WILDCARD, no derived dp);
+    # after: resolved, its product is world_size and the remainder is a dimension (dp, or the wildcard).
+    # [] without --mesh (the probes then measure the whole world).
+    mesh: list[MeshDim] = field(default_factory=list)
+    world_size: int | None = None  # set by for_world(); None until the world is known
     backend: str = "auto"
-    ops: str = ""
-    sizes: str = ""
-    warmup: int | None = None
+    ops: list[str] = field(default_factory=list)  # [] : the plan's defaults
+    sizes: list[int] = field(default_factory=list)  # bytes, ascending; [] : the plan's defaults per device
+    warmup: int | None = None  # None: the plan's default per device
     iters: int | None = None
     probe_timeout_s: float = 30.0
     straggler_ratio: float = 0.8
-    expect: str = ""
+    expect: dict[str, float] = field(default_factory=dict)  # expected busbw per dimension, GB/s
     # facts
     sysfs_root: str = "/sys"
     verdict_file: str | None = None  # `preflight launch` reads rank 0's code here
     command_line: str = ""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise BadInput(f"--backend {self.backend!r}: one of {', '.join(BACKENDS)}")
+        self.silence = [check_id.upper() for check_id in self.silence]
+        if self.world_size is not None:
+            self.mesh = resolve_dims(self.mesh, self.world_size)
+        names = {d.name for d in self.mesh} | {WORLD_DIM} | ({"dp"} if self.world_size is None else set())
+        for name in self.expect:
+            if name not in names:
+                raise BadInput(f"--expect {name}=...: no mesh dimension {name!r} "
+                               f"(mesh: {mesh_text(self.mesh) or 'none'})")
+
+    @classmethod
+    def parse(cls, *, mesh: str = "", sizes: str = "", ops: str = "", expect: str = "", **typed: Any) -> RunOptions:
+        """RunOptions from --mesh, --sizes, --ops and --expect as written, plus the fields already typed."""
+        return cls(mesh=parse_mesh_syntax(mesh), sizes=parse_sizes(sizes), ops=parse_ops(ops),
+                   expect=parse_expect(expect), **typed)
+
+    def for_world(self, world_size: int) -> RunOptions:
+        """These options with the mesh resolved for world_size (BadInput when its arithmetic fails)."""
+        return dataclasses.replace(self, world_size=world_size)
 
     def probes_enabled(self) -> bool:
         """Probes run unless `--skip probe`, or `--only` names tags without `probe`."""
         if "probe" in self.skip:
             return False
         return not self.only or "probe" in self.only
+
+
+def parse_size(text: str) -> int:
+    """`64M` -> 64_000_000, `64MiB` -> 67_108_864, `4096` -> 4096 (K/M/G decimal, KiB/MiB/GiB binary)."""
+    match = _SIZE.match(text.strip())
+    unit = match.group(2).upper() if match else ""
+    if not match or unit not in _UNITS:
+        raise BadInput(f"--sizes: {text!r} is not a size (e.g. 1M, 64MiB, 4096)")
+    value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise BadInput(f"--sizes: {text!r} must be positive")
+    return value
+
+
+def parse_sizes(text: str) -> list[int]:
+    """A comma list of sizes, ascending, without duplicates; [] when empty (use the defaults)."""
+    if not text.strip():
+        return []
+    return sorted({parse_size(part) for part in text.split(",")})
+
+
+def parse_ops(text: str) -> list[str]:
+    """A comma list of op names; [] when empty (use the defaults)."""
+    if not text.strip():
+        return []
+    ops = []
+    for part in text.split(","):
+        name = part.strip().replace("-", "_")
+        if name not in OPS:
+            raise BadInput(f"--ops: unknown op {part.strip()!r}; known: {', '.join(OPS)}")
+        if name not in ops:
+            ops.append(name)
+    return ops
+
+
+def parse_rate(text: str) -> float:
+    """`300GB/s` -> 300.0 (GB/s, GB = 1e9 B); `400Gb/s` -> 50.0; a bare number is GB/s."""
+    match = _RATE.match(text.strip())
+    if not match:
+        raise BadInput(f"--expect: {text!r} is not a rate (e.g. 300GB/s, 400Gb/s)")
+    number, unit = float(match.group(1)), match.group(2)
+    if unit in ("Gb/s", "Gbit/s", "Gbps"):
+        key = "GBIT/S"
+    elif unit == "":
+        key = "GB/S"
+    else:
+        key = unit.upper()
+    if key not in _RATE_UNITS or number <= 0:
+        raise BadInput(f"--expect: {text!r} is not a positive rate in GB/s, MB/s, GiB/s or Gb/s")
+    return number * _RATE_UNITS[key]
+
+
+def parse_expect(text: str) -> dict[str, float]:
+    """`tp=300GB/s,dp=40GB/s` -> {"tp": 300.0, "dp": 40.0} (busbw in GB/s)."""
+    expected: dict[str, float] = {}
+    if not text.strip():
+        return expected
+    for part in text.split(","):
+        name, sep, rate = part.partition("=")
+        if not sep or not name.strip():
+            raise BadInput(f"--expect: {part.strip()!r} is not DIM=RATE (e.g. tp=300GB/s)")
+        expected[name.strip()] = parse_rate(rate)
+    return expected

@@ -50,7 +50,7 @@ class CheckContext:
 
     world_size: int = 1
     backend: str = "auto"
-    mesh: str = ""
+    mesh: list[tuple[str, int]] = field(default_factory=list)  # resolved (name, size), outermost first
     duplicate_ranks: dict[int, list[str]] = field(default_factory=dict)  # rank -> every claimant's host
     reachability: dict[str, Any] | None = None
 

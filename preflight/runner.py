@@ -24,11 +24,11 @@ from types import FrameType
 from typing import Any
 
 from preflight.lib import secrets
+from preflight.lib.mesh_shape import mesh_text
 from preflight.model import CheckOutcome, ExitCode, Finding, JobReport, RankFacts, ReportMeta, Severity, World
 from preflight.options import RunOptions
 from preflight.probes import orchestrate as probes
 from preflight.probes.nominal import annotate as annotate_nominal_rates
-from preflight.probes.plan import parse_expect, validate_probe_options
 from preflight.registry import (
     CROSS,
     LOCAL,
@@ -79,11 +79,11 @@ class RunState:
 def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     """Run preflight as this process's rank; return the exit code every rank shares."""
     world = resolve_world(env)  # step 1; BadInput propagates to the CLI: one line, exit 2
-    validate_probe_options(options, world.world_size)  # a bad --mesh for this WORLD_SIZE: exit 2 too
+    options = options.for_world(world.world_size)  # the mesh resolved; a bad one for this WORLD_SIZE: exit 2 too
     _import_torch_quietly()
     if options.run_id:
         world.run_id = options.run_id
-    state = RunState(world, options, progress=phase_display(world.rank, options.quiet))
+    state = RunState(world, options, progress=phase_display(world.rank, options.reports.quiet))
     exchange = Exchange(world, options.timeout_s, options.out_dir)
     previous = _install_signal_handlers()
     try:
@@ -94,7 +94,8 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
 
 def _run_steps(state: RunState, exchange: Exchange) -> int:
     world, options = state.world, state.options
-    ctx = CheckContext(world_size=world.world_size, backend=options.backend, mesh=options.mesh)
+    ctx = CheckContext(world_size=world.world_size, backend=options.backend,
+                       mesh=[(d.name, d.size) for d in options.mesh])
     try:
         with _phase(state, "facts"):
             state.facts = gather_facts(world, _gather_options(world, options))  # step 2
@@ -273,7 +274,7 @@ def _finish(state: RunState, exchange: Exchange) -> int:
     report = build_report(state)
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included.
-    write_reports(report, state.options)
+    write_reports(report, state.options.reports)
     if state.options.verdict_file:
         Path(state.options.verdict_file).write_text(f"{report.exit_code}\n")
     exchange.announce("verdict", {"exit_code": report.exit_code, "verdict": report.verdict})
@@ -287,7 +288,7 @@ def _finish(state: RunState, exchange: Exchange) -> int:
 def build_report(state: RunState) -> JobReport:
     """The one JobReport every renderer reads."""
     world, options = state.world, state.options
-    silenced = {s.upper() for s in options.silence}
+    silenced = set(options.silence)
     findings = [f for f in merge_findings(state.findings) if f.check_id not in silenced]
     code = decide_exit_code(findings, strict=options.strict, interrupted=bool(state.interrupted))
     if state.missing and code != ExitCode.FAILED:
@@ -303,7 +304,7 @@ def build_report(state: RunState) -> JobReport:
         master_addr=world.master_addr,
         master_port=world.master_port,
         restart_count=world.restart_count,
-        mesh=options.mesh,
+        mesh=mesh_text(options.mesh),  # resolved, the derived dp included
         backend=options.backend,
         command_line=options.command_line,
         started_at=_iso(state.started),
@@ -311,7 +312,7 @@ def build_report(state: RunState) -> JobReport:
         duration_s=round(finished - state.started, 3),
         versions=state.facts.versions.known() if state.facts else {},
         phases=dict(state.phases),
-        expected_busbw_gbps=parse_expect(options.expect),
+        expected_busbw_gbps=dict(options.expect),
     )
     return JobReport(
         meta=meta,

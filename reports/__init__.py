@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from preflight.model import JobReport
 
 if TYPE_CHECKING:
-    from preflight.options import RunOptions
+    from preflight.options import ReportTargets
 
 
-def write_reports(report: JobReport, options: RunOptions) -> None:
+def write_reports(report: JobReport, targets: ReportTargets) -> None:
     """Write every requested format, then the verdict to stdout (rich on a TTY, else text).
 
     One format failing to render must not cost the others (a report is always written):
@@ -22,11 +22,11 @@ def write_reports(report: JobReport, options: RunOptions) -> None:
     from preflight.reports import json as json_report
 
     writers: list[tuple[str, str | None, Callable[[JobReport, str], None]]] = [
-        ("--json", options.json_path, json_report.write),
-        ("--text", options.text_path, text.write),
-        ("--exclude-file", options.exclude_file, exclude.write),
-        ("--junit", options.junit_path, junit.write),
-        ("--html", options.html_path, html.write),
+        ("--json", targets.json, json_report.write),
+        ("--text", targets.text, text.write),
+        ("--exclude-file", targets.exclude, exclude.write),
+        ("--junit", targets.junit, junit.write),
+        ("--html", targets.html, html.write),
     ]
     for flag, path, write in writers:
         if not path:
@@ -35,7 +35,7 @@ def write_reports(report: JobReport, options: RunOptions) -> None:
             write(report, path)
         except Exception as exc:  # one renderer's bug or a full disk must not lose the rest
             print(f"preflight: could not write {flag} {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
-    if options.quiet:
+    if targets.quiet:
         return
     if terminal.wants_rich(sys.stdout):
         terminal.render(report, sys.stdout)

@@ -15,12 +15,15 @@ def expected_busbw(report: JobReport) -> dict[str, float]:
 
 
 def probe_dimensions(report: JobReport) -> dict[str, list[ProbeResult]]:
-    """Probe results grouped by mesh dimension, in the order the mesh names them."""
-    dims: dict[str, list[ProbeResult]] = defaultdict(list)
+    """Probe results grouped by mesh dimension, in the order they were probed.
+
+    The probes run the plan's steps in the mesh's order, outermost first, then the whole
+    world, and the results keep that order; the report needs no mesh text to sort them.
+    """
+    dims: dict[str, list[ProbeResult]] = {}
     for result in report.probes:
-        dims[result.dim].append(result)
-    order = [part.rstrip("0123456789") for part in report.meta.mesh.split(",") if part]
-    return dict(sorted(dims.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
+        dims.setdefault(result.dim, []).append(result)
+    return dims
 
 
 def by_op(results: list[ProbeResult]) -> dict[str, list[ProbeResult]]:

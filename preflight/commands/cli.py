@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from preflight import __version__
 from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
-from preflight.options import RunOptions
+from preflight.options import BACKENDS, ReportTargets, RunOptions
 
 SUBCOMMANDS = ("run", "launch", "list", "explain", "report")
 
@@ -73,7 +73,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
     probe = parser.add_argument_group("probes")
     probe.add_argument("--mesh", default="", help="DeviceMesh shape, outermost first, e.g. pp2,tp4")
-    probe.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    probe.add_argument("--backend", choices=BACKENDS, default="auto")
     probe.add_argument("--ops", default="", help="collectives to probe (comma list)")
     probe.add_argument("--sizes", default="", help="message sizes, e.g. 1M,64M,256M")
     probe.add_argument("--warmup", type=_non_negative_int, default=None)
@@ -120,31 +120,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptions:
-    """RunOptions from parsed flags; the parsers of mesh/sizes/expect validate later values."""
-    return RunOptions(
+    """RunOptions from parsed flags: the one place this process parses --mesh, --sizes, --ops, --expect."""
+    return RunOptions.parse(
+        mesh=args.mesh,
+        sizes=args.sizes,
+        ops=args.ops,
+        expect=args.expect,
         timeout_s=args.timeout_s,
         check_timeout_s=args.check_timeout_s,
         out_dir=args.out_dir,
         run_id=args.run_id,
-        silence=[s.upper() for s in args.silence],
+        silence=list(args.silence),
         only=list(args.only),
         skip=list(args.skip),
         strict=args.strict,
-        json_path=args.json_path,
-        html_path=args.html_path,
-        junit_path=args.junit_path,
-        text_path=args.text_path,
-        exclude_file=args.exclude_file,
-        quiet=args.quiet,
-        mesh=args.mesh,
+        reports=ReportTargets(json=args.json_path, html=args.html_path, junit=args.junit_path,
+                              text=args.text_path, exclude=args.exclude_file, quiet=args.quiet),
         backend=args.backend,
-        ops=args.ops,
-        sizes=args.sizes,
         warmup=args.warmup,
         iters=args.iters,
         probe_timeout_s=args.probe_timeout_s,
         straggler_ratio=args.straggler_ratio,
-        expect=args.expect,
         sysfs_root=args.sysfs_root,
         verdict_file=args.verdict_file,
         command_line=shlex.join(["preflight", *argv]),
@@ -186,7 +182,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return rerender(args)
     options = options_from_args(args, argv)
-    validate_options(options, world_size=args.nproc if args.command == "launch" else None)
+    validate_selection(options)
     if args.command == "launch":
         from preflight.commands.launch import launch
 
@@ -196,16 +192,9 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     return run(options)
 
 
-def validate_options(options: RunOptions, world_size: int | None = None) -> None:
-    """Reject bad values before any rank starts (a launch validates once, not N times).
-
-    world_size, when known here (launch -n), also checks the mesh's arithmetic; a rank checks
-    it again against its launcher's WORLD_SIZE before its store forms.
-    """
-    from preflight.probes.plan import validate_probe_options
+def validate_selection(options: RunOptions) -> None:
+    """Reject unknown tags and check ids before any rank starts (the registry knows them)."""
     from preflight.registry import all_tags, get_check
-
-    validate_probe_options(options, world_size)
 
     known_tags = {*all_tags(), "probe"}
     for tag in (*options.only, *options.skip):

@@ -41,6 +41,7 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions) -> int:
     """Spawn nproc local ranks running `python -m preflight run ...`; return rank 0's code."""
     if nproc < 1:
         raise BadInput(f"-n {nproc}: need at least one rank")
+    options.for_world(nproc)  # a bad --mesh for -n: exit 2 once here, not once per rank
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from preflight.lib.errors import BadInput
-from preflight.options import RunOptions
+from preflight.options import ReportTargets
 from preflight.reports import json as json_report
 from preflight.reports import write_reports
 
@@ -16,12 +16,7 @@ def rerender(args: argparse.Namespace) -> int:
         report = json_report.load(args.json_file)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"{args.json_file}: not a preflight JSON report ({type(exc).__name__}: {exc})") from None
-    options = RunOptions(
-        json_path=args.json_path,
-        html_path=args.html_path,
-        junit_path=args.junit_path,
-        text_path=args.text_path,
-        exclude_file=args.exclude_file,
-    )
-    write_reports(report, options)
+    targets = ReportTargets(json=args.json_path, html=args.html_path, junit=args.junit_path, text=args.text_path,
+                            exclude=args.exclude_file)
+    write_reports(report, targets)
     return report.exit_code

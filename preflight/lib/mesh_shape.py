@@ -59,14 +59,20 @@ def parse_mesh_syntax(text: str) -> list[MeshDim]:
 
 
 def resolve_mesh(text: str, world_size: int) -> list[MeshDim]:
+    """`resolve_dims` of `parse_mesh_syntax(text)`: the full mesh for this world size."""
+    return resolve_dims(parse_mesh_syntax(text), world_size)
+
+
+def resolve_dims(dims: list[MeshDim], world_size: int) -> list[MeshDim]:
     """The full mesh for this world size, outermost first; [] when no --mesh was given.
 
     The remainder becomes the wildcard dimension, or `dp` right after `pp` (outermost when
-    there is no pp) when no wildcard was written and the product falls short.
+    there is no pp) when no wildcard was written and the product falls short. A resolved
+    mesh resolves to itself.
     """
-    dims = parse_mesh_syntax(text)
     if not dims:
         return []
+    text = mesh_text(dims)
     fixed = [d for d in dims if d.size != WILDCARD]
     product = math.prod(d.size for d in fixed)
     spelled = "x".join(f"{d.name}{d.size}" for d in fixed) or "1"
@@ -76,7 +82,7 @@ def resolve_mesh(text: str, world_size: int) -> list[MeshDim]:
     if any(d.size == WILDCARD for d in dims):
         return [MeshDim(d.name, remainder) if d.size == WILDCARD else d for d in dims]
     if remainder == 1:
-        return dims
+        return list(dims)
     if any(d.name == "dp" for d in dims):
         raise BadInput(f"--mesh {text!r}: product {spelled} = {product} leaves {remainder} of WORLD_SIZE "
                        f"{world_size} unassigned, and dp is already given (write dp* to size it)")
@@ -85,8 +91,8 @@ def resolve_mesh(text: str, world_size: int) -> list[MeshDim]:
 
 
 def mesh_text(dims: list[MeshDim]) -> str:
-    """`pp2,dp2,tp4`, the resolved mesh as the user would write it."""
-    return ",".join(f"{d.name}{d.size}" for d in dims)
+    """`pp2,dp2,tp4`, the mesh as the user would write it (a wildcard as `dp*`)."""
+    return ",".join(f"{d.name}{'*' if d.size == WILDCARD else d.size}" for d in dims)
 
 
 def dim_groups(dims: list[MeshDim]) -> dict[str, list[list[int]]]:

@@ -21,7 +21,7 @@ class ReportMeta:
     master_addr: str
     master_port: int
     restart_count: int = 0
-    mesh: str = ""
+    mesh: str = ""  # the resolved mesh, outermost first, derived dp included (pp2,dp2,tp4); "" without --mesh
     backend: str = ""
     command_line: str = ""
     started_at: str = ""

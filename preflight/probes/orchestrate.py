@@ -44,7 +44,7 @@ def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
     pstore = PrefixStore("probe", store)
     try:
         backend = ses.choose_backend(options.backend, world, pstore, timeout_s)
-        plan = build_plan(options, world.world_size, "cuda" if backend == "nccl" else "cpu")
+        plan = build_plan(options, "cuda" if backend == "nccl" else "cpu")
         session = ses.open_session(world, plan, pstore, backend, timeout_s)
     except Exception as exc:  # no NCCL, no GPU, a rank that never joined: nothing to measure
         return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from preflight.lib.errors import BadInput
-from preflight.options import RunOptions
-from preflight.probes.plan import build_plan, parse_expect, parse_ops, parse_sizes, validate_probe_options
+from preflight.lib.mesh_shape import MeshDim, mesh_text
+from preflight.options import RunOptions, parse_expect, parse_ops, parse_sizes
+from preflight.probes.plan import build_plan
 
 
 def test_sizes_decimal_and_binary_units() -> None:
@@ -35,12 +36,12 @@ def test_expect_units() -> None:
 
 def test_expect_must_name_a_dimension() -> None:
     with pytest.raises(BadInput, match="no mesh dimension 'ep'"):
-        validate_probe_options(RunOptions(mesh="pp2,tp4", expect="ep=10GB/s"), 8)
-    validate_probe_options(RunOptions(mesh="pp2,tp4", expect="dp=10GB/s"), 16)  # the remainder dim
+        RunOptions.parse(mesh="pp2,tp4", expect="ep=10GB/s").for_world(8)
+    RunOptions.parse(mesh="pp2,tp4", expect="dp=10GB/s").for_world(16)  # the remainder dim
 
 
 def test_default_plan_probes_every_dimension_and_the_world() -> None:
-    plan = build_plan(RunOptions(mesh="pp2,tp2"), 4, "cpu")
+    plan = build_plan(RunOptions.parse(mesh="pp2,tp2").for_world(4), "cpu")
     dims = {d for d, _, _ in plan.steps()}
     ops = {o for _, o, _ in plan.steps()}
     assert dims == {"pp", "tp", "world"} and ops == {"all_reduce", "all_to_all"}
@@ -48,5 +49,18 @@ def test_default_plan_probes_every_dimension_and_the_world() -> None:
 
 
 def test_send_recv_only_between_pipeline_stages() -> None:
-    plan = build_plan(RunOptions(mesh="pp2,tp2", ops="send_recv,all_gather", sizes="1K"), 4, "cpu")
+    plan = build_plan(RunOptions.parse(mesh="pp2,tp2", ops="send_recv,all_gather", sizes="1K").for_world(4), "cpu")
     assert [(d, o) for d, o, _ in plan.steps()] == [("pp", "send_recv"), ("pp", "all_gather"), ("tp", "all_gather")]
+
+
+def test_options_are_typed_and_the_mesh_resolved_once_the_world_is_known() -> None:
+    options = RunOptions.parse(mesh="pp2,tp4", sizes="1M,4KiB", ops="all-gather", expect="dp=400Gb/s",
+                               silence=["bw003"])
+    assert options.mesh == [MeshDim("pp", 2), MeshDim("tp", 4)] and options.world_size is None
+    assert (options.sizes, options.ops, options.expect, options.silence) == (
+        [4096, 10**6], ["all_gather"], {"dp": 50.0}, ["BW003"])
+    resolved = options.for_world(16)
+    assert mesh_text(resolved.mesh) == "pp2,dp2,tp4" and resolved.world_size == 16
+    assert resolved.for_world(16).mesh == resolved.mesh  # a resolved mesh resolves to itself
+    with pytest.raises(ValueError, match="for_world"):
+        build_plan(options, "cpu")

@@ -38,6 +38,7 @@ def test_every_group_of_every_dimension_is_measured_and_verified(tmp_path: Path,
     assert probes and all(p["verified"] for p in probes)
     expected_groups = dim_groups(resolve_mesh(mesh, n))
     assert set(expected_groups) == set(dims)
+    assert report["meta"]["mesh"] == ",".join(f"{d}{s}" for d, s in dims.items())  # resolved, derived dp included
     for dim, groups in expected_groups.items():
         for op in ("all_reduce", "all_to_all"):
             for size in (65536, 262144):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from preflight.model import JobReport, ProbeResult, ReportMeta
 from preflight.reports import text
+from preflight.reports.probe_dims import probe_dimensions
 from preflight.reports.probes_table import HEADERS, probe_rows
 
 
@@ -32,3 +33,11 @@ def test_rows_give_spread_slowest_group_expected_and_fraction_of_nominal() -> No
 def test_text_report_shows_the_table() -> None:
     out = text.render(report())
     assert "collective probes: busbw" in out and "of nominal" in out and "40%" in out
+
+
+def test_dimensions_come_in_the_order_they_were_probed() -> None:
+    meta = ReportMeta(launcher="env", job_id="", run_id="r", world_size=16, num_nodes=2, master_addr="n1",
+                      master_port=1, mesh="pp2,dp2,tp4")
+    probes = [ProbeResult(dim, "all_reduce", 1 << 20, 0, [0, 1], ["n1"], 0.01, 1.0, 1.0)
+              for dim in ("pp", "dp", "tp", "world")]
+    assert list(probe_dimensions(JobReport(meta=meta, probes=probes))) == ["pp", "dp", "tp", "world"]
