@@ -11,10 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.lib.waiting import wait_until
 from preflight.model import ProbeResult
 from preflight.probes import ops
-
-POLL_S = 0.05
 
 
 @dataclass
@@ -40,17 +39,20 @@ def gather(store: Any, world_size: int, timeout_s: float, *, early: bool = False
     deadline, so a short wait is enough and a rank that never answers is named by position.
     """
     got = Gathered()
-    deadline = time.monotonic() + timeout_s
-    while True:
+    grace_until: float | None = None
+
+    def settled() -> bool:
+        nonlocal grace_until
         for rank in range(world_size):
             if rank not in got.payloads and store.check([f"res/{rank}"]):
                 got.payloads[rank] = json.loads(store.get(f"res/{rank}"))
-        if len(got.payloads) == world_size or time.monotonic() >= deadline:
-            break
-        if not early and got.stopped():
-            deadline = min(deadline, time.monotonic() + 1.0)
-            early = True
-        time.sleep(POLL_S)
+        if len(got.payloads) == world_size:
+            return True
+        if not early and grace_until is None and got.stopped():
+            grace_until = time.monotonic() + 1.0  # another rank stopped: the rest follow within about a second
+        return grace_until is not None and time.monotonic() >= grace_until
+
+    wait_until(settled, timeout_s)
     for rank in range(world_size):
         if store.check([f"pos/{rank}"]):
             got.positions[rank] = int(store.get(f"pos/{rank}"))

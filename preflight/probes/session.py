@@ -18,12 +18,11 @@ from typing import Any
 
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
+from preflight.lib.waiting import wait_until
 from preflight.model import World
 from preflight.probes import ops
 from preflight.probes.plan import ProbePlan
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_call
-
-POLL_S = 0.05
 
 
 @dataclass
@@ -76,11 +75,8 @@ def choose_backend(requested: str, world: World, store: Any, timeout_s: float) -
     if has_gpu:
         store.add("gpu_ranks", 1)
     store.add("backend_votes", 1)
-    deadline = time.monotonic() + timeout_s
-    while store.add("backend_votes", 0) < world.world_size:
-        if time.monotonic() > deadline:
-            raise ProbeTimeout("not every rank voted on the backend in time")
-        time.sleep(POLL_S)
+    if not wait_until(lambda: store.add("backend_votes", 0) >= world.world_size, timeout_s):
+        raise ProbeTimeout("not every rank voted on the backend in time")
     return "nccl" if store.add("gpu_ranks", 0) == world.world_size else "gloo"
 
 

@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from preflight.lib.errors import one_line
+from preflight.lib.waiting import wait_until
 from preflight.model import CheckOutcome, Finding, RankFacts, World
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.steps.store_join import ForeignStore, join_store, mark_store
-
-POLL_S = 0.05
 
 
 @dataclass
@@ -121,13 +120,9 @@ class Exchange:
 
     def wait_for(self, name: str, timeout_s: float) -> dict[str, Any] | None:
         """Wait for a value rank 0 publishes (go, verdict); None when the deadline passes."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.has_channel():
-            value = self._read_published(name)
-            if value is not None:
-                return value
-            time.sleep(POLL_S * 2)
-        return None
+        if not self.has_channel():
+            return None
+        return wait_until(lambda: self._read_published(name), timeout_s, stop_if=lambda: not self.has_channel())
 
     def has_channel(self) -> bool:
         """Whether anything can still arrive: a store, or a shared directory."""
@@ -162,16 +157,16 @@ class Exchange:
     def collect(self, timeout_s: float) -> Collected:
         """Wait until every rank reported or the deadline passed; never longer."""
         collected = Collected()
-        deadline = time.monotonic() + timeout_s
         size = self.world.world_size
-        while True:
+
+        def everyone_reported() -> bool:
             self._take_from_store(collected)
             self._take_from_dir(collected)
-            if (len(collected.payloads) + len(collected.bad_payloads) >= size or time.monotonic() >= deadline
-                    or not self.has_channel()):
-                self._find_duplicates(collected)
-                return collected
-            time.sleep(POLL_S)
+            return len(collected.payloads) + len(collected.bad_payloads) >= size
+
+        wait_until(everyone_reported, timeout_s, stop_if=lambda: not self.has_channel())
+        self._find_duplicates(collected)
+        return collected
 
     def _take_from_store(self, collected: Collected) -> None:
         if self.store is None or not self.store.check(["arrivals"]):
@@ -232,11 +227,7 @@ class Exchange:
         """Rank 0: keep the store up until `expected` ranks read the verdict, or the deadline."""
         if self.store is None or expected <= 0:
             return
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.store.add("done", 0) >= expected:
-                return
-            time.sleep(POLL_S)
+        wait_until(lambda: self.store.add("done", 0) >= expected, timeout_s)
 
 
 def _safe(text: str) -> str:

@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from preflight.lib.deadline import call_with_deadline
+from preflight.lib.waiting import wait_until
 from preflight.model import World
 
 OWNER_KEY = "preflight/owner"
@@ -47,13 +48,18 @@ def wait_for_listener(addr: str, port: int, timeout_s: float) -> float:
     started = time.monotonic()
     deadline = started + timeout_s
     last: Exception | None = None
-    while time.monotonic() < deadline:
+
+    def accepted() -> bool:
+        nonlocal last
         try:
             with socket.create_connection((addr, port), timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
-                return time.monotonic() - started
+                return True
         except OSError as exc:
             last = exc
-            time.sleep(0.1)
+            return False
+
+    if wait_until(accepted, timeout_s, first_poll_s=0.05):
+        return time.monotonic() - started
     reason = f"{type(last).__name__}: {last}" if last else "no attempt finished"
     raise OSError(f"{addr}:{port} did not accept a connection within {timeout_s:g}s ({reason})")
 
@@ -83,14 +89,11 @@ def join_store(world: World, timeout_s: float) -> Any:
 
 
 def _verify_owner(store: Any, world: World, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not store.check([OWNER_KEY]):
-        if time.monotonic() >= deadline:
-            raise ForeignStore(
-                f"the store at {world.master_addr}:{world.master_port} carries no preflight owner mark after "
-                f"{timeout_s:g}s: it is not this run's rank 0 (another job's rendezvous on the same port?)"
-            )
-        time.sleep(0.05)
+    if not wait_until(lambda: store.check([OWNER_KEY]), timeout_s):
+        raise ForeignStore(
+            f"the store at {world.master_addr}:{world.master_port} carries no preflight owner mark after "
+            f"{timeout_s:g}s: it is not this run's rank 0 (another job's rendezvous on the same port?)"
+        )
     mark = json.loads(store.get(OWNER_KEY))
     if mark.get("run_id") != world.run_id or mark.get("world_size") != world.world_size:
         raise ForeignStore(

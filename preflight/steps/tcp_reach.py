@@ -24,10 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.lib.waiting import wait_until
 from preflight.model import RankFacts
 
 RANDOM_PEERS = 2  # k: random peers per host, besides the two ring neighbours
-POLL_S = 0.02
 
 
 def plan_probes(count: int, k: int, seed: str) -> list[list[int]]:
@@ -157,15 +157,15 @@ class Reachability:
 
     def publish_roster(self, hosts: list[str], timeout_s: float) -> list[dict[str, Any]]:
         """Rank 0: wait for the listeners of the hosts that reported, then publish the roster."""
-        deadline = time.monotonic() + timeout_s
-        roster = {}
-        while True:
+        roster: dict[str, Any] = {}
+
+        def all_listed() -> bool:
             for host in hosts:
                 if host not in roster and self.store.check([f"reach/listener/{host}"]):
                     roster[host] = json.loads(self.store.get(f"reach/listener/{host}"))
-            if len(roster) == len(hosts) or time.monotonic() >= deadline:
-                break
-            time.sleep(POLL_S)
+            return len(roster) == len(hosts)
+
+        wait_until(all_listed, timeout_s)
         for host in hosts:
             roster.setdefault(host, {"host": host, "address": "", "interface": "", "port": 0,
                                      "error": "published no listener in time"})
@@ -198,25 +198,24 @@ class Reachability:
         if not self.active:
             return
         size = getattr(self, "_roster_size", 0)
-        deadline = time.monotonic() + timeout_s
         try:
-            while size and self.store.add("reach/done", 0) < size and time.monotonic() < deadline:
-                time.sleep(POLL_S)
+            if size:
+                wait_until(lambda: self.store.add("reach/done", 0) >= size, timeout_s)
         finally:
             self.listener.close()
 
     def collect(self, roster: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
         """Rank 0: every host's published result, and which hosts published none in time."""
-        deadline = time.monotonic() + timeout_s
         results: dict[str, Any] = {}
-        while True:
+
+        def all_reported() -> bool:
             for entry in roster:
                 key = f"reach/result/{entry['host']}"
                 if entry["host"] not in results and self.store.check([key]):
                     results[entry["host"]] = json.loads(self.store.get(key))["results"]
-            if len(results) == len(roster) or time.monotonic() >= deadline:
-                break
-            time.sleep(POLL_S)
+            return len(results) == len(roster)
+
+        wait_until(all_reported, timeout_s)
         return {
             "roster": roster,
             "results": results,
@@ -226,12 +225,14 @@ class Reachability:
         }
 
     def _wait_json(self, key: str, timeout_s: float) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        """The JSON rank 0 published under key; None at the deadline or once the store is gone."""
+        gone = object()
+
+        def published() -> Any:
             try:
-                if self.store.check([key]):
-                    return json.loads(self.store.get(key))
+                return json.loads(self.store.get(key)) if self.store.check([key]) else None
             except Exception:
-                return None  # the store went away (rank 0 exited): nothing more to do
-            time.sleep(POLL_S)
-        return None
+                return gone  # the store went away (rank 0 exited): nothing more to do
+
+        value = wait_until(published, timeout_s)
+        return None if value is gone else value
