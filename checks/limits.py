@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from preflight.checks.nccl_transport import ib_devices
 from preflight.model import RankFacts, Severity
 from preflight.registry import LOCAL, CheckContext, Problem, check
 
@@ -35,7 +34,7 @@ def memlock_too_low(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     Only checked on hosts with IB devices.
     """
     limit = facts.system.memlock_bytes
-    if limit is None or limit < 0 or not ib_devices(facts):
+    if limit is None or limit < 0 or not facts.network.ib_ports:
         return  # unknown, unlimited (-1), or no RDMA on this host
     if limit < MEMLOCK_MIN:
         yield Problem(f"RLIMIT_MEMLOCK is {_size(limit)} on a host with RDMA devices (want unlimited, "

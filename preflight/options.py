@@ -17,6 +17,7 @@ from typing import Any
 
 from preflight.lib.errors import BadInput
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim, mesh_text, parse_mesh_syntax, resolve_dims
+from preflight.reports.targets import ReportTargets
 
 BACKENDS = ("auto", "nccl", "gloo")
 OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "send_recv", "broadcast")
@@ -27,18 +28,6 @@ _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z]*)$")
 # Rates: bytes per second (GB/s, MB/s, GiB/s) or bits (Gb/s, Gbit/s, Gbps); GB = 1e9 B.
 _RATE_UNITS = {"GB/S": 1.0, "MB/S": 1e-3, "GIB/S": 2**30 / 1e9, "TB/S": 1e3, "GBIT/S": 1 / 8}
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z/]*)$")
-
-
-@dataclass
-class ReportTargets:
-    """Where rank 0 writes the reports (`preflight report` re-renders to the same targets)."""
-
-    json: str | None = None  # --json: the JobReport
-    html: str | None = None  # --html: self-contained HTML
-    junit: str | None = None  # --junit: JUnit XML
-    text: str | None = None  # --text: the plain text report
-    exclude: str | None = None  # --exclude-file: bad hosts, one per line
-    quiet: bool = False  # --quiet: nothing on stdout
 
 
 @dataclass

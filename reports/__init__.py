@@ -1,15 +1,12 @@
-"""Renderers of one JobReport. Each imports the model only."""
+"""Renderers of one JobReport. Each imports the model and pure helpers (preflight.lib) only."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from preflight.model import JobReport
-
-if TYPE_CHECKING:
-    from preflight.options import ReportTargets
+from preflight.reports.targets import ReportTargets
 
 
 def write_reports(report: JobReport, targets: ReportTargets) -> None:

@@ -1,0 +1,103 @@
+"""The import rules of docs/architecture.md, checked by walking every module's imports.
+
+The layers, bottom up: the model (plain data) imports nothing of preflight; pure helpers
+(preflight.lib) import the model and each other; a check module imports the registry, the
+model and pure helpers only; a renderer imports the model, pure helpers and its sibling
+renderers only; nothing imports the runner but the CLI. Imports under TYPE_CHECKING count.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Source folder -> the import package it installs as (pyproject.toml's package-dir).
+PACKAGES = {"preflight": "preflight", "checks": "preflight.checks", "reports": "preflight.reports"}
+CHECK_ID = re.compile(r"^[A-Z]{2,6}\d{3}$")
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package, by dotted name."""
+    found = {}
+    for folder, package in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def imports_of(path: Path, name: str) -> set[str]:
+    """The preflight modules a file imports (relative imports resolved)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name.split(".")[: -node.level if path.name != "__init__.py" else len(name.split("."))]
+                base = ".".join([*package, base]) if base else ".".join(package)
+            names.add(base)
+            names |= {f"{base}.{alias.name}" for alias in node.names}
+    known = modules()
+    return {n for n in names if n in known and n != name}
+
+
+def within(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+RULES = [
+    # (layer, what it may import, beyond itself)
+    ("preflight.model", ()),
+    ("preflight.lib", ("preflight.model",)),
+    ("preflight.checks", ("preflight.registry", "preflight.model", "preflight.lib")),
+    ("preflight.reports", ("preflight.model", "preflight.lib")),
+    # The registry imports the checks package only to discover it (load_builtin_checks).
+    ("preflight.registry", ("preflight.model", "preflight.lib", "preflight.checks")),
+]
+
+
+@pytest.mark.parametrize(("layer", "allowed"), RULES, ids=[r[0] for r in RULES])
+def test_layer_imports_only_what_its_rule_allows(layer: str, allowed: tuple[str, ...]) -> None:
+    broken = []
+    for name, path in sorted(modules().items()):
+        if not within(name, layer):
+            continue
+        for target in sorted(imports_of(path, name)):
+            if not within(target, layer, *allowed) and target != "preflight":
+                broken.append(f"{name} imports {target}")
+    assert not broken, "\n".join(broken)
+
+
+def test_nothing_but_the_cli_imports_the_runner() -> None:
+    importers = sorted(name for name, path in modules().items() if "preflight.runner" in imports_of(path, name))
+    assert importers == ["preflight.commands.cli"]
+
+
+def test_the_engine_names_no_check_id_as_a_string() -> None:
+    """The engine raises checks by reference (SPEC.report(...)), never by a string id."""
+    offenders = []
+    for name, path in sorted(modules().items()):
+        if within(name, "preflight.checks", "preflight.reports", "preflight.commands"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and CHECK_ID.match(node.value):
+                offenders.append(f"{name}:{node.lineno} {node.value!r}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_rule_walker_sees_a_violation() -> None:
+    """The walker itself: a planted import of the runner from a check module is caught."""
+    planted = ROOT / "checks" / "_planted_for_test.py"
+    planted.write_text("from preflight.runner import run\n")
+    try:
+        assert "preflight.runner" in imports_of(planted, "preflight.checks._planted_for_test")
+    finally:
+        planted.unlink()
