@@ -105,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("-n", "--nproc", type=int, default=4, help="local ranks to spawn (default 4)")
     add_run_options(launch)
 
-    commands.add_parser("list", help="list every check with its id, tag, scope and severity")
+    listing = commands.add_parser("list", help="list every check with its id, tag, scope and severity")
+    listing.add_argument("--markdown", action="store_true",
+                         help="print docs/checks.md instead (preflight list --markdown > docs/checks.md)")
     explain = commands.add_parser("explain", help="explain a check id")
     explain.add_argument("check_id")
 
@@ -172,7 +174,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "list":
         from preflight.commands.explain import print_list
 
-        return print_list()
+        return print_list(markdown=args.markdown)
     if args.command == "explain":
         from preflight.commands.explain import print_explanation
 

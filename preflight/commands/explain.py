@@ -1,6 +1,8 @@
-"""`preflight list` and `preflight explain ID`: the registry as documentation."""
+"""`preflight list`, `preflight list --markdown` and `preflight explain ID`: the registry as documentation."""
 
 from __future__ import annotations
+
+import re
 
 from tabulate import tabulate
 
@@ -8,8 +10,11 @@ from preflight.lib.errors import BadInput
 from preflight.registry import all_checks, get_check
 
 
-def print_list() -> int:
-    """Print every check: id, tag, scope, severity, title."""
+def print_list(markdown: bool = False) -> int:
+    """Print every check: id, tag, scope, severity, title; or, with markdown, docs/checks.md."""
+    if markdown:
+        print(checks_markdown(), end="")
+        return 0
     rows = [[s.id, s.tag, s.scope, s.severity.value, s.title] for s in all_checks()]
     print(tabulate(rows, headers=["id", "tag", "scope", "severity", "checks that"], tablefmt="simple"))
     return 0
@@ -24,3 +29,50 @@ def print_explanation(check_id: str) -> int:
     print(spec.explanation)
     print(f"\nWhat to do: {spec.hint}")
     return 0
+
+
+MARKDOWN_COMMAND = "preflight list --markdown > docs/checks.md"
+SCOPES = {
+    "local": "run on every rank, over that rank's own facts",
+    "cross": "run on rank 0, over every rank's facts",
+    "engine": "raised by the engine itself from what a step observed (a missing store, a hung probe)",
+}
+
+
+def _escape_prose(text: str) -> str:
+    """Markdown-escape plain docstring text so it renders as written; `code spans` stay as they are."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # the even parts lie outside backticks
+        part = re.sub(r"([\\*\[\]<>|&])", r"\\\1", parts[i])
+        parts[i] = re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\\_", part)
+    escaped = "`".join(parts)
+    # A line that would start a list, heading, quote or setext underline starts as text instead.
+    escaped = re.sub(r"(?m)^([ \t]*)([-+](?=[ \t]|$)|#|=+[ \t]*$)", r"\1\\\2", escaped)
+    return re.sub(r"(?m)^([ \t]*\d+)([.)])(?=[ \t]|$)", r"\1\\\2", escaped)
+
+
+def checks_markdown() -> str:
+    """docs/checks.md: every registered check, generated from the registry (`preflight list --markdown`)."""
+    specs = all_checks()
+    lines = [
+        "# Checks",
+        "",
+        f"Generated from the check registry by `{MARKDOWN_COMMAND}`; a test fails when this file",
+        "and the registry disagree. Each entry is what `preflight explain ID` prints.",
+        "",
+        "Scopes: " + "; ".join(f"**{scope}**: {what}" for scope, what in SCOPES.items()) + ".",
+        "Tags select checks with `--only TAG` / `--skip TAG`; `--silence ID` drops one check's findings.",
+        "",
+        "| id | tag | scope | severity | checks that |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| [{s.id}](#{s.id.lower()}) | {s.tag} | {s.scope} | {s.severity.value} | {_escape_prose(s.title)} |"
+              for s in specs]
+    for spec in specs:
+        body = spec.explanation.split("\n", 1)[1].strip() if "\n" in spec.explanation else ""
+        lines += ["", f"## {spec.id}", "", f"**{_escape_prose(spec.title)}**", "",
+                  f"Tag `{spec.tag}`, scope {spec.scope}, severity {spec.severity.value}.", ""]
+        if body:
+            lines += [_escape_prose(body), ""]
+        lines.append(f"What to do: {_escape_prose(spec.hint)}")
+    return "\n".join(lines) + "\n"

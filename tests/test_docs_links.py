@@ -1,0 +1,82 @@
+"""Nothing in the README or docs/ refers to a file the repository does not have.
+
+Checked in README.md and docs/*.md:
+- every relative markdown link or image, and its #anchor where it points into a markdown file;
+- every repository path named in the text, code blocks included, that starts with one of the
+  repository's folders (`docs/`, `benchmarks/`, `sbatch/`, `tests/`, `preflight/`, `checks/`,
+  `reports/`, `.ci/`);
+- every `*.md` file named anywhere (a design document the repository lacks is the classic).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FOLDERS = ("docs", "benchmarks", "sbatch", "tests", "preflight", "checks", "reports", ".ci")
+
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*([^)\s]+)(?:\s+\"[^\"]*\")?\s*\)")
+FOLDER_NAMES = "|".join(re.escape(folder) for folder in FOLDERS)
+REPO_PATH = re.compile(rf"(?<![\w./<-])((?:{FOLDER_NAMES})/[\w./-]*\w)")
+MD_FILE = re.compile(r"(?<![\w./<-])([\w./-]*\w\.md)\b")
+EXTERNAL = ("http://", "https://", "mailto:")
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes, -1/-2 for repeats."""
+    seen: dict[str, int] = {}
+    anchors = set()
+    in_fence = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            in_fence = not in_fence
+            continue
+        heading = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if in_fence or not heading:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return anchors
+
+
+def _exists(name: str, doc: Path) -> bool:
+    """A path named in doc exists, relative to the doc's folder or to the repository root."""
+    return (doc.parent / name).exists() or (REPO / name).exists()
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_and_anchors_exist(doc: Path) -> None:
+    broken = []
+    for target in LINK.findall(doc.read_text()):
+        if target.startswith(EXTERNAL):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (doc.parent / path).resolve() if path else doc
+        if not file.exists():
+            broken.append(f"{target}: no file {file.relative_to(REPO) if file.is_relative_to(REPO) else file}")
+        elif anchor and file.suffix == ".md" and anchor not in _anchors(file.read_text()):
+            broken.append(f"{target}: no heading with anchor #{anchor}")
+    assert not broken, f"{doc.relative_to(REPO)}: broken links: {broken}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_named_repository_paths_exist(doc: Path) -> None:
+    text = doc.read_text()
+    named = set(REPO_PATH.findall(text)) | set(MD_FILE.findall(text))
+    missing = sorted(name for name in named if not _exists(name.rstrip("."), doc))
+    assert not missing, f"{doc.relative_to(REPO)} names files the repository does not have: {missing}"
+
+
+def test_the_scanners_find_what_they_should() -> None:
+    text = ("see [x](docs/a.md#b), ![p](report.png), `benchmarks/y.py --n 1`, run tests/helpers/x.py;"
+            " DESIGN.md; not https://h/tests/z.py, not /sys/class/x, not `preflight/<run id>/`")
+    assert LINK.findall(text) == ["docs/a.md#b", "report.png"]
+    assert set(REPO_PATH.findall(text)) == {"docs/a.md", "benchmarks/y.py", "tests/helpers/x.py"}
+    assert set(MD_FILE.findall(text)) == {"docs/a.md", "DESIGN.md"}
+    assert {"step-1-world", "the-model", "a-b"} <= _anchors("## Step 1: World\n### The model\n# A: b\n")
