@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from preflight.explain import MARKDOWN_COMMAND, _escape_prose, checks_markdown
+from preflight.commands.explain import MARKDOWN_COMMAND, _escape_prose, checks_markdown
 from preflight.registry import all_checks
 from tests.helpers.ranks import run_cli
 
