@@ -203,14 +203,13 @@ def validate_options(options: RunOptions, world_size: int | None = None) -> None
     it again against its launcher's WORLD_SIZE before its store forms.
     """
     from preflight.probes.plan import validate_probe_options
-    from preflight.registry import all_tags, get_check
+    from preflight.registry import Tags, get_check
 
     validate_probe_options(options, world_size)
 
-    known_tags = {*all_tags(), "probe"}
     for tag in (*options.only, *options.skip):
-        if tag not in known_tags:
-            raise BadInput(f"unknown tag {tag!r}; known tags: {', '.join(sorted(known_tags))}")
+        if tag not in Tags.all():
+            raise BadInput(f"unknown tag {tag!r}; known tags: {', '.join(Tags.all())}")
     for check_id in options.silence:
         if get_check(check_id) is None:
             raise BadInput(f"--silence {check_id}: no such check id (see `preflight list`)")

@@ -57,6 +57,7 @@ class Finding:
     ranks: list[int] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    blames_host: bool = False  # its check blames the hosts it names (the verdict's exclude list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -75,6 +76,7 @@ class Finding:
             ranks=[int(r) for r in raw.get("ranks", [])],
             hosts=[str(h) for h in raw.get("hosts", [])],
             data=dict(raw.get("data", {})),
+            blames_host=bool(raw.get("blames_host", False)),
         )
 
 
