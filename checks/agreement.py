@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from preflight.lib.grouping import describe, group_by, minority, short
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, check
+from preflight.registry import CROSS, CheckContext, Problem, Tags, check
 
 _JOB_FIELDS = ("launcher", "job_id")
 _RESTART_VARIABLES = ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
@@ -19,7 +19,7 @@ _RESTART_VARIABLES = ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
 
 @check(
     "ENV001",
-    tag="env",
+    tag=Tags.ENV,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="Start every rank from the same job step with the same launcher; a rank with another "
@@ -57,7 +57,7 @@ def _resolved(facts: RankFacts) -> str:
 
 @check(
     "ENV002",
-    tag="env",
+    tag=Tags.ENV,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="Make MASTER_ADDR resolve to the same address everywhere (fix /etc/hosts or DNS on the odd "
@@ -99,7 +99,7 @@ def restart_count(facts: RankFacts) -> int:
 
 @check(
     "ENV005",
-    tag="env",
+    tag=Tags.ENV,
     scope=CROSS,
     severity=Severity.INFO,
     hint="This run is a requeue or elastic restart: look at the previous attempt's logs for why "

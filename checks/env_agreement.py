@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from preflight.lib.env_drift import drifting, is_collective, is_per_rank, secret_numbers, value_label
 from preflight.lib.grouping import describe, minority, short
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, check
+from preflight.registry import CROSS, CheckContext, Problem, Tags, check
 
 __all__ = ["collective_env_drift", "is_collective", "is_per_rank", "other_env_drift"]
 
@@ -31,7 +31,7 @@ def summary(name: str, groups: dict[str | None, list[RankFacts]], ranks: Sequenc
 
 @check(
     "ENV003",
-    tag="env",
+    tag=Tags.ENV,
     scope=CROSS,
     severity=Severity.WARN,
     hint="Export one value for every rank in the job script (not a per-node profile), or unset it everywhere.",
@@ -62,7 +62,7 @@ def collective_env_drift(ranks: Sequence[RankFacts], ctx: CheckContext) -> Itera
 
 @check(
     "ENV004",
-    tag="env",
+    tag=Tags.ENV,
     scope=CROSS,
     severity=Severity.INFO,
     hint="Usually harmless; if the job reads these variables, export them once in the job script.",

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from preflight.lib.grouping import describe, group_by, minority
 from preflight.lib.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, check
+from preflight.registry import CROSS, CheckContext, Problem, Tags, check
 
 
 def _by_host(ranks: Sequence[RankFacts]) -> dict[str, list[RankFacts]]:
@@ -27,7 +27,7 @@ def _by_host(ranks: Sequence[RankFacts]) -> dict[str, list[RankFacts]]:
 
 @check(
     "LAYOUT001",
-    tag="layout",
+    tag=Tags.LAYOUT,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="Each process on a host needs its own LOCAL_RANK (it selects the GPU): check the launcher's "
@@ -54,13 +54,12 @@ def duplicate_local_rank(ranks: Sequence[RankFacts], ctx: CheckContext) -> Itera
         f"LOCAL_RANK {local_rank} is held by ranks {rank_ranges(f.rank for f in holders)} on {host}{more}",
         ranks=[f.rank for f in involved],
         hosts=[f.host for f in involved],
-        data={"host_fault": False},
     )
 
 
 @check(
     "LAYOUT002",
-    tag="layout",
+    tag=Tags.LAYOUT,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="Give every node the same number of processes (torchrun --nproc-per-node, srun "
@@ -86,7 +85,7 @@ def uneven_local_world_size(ranks: Sequence[RankFacts], ctx: CheckContext) -> It
 
 @check(
     "LAYOUT003",
-    tag="layout",
+    tag=Tags.LAYOUT,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="WORLD_SIZE must equal nodes x processes per node; fix the launcher's node or task "
@@ -119,7 +118,7 @@ def world_size_not_sum(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterabl
 
 @check(
     "LAYOUT004",
-    tag="layout",
+    tag=Tags.LAYOUT,
     scope=CROSS,
     severity=Severity.WARN,
     hint="Place ranks in blocks (srun --distribution=block, the default; torchrun always does): "

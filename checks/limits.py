@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from preflight.model import RankFacts, Severity
-from preflight.registry import LOCAL, CheckContext, Problem, check
+from preflight.registry import LOCAL, CheckContext, Problem, Tags, check
 
 GIB = 1 << 30
 MEMLOCK_MIN = 16 * GIB
@@ -20,7 +20,7 @@ def _size(value: int) -> str:
 
 @check(
     "SYS001",
-    tag="limits",
+    tag=Tags.LIMITS,
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Raise the locked-memory limit to unlimited (`ulimit -l unlimited`; Slurm: PropagateResourceLimits "
@@ -44,7 +44,7 @@ def memlock_too_low(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
 
 @check(
     "SYS002",
-    tag="limits",
+    tag=Tags.LIMITS,
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Give /dev/shm at least 1 GiB (Docker: --shm-size=16g or --ipc=host; Kubernetes: an emptyDir "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from preflight.model import RankFacts, Severity
-from preflight.registry import LOCAL, CheckContext, Problem, check
+from preflight.registry import LOCAL, CheckContext, Problem, Tags, check
 
 ASYNC = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 LEGACY_ASYNC = "NCCL_ASYNC_ERROR_HANDLING"  # the pre-2.2 name, still read after the new one
@@ -32,7 +32,7 @@ def nccl_in_play(facts: RankFacts, ctx: CheckContext) -> bool:
 
 @check(
     "NCCL001",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.ERROR,
     hint="Unset TORCH_NCCL_ASYNC_ERROR_HANDLING or set it to 3 (the default): with 0 a stuck "
@@ -55,7 +55,7 @@ def async_error_handling_disabled(facts: RankFacts, ctx: CheckContext) -> Iterab
 
 @check(
     "NCCL002",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.ERROR,
     hint="Set TORCH_NCCL_ASYNC_ERROR_HANDLING to 0-3, or unset it (3 is the default).",
@@ -77,7 +77,7 @@ def async_error_handling_invalid(facts: RankFacts, ctx: CheckContext) -> Iterabl
 
 @check(
     "NCCL003",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Rename NCCL_ASYNC_ERROR_HANDLING to TORCH_NCCL_ASYNC_ERROR_HANDLING in the job script.",
@@ -96,7 +96,7 @@ def legacy_async_error_handling(facts: RankFacts, ctx: CheckContext) -> Iterable
 
 @check(
     "NCCL004",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.ERROR,
     hint="Set only TORCH_NCCL_ASYNC_ERROR_HANDLING; the legacy name is ignored when both are set.",
@@ -114,7 +114,7 @@ def async_error_handling_contradiction(facts: RankFacts, ctx: CheckContext) -> I
 
 @check(
     "NCCL005",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.INFO,
     hint="Keep TORCH_NCCL_BLOCKING_WAIT only if you want the calling thread to raise after the "
@@ -137,7 +137,7 @@ def blocking_wait(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
 
 @check(
     "NCCL006",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Set TORCH_FR_BUFFER_SIZE (TORCH_NCCL_TRACE_BUFFER_SIZE before torch 2.5), e.g. 2000, "
@@ -159,7 +159,7 @@ def dump_without_buffer(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem
 
 @check(
     "NCCL007",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.INFO,
     hint="Set NCCL_DEBUG=WARN for production runs, NCCL_DEBUG=INFO (with NCCL_DEBUG_SUBSYS=INIT,NET) "

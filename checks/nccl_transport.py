@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from preflight.model import RankFacts, Severity
-from preflight.registry import LOCAL, CheckContext, Problem, check
+from preflight.registry import LOCAL, CheckContext, Problem, Tags, check
 
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
 
@@ -21,7 +21,7 @@ def _enabled(value: str | None) -> bool:
 
 @check(
     "NCCL011",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Unset NCCL_IB_DISABLE on hosts with InfiniBand/RoCE, unless you mean to run over TCP.",
@@ -41,7 +41,7 @@ def ib_disabled_with_devices(facts: RankFacts, ctx: CheckContext) -> Iterable[Pr
 
 @check(
     "NCCL012",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Unset NCCL_P2P_DISABLE / NCCL_SHM_DISABLE unless a known hardware bug requires them.",
@@ -68,7 +68,7 @@ def valid_gdr_level(value: str) -> bool:
 
 @check(
     "NCCL013",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Use one of LOC, PIX, PXB, PHB, SYS (or unset it to let NCCL pick from the topology).",

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, LOCAL, CheckContext, Problem, check
+from preflight.registry import CROSS, LOCAL, CheckContext, Problem, Tags, check
 
 _IFNAME_SOURCES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
@@ -26,7 +26,7 @@ def _where(facts: RankFacts) -> dict[str, Any]:
 
 @check(
     "NET001",
-    tag="network",
+    tag=Tags.NETWORK,
     scope=LOCAL,
     severity=Severity.ERROR,
     hint="Bring the interface up and give it an address (or point NCCL_SOCKET_IFNAME / "
@@ -57,7 +57,7 @@ def chosen_interface_unusable(facts: RankFacts, ctx: CheckContext) -> Iterable[P
 
 @check(
     "NET002",
-    tag="network",
+    tag=Tags.NETWORK,
     scope=LOCAL,
     severity=Severity.ERROR,
     hint="Check the port's cable and switch port (`ibstat`, `ibportstate`); a port stuck in INIT "
@@ -82,7 +82,7 @@ def ib_port_not_active(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
 
 @check(
     "NET003",
-    tag="network",
+    tag=Tags.NETWORK,
     scope=LOCAL,
     severity=Severity.ERROR,
     hint="Use an address or a name every host resolves (check /etc/hosts and DNS on the named host), "
@@ -123,7 +123,7 @@ def _loopback(facts: RankFacts) -> bool:
 
 @check(
     "NET004",
-    tag="network",
+    tag=Tags.NETWORK,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="Set MASTER_ADDR to the rendezvous host's routable address or name, never localhost or "
@@ -155,7 +155,7 @@ def _odd_ones(values: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 
 @check(
     "NET005",
-    tag="network",
+    tag=Tags.NETWORK,
     scope=CROSS,
     severity=Severity.WARN,
     hint="A port at a lower rate than its peers is a degraded link (bad cable, wrong speed "
@@ -175,7 +175,7 @@ def ib_rates_differ(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[P
 
 @check(
     "NET006",
-    tag="network",
+    tag=Tags.NETWORK,
     scope=CROSS,
     severity=Severity.WARN,
     hint="Set the same MTU on the chosen interface of every host (and the switch ports between them).",

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 
 from preflight.model import MasterPortState, RankFacts, Severity
-from preflight.registry import ENGINE, LOCAL, CheckContext, Problem, check
+from preflight.registry import LOCAL, CheckContext, Problem, Tags, check, engine_check
 
 
 def _port(facts: RankFacts) -> MasterPortState | None:
@@ -24,7 +24,7 @@ def _suggestion(state: MasterPortState) -> str:
 
 @check(
     "PORT001",
-    tag="ports",
+    tag=Tags.PORTS,
     scope=LOCAL,
     severity=Severity.ERROR,
     hint="Another process (often a previous or concurrent job) holds MASTER_PORT: stop it, or give "
@@ -55,7 +55,7 @@ def master_port_in_use(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
 
 @check(
     "PORT002",
-    tag="ports",
+    tag=Tags.PORTS,
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Pick a MASTER_PORT below the ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), "
@@ -80,7 +80,7 @@ def master_port_ephemeral(facts: RankFacts, ctx: CheckContext) -> Iterable[Probl
 
 @check(
     "PORT003",
-    tag="ports",
+    tag=Tags.PORTS,
     scope=LOCAL,
     severity=Severity.ERROR,
     hint="Ports below 1024 need root or CAP_NET_BIND_SERVICE: use a port of 1024 or above.",
@@ -97,10 +97,9 @@ def master_port_privileged(facts: RankFacts, ctx: CheckContext) -> Iterable[Prob
     )
 
 
-@check(
+@engine_check(
     "PORT004",
-    tag="ports",
-    scope=ENGINE,
+    tag=Tags.PORTS,
     severity=Severity.ERROR,
     hint="MASTER_ADDR:MASTER_PORT is served by something other than this job's rank 0 (another job, "
     "or another program): give each job its own MASTER_PORT, e.g. derived from the job id.",

@@ -9,24 +9,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from preflight.lib.units import human_bytes
-from preflight.model import Severity
-from preflight.registry import ENGINE, Problem, check
+from preflight.model import ProbeResult, Severity
+from preflight.model.probe_faults import Hang, Straggler
+from preflight.registry import Problem, Tags, engine_check
 
 
 def _ranks(ranks: Iterable[int]) -> str:
     return ",".join(str(r) for r in ranks)
 
 
-@check(
+@engine_check(
     "BW001",
-    tag="probe",
-    scope=ENGINE,
+    tag=Tags.PROBE,
     severity=Severity.ERROR,
     hint="Wrong data is never a slow link: drain the named ranks' hosts and run GPU memory and "
     "NIC diagnostics (dcgmi diag -r 3, ibv_rc_pingpong) before any training on them.",
+    blames_host=True,
 )
-def wrong_result(dim: str, op: str, sizes: list[int], group_index: int, ranks: list[int], hosts: list[str],
-                 wrong_ranks: list[int], bad_sources: list[int]) -> Iterable[Problem]:
+def wrong_result(results: list[ProbeResult]) -> Iterable[Problem]:
     """A collective returned a wrong value.
 
     Every probe uses rank-dependent inputs with one known result. A wrong element is
@@ -34,29 +34,31 @@ def wrong_result(dim: str, op: str, sizes: list[int], group_index: int, ranks: l
     broadcast and send/recv; its owner in all_reduce and reduce_scatter, where each element
     is nonzero on exactly one rank), and the ranks that received wrong values are listed.
     """
+    first = results[0]  # one group's unverified results, one per size
+    sizes = sorted(r.size_bytes for r in results)
+    wrong_ranks = sorted({x for r in results for x in r.wrong_ranks})
+    bad_sources = sorted({x for r in results for x in r.bad_sources})
     culprits = bad_sources or wrong_ranks
     yield Problem(
-        f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) returned wrong data at "
-        f"{', '.join(human_bytes(size) for size in sorted(sizes))}: "
+        f"{first.op} on {first.dim} group {first.group_index} (ranks {_ranks(first.ranks)}) returned wrong data at "
+        f"{', '.join(human_bytes(size) for size in sizes)}: "
         f"data from rank(s) {_ranks(bad_sources) or '?'} arrived wrong on rank(s) {_ranks(wrong_ranks)}",
-        ranks=culprits, hosts=[h for r, h in zip(ranks, hosts) if r in culprits],
-        data={"dim": dim, "op": op, "sizes": sorted(sizes), "group_index": group_index,
-              "wrong_ranks": wrong_ranks, "bad_sources": bad_sources, "host_fault": True},
+        ranks=culprits, hosts=[h for r, h in zip(first.ranks, first.hosts) if r in culprits],
+        data={"dim": first.dim, "op": first.op, "sizes": sizes, "group_index": first.group_index,
+              "wrong_ranks": wrong_ranks, "bad_sources": bad_sources},
     )
 
 
-@check(
+@engine_check(
     "BW002",
-    tag="probe",
-    scope=ENGINE,
+    tag=Tags.PROBE,
     severity=Severity.ERROR,
     hint="The named ranks were not in the collective with their group: look at their logs and "
     "hosts (a crashed or hung process, a desynchronised code path, a dead link); the waiting "
     "ranks are victims.",
+    blames_host=True,
 )
-def probe_hang(dim: str, op: str, size_bytes: int, group_index: int, culprits: dict[int, str],
-               waiting: list[int], hosts: dict[int, str], timeout_s: float, elapsed_s: float,
-               failed: bool, reason: str, reported_after_s: float = 0.0) -> Iterable[Problem]:
+def probe_hang(hang: Hang, hosts: dict[int, str], timeout_s: float, reported_after_s: float = 0.0) -> Iterable[Problem]:
     """A collective did not finish within --probe-timeout (or failed), and who caused it.
 
     Each op has a deadline. When it expires the rank stops probing and records, in the c10d
@@ -64,50 +66,48 @@ def probe_hang(dim: str, op: str, size_bytes: int, group_index: int, culprits: d
     rank's position and names the ranks that were not in the step with their group: ranks
     that moved past it (skipped the op or returned early) and ranks that never reached it.
     """
-    group = f"{dim} group {group_index}" if group_index >= 0 else "the control barrier"
-    what = f"{op} on {group} at {human_bytes(size_bytes)}" if op else "the probes"
-    how = "failed" if failed else f"did not finish within {timeout_s:g}s"
+    group = f"{hang.dim} group {hang.group_index}" if hang.group_index >= 0 else "the control barrier"
+    what = f"{hang.op} on {group} at {human_bytes(hang.size_bytes)}" if hang.op else "the probes"
+    how = "failed" if hang.failed else f"did not finish within {timeout_s:g}s"
+    culprits, waiting = hang.culprits, hang.waiting
     named = "; ".join(f"rank {r}: {why}" for r, why in sorted(culprits.items()))
     yield Problem(
         f"{what} {how}: {named}" + (f" (waiting: ranks {_ranks(waiting)})" if waiting else "")
-        + (f" [{reason}]" if failed and reason else ""),
+        + (f" [{hang.reason}]" if hang.failed and hang.reason else ""),
         ranks=sorted(culprits), hosts=[hosts.get(r, "") for r in sorted(culprits) if hosts.get(r)],
-        data={"dim": dim, "op": op, "size_bytes": size_bytes, "group_index": group_index,
+        data={"dim": hang.dim, "op": hang.op, "size_bytes": hang.size_bytes, "group_index": hang.group_index,
               "culprits": {str(k): v for k, v in culprits.items()}, "waiting": waiting,
-              "detected_after_s": round(elapsed_s, 3), "reported_after_s": round(reported_after_s, 3),
-              "host_fault": True},
+              "detected_after_s": round(hang.elapsed_s, 3), "reported_after_s": round(reported_after_s, 3)},
     )
 
 
-@check(
+@engine_check(
     "BW003",
-    tag="probe",
-    scope=ENGINE,
+    tag=Tags.PROBE,
     severity=Severity.WARN,
     hint="Compare the named group's hosts with its siblings': a degraded link (PCIe/NVLink width, "
     "IB port speed), a busy or throttled GPU, or a wrong NIC; see the localization findings.",
 )
-def straggler_group(dim: str, op: str, size_bytes: int, group_index: int, ranks: list[int], hosts: list[str],
-                    busbw_gbps: float, siblings_median_gbps: float, ratio: float) -> Iterable[Problem]:
+def straggler_group(straggler: Straggler, ratio: float) -> Iterable[Problem]:
     """A group of a mesh dimension is well below its siblings (--straggler-ratio, at the largest size).
 
     All groups of a dimension run the same collective at once, so they should reach the same
     bus bandwidth. A group below the ratio times the median of the others is a straggler.
     """
+    s = straggler
     yield Problem(
-        f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) at {human_bytes(size_bytes)}: busbw "
-        f"{busbw_gbps:.3g} GB/s is {busbw_gbps / siblings_median_gbps:.0%} of its siblings' median "
-        f"{siblings_median_gbps:.3g} GB/s (threshold {ratio:.0%})",
-        ranks=ranks, hosts=hosts,
-        data={"dim": dim, "op": op, "group_index": group_index, "busbw_gbps": busbw_gbps,
-              "siblings_median_gbps": siblings_median_gbps},
+        f"{s.op} on {s.dim} group {s.group_index} (ranks {_ranks(s.ranks)}) at {human_bytes(s.size_bytes)}: busbw "
+        f"{s.busbw_gbps:.3g} GB/s is {s.busbw_gbps / s.siblings_median_gbps:.0%} of its siblings' median "
+        f"{s.siblings_median_gbps:.3g} GB/s (threshold {ratio:.0%})",
+        ranks=s.ranks, hosts=s.hosts,
+        data={"dim": s.dim, "op": s.op, "group_index": s.group_index, "busbw_gbps": s.busbw_gbps,
+              "siblings_median_gbps": s.siblings_median_gbps},
     )
 
 
-@check(
+@engine_check(
     "BW004",
-    tag="probe",
-    scope=ENGINE,
+    tag=Tags.PROBE,
     severity=Severity.WARN,
     hint="The rank sits in slow groups of several dimensions: suspect its GPU, its host or its NIC.",
 )
@@ -117,13 +117,13 @@ def cross_dim_suspect(rank: int, host: str, dims: list[str]) -> Iterable[Problem
                   ranks=[rank], hosts=[host] if host else [], data={"dims": dims})
 
 
-@check(
+@engine_check(
     "BW005",
-    tag="probe",
-    scope=ENGINE,
+    tag=Tags.PROBE,
     severity=Severity.WARN,
     hint="Every pair with this host is slow: check its NIC (link speed, errors, MTU), its "
     "traffic shaping and its cabling; exclude it if it stays slow.",
+    blames_host=True,
 )
 def slow_host(rank: int, host: str, fraction: float, median_gbps: float) -> Iterable[Problem]:
     """The pairwise send/recv round robin found a rank whose pairs are all slow: its host is slow.
@@ -134,13 +134,12 @@ def slow_host(rank: int, host: str, fraction: float, median_gbps: float) -> Iter
     """
     yield Problem(f"pairwise send/recv: rank {rank} ({host}) reaches {fraction:.0%} of the median pair "
                   f"bandwidth {median_gbps:.3g} GB/s with every peer", ranks=[rank],
-                  hosts=[host] if host else [], data={"fraction": fraction, "host_fault": True})
+                  hosts=[host] if host else [], data={"fraction": fraction})
 
 
-@check(
+@engine_check(
     "BW006",
-    tag="probe",
-    scope=ENGINE,
+    tag=Tags.PROBE,
     severity=Severity.WARN,
     hint="Only this pair is slow while both ends are fast with others: check the link or switch "
     "port between them.",
@@ -152,27 +151,25 @@ def slow_link(ranks: list[int], hosts: list[str], fraction: float) -> Iterable[P
                   data={"fraction": fraction})
 
 
-@check(
+@engine_check(
     "BW007",
-    tag="probe",
-    scope=ENGINE,
+    tag=Tags.PROBE,
     severity=Severity.ERROR,
     hint="The dimension is below 0.9x what --expect says its links deliver: check the links "
     "(NVLink/IB rate and width), NCCL's transport choice (NCCL_DEBUG=INFO) and the topology.",
 )
-def below_expected(dim: str, op: str, size_bytes: int, group_index: int, ranks: list[int], hosts: list[str],
-                   busbw_gbps: float, expected_gbps: float) -> Iterable[Problem]:
+def below_expected(result: ProbeResult, expected_gbps: float) -> Iterable[Problem]:
     """A group's bus bandwidth is below 0.9 x the figure --expect gives for its dimension."""
-    yield Problem(f"{op} on {dim} group {group_index} (ranks {_ranks(ranks)}) at {human_bytes(size_bytes)}: busbw "
-                  f"{busbw_gbps:.3g} GB/s is {busbw_gbps / expected_gbps:.0%} of the expected "
-                  f"{expected_gbps:.3g} GB/s", ranks=ranks, hosts=hosts,
-                  data={"dim": dim, "op": op, "busbw_gbps": busbw_gbps, "expected_busbw_gbps": expected_gbps})
+    r = result
+    yield Problem(f"{r.op} on {r.dim} group {r.group_index} (ranks {_ranks(r.ranks)}) at {human_bytes(r.size_bytes)}: "
+                  f"busbw {r.busbw_gbps:.3g} GB/s is {r.busbw_gbps / expected_gbps:.0%} of the expected "
+                  f"{expected_gbps:.3g} GB/s", ranks=r.ranks, hosts=r.hosts,
+                  data={"dim": r.dim, "op": r.op, "busbw_gbps": r.busbw_gbps, "expected_busbw_gbps": expected_gbps})
 
 
-@check(
+@engine_check(
     "BW008",
-    tag="probe",
-    scope=ENGINE,
+    tag=Tags.PROBE,
     severity=Severity.WARN,
     hint="Put the innermost mesh dimension (tp) inside one host: reorder --mesh or the launcher's "
     "rank placement so each tp group shares NVLink instead of the network.",
@@ -185,10 +182,9 @@ def dim_spans_hosts(dim: str, groups: int, total: int, example_ranks: list[int],
                   data={"dim": dim, "groups": groups})
 
 
-@check(
+@engine_check(
     "BW009",
-    tag="probe",
-    scope=ENGINE,
+    tag=Tags.PROBE,
     severity=Severity.COULD_NOT_RUN,
     hint="The process group or DeviceMesh could not be built: check --backend (nccl needs a GPU "
     "per rank) and the error; the collectives are unverified.",

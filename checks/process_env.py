@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from preflight.model import RankFacts, Severity
-from preflight.registry import LOCAL, CheckContext, Problem, check
+from preflight.registry import LOCAL, CheckContext, Problem, Tags, check
 
 # Debugger / profiler hooks CUDA loads into every process (DCGM refuses to run alongside them).
 INJECTION_VARIABLES = (
@@ -18,7 +18,7 @@ INJECTION_VARIABLES = (
 
 @check(
     "ENV006",
-    tag="env",
+    tag=Tags.ENV,
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Unset CUDA debugger/profiler variables for production runs (they come from a profiling "
@@ -40,7 +40,7 @@ def cuda_injection(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
 
 @check(
     "ENV007",
-    tag="env",
+    tag=Tags.ENV,
     scope=LOCAL,
     severity=Severity.INFO,
     hint="Set OMP_NUM_THREADS to (cores per host / ranks per host), e.g. in the job script; "

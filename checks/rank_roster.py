@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from preflight.lib.hostlist import rank_ranges
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, check
+from preflight.registry import CROSS, CheckContext, Problem, Tags, check
 
 
 def _expected_host(rank: int, ranks: Sequence[RankFacts]) -> str:
@@ -25,11 +25,12 @@ def _expected_host(rank: int, ranks: Sequence[RankFacts]) -> str:
 
 @check(
     "RANK001",
-    tag="world",
+    tag=Tags.WORLD,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="Look at the missing rank's host: did its process start (launcher log), crash at import, "
     "or fail to reach MASTER_ADDR:MASTER_PORT? Exclude the host and resubmit if it is unhealthy.",
+    blames_host=True,
 )
 def missing_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
     """Every rank 0..WORLD_SIZE-1 must report to rank 0 within --timeout.
@@ -49,13 +50,12 @@ def missing_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Pro
             f"rank {rank} did not report within the deadline{where}",
             ranks=[rank],
             hosts=[host] if host else [],
-            data={"host_fault": True},
         )
 
 
 @check(
     "RANK002",
-    tag="world",
+    tag=Tags.WORLD,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="Two processes claim the same RANK: check the launcher's per-process variables "
@@ -78,7 +78,7 @@ _AGREED_FIELDS = ("world_size", "master_addr", "master_port")
 
 @check(
     "RANK003",
-    tag="world",
+    tag=Tags.WORLD,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="Every rank must be started with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT; "

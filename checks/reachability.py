@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, check
+from preflight.registry import CROSS, CheckContext, Problem, Tags, check
 
 
 def failed_pairs(outcome: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -50,7 +50,7 @@ def culprits(outcome: dict[str, Any]) -> dict[str, list[str]]:
 
 @check(
     "NET007",
-    tag="network",
+    tag=Tags.NETWORK,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="A firewall, routing or link fault between these hosts: check nft/iptables rules, routes and "
@@ -89,11 +89,12 @@ def unreachable_pairs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable
 
 @check(
     "NET008",
-    tag="network",
+    tag=Tags.NETWORK,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="This host is cut off on the job's interface (link down, firewall, wrong address): fix it or "
     "exclude it (--exclude-file) and resubmit.",
+    blames_host=True,
 )
 def unreachable_host(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
     """A host that none of its probers could reach: the culprit, rather than each of its links."""
@@ -106,13 +107,13 @@ def unreachable_host(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[
         yield Problem(
             f"{host} is unreachable on {entry.get('interface') or '?'} ({entry.get('address')}) from all "
             f"{len(probers)} hosts that probed it: {', '.join(probers)}",
-            hosts=[host], data={"probers": probers, "interface": entry.get("interface"), "host_fault": True},
+            hosts=[host], data={"probers": probers, "interface": entry.get("interface")},
         )
 
 
 @check(
     "NET009",
-    tag="network",
+    tag=Tags.NETWORK,
     scope=CROSS,
     severity=Severity.COULD_NOT_RUN,
     hint="These hosts published no listener or no result before the deadline; their reachability is "

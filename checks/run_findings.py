@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from preflight.model import Severity
-from preflight.registry import ENGINE, Problem, check
+from preflight.registry import Problem, Tags, engine_check
 
 
-@check(
+@engine_check(
     "RUN001",
-    tag="run",
-    scope=ENGINE,
+    tag=Tags.RUN,
     severity=Severity.WARN,
     hint="Check that MASTER_ADDR:MASTER_PORT is reachable from every rank and that nothing else "
     "holds the port; the shared --out-dir carried this run instead.",
@@ -26,10 +25,9 @@ def store_did_not_form(rank: int, host: str, reason: str) -> Iterable[Problem]:
     yield Problem(f"rank {rank} could not form the c10d store: {reason}", ranks=[rank], hosts=[host])
 
 
-@check(
+@engine_check(
     "RUN002",
-    tag="run",
-    scope=ENGINE,
+    tag=Tags.RUN,
     severity=Severity.ERROR,
     hint="Run the same preflight version on every rank; a truncated payload can also mean a "
     "full --out-dir filesystem.",
@@ -43,10 +41,9 @@ def unreadable_payload(rank: int, reason: str) -> Iterable[Problem]:
     yield Problem(f"rank {rank} sent a report that could not be read: {reason}", ranks=[rank])
 
 
-@check(
+@engine_check(
     "RUN003",
-    tag="run",
-    scope=ENGINE,
+    tag=Tags.RUN,
     severity=Severity.COULD_NOT_RUN,
     hint="Fix the errors above first; the probes run only on a world known to be whole.",
 )
@@ -59,10 +56,9 @@ def probes_not_started(reason: str) -> Iterable[Problem]:
     yield Problem(f"probes not started: {reason}")
 
 
-@check(
+@engine_check(
     "RUN004",
-    tag="run",
-    scope=ENGINE,
+    tag=Tags.RUN,
     severity=Severity.COULD_NOT_RUN,
     hint="The run was stopped (SIGTERM, SIGINT or a crash) before it finished; the report holds "
     "what was known by then.",
@@ -72,10 +68,9 @@ def run_interrupted(reason: str) -> Iterable[Problem]:
     yield Problem(f"run interrupted: {reason}")
 
 
-@check(
+@engine_check(
     "RUN005",
-    tag="run",
-    scope=ENGINE,
+    tag=Tags.RUN,
     severity=Severity.COULD_NOT_RUN,
     hint="A fact gatherer overran --check-timeout or failed; checks that need its facts are "
     "unverified on these ranks.",

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from preflight.lib.ifname import match_gloo_interfaces, match_interfaces
 from preflight.model import RankFacts, Severity
-from preflight.registry import LOCAL, CheckContext, Problem, check
+from preflight.registry import LOCAL, CheckContext, Problem, Tags, check
 
 
 def interface_names(facts: RankFacts) -> list[str] | None:
@@ -45,7 +45,7 @@ def _no_match(facts: RankFacts, variable: str) -> Iterable[Problem]:
 
 @check(
     "NCCL008",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.ERROR,
     hint="Name an interface this host has (see `ip -br link`); NCCL syntax: `ib` matches the prefix "
@@ -64,7 +64,7 @@ def nccl_ifname_matches_nothing(facts: RankFacts, ctx: CheckContext) -> Iterable
 
 @check(
     "NCCL009",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.ERROR,
     hint="Name an interface this host has (exact names, comma separated, no prefixes).",
@@ -81,7 +81,7 @@ def gloo_ifname_matches_nothing(facts: RankFacts, ctx: CheckContext) -> Iterable
 
 @check(
     "NCCL010",
-    tag="nccl",
+    tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Point GLOO_SOCKET_IFNAME at the same (fast, routable) interface as NCCL_SOCKET_IFNAME.",

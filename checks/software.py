@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 from preflight.lib.grouping import describe, group_by, minority, short
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, check
+from preflight.registry import CROSS, CheckContext, Problem, Tags, check
 
 # Shown first, in this order; any other version of facts.versions is compared too.
 _KEYS = ("torch", "torch_cuda", "nccl", "python", "driver")
@@ -19,7 +19,7 @@ def versions(facts: RankFacts) -> dict[str, str]:
 
 @check(
     "SW001",
-    tag="software",
+    tag=Tags.SOFTWARE,
     scope=CROSS,
     severity=Severity.ERROR,
     hint="Run every rank from the same environment (container image, venv, module set) and "

@@ -1,12 +1,22 @@
-"""Check registry in the style of Django's system checks.
+"""The check registry, in the style of Django's system checks: declare, select and run checks.
 
-A check is a small function registered with a stable id, a tag (its concern), a scope and
-one severity and hint. It takes facts and returns `Problem`s; the registry turns them into
-`Finding`s carrying the check's id, severity and hint, so those live once, in the check.
+A check is a small function registered with a stable id, a tag (its concern, one of `Tags`),
+a scope, one severity and hint, and whether its findings blame the hosts they name. It returns
+`Problem`s; the registry turns them into `Finding`s carrying the check's id, severity, hint and
+blame, so those live once, in the check.
 
-    @check("ENV001", tag="env", scope=LOCAL, severity=Severity.ERROR, hint="unset it")
+    @check("ENV001", tag=Tags.ENV, scope=LOCAL, severity=Severity.ERROR, hint="unset it")
     def async_error_handling_disabled(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
         '''First line is the title; the whole docstring is `preflight explain ENV001`.'''
+
+Local and cross checks are run by `run_checks`. Engine checks are what the engine itself
+observed (a store that did not form, a hung probe); `@engine_check` returns an `EngineCheck`
+the engine imports and calls by reference, with the check function's own typed signature:
+
+    @engine_check("RUN003", tag=Tags.RUN, severity=Severity.COULD_NOT_RUN, hint="fix the errors")
+    def probes_not_started(reason: str) -> Iterable[Problem]: ...
+
+    state.findings += probes_not_started.report(reason="2 rank(s) did not report")
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, ParamSpec
 
 from preflight.lib.deadline import call_with_deadline
 from preflight.lib.errors import BadInput
@@ -27,6 +37,27 @@ CROSS = "cross"  # a pure function of all ranks' facts, run on rank 0
 ENGINE = "engine"  # raised by the runner itself (a rank missing, the store not forming)
 
 _ID_PATTERN = re.compile(r"^[A-Z]{2,6}\d{3}$")
+P = ParamSpec("P")
+
+
+class Tags:
+    """The concerns checks are grouped by: what `--only` and `--skip` name. Each is used by a check."""
+
+    ENV = "env"
+    LAYOUT = "layout"
+    LIMITS = "limits"
+    NCCL = "nccl"
+    NETWORK = "network"  # also switches the reachability step on or off
+    PORTS = "ports"
+    PROBE = "probe"  # also switches the collective probes on or off
+    RUN = "run"
+    SOFTWARE = "software"
+    WORLD = "world"
+
+    @classmethod
+    def all(cls) -> list[str]:
+        """Every tag, sorted."""
+        return sorted(value for name, value in vars(cls).items() if name.isupper())
 
 
 @dataclass
@@ -65,6 +96,7 @@ class CheckSpec:
     severity: Severity
     hint: str
     func: Callable[..., Iterable[Problem]]
+    blames_host: bool = False  # an error names a faulty host (to exclude), not the job's configuration
 
     @property
     def title(self) -> str:
@@ -86,29 +118,93 @@ class CheckSpec:
             ranks=sorted(set(problem.ranks)),
             hosts=sorted(set(problem.hosts)),
             data=dict(problem.data),
+            blames_host=self.blames_host,
         )
+
+
+class EngineCheck(Generic[P]):
+    """An engine-scope check, called by reference: `probe_hang.report(hang, ...)`.
+
+    `report` takes exactly the check function's typed parameters and returns its findings,
+    so a renamed or missing argument fails at the call, on every call, not as a string id
+    that is looked up only when the failure it reports happens.
+    """
+
+    def __init__(self, spec: CheckSpec) -> None:
+        self.spec = spec
+
+    @property
+    def id(self) -> str:
+        """The check's id, to recognise its findings: `f.check_id == probe_hang.id`."""
+        return self.spec.id
+
+    def report(self, *args: P.args, **kwargs: P.kwargs) -> list[Finding]:
+        """The findings of what the engine observed."""
+        return [self.spec.finding(problem) for problem in self.spec.func(*args, **kwargs)]
+
+    def __repr__(self) -> str:
+        return f"EngineCheck({self.spec.id})"
 
 
 _REGISTRY: dict[str, CheckSpec] = {}
 
 
-def check(
-    check_id: str, *, tag: str, scope: str, severity: Severity, hint: str
-) -> Callable[[Callable[..., Iterable[Problem]]], Callable[..., Iterable[Problem]]]:
-    """Register a check function under a stable id. Ids are unique; the docstring is required."""
+def _register(check_id: str, tag: str, scope: str, severity: Severity, hint: str, blames_host: bool,
+              func: Callable[..., Iterable[Problem]]) -> CheckSpec:
+    if not func.__doc__:
+        raise ValueError(f"check {check_id} needs a docstring: it is the explain text")
+    existing = _REGISTRY.get(check_id)
+    if existing is not None and existing.func.__qualname__ != func.__qualname__:
+        raise ValueError(f"check id {check_id} registered twice")
+    spec = CheckSpec(check_id, tag, scope, severity, hint, func, blames_host)
+    _REGISTRY[check_id] = spec
+    return spec
+
+
+def _validate(check_id: str, tag: str) -> None:
     if not _ID_PATTERN.match(check_id):
         raise ValueError(f"check id {check_id!r} must look like ENV001")
-    if scope not in (LOCAL, CROSS, ENGINE):
-        raise ValueError(f"scope must be {LOCAL!r}, {CROSS!r} or {ENGINE!r}, not {scope!r}")
+    if tag not in Tags.all():
+        raise ValueError(f"check {check_id}: unknown tag {tag!r}; the tags are registry.Tags: {', '.join(Tags.all())}")
+
+
+def check(
+    check_id: str, *, tag: str, scope: str, severity: Severity, hint: str, blames_host: bool = False
+) -> Callable[[Callable[..., Iterable[Problem]]], Callable[..., Iterable[Problem]]]:
+    """Register a local or cross check under a stable id; the function is returned unchanged.
+
+    Ids are unique, the tag is one of `Tags`, the docstring is required. `blames_host`: an
+    error from this check names faulty hosts, which the verdict lists for exclusion even when
+    the finding names every host of the job.
+    """
+    _validate(check_id, tag)
+    if scope not in (LOCAL, CROSS):
+        raise ValueError(f"scope must be {LOCAL!r} or {CROSS!r}, not {scope!r} (engine checks use @engine_check)")
 
     def register(func: Callable[..., Iterable[Problem]]) -> Callable[..., Iterable[Problem]]:
-        if not func.__doc__:
-            raise ValueError(f"check {check_id} needs a docstring: it is the explain text")
-        existing = _REGISTRY.get(check_id)
-        if existing is not None and existing.func.__qualname__ != func.__qualname__:
-            raise ValueError(f"check id {check_id} registered twice")
-        _REGISTRY[check_id] = CheckSpec(check_id, tag, scope, severity, hint, func)
+        _register(check_id, tag, scope, severity, hint, blames_host, func)
         return func
+
+    return register
+
+
+def engine_check(
+    check_id: str, *, tag: str, severity: Severity, hint: str, blames_host: bool = False
+) -> Callable[[Callable[P, Iterable[Problem]]], EngineCheck[P]]:
+    """Register an engine-scope check and return the `EngineCheck` the engine calls by reference.
+
+    The function's parameters are its interface to the engine: each must be annotated, and
+    none may be *args or **kwargs, so every call is checked against the signature.
+    """
+    _validate(check_id, tag)
+
+    def register(func: Callable[P, Iterable[Problem]]) -> EngineCheck[P]:
+        for param in inspect.signature(func).parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise ValueError(f"engine check {check_id}: *{param.name} is not a typed signature")
+            if param.annotation is param.empty:
+                raise ValueError(f"engine check {check_id}: parameter {param.name!r} needs a type annotation")
+        return EngineCheck(_register(check_id, tag, ENGINE, severity, hint, blames_host, func))
 
     return register
 
@@ -142,19 +238,6 @@ def get_check(check_id: str) -> CheckSpec | None:
     """The check with this id (case-insensitive), or None."""
     load_builtin_checks()
     return _REGISTRY.get(check_id.upper())
-
-
-def engine_findings(check_id: str, **details: Any) -> list[Finding]:
-    """Findings of an engine-scope check, which the runner calls with what it observed."""
-    spec = get_check(check_id)
-    if spec is None or spec.scope != ENGINE:
-        raise KeyError(f"{check_id} is not an engine check")
-    return [spec.finding(problem) for problem in spec.func(**details)]
-
-
-def all_tags() -> list[str]:
-    """Every tag in use."""
-    return sorted({spec.tag for spec in all_checks()})
 
 
 def select_checks(
@@ -192,8 +275,8 @@ def run_checks(
                     message=f"{spec.id} ({spec.title}) could not run: {outcome.reason(timeout_s)}",
                     hint="This check gave no answer; its condition is unverified. "
                     "See the reason, or raise --check-timeout.",
-                    ranks=[rank] if spec.scope == "local" else [],
-                    hosts=[host] if spec.scope == "local" else [],
+                    ranks=[rank] if spec.scope == LOCAL else [],
+                    hosts=[host] if spec.scope == LOCAL else [],
                 )
             ]
         findings.extend(produced)
@@ -210,7 +293,7 @@ def merge_findings(findings: Iterable[Finding]) -> list[Finding]:
         if key not in merged:
             merged[key] = Finding(
                 finding.check_id, finding.severity, finding.message, finding.hint,
-                list(finding.ranks), list(finding.hosts), dict(finding.data),
+                list(finding.ranks), list(finding.hosts), dict(finding.data), finding.blames_host,
             )
             continue
         target = merged[key]

@@ -23,6 +23,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from preflight.checks.ports import foreign_store
+from preflight.checks.run_findings import (
+    gatherer_failed,
+    probes_not_started,
+    run_interrupted,
+    store_did_not_form,
+    unreadable_payload,
+)
 from preflight.lib import secrets
 from preflight.lib.mesh_shape import mesh_text
 from preflight.model import CheckOutcome, ExitCode, Finding, JobReport, RankFacts, ReportMeta, Severity, World
@@ -33,7 +41,7 @@ from preflight.registry import (
     CROSS,
     LOCAL,
     CheckContext,
-    engine_findings,
+    Tags,
     merge_findings,
     merge_outcomes,
     run_checks,
@@ -111,8 +119,8 @@ def _run_steps(state: RunState, exchange: Exchange) -> int:
             # through the store and no report ever holds (see preflight/secrets.py).
             secrets.seal(state.facts.env, os.environ, secrets.agree_on_key(exchange.store))
             if exchange.store_error:
-                state.findings += engine_findings("PORT004" if exchange.foreign else "RUN001", rank=world.rank,
-                                                  host=world.host, reason=exchange.store_error)
+                store_failed = foreign_store if exchange.foreign else store_did_not_form
+                state.findings += store_failed.report(rank=world.rank, host=world.host, reason=exchange.store_error)
             exchange.publish(_payload(state))
         reach = _reachability(state, exchange)
         reach.start()  # this host's listener, before rank 0 waits for anyone
@@ -178,7 +186,7 @@ def _follow_rank_zero(state: RunState, exchange: Exchange) -> int:
 def _reachability(state: RunState, exchange: Exchange) -> Reachability:
     """This rank's part in the reachability step; inert without a store or when network checks are off."""
     options = state.options
-    wanted = "network" not in options.skip and (not options.only or "network" in options.only)
+    wanted = Tags.NETWORK not in options.skip and (not options.only or Tags.NETWORK in options.only)
     assert state.facts is not None
     return Reachability(exchange.store if wanted else None, state.facts, seed=state.world.run_id,
                         connect_timeout_s=min(REACH_CONNECT_S, options.check_timeout_s))
@@ -209,7 +217,7 @@ def _collect(state: RunState, exchange: Exchange, ctx: CheckContext) -> None:
     state.missing = collected.missing(state.world.world_size)
     ctx.duplicate_ranks = collected.duplicates
     for name, (reason, ranks, hosts) in _gather_errors(state.all_facts).items():
-        state.findings += engine_findings("RUN005", name=name, reason=reason, ranks=ranks, hosts=hosts)
+        state.findings += gatherer_failed.report(name=name, reason=reason, ranks=ranks, hosts=hosts)
 
 
 def _cross_check(state: RunState, ctx: CheckContext) -> None:
@@ -233,7 +241,7 @@ def _unpack(collected: Collected, state: RunState) -> tuple[list[RankFacts], lis
         findings += payload.findings
         outcomes += payload.outcomes
     for rank, reason in sorted(collected.bad_payloads.items()):
-        findings += engine_findings("RUN002", rank=rank, reason=reason)
+        findings += unreadable_payload.report(rank=rank, reason=reason)
     return sorted(all_facts, key=lambda f: f.rank), findings, outcomes
 
 
@@ -259,7 +267,7 @@ def _decide_go(state: RunState) -> tuple[bool, str]:
 
 def _probe(state: RunState, exchange: Exchange, go: bool, reason: str) -> None:
     if not go:
-        state.findings += engine_findings("RUN003", reason=reason)
+        state.findings += probes_not_started.report(reason=reason)
         return
     outcome = probes.run_probes(state.world, state.options, exchange.store)
     annotate_nominal_rates(outcome.results, state.all_facts)
@@ -270,7 +278,7 @@ def _probe(state: RunState, exchange: Exchange, go: bool, reason: str) -> None:
 def _finish(state: RunState, exchange: Exchange) -> int:
     """Rank 0: build the JobReport, render it everywhere, publish the exit code."""
     if state.interrupted:
-        state.findings += engine_findings("RUN004", reason=state.interrupted)
+        state.findings += run_interrupted.report(reason=state.interrupted)
     report = build_report(state)
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included.

@@ -196,12 +196,11 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
 def validate_selection(options: RunOptions) -> None:
     """Reject unknown tags and check ids before any rank starts (the registry knows them)."""
-    from preflight.registry import all_tags, get_check
+    from preflight.registry import Tags, get_check
 
-    known_tags = {*all_tags(), "probe"}
     for tag in (*options.only, *options.skip):
-        if tag not in known_tags:
-            raise BadInput(f"unknown tag {tag!r}; known tags: {', '.join(sorted(known_tags))}")
+        if tag not in Tags.all():
+            raise BadInput(f"unknown tag {tag!r}; known tags: {', '.join(Tags.all())}")
     for check_id in options.silence:
         if get_check(check_id) is None:
             raise BadInput(f"--silence {check_id}: no such check id (see `preflight list`)")

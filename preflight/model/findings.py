@@ -52,6 +52,7 @@ class Finding:
     ranks: list[int] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    blames_host: bool = False  # its check blames the hosts it names (the verdict's exclude list)
 
 
 @dataclass

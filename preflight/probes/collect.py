@@ -13,6 +13,7 @@ from typing import Any
 
 from preflight.lib.waiting import wait_until
 from preflight.model import ProbeResult
+from preflight.model.probe_faults import Hang
 from preflight.probes import ops
 
 
@@ -57,24 +58,6 @@ def gather(store: Any, world_size: int, timeout_s: float, *, early: bool = False
         if store.check([f"pos/{rank}"]):
             got.positions[rank] = int(store.get(f"pos/{rank}"))
     return got
-
-
-@dataclass
-class Hang:
-    """A step that did not finish: the group, and who was not in it with its peers."""
-
-    step: int
-    dim: str
-    op: str
-    size_bytes: int
-    group_index: int
-    ranks: list[int]
-    waiting: list[int]  # ranks stuck in the step until the deadline
-    culprits: dict[int, str]  # rank -> why it is blamed
-    phase: str
-    elapsed_s: float
-    failed: bool = False  # the op raised instead of timing out
-    reason: str = ""
 
 
 def diagnose_hang(got: Gathered, steps: list[tuple[str, str, int]], groups: dict[str, list[list[int]]],

@@ -12,27 +12,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from preflight.model import ProbeResult
+from preflight.model.probe_faults import Straggler
 
 EXPECT_FRACTION = 0.9
-
-
-@dataclass
-class Straggler:
-    """A group well below its siblings at the largest size."""
-
-    dim: str
-    op: str
-    size_bytes: int
-    group_index: int
-    ranks: list[int]
-    hosts: list[str]
-    busbw_gbps: float
-    siblings_median_gbps: float
-
-    @property
-    def ratio(self) -> float:
-        """busbw / siblings' median."""
-        return self.busbw_gbps / self.siblings_median_gbps if self.siblings_median_gbps else 0.0
 
 
 def largest(results: list[ProbeResult]) -> list[ProbeResult]:

@@ -14,11 +14,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.checks.probe_findings import (
+    below_expected,
+    cross_dim_suspect,
+    dim_spans_hosts,
+    probe_hang,
+    probes_could_not_run,
+    slow_host,
+    slow_link,
+    straggler_group,
+    wrong_result,
+)
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.model import Finding, ProbeResult, World
 from preflight.options import RunOptions
-from preflight.registry import engine_findings
 
 MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
 
@@ -62,7 +72,7 @@ def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
 
 def outcome_has_hang(outcome: ProbeOutcome) -> bool:
     """True when the probes ended on a hang (the communicators must not be torn down cleanly)."""
-    return any(f.check_id == "BW002" for f in outcome.findings)
+    return any(f.check_id == probe_hang.id for f in outcome.findings)
 
 
 def _wrong_by_group(results: list[ProbeResult]) -> list[list[ProbeResult]]:
@@ -85,34 +95,22 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     outcome = ProbeOutcome(results=collect.results(got, hosts))
     hang = collect.diagnose_hang(got, plan.steps(), groups, world.world_size)
     if hang is not None:
-        outcome.findings += engine_findings(
-            "BW002", dim=hang.dim, op=hang.op, size_bytes=hang.size_bytes, group_index=hang.group_index,
-            culprits=hang.culprits, waiting=hang.waiting, hosts=hosts, timeout_s=session.timeout_s,
-            elapsed_s=hang.elapsed_s, failed=hang.failed, reason=hang.reason,
+        outcome.findings += probe_hang.report(
+            hang, hosts=hosts, timeout_s=session.timeout_s,
             # rank 0's own time from the start of the step it stopped in to this finding
             reported_after_s=status.elapsed_s + time.monotonic() - stopped_at)
     for wrong in _wrong_by_group(outcome.results):
-        first = wrong[0]
-        outcome.findings += engine_findings(
-            "BW001", dim=first.dim, op=first.op, sizes=[r.size_bytes for r in wrong], group_index=first.group_index,
-            ranks=first.ranks, hosts=first.hosts, wrong_ranks=sorted({x for r in wrong for x in r.wrong_ranks}),
-            bad_sources=sorted({x for r in wrong for x in r.bad_sources}))
+        outcome.findings += wrong_result.report(wrong)
     outcome.findings += _spans_hosts(mesh_dims, groups, hosts)
     localize: list[int] = []
     if hang is None:
         slow = judge.stragglers(outcome.results, options.straggler_ratio)
         for s in slow:
-            outcome.findings += engine_findings(
-                "BW003", dim=s.dim, op=s.op, size_bytes=s.size_bytes, group_index=s.group_index, ranks=s.ranks,
-                hosts=s.hosts, busbw_gbps=s.busbw_gbps, siblings_median_gbps=s.siblings_median_gbps,
-                ratio=options.straggler_ratio)
+            outcome.findings += straggler_group.report(s, ratio=options.straggler_ratio)
         for rank, dims in judge.cross_dim_suspects(slow).items():
-            outcome.findings += engine_findings("BW004", rank=rank, host=hosts.get(rank, ""), dims=dims)
+            outcome.findings += cross_dim_suspect.report(rank=rank, host=hosts.get(rank, ""), dims=dims)
         for b in judge.below_expected(outcome.results, plan.expect):
-            r = b.result
-            outcome.findings += engine_findings(
-                "BW007", dim=r.dim, op=r.op, size_bytes=r.size_bytes, group_index=r.group_index, ranks=r.ranks,
-                hosts=r.hosts, busbw_gbps=r.busbw_gbps, expected_gbps=b.expected_gbps)
+            outcome.findings += below_expected.report(b.result, expected_gbps=b.expected_gbps)
         localize = _localization_set(slow, outcome.results)
     session.store.set("localize", json.dumps({"ranks": localize}))
     if localize:
@@ -130,8 +128,8 @@ def _spans_hosts(mesh_dims: list[Any], groups: dict[str, list[list[int]]], hosts
     if not spanning:
         return []
     _, ranks, names = spanning[0]
-    return engine_findings("BW008", dim=name, groups=len(spanning), total=len(groups[name]),
-                           example_ranks=ranks, example_hosts=names)
+    return dim_spans_hosts.report(dim=name, groups=len(spanning), total=len(groups[name]),
+                                  example_ranks=ranks, example_hosts=names)
 
 
 def _localization_set(slow: list[Any], results: list[ProbeResult]) -> list[int]:
@@ -171,11 +169,11 @@ def _localize(session: Any, ranks: list[int], hosts: dict[int, str], ratio: floa
     found = pairwise.judge_pairs({pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}, ratio)
     findings = []
     for rank, fraction in found.slow_ranks.items():
-        findings += engine_findings("BW005", rank=rank, host=hosts.get(rank, ""), fraction=fraction,
-                                    median_gbps=found.median_gbps)
+        findings += slow_host.report(rank=rank, host=hosts.get(rank, ""), fraction=fraction,
+                                     median_gbps=found.median_gbps)
     for (a, b), fraction in found.slow_links.items():
-        findings += engine_findings("BW006", ranks=[a, b], hosts=[hosts.get(a, ""), hosts.get(b, "")],
-                                    fraction=fraction)
+        findings += slow_link.report(ranks=[a, b], hosts=[hosts.get(a, ""), hosts.get(b, "")],
+                                     fraction=fraction)
     return findings
 
 
@@ -207,7 +205,7 @@ def _follow_localization(session: Any, status: Any) -> None:
 def _could_not_run(world: World, reason: str) -> ProbeOutcome:
     if world.rank != 0:
         return ProbeOutcome()
-    return ProbeOutcome(findings=engine_findings("BW009", reason=reason))
+    return ProbeOutcome(findings=probes_could_not_run.report(reason=reason))
 
 
 def _teardown(clean: bool) -> None:

@@ -51,8 +51,8 @@ def explain_verdict(code: ExitCode, findings: Sequence[Finding]) -> str:
 
 
 def bad_hosts(findings: Sequence[Finding], all_hosts: Sequence[str]) -> list[str]:
-    """Hosts to exclude: those named by an error finding that marks a host fault
-    (`data["host_fault"]`, e.g. a missing rank or a dead link), or that names only some hosts.
+    """Hosts to exclude: those named by an error finding whose check blames hosts
+    (`@check(..., blames_host=True)`, e.g. a missing rank or a dead link), or that names only some hosts.
 
     An error on every host is the job's configuration, not a node's fault; excluding
     every node would help nobody.
@@ -63,6 +63,6 @@ def bad_hosts(findings: Sequence[Finding], all_hosts: Sequence[str]) -> list[str
         if finding.severity != Severity.ERROR or not finding.hosts:
             continue
         named = set(finding.hosts)
-        if finding.data.get("host_fault") or not named >= everyone:
+        if finding.blames_host or not named >= everyone:
             bad |= named
     return sorted(bad)

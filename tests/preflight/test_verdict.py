@@ -6,8 +6,8 @@ from preflight.model import ExitCode, Finding, Severity
 from preflight.steps.verdict import bad_hosts, decide_exit_code, verdict_text
 
 
-def f(severity: Severity, hosts=(), **data) -> Finding:
-    return Finding("X001", severity, "m", "h", [], list(hosts), data)
+def f(severity: Severity, hosts=(), blames_host: bool = False) -> Finding:
+    return Finding("X001", severity, "m", "h", [], list(hosts), blames_host=blames_host)
 
 
 def test_exit_codes() -> None:
@@ -24,5 +24,5 @@ def test_bad_hosts_are_partial_or_host_faults() -> None:
     hosts = ["n1", "n2", "n3"]
     assert bad_hosts([f(Severity.ERROR, ["n2"])], hosts) == ["n2"]
     assert bad_hosts([f(Severity.ERROR, hosts)], hosts) == []  # the job's config, not a node
-    assert bad_hosts([f(Severity.ERROR, ["n1"], host_fault=True)], ["n1"]) == ["n1"]
+    assert bad_hosts([f(Severity.ERROR, ["n1"], blames_host=True)], ["n1"]) == ["n1"]
     assert bad_hosts([f(Severity.WARN, ["n2"])], hosts) == []

@@ -1,0 +1,46 @@
+"""What rank 0's judgement of the probes found: a hung step, a straggling group.
+
+Plain data built by preflight/probes/ (collect.diagnose_hang, judge.stragglers) and handed,
+whole, to the engine checks that report them (checks/probe_findings.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Hang:
+    """A step that did not finish: the group, and who was not in it with its peers."""
+
+    step: int
+    dim: str
+    op: str
+    size_bytes: int
+    group_index: int
+    ranks: list[int]
+    waiting: list[int]  # ranks stuck in the step until the deadline
+    culprits: dict[int, str]  # rank -> why it is blamed
+    phase: str
+    elapsed_s: float
+    failed: bool = False  # the op raised instead of timing out
+    reason: str = ""
+
+
+@dataclass
+class Straggler:
+    """A group well below its siblings at the largest size."""
+
+    dim: str
+    op: str
+    size_bytes: int
+    group_index: int
+    ranks: list[int]
+    hosts: list[str]
+    busbw_gbps: float
+    siblings_median_gbps: float
+
+    @property
+    def ratio(self) -> float:
+        """busbw / siblings' median."""
+        return self.busbw_gbps / self.siblings_median_gbps if self.siblings_median_gbps else 0.0
