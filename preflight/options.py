@@ -17,6 +17,7 @@ from typing import Any
 
 from preflight.lib.errors import BadInput
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim, mesh_text, parse_mesh_syntax, resolve_dims
+from preflight.registry import Tags
 from preflight.reports.targets import ReportTargets
 
 BACKENDS = ("auto", "nccl", "gloo")
@@ -91,9 +92,9 @@ class RunOptions:
 
     def probes_enabled(self) -> bool:
         """Probes run unless `--skip probe`, or `--only` names tags without `probe`."""
-        if "probe" in self.skip:
+        if Tags.PROBE in self.skip:
             return False
-        return not self.only or "probe" in self.only
+        return not self.only or Tags.PROBE in self.only
 
 
 def parse_size(text: str) -> int:

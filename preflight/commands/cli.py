@@ -7,12 +7,16 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 
 from preflight import __version__
-from preflight.lib.errors import BadInput
+from preflight.lib.errors import BadInput, Interrupted
 from preflight.model import ExitCode
 from preflight.options import BACKENDS, ReportTargets, RunOptions
 
@@ -191,7 +195,47 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         return launch(args.nproc, argv[1:], options)
     from preflight.runner import run
 
-    return run(options)
+    import_torch_quietly()
+    with interrupts_raised():
+        return run(options)
+
+
+def import_torch_quietly() -> None:
+    """Import torch.distributed here (the slow import), not inside a gatherer's deadline.
+
+    c10d prints a C++ stack trace per failed store connection at ERROR level; preflight
+    reports the failure in one line itself. The level is read once at import, so it is set
+    only for the import and the environment the checks see stays the user's own.
+    """
+    if "TORCH_CPP_LOG_LEVEL" in os.environ:
+        import torch.distributed
+        return
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        import torch.distributed  # noqa: F401
+    finally:
+        del os.environ["TORCH_CPP_LOG_LEVEL"]
+
+
+@contextmanager
+def interrupts_raised() -> Iterator[None]:
+    """SIGTERM / SIGINT (a Slurm time limit, scancel, Ctrl-C) raise Interrupted, so the run
+    finishes with what it knows and rank 0 still writes its report."""
+
+    def raise_interrupted(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(f"received {signal.Signals(signum).name}")
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            previous[signum] = signal.signal(signum, raise_interrupted)
+        except ValueError:  # not the main thread (tests): keep the defaults
+            pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def validate_selection(options: RunOptions) -> None:

@@ -1,4 +1,4 @@
-"""The one exception that means "the user's input is wrong": one line, exit code 2."""
+"""The exceptions that cross the steps: bad input (one line, exit 2) and an interrupt (exit 4)."""
 
 from __future__ import annotations
 
@@ -10,3 +10,12 @@ class BadInput(ValueError):
 def one_line(error: BaseException | str, limit: int = 300) -> str:
     """An exception's (or a text's) message on one line, cut at `limit` characters."""
     return " ".join(str(error).split())[:limit]
+
+
+class Interrupted(BaseException):
+    """SIGTERM / SIGINT arrived: the run finishes with what is known, verdict incomplete.
+
+    A BaseException, like KeyboardInterrupt: the `except Exception` that turns a failed store
+    connection or check into a finding must not swallow it (a SIGTERM during the store's
+    creation once became "the store did not form" and a wrong verdict).
+    """

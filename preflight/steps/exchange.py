@@ -22,6 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from preflight.checks.run_findings import unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.waiting import wait_until
 from preflight.model import CheckOutcome, Finding, RankFacts, World
@@ -46,6 +47,16 @@ class Collected:
     payloads: dict[int, RankPayload] = field(default_factory=dict)
     bad_payloads: dict[int, str] = field(default_factory=dict)  # rank -> why it was rejected
     duplicates: dict[int, list[str]] = field(default_factory=dict)  # rank -> hosts of every claimant
+
+    def merged_with(self, own: RankPayload) -> tuple[list[RankFacts], list[Finding], list[CheckOutcome]]:
+        """Rank 0's own payload plus every peer's, by rank; an unreadable payload is a RUN002 finding."""
+        payloads = {**self.payloads, own.rank: own}
+        facts = [payloads[rank].facts for rank in sorted(payloads)]
+        findings = [f for rank in sorted(payloads) if rank != own.rank for f in payloads[rank].findings]
+        outcomes = [o for rank in sorted(payloads) if rank != own.rank for o in payloads[rank].outcomes]
+        for rank, reason in sorted(self.bad_payloads.items()):
+            findings += unreadable_payload.report(rank=rank, reason=reason)
+        return facts, findings, outcomes
 
     def missing(self, world_size: int) -> list[int]:
         """Ranks that never reported."""

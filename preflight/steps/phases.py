@@ -1,4 +1,5 @@
-"""Rank 0's phases as they happen: a live spinner on a terminal, one line per phase in a log.
+"""Each step's time (meta.phases), and rank 0's phases as they happen: a live spinner on a
+terminal, one line per phase in a log.
 
 Written to stderr, so stdout stays the report alone (what a script or a test parses).
 """
@@ -6,6 +7,9 @@ Written to stderr, so stdout stays the report alone (what a script or a test par
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -49,3 +53,26 @@ def phase_display(rank: int, quiet: bool, stream: TextIO | None = None) -> Phase
         return None
     stream = stream or sys.stderr
     return PhaseDisplay(stream, live=wants_rich(stream))
+
+
+class Phases:
+    """Times each step into a dict (the report's `meta.phases`) and shows it on rank 0's display."""
+
+    def __init__(self, display: PhaseDisplay | None) -> None:
+        self.display = display
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Time the body as phase `name`; an exception (an interrupt) marks it failed and goes on up."""
+        started = time.perf_counter()
+        if self.display:
+            self.display.start(name)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            self.seconds[name] = round(time.perf_counter() - started, 4)
+            if self.display:
+                self.display.done(name, self.seconds[name], failed=failed)

@@ -26,6 +26,8 @@ from typing import Any
 
 from preflight.lib.waiting import wait_until
 from preflight.model import RankFacts
+from preflight.options import RunOptions
+from preflight.registry import Tags
 
 RANDOM_PEERS = 2  # k: random peers per host, besides the two ring neighbours
 
@@ -236,3 +238,35 @@ class Reachability:
 
         value = wait_until(published, timeout_s)
         return None if value is gone else value
+
+
+# One TCP connect's deadline (at most --check-timeout), and each wait for peers.
+REACH_CONNECT_S = 2.0
+REACH_WAIT_S = 5.0
+
+
+def reachability_for(store: Any, facts: RankFacts, options: RunOptions) -> Reachability:
+    """This rank's part in the step; inert without a store or when network checks are off."""
+    wanted = Tags.NETWORK not in options.skip and (not options.only or Tags.NETWORK in options.only)
+    return Reachability(store if wanted else None, facts, seed=facts.world.run_id,
+                        connect_timeout_s=min(REACH_CONNECT_S, options.check_timeout_s))
+
+
+def take_part(reach: Reachability, timeout_s: float) -> None:
+    """A non-zero rank (if it speaks for its host): probe the peers the roster assigns, then keep listening.
+
+    The roster comes after rank 0's collect, so the wait for it is the collect's deadline and more.
+    """
+    reach.probe_peers(timeout_s + REACH_WAIT_S)
+    reach.finish(REACH_WAIT_S + reach.connect_timeout_s)
+
+
+def lead(reach: Reachability, hosts: list[str]) -> dict[str, Any] | None:
+    """Rank 0: publish the roster of listeners, probe its own peers, return every host's result."""
+    if reach.store is None:
+        return None
+    roster = reach.publish_roster(hosts, REACH_WAIT_S)
+    reach.probe_peers(REACH_WAIT_S)
+    outcome = reach.collect(roster, REACH_WAIT_S + reach.connect_timeout_s)
+    reach.finish(0.0)
+    return outcome

@@ -1,10 +1,95 @@
-"""Step 8's arithmetic: from findings to one verdict, one exit code and the bad hosts."""
+"""Step 9: from what the steps produced to one JobReport, one verdict, one exit code, the bad hosts.
+
+`RunRecord` is what the runner has gathered so far, enough to build a report at any point
+(an interrupt, a missing peer); `build_report` turns it into the JobReport every renderer
+reads, after merging the same finding from many ranks and dropping `--silence`d ids.
+"""
 
 from __future__ import annotations
 
+import datetime
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from preflight.model import ExitCode, Finding, Severity
+from preflight.lib.mesh_shape import mesh_text
+from preflight.model import (
+    CheckOutcome,
+    ExitCode,
+    Finding,
+    JobReport,
+    ProbeResult,
+    RankFacts,
+    ReportMeta,
+    Severity,
+    World,
+)
+from preflight.options import RunOptions
+from preflight.registry import merge_findings, merge_outcomes
+
+
+@dataclass
+class RunRecord:
+    """What the steps have produced so far; enough to write a report at any point."""
+
+    world: World
+    options: RunOptions
+    started: float = field(default_factory=time.time)
+    phases: dict[str, float] = field(default_factory=dict)
+    facts: RankFacts | None = None  # this rank's own
+    findings: list[Finding] = field(default_factory=list)
+    outcomes: list[CheckOutcome] = field(default_factory=list)
+    all_facts: list[RankFacts] = field(default_factory=list)  # rank 0: every rank that reported
+    missing: list[int] = field(default_factory=list)
+    probe_results: list[ProbeResult] = field(default_factory=list)
+    interrupted: str = ""
+
+
+def build_report(record: RunRecord) -> JobReport:
+    """The one JobReport every renderer reads."""
+    world, options = record.world, record.options
+    silenced = set(options.silence)
+    findings = [f for f in merge_findings(record.findings) if f.check_id not in silenced]
+    code = decide_exit_code(findings, strict=options.strict, interrupted=bool(record.interrupted))
+    if record.missing and code != ExitCode.FAILED:
+        code = ExitCode.FAILED  # a missing rank fails the run even when RANK001 is silenced
+    finished = time.time()
+    facts = record.all_facts or ([record.facts] if record.facts else [])
+    meta = ReportMeta(
+        launcher=world.launcher,
+        job_id=world.job_id,
+        run_id=world.run_id,
+        world_size=world.world_size,
+        num_nodes=world.num_nodes,
+        master_addr=world.master_addr,
+        master_port=world.master_port,
+        restart_count=world.restart_count,
+        mesh=mesh_text(options.mesh),  # resolved, the derived dp included
+        backend=options.backend,
+        command_line=options.command_line,
+        started_at=_iso(record.started),
+        finished_at=_iso(finished),
+        duration_s=round(finished - record.started, 3),
+        versions=record.facts.versions.known() if record.facts else {},
+        phases=dict(record.phases),
+        expected_busbw_gbps=dict(options.expect),
+    )
+    return JobReport(
+        meta=meta,
+        ranks=facts,
+        findings=findings,
+        checks=merge_outcomes(record.outcomes),
+        probes=list(record.probe_results),
+        missing_ranks=list(record.missing),
+        bad_hosts=bad_hosts(findings, sorted({f.host for f in facts})),
+        verdict=verdict_text(code, findings),
+        exit_code=int(code),
+        why=explain_verdict(code, findings),
+    )
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).isoformat(timespec="seconds")
 
 VERDICT_TEXT = {
     ExitCode.PASSED: "passed",

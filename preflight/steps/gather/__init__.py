@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from preflight.checks.run_findings import gatherer_failed
 from preflight.lib.deadline import call_with_deadline
-from preflight.model import RankFacts, World
+from preflight.model import Finding, RankFacts, World
 from preflight.steps.gather import (
     env_vars,
     gpus,
@@ -54,3 +55,15 @@ def gather_facts(world: World, options: GatherOptions, gatherers: Sequence[tuple
         if not outcome.ok:
             facts.gather_errors[name] = outcome.reason(options.timeout_s)
     return facts
+
+
+def gather_failures(all_facts: Sequence[RankFacts]) -> list[Finding]:
+    """One RUN005 finding per gatherer that failed somewhere, naming every rank and host it failed on."""
+    grouped: dict[str, tuple[str, list[int], list[str]]] = {}
+    for facts in all_facts:
+        for name, reason in facts.gather_errors.items():
+            entry = grouped.setdefault(name, (reason, [], []))
+            entry[1].append(facts.rank)
+            entry[2].append(facts.host)
+    return [finding for name, (reason, ranks, hosts) in grouped.items()
+            for finding in gatherer_failed.report(name=name, reason=reason, ranks=ranks, hosts=hosts)]
