@@ -7,11 +7,11 @@ to on each rank.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from preflight.lib.grouping import describe, group_by, minority, short
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, Tags, check
+from preflight.registry import CROSS, JobView, Problem, Tags, check
 
 _JOB_FIELDS = ("launcher", "job_id")
 _RESTART_VARIABLES = ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
@@ -25,7 +25,7 @@ _RESTART_VARIABLES = ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
     hint="Start every rank from the same job step with the same launcher; a rank with another "
     "job id or launcher is a stray process (an old step, another job sharing the port).",
 )
-def job_disagreement(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def job_disagreement(job: JobView) -> Iterable[Problem]:
     """All ranks must report the same launcher and job id.
 
     Ranks that were detected as different launchers (torchrun on one node, plain env:// on
@@ -33,6 +33,7 @@ def job_disagreement(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[
     means a process of another job reached this job's rendezvous. Either way the training's
     process group would mix processes that do not belong together.
     """
+    ranks = job.ranks
     for field_name in _JOB_FIELDS:
         groups = group_by(ranks, lambda f, name=field_name: str(getattr(f.world, name)))
         if len(groups) < 2:
@@ -63,7 +64,7 @@ def _resolved(facts: RankFacts) -> str:
     hint="Make MASTER_ADDR resolve to the same address everywhere (fix /etc/hosts or DNS on the odd "
     "hosts), or set MASTER_ADDR to the address itself.",
 )
-def master_addr_resolution(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def master_addr_resolution(job: JobView) -> Iterable[Problem]:
     """MASTER_ADDR must resolve to the same address on every rank.
 
     The same host name can resolve differently per host: a stale /etc/hosts entry, split DNS,
@@ -71,6 +72,7 @@ def master_addr_resolution(ranks: Sequence[RankFacts], ctx: CheckContext) -> Ite
     endpoints, or the master's own process group binds an address nobody else can reach.
     Ranks whose MASTER_ADDR text differs are RANK003's finding; this compares the addresses.
     """
+    ranks = job.ranks
     known = [f for f in ranks if f.network.master_addr]
     by_text = group_by(known, lambda f: f.network.master_addr.addr if f.network.master_addr else "")
     for addr, same_text in by_text.items():
@@ -105,13 +107,14 @@ def restart_count(facts: RankFacts) -> int:
     hint="This run is a requeue or elastic restart: look at the previous attempt's logs for why "
     "it ended before trusting this one.",
 )
-def restarted(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def restarted(job: JobView) -> Iterable[Problem]:
     """SLURM_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT is above 0.
 
     The job was requeued by Slurm or restarted by torchrun's elastic agent: something ended the
     previous attempt (a node failure, a hang killed by a timeout, OOM). The report's header
     shows the restart number too.
     """
+    ranks = job.ranks
     restarted_ranks = [f for f in ranks if restart_count(f) > 0]
     if restarted_ranks:
         highest = max(restart_count(f) for f in restarted_ranks)

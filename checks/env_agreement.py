@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from preflight.lib.env_drift import drifting, is_collective, is_per_rank, secret_numbers, value_label
 from preflight.lib.grouping import describe, minority, short
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, Tags, check
+from preflight.registry import CROSS, JobView, Problem, Tags, check
 
 __all__ = ["collective_env_drift", "is_collective", "is_per_rank", "other_env_drift"]
 
@@ -36,7 +36,7 @@ def summary(name: str, groups: dict[str | None, list[RankFacts]], ranks: Sequenc
     severity=Severity.WARN,
     hint="Export one value for every rank in the job script (not a per-node profile), or unset it everywhere.",
 )
-def collective_env_drift(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def collective_env_drift(job: JobView) -> Iterable[Problem]:
     """A variable that changes collective behaviour differs across ranks.
 
     NCCL_*, TORCH_NCCL_*, TORCH_DISTRIBUTED_*, GLOO_*, CUDA_*, NVIDIA_*, FI_*, UCX_*,
@@ -48,6 +48,7 @@ def collective_env_drift(ranks: Sequence[RankFacts], ctx: CheckContext) -> Itera
     names the ranks outside the most common value. Secret-looking values are compared by a
     keyed digest and shown as <redacted>.
     """
+    ranks = job.ranks
     for name, groups in drifting(ranks).items():
         if not is_collective(name):
             continue
@@ -67,7 +68,7 @@ def collective_env_drift(ranks: Sequence[RankFacts], ctx: CheckContext) -> Itera
     severity=Severity.INFO,
     hint="Usually harmless; if the job reads these variables, export them once in the job script.",
 )
-def other_env_drift(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def other_env_drift(job: JobView) -> Iterable[Problem]:
     """Other environment variables differ across ranks (one finding for all of them).
 
     Drift outside the collective-relevant variables (see ENV003) rarely breaks a job, but it
@@ -75,6 +76,7 @@ def other_env_drift(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[P
     container image, a different working directory. The finding lists the variable names;
     its data holds a one-line summary per variable.
     """
+    ranks = job.ranks
     found = {name: groups for name, groups in drifting(ranks).items() if not is_collective(name)}
     if not found:
         return

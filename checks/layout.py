@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from preflight.lib.grouping import describe, group_by, minority
 from preflight.lib.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, Tags, check
+from preflight.registry import CROSS, JobView, Problem, Tags, check
 
 
 def _by_host(ranks: Sequence[RankFacts]) -> dict[str, list[RankFacts]]:
@@ -33,13 +33,14 @@ def _by_host(ranks: Sequence[RankFacts]) -> dict[str, list[RankFacts]]:
     hint="Each process on a host needs its own LOCAL_RANK (it selects the GPU): check the launcher's "
     "per-task variables, and that host names are unique (containers sharing one hostname).",
 )
-def duplicate_local_rank(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def duplicate_local_rank(job: JobView) -> Iterable[Problem]:
     """LOCAL_RANK must be unique among the ranks of one host.
 
     Two ranks with the same LOCAL_RANK on one host bind the same GPU: NCCL fails with
     "Duplicate GPU detected" or, worse, both share one device and the job runs at half speed.
     It also happens when different machines report the same host name.
     """
+    ranks = job.ranks
     clashes = []
     for host, members in _by_host(ranks).items():
         for local_rank, holders in group_by(members, lambda f: f.world.local_rank).items():
@@ -65,13 +66,14 @@ def duplicate_local_rank(ranks: Sequence[RankFacts], ctx: CheckContext) -> Itera
     hint="Give every node the same number of processes (torchrun --nproc-per-node, srun "
     "--ntasks-per-node); torchrun and DeviceMesh assume homogeneous nodes.",
 )
-def uneven_local_world_size(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def uneven_local_world_size(job: JobView) -> Iterable[Problem]:
     """LOCAL_WORLD_SIZE must be the same on every host.
 
     torchrun assumes homogeneous nodes, and a DeviceMesh whose inner dimension is the node size
     puts ranks of one group on two hosts when nodes differ. The finding names the hosts
     outside the most common LOCAL_WORLD_SIZE.
     """
+    ranks = job.ranks
     groups = group_by(ranks, lambda f: f.world.local_world_size)
     if len(groups) < 2:
         return
@@ -91,28 +93,29 @@ def uneven_local_world_size(ranks: Sequence[RankFacts], ctx: CheckContext) -> It
     hint="WORLD_SIZE must equal nodes x processes per node; fix the launcher's node or task "
     "counts (a host ran more or fewer processes than it declared).",
 )
-def world_size_not_sum(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def world_size_not_sum(job: JobView) -> Iterable[Problem]:
     """WORLD_SIZE must equal the sum of the hosts' LOCAL_WORLD_SIZE.
 
     Checked when every rank reported (a missing rank is RANK001's finding). A host that runs
     more or fewer processes than its LOCAL_WORLD_SIZE says means the launcher's counts and
     the real placement disagree: ranks wait for peers that are not there.
     """
-    if len(ranks) != ctx.world_size or len({f.world.world_size for f in ranks}) != 1:
+    ranks = job.ranks
+    if len(ranks) != job.world_size or len({f.world.world_size for f in ranks}) != 1:
         return
     hosts = _by_host(ranks)
     declared = {host: max(f.world.local_world_size for f in members) for host, members in hosts.items()}
     total = sum(declared.values())
-    if total == ctx.world_size:
+    if total == job.world_size:
         return
     odd = {host for host, members in hosts.items() if len(members) != declared[host]}
     named = [f for host in sorted(odd) for f in hosts[host]]
     detail = ", ".join(f"{h}: {declared[h]} declared, {len(hosts[h])} ran" for h in sorted(odd)[:3])
     yield Problem(
-        f"WORLD_SIZE is {ctx.world_size} but the hosts' LOCAL_WORLD_SIZE add up to {total} ({detail})",
+        f"WORLD_SIZE is {job.world_size} but the hosts' LOCAL_WORLD_SIZE add up to {total} ({detail})",
         ranks=[f.rank for f in named],
         hosts=sorted(odd),
-        data={"world_size": ctx.world_size, "sum_local_world_size": total},
+        data={"world_size": job.world_size, "sum_local_world_size": total},
     )
 
 
@@ -124,13 +127,14 @@ def world_size_not_sum(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterabl
     hint="Place ranks in blocks (srun --distribution=block, the default; torchrun always does): "
     "mesh dimensions assume consecutive ranks share a host.",
 )
-def non_contiguous_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def non_contiguous_ranks(job: JobView) -> Iterable[Problem]:
     """A host's ranks should be consecutive numbers.
 
     DeviceMesh builds its innermost dimension (usually tensor parallel) from consecutive
     ranks, assuming they share a host and its NVLink. With cyclic placement those groups
     cross the network and run an order of magnitude slower, without any error.
     """
+    ranks = job.ranks
     scattered = {
         host: members for host, members in _by_host(ranks).items()
         if members[-1].rank - members[0].rank + 1 != len(members)

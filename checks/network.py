@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, LOCAL, CheckContext, Problem, Tags, check
+from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check
 
 _IFNAME_SOURCES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
@@ -129,12 +129,13 @@ def _loopback(facts: RankFacts) -> bool:
     hint="Set MASTER_ADDR to the rendezvous host's routable address or name, never localhost or "
     "127.x when ranks span hosts.",
 )
-def master_addr_loopback(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def master_addr_loopback(job: JobView) -> Iterable[Problem]:
     """MASTER_ADDR is a loopback address while the ranks run on several hosts.
 
     Every host then looks for the rendezvous on itself: the other hosts' ranks either find
     nothing or, worse, another job's store on their own loopback.
     """
+    ranks = job.ranks
     loopback = [f for f in ranks if _loopback(f)]
     # Hosts that share one kernel and network namespace (fake nodes of one machine) share loopback.
     scopes = {f.network.loopback_scope or f.host for f in ranks}
@@ -161,8 +162,9 @@ def _odd_ones(values: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     hint="A port at a lower rate than its peers is a degraded link (bad cable, wrong speed "
     "negotiated): check `ibstat` on the named host.",
 )
-def ib_rates_differ(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def ib_rates_differ(job: JobView) -> Iterable[Problem]:
     """InfiniBand port rates differ across hosts; the slowest link sets the pace of every collective."""
+    ranks = job.ranks
     rates = {host: tuple(sorted(p.rate for p in facts.network.ib_ports))
              for host, facts in _by_host(ranks).items() if facts.network.ib_ports}
     if len(rates) < 2:
@@ -180,8 +182,9 @@ def ib_rates_differ(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[P
     severity=Severity.WARN,
     hint="Set the same MTU on the chosen interface of every host (and the switch ports between them).",
 )
-def mtu_differs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def mtu_differs(job: JobView) -> Iterable[Problem]:
     """The chosen interface's MTU differs across hosts; mismatched MTUs drop or fragment large packets."""
+    ranks = job.ranks
     mtus = {host: facts.network.chosen_interface.mtu
             for host, facts in _by_host(ranks).items() if facts.network.chosen_interface}
     mtus = {h: m for h, m in mtus.items() if m}

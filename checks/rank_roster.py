@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from preflight.lib.hostlist import rank_ranges
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, Tags, check
+from preflight.registry import CROSS, JobView, Problem, Tags, check
 
 
 def _expected_host(rank: int, ranks: Sequence[RankFacts]) -> str:
@@ -32,7 +32,7 @@ def _expected_host(rank: int, ranks: Sequence[RankFacts]) -> str:
     "or fail to reach MASTER_ADDR:MASTER_PORT? Exclude the host and resubmit if it is unhealthy.",
     blames_host=True,
 )
-def missing_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def missing_ranks(job: JobView) -> Iterable[Problem]:
     """Every rank 0..WORLD_SIZE-1 must report to rank 0 within --timeout.
 
     A rank that never reports is a process that did not start, crashed, hung, or cannot reach
@@ -40,8 +40,9 @@ def missing_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Pro
     Where the launcher says where the rank should run (Slurm's nodelist and task layout, or
     a torchrun node whose other ranks did report), the finding names that host.
     """
+    ranks = job.ranks
     present = {facts.rank for facts in ranks}
-    for rank in range(ctx.world_size):
+    for rank in range(job.world_size):
         if rank in present:
             continue
         host = _expected_host(rank, ranks)
@@ -61,15 +62,15 @@ def missing_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Pro
     hint="Two processes claim the same RANK: check the launcher's per-process variables "
     "(a RANK exported in the batch script is the same on every task).",
 )
-def duplicate_ranks(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def duplicate_ranks(job: JobView) -> Iterable[Problem]:
     """Each rank number must be held by exactly one process.
 
     Duplicates come from exporting RANK in a job script (every task inherits the same value)
     or from two launches sharing one MASTER_PORT.
     """
     # Rank 0 keeps one payload per rank, so duplicates show as a rank whose pid/host differs
-    # from what it claims; the runner records those in ctx.duplicate_ranks.
-    for rank, hosts in sorted(ctx.duplicate_ranks.items()):
+    # from what it claims; the runner records those in job.duplicate_ranks.
+    for rank, hosts in sorted(job.duplicate_ranks.items()):
         yield Problem(f"rank {rank} is claimed by more than one process", ranks=[int(rank)], hosts=hosts)
 
 
@@ -84,12 +85,13 @@ _AGREED_FIELDS = ("world_size", "master_addr", "master_port")
     hint="Every rank must be started with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT; "
     "the odd ranks were launched differently (a stale variable, another job's script).",
 )
-def world_disagreement(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def world_disagreement(job: JobView) -> Iterable[Problem]:
     """All ranks must agree on WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
 
     Ranks that disagree either wait for a world that never fills or rendezvous with another
     job. The finding names the value most ranks hold and the ranks that hold another one.
     """
+    ranks = job.ranks
     for field_name in _AGREED_FIELDS:
         holders: dict[str, list[RankFacts]] = defaultdict(list)
         for facts in ranks:

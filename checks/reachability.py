@@ -8,11 +8,11 @@ The step's outcome reaches the cross checks as `ctx.reachability`:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, Tags, check
+from preflight.model import Severity
+from preflight.registry import CROSS, JobView, Problem, Tags, check
 
 
 def failed_pairs(outcome: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -56,7 +56,7 @@ def culprits(outcome: dict[str, Any]) -> dict[str, list[str]]:
     hint="A firewall, routing or link fault between these hosts: check nft/iptables rules, routes and "
     "the switch path on that interface; NCCL/Gloo connections between them will hang or fail.",
 )
-def unreachable_pairs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def unreachable_pairs(job: JobView) -> Iterable[Problem]:
     """A host's chosen address did not accept TCP from another host within the deadline.
 
     Each host listens on the address of the interface NCCL/Gloo will use and is probed by its
@@ -64,7 +64,7 @@ def unreachable_pairs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable
     connection failed is named `prober -> target on <interface>`; both directions failing are
     one finding. Pairs involving a host that nobody reaches are summed up by NET008.
     """
-    outcome = ctx.reachability
+    outcome = job.reachability
     if not outcome:
         return
     failed = failed_pairs(outcome)
@@ -96,9 +96,9 @@ def unreachable_pairs(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable
     "exclude it (--exclude-file) and resubmit.",
     blames_host=True,
 )
-def unreachable_host(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def unreachable_host(job: JobView) -> Iterable[Problem]:
     """A host that none of its probers could reach: the culprit, rather than each of its links."""
-    outcome = ctx.reachability
+    outcome = job.reachability
     if not outcome:
         return
     roster = {entry["host"]: entry for entry in outcome.get("roster", [])}
@@ -119,9 +119,9 @@ def unreachable_host(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[
     hint="These hosts published no listener or no result before the deadline; their reachability is "
     "unverified (see their other findings: interface, store, missing ranks).",
 )
-def reachability_incomplete(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def reachability_incomplete(job: JobView) -> Iterable[Problem]:
     """The reachability step could not test some hosts (no listener, or no result in time)."""
-    outcome = ctx.reachability
+    outcome = job.reachability
     if not outcome:
         return
     no_listener = {e["host"]: e.get("error", "") for e in outcome.get("roster", []) if e.get("error")}

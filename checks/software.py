@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from preflight.lib.grouping import describe, group_by, minority, short
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, CheckContext, Problem, Tags, check
+from preflight.registry import CROSS, JobView, Problem, Tags, check
 
 # Shown first, in this order; any other version of facts.versions is compared too.
 _KEYS = ("torch", "torch_cuda", "nccl", "python", "driver")
@@ -25,7 +25,7 @@ def versions(facts: RankFacts) -> dict[str, str]:
     hint="Run every rank from the same environment (container image, venv, module set) and "
     "driver; exclude or reimage the odd hosts.",
 )
-def version_mismatch(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[Problem]:
+def version_mismatch(job: JobView) -> Iterable[Problem]:
     """torch (and its CUDA build), NCCL, Python and the GPU driver must be equal on every rank.
 
     Ranks with different torch or NCCL builds may speak different wire protocols (NCCL
@@ -33,6 +33,7 @@ def version_mismatch(ranks: Sequence[RankFacts], ctx: CheckContext) -> Iterable[
     object collectives, and use different default algorithms. A different driver changes
     which CUDA features work. The finding names the hosts outside the most common version.
     """
+    ranks = job.ranks
     known = {key for facts in ranks for key in versions(facts)}
     keys = [k for k in _KEYS if k in known] + sorted(known - set(_KEYS))
     table = {facts.rank: versions(facts) for facts in ranks}

@@ -30,7 +30,7 @@ from typing import Any, Generic, ParamSpec
 
 from preflight.lib.deadline import call_with_deadline
 from preflight.lib.errors import BadInput
-from preflight.model import CheckOutcome, Finding, Severity
+from preflight.model import CheckOutcome, Finding, RankFacts, Severity
 
 LOCAL = "local"  # a pure function of one rank's facts, run on every rank
 CROSS = "cross"  # a pure function of all ranks' facts, run on rank 0
@@ -73,15 +73,23 @@ class Problem:
 
 @dataclass
 class CheckContext:
-    """What a check may know about the job beyond facts: typed, never engine objects.
-
-    Cross checks also get what rank 0 learned while collecting: ranks claimed by more than one
-    process, and the reachability step's outcome (preflight/steps/tcp_reach.py).
-    """
+    """What a local check may know about the job beyond its rank's facts: typed run settings."""
 
     world_size: int = 1
     backend: str = "auto"
     mesh: list[tuple[str, int]] = field(default_factory=list)  # resolved (name, size), outermost first
+
+
+@dataclass
+class JobView(CheckContext):
+    """What a cross check receives, on rank 0: the whole job as one typed object.
+
+    Every reporting rank's facts, the run settings, and what rank 0 learned while collecting:
+    ranks claimed by more than one process, and the reachability step's outcome
+    (preflight/steps/tcp_reach.py; None when the step did not run).
+    """
+
+    ranks: list[RankFacts] = field(default_factory=list)
     duplicate_ranks: dict[int, list[str]] = field(default_factory=dict)  # rank -> every claimant's host
     reachability: dict[str, Any] | None = None
 
@@ -256,14 +264,16 @@ def select_checks(
     return chosen
 
 def run_checks(
-    specs: Sequence[CheckSpec], subject: Any, ctx: CheckContext, timeout_s: float, *, rank: int, host: str
+    specs: Sequence[CheckSpec], subject: RankFacts | JobView, ctx: CheckContext, timeout_s: float, *, rank: int,
+    host: str,
 ) -> tuple[list[Finding], list[CheckOutcome]]:
-    """Run each check on `subject` (one RankFacts, or the list of all ranks' facts)."""
+    """Run each check: a local one on (this rank's facts, ctx), a cross one on the JobView."""
     findings: list[Finding] = []
     outcomes: list[CheckOutcome] = []
     for spec in specs:
         started = time.perf_counter()
-        outcome = call_with_deadline(lambda spec=spec: list(spec.func(subject, ctx)), timeout_s)
+        args = (subject,) if spec.scope == CROSS else (subject, ctx)
+        outcome = call_with_deadline(lambda spec=spec, args=args: list(spec.func(*args)), timeout_s)
         elapsed = time.perf_counter() - started
         if outcome.ok:
             produced = [spec.finding(problem) for problem in outcome.value]

@@ -31,7 +31,7 @@ from preflight.model import ExitCode, RankFacts, Severity
 from preflight.options import RunOptions
 from preflight.probes import orchestrate as probes
 from preflight.probes.nominal import annotate as annotate_nominal_rates
-from preflight.registry import CROSS, LOCAL, CheckContext, run_checks, select_checks
+from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.steps import tcp_reach
 from preflight.steps.exchange import Exchange, RankPayload
@@ -103,11 +103,12 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.findings += findings + gather_failures(record.all_facts)
         record.outcomes += outcomes
         record.missing = collected.missing(record.world.world_size)
-        ctx.duplicate_ranks = collected.duplicates
     with phases.step("reachability"):  # 5
-        ctx.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
+        reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
     with phases.step("cross checks"):  # 6
-        found, outcomes = run_checks(select_checks(CROSS, options.only, options.skip), record.all_facts, ctx,
+        job = JobView(**vars(ctx), ranks=record.all_facts, duplicate_ranks=collected.duplicates,
+                      reachability=reachability)
+        found, outcomes = run_checks(select_checks(CROSS, options.only, options.skip), job, ctx,
                                      options.check_timeout_s, rank=0, host=record.world.host)
         record.findings += found
         record.outcomes += outcomes

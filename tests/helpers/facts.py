@@ -11,7 +11,7 @@ from typing import Any
 
 from preflight.model import Finding, GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
 from preflight.model.codec import from_builtins
-from preflight.registry import CheckContext, get_check
+from preflight.registry import CheckContext, JobView, get_check
 
 _SECTIONS = {"versions": Versions, "system": SystemLimits, "network": NetworkFacts, "gpus": list[GpuFacts]}
 
@@ -36,9 +36,12 @@ def cluster(hosts: int, per_host: int, **kwargs: Any) -> list[RankFacts]:
 
 
 def run(check_id: str, subject: RankFacts | Sequence[RankFacts], **context: Any) -> list[Finding]:
-    """The findings one registered check gives on these facts; `context` sets CheckContext fields."""
+    """The findings one registered check gives: a local check on one rank's facts, a cross check on
+    a list of them (as a JobView); `context` sets CheckContext / JobView fields."""
     spec = get_check(check_id)
     assert spec is not None, check_id
-    size = len(subject) if isinstance(subject, (list, tuple)) else 1
-    ctx = CheckContext(world_size=context.pop("world_size", size), **context)
+    if isinstance(subject, (list, tuple)):
+        job = JobView(world_size=context.pop("world_size", len(subject)), ranks=list(subject), **context)
+        return [spec.finding(problem) for problem in spec.func(job)]
+    ctx = CheckContext(world_size=context.pop("world_size", 1), **context)
     return [spec.finding(problem) for problem in spec.func(subject, ctx)]

@@ -14,8 +14,8 @@ from preflight.registry import (
     CROSS,
     ENGINE,
     LOCAL,
-    CheckContext,
     EngineCheck,
+    JobView,
     Problem,
     Tags,
     all_checks,
@@ -108,7 +108,7 @@ def test_who_is_blamed_is_declared_by_the_check_and_survives_json() -> None:
     assert blaming == {"BW001", "BW002", "BW005", "NET008", "RANK001"}
     spec = get_check("RANK001")
     assert spec is not None
-    [finding] = [spec.finding(problem) for problem in missing_ranks([], CheckContext(world_size=1))]
+    [finding] = [spec.finding(problem) for problem in missing_ranks(JobView(world_size=1))]
     assert finding.blames_host and "host_fault" not in finding.data
     assert decode(encode(finding), Finding) == finding
     assert not from_builtins({"check_id": "X001", "severity": "error", "message": "m"}, Finding).blames_host
