@@ -9,11 +9,11 @@ reports as RUN005; these checks then stay silent rather than guess.
 from __future__ import annotations
 
 import ipaddress
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from preflight.lib.grouping import odd_ones
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check
 
@@ -145,15 +145,6 @@ def master_addr_loopback(job: JobView) -> Iterable[Problem]:
                       ranks=[f.rank for f in loopback], hosts=sorted({f.host for f in loopback}))
 
 
-def _odd_ones(values: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """The most common value and the hosts that differ from it."""
-    counts: dict[Any, int] = defaultdict(int)
-    for value in values.values():
-        counts[value] += 1
-    majority = max(counts, key=lambda v: (counts[v], str(v)))
-    return majority, {host: v for host, v in values.items() if v != majority}
-
-
 @check(
     "NET005",
     tag=Tags.NETWORK,
@@ -169,7 +160,7 @@ def ib_rates_differ(job: JobView) -> Iterable[Problem]:
              for host, facts in _by_host(ranks).items() if facts.network.ib_ports}
     if len(rates) < 2:
         return
-    majority, odd = _odd_ones(rates)
+    majority, odd = odd_ones(rates)
     for host, value in sorted(odd.items()):
         yield Problem(f"IB port rates on {host} are {', '.join(value)}; most hosts have {', '.join(majority)}",
                       hosts=[host], data={"rates": list(value), "majority": list(majority)})
@@ -190,7 +181,7 @@ def mtu_differs(job: JobView) -> Iterable[Problem]:
     mtus = {h: m for h, m in mtus.items() if m}
     if len(mtus) < 2:
         return
-    majority, odd = _odd_ones(mtus)
+    majority, odd = odd_ones(mtus)
     for host, mtu in sorted(odd.items()):
         yield Problem(f"chosen interface MTU on {host} is {mtu}; most hosts have {majority}",
                       hosts=[host], data={"mtu": mtu, "majority": majority})

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from preflight.lib.grouping import group_by
 from preflight.lib.hostlist import rank_ranges
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
@@ -93,12 +93,10 @@ def world_disagreement(job: JobView) -> Iterable[Problem]:
     """
     ranks = job.ranks
     for field_name in _AGREED_FIELDS:
-        holders: dict[str, list[RankFacts]] = defaultdict(list)
-        for facts in ranks:
-            holders[str(getattr(facts.world, field_name))].append(facts)
+        holders = group_by(ranks, lambda facts, name=field_name: str(getattr(facts.world, name)))
         if len(holders) < 2:
             continue
-        majority = max(holders, key=lambda value: len(holders[value]))
+        majority = next(iter(holders))  # group_by puts the largest group first
         for value, odd in sorted(holders.items()):
             if value == majority:
                 continue

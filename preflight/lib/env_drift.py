@@ -8,9 +8,9 @@ its digest).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 
+from preflight.lib.grouping import group_by
 from preflight.lib.secrets import REDACTED, is_redacted
 from preflight.model import RankFacts
 
@@ -90,7 +90,4 @@ def secret_numbers(values: Sequence[str | None]) -> dict[str, int]:
 
 def _group(ranks: Sequence[RankFacts], name: str) -> dict[str | None, list[RankFacts]]:
     """Ranks by their value of `name`, largest group first (ties: by value text)."""
-    groups: dict[str | None, list[RankFacts]] = defaultdict(list)
-    for facts in ranks:
-        groups[facts.env.get(name)].append(facts)
-    return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0]))))
+    return group_by(ranks, lambda facts: facts.env.get(name))

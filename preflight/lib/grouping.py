@@ -7,14 +7,16 @@ ranks, where a value does not cover whole hosts). Imported by check modules only
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from preflight.lib.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts
 
 K = TypeVar("K", bound=Hashable)
+H = TypeVar("H", bound=Hashable)
+V = TypeVar("V", bound=Hashable)
 
 
 def group_by(ranks: Iterable[RankFacts], key: Callable[[RankFacts], K]) -> dict[K, list[RankFacts]]:
@@ -23,6 +25,13 @@ def group_by(ranks: Iterable[RankFacts], key: Callable[[RankFacts], K]) -> dict[
     for facts in ranks:
         groups[key(facts)].append(facts)
     return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0]))))
+
+
+def odd_ones(values: Mapping[H, V]) -> tuple[V, dict[H, V]]:
+    """The most common value (ties: the larger text) and the keys whose value differs from it."""
+    counts = Counter(values.values())
+    majority = max(counts, key=lambda v: (counts[v], str(v)))
+    return majority, {key: v for key, v in values.items() if v != majority}
 
 
 def where_text(group: Sequence[RankFacts], all_ranks: Sequence[RankFacts], count_only: bool = False) -> str:
