@@ -26,13 +26,14 @@ from pathlib import Path
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import probes_not_started, run_interrupted, store_did_not_form
 from preflight.lib import secrets
-from preflight.lib.errors import Interrupted
+from preflight.lib.errors import BadInput, Interrupted
 from preflight.model import ExitCode, RankFacts, Severity
 from preflight.options import RunOptions
 from preflight.probes import orchestrate as probes
 from preflight.probes.nominal import annotate as annotate_nominal_rates
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
+from preflight.reports.targets import unwritable_path
 from preflight.steps import tcp_reach
 from preflight.steps.exchange import Exchange, RankPayload
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
@@ -52,6 +53,7 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     options = options.for_world(world.world_size)  # the mesh resolved; a bad one for this WORLD_SIZE: exit 2
     if options.run_id:
         world.run_id = options.run_id
+    _refuse_unwritable_outputs(world.rank, options)
     record = RunRecord(world, options)
     phases = Phases(phase_display(world.rank, options.reports.quiet))
     record.phases = phases.seconds
@@ -70,6 +72,16 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
         if world.rank != 0:
             return int(ExitCode.INCOMPLETE)
     return _finish(record, exchange)
+
+
+def _refuse_unwritable_outputs(rank: int, options: RunOptions) -> None:
+    """An output that cannot be written is bad input, found before the run (exit 2), not after it."""
+    why = options.reports.unwritable() if rank == 0 else ""  # only rank 0 writes reports
+    out_dir = unwritable_path(Path(options.out_dir), directory=True) if options.out_dir else ""
+    if out_dir:
+        why = why or f"--out-dir {options.out_dir}: {out_dir}"
+    if why:
+        raise BadInput(f"cannot write {why}")
 
 
 def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: CheckContext) -> None:

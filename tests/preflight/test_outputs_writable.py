@@ -1,0 +1,32 @@
+"""Report paths and --out-dir are checked before the run: one line, exit 2, nothing half done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from preflight.reports.targets import unwritable_path
+from tests.helpers.ranks import free_port, run_cli
+
+
+@pytest.mark.parametrize(("flag", "path"), [
+    ("--json", "/proc/preflight-nope/r.json"),
+    ("--out-dir", "/proc/preflight-nope"),
+    ("--html", "/etc/hostname/r.html"),
+    ("--junit", "/tmp"),
+])
+def test_an_unwritable_output_is_one_line_and_exit_2_before_the_run(flag: str, path: str) -> None:
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    # WORLD_SIZE 2 with no rank 1: a run that started would wait out --timeout and exit 3.
+    done = run_cli(["--skip", "probe", "--timeout", "30", flag, path], env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and f"cannot write {flag} {path}" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_writable_path_is_created_as_the_writer_would(tmp_path: Path) -> None:
+    assert unwritable_path(tmp_path / "a" / "b" / "r.json") == ""
+    assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
+    assert unwritable_path(tmp_path, directory=True) == ""
+    assert unwritable_path(tmp_path / "a") == "is a folder"
