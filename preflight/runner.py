@@ -114,7 +114,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.all_facts, findings, outcomes = collected.merged_with(_own_payload(record))
         record.findings += findings + gather_failures(record.all_facts)
         record.outcomes += outcomes
-        record.missing = collected.missing(record.world.world_size)
+        record.missing = collected.missing(record.world.world_size, record.world.rank)
     with phases.step("reachability"):  # 5
         reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
     with phases.step("cross checks"):  # 6

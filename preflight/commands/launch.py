@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import tempfile
 import uuid
@@ -42,6 +43,7 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions) -> int:
     if nproc < 1:
         raise BadInput(f"-n {nproc}: need at least one rank")
     options.for_world(nproc)  # a bad --mesh for -n: exit 2 once here, not once per rank
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -69,6 +71,10 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions) -> int:
             elastic_launch(config, program)(*prefix, "run", *args, "--verdict-file", str(verdict_file))
         except ChildFailedError as failed:
             return _verdict(verdict_file, failed)
+        except SignalException as stop:  # SIGTERM / SIGINT to the launcher (scancel, a time limit)
+            # The agent stops the workers; rank 0 writes its partial report and verdict on the way.
+            print(f"preflight launch: stopped by {signal.Signals(stop.sigval).name}", file=sys.stderr)
+            return _verdict_or(verdict_file, int(ExitCode.INCOMPLETE))
     return int(ExitCode.PASSED)
 
 
@@ -92,8 +98,13 @@ def _verdict(verdict_file: Path, failed: Any) -> int:
     Once one rank exits with the verdict, torch's agent stops the others, rank 0 included,
     so their own exit codes (signals, "interrupted") do not say what the verdict was.
     """
+    code = failed.get_first_failure()[1].exitcode
+    return _verdict_or(verdict_file, code if code in {int(c) for c in ExitCode} else int(ExitCode.INCOMPLETE))
+
+
+def _verdict_or(verdict_file: Path, fallback: int) -> int:
+    """Rank 0's code from the file it wrote; the fallback when it wrote none."""
     try:
         return int(verdict_file.read_text())
     except (OSError, ValueError):
-        code = failed.get_first_failure()[1].exitcode
-        return code if code in {int(c) for c in ExitCode} else int(ExitCode.INCOMPLETE)
+        return fallback

@@ -58,9 +58,10 @@ class Collected:
             findings += unreadable_payload.report(rank=rank, reason=reason)
         return facts, findings, outcomes
 
-    def missing(self, world_size: int) -> list[int]:
-        """Ranks that never reported."""
-        return [r for r in range(world_size) if r not in self.payloads and r not in self.bad_payloads]
+    def missing(self, world_size: int, own_rank: int = 0) -> list[int]:
+        """Ranks that never reported (never the collecting rank itself, even when its store failed)."""
+        return [r for r in range(world_size)
+                if r != own_rank and r not in self.payloads and r not in self.bad_payloads]
 
 
 class Exchange:

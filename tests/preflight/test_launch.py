@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -43,3 +44,24 @@ def test_torchrun_workers_resolve_and_join_the_agent_store(tmp_path) -> None:
     assert all(w.use_agent_store for w in worlds)
     assert [w.local_rank for w in worlds] == [0, 1]
     assert worlds[1].raw["TORCHELASTIC_RUN_ID"] == worlds[0].raw["TORCHELASTIC_RUN_ID"]
+
+
+def test_sigterm_to_launch_ends_in_exit_4_with_rank_0s_partial_report(tmp_path) -> None:
+    """scancel or a Slurm time limit: one line, exit 4 (incomplete), rank 0's report written; no traceback."""
+    planted = plant_in_rank(tmp_path, 1, "import time\ntime.sleep(300)")  # rank 1 never reports
+    proc = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", "2", "--skip", "probe",
+                             "--timeout", "120", "--json", str(tmp_path / "r.json")],
+                            env=base_env(planted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # rank 0's phase lines: wait until it is collecting
+        seen.append(line)
+        if "exchange done" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    err = "".join(seen) + err
+    assert proc.returncode == 4, out + err
+    assert "Traceback" not in err and "stopped by SIGTERM" in err
+    report = load_report(tmp_path / "r.json")
+    assert report.exit_code == 4 and any(f.check_id == "RUN004" for f in report.findings)
