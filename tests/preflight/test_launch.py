@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from preflight.model import JobReport
-from tests.helpers.ranks import base_env, plant_in_rank, read_json, run_cli
+from tests.helpers.ranks import base_env, plant_env, read_json, run_cli
 
 
 def test_launch_four_ranks_passes(tmp_path) -> None:
@@ -22,7 +22,7 @@ def test_launch_four_ranks_passes(tmp_path) -> None:
 
 
 def test_launch_exits_3_naming_the_rank_with_async_error_handling_off(tmp_path) -> None:
-    planted = plant_in_rank(tmp_path, 3, 'os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"')
+    planted = plant_env(tmp_path, {3: 'os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"'})
     result = run_cli(["launch", "-n", "4", "--skip", "probe", "--json", str(tmp_path / "r.json")], planted,
                      timeout=180)
     assert result.returncode == 3, result.stdout + result.stderr
