@@ -3,13 +3,13 @@
     .venv/bin/python docs/make_screenshot.py [--out docs/report.png] [--keep DIR]
 
 1. Runs `preflight run --mesh dp2,tp4` as 8 real env:// ranks on this machine (gloo, c10d
-   store, real process groups and probes), with faults planted from outside preflight by a
-   `sitecustomize.py` on PYTHONPATH:
+   store, real process groups and probes), ranks 0-3 on fake host node01 and ranks 4-7 on
+   node02 (tests/helpers/hosts.py: UTS and mount namespaces, so root or unprivileged user
+   namespaces), with faults planted from outside preflight (tests/helpers/ranks.plant_env,
+   a `sitecustomize.py` on PYTHONPATH):
    - rank 5 negates its all_to_all input (a corrupting rank: BW001, an error naming it);
    - rank 2 sleeps 30 ms in every all_reduce (a slow rank: its groups are stragglers);
    - rank 6 has NCCL_DEBUG=INFO where the others have WARN (environment drift).
-   Ranks 0-3 report host name node01 and ranks 4-7 node02 (the same hook replaces
-   socket.gethostname: a documented fake, so that one machine shows a two-host layout).
 2. Renders the HTML (`--html`), opens it in headless chromium (selenium + chromedriver) and
    saves a full-page PNG.
 """
@@ -33,42 +33,42 @@ from tests.helpers.browser import (  # noqa: E402
     full_page_screenshot,
     wait_ready,
 )
-from tests.helpers.ranks import spawn_env_ranks  # noqa: E402
+from tests.helpers.hosts import fake_host  # noqa: E402
+from tests.helpers.ranks import Placement, plant_env, spawn_env_ranks, spread  # noqa: E402
 
-PLANTS = """
-import os, socket, time
-_rank = int(os.environ["RANK"])
-_host = "node%02d" % (_rank // 4 + 1)
-socket.gethostname = lambda: _host
-os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"] = str(_rank % 4), "4"
-if _rank in (2, 5):
-    import torch.distributed as dist
-    if _rank == 2:
+PLANTS = {
+    2: """
+        import time, torch.distributed as dist
         _real_all_reduce = dist.all_reduce
         def _slow_all_reduce(*args, **kwargs):
             time.sleep(0.03)
             return _real_all_reduce(*args, **kwargs)
         dist.all_reduce = _slow_all_reduce
-    else:
+    """,
+    5: """
+        import torch.distributed as dist
         _real_a2a = dist.all_to_all_single
         def _corrupt_a2a(output, input, *args, **kwargs):
             input.mul_(-1)
             return _real_a2a(output, input, *args, **kwargs)
         dist.all_to_all_single = _corrupt_a2a
-"""
+    """,
+}
 
 
 def make(out: Path, folder: Path) -> None:
     """Run with the planted faults, render, screenshot."""
     run_json, html = folder / "run.json", folder / "report.html"
-    plants = folder / "plants"
-    plants.mkdir(exist_ok=True)
-    (plants / "sitecustomize.py").write_text(PLANTS)
+    on_hosts = spread([fake_host(folder, "node01"), fake_host(folder, "node02")], 4)
+
+    def place(rank: int) -> Placement:
+        placed = on_hosts(rank)
+        return Placement(placed.host, {**placed.env, "NCCL_DEBUG": "INFO"}) if rank == 6 else placed
+
     ranks = spawn_env_ranks(
         8, ["--timeout", "60", "--mesh", "dp2,tp4", "--sizes", "256KiB,1MiB,4MiB", "--iters", "5",
             "--json", str(run_json), "--html", str(html), "--quiet"],
-        common_env={"PYTHONPATH": str(plants), "NCCL_DEBUG": "WARN"},
-        rank_env={6: {"NCCL_DEBUG": "INFO"}},
+        place=place, common_env={**plant_env(folder, PLANTS), "NCCL_DEBUG": "WARN"},
         timeout=240,
     )
     if not html.exists():

@@ -1,4 +1,4 @@
 """Fixtures shared by every test package."""
 
-# netns_hosts: real network namespaces as fake hosts (needs root; see tests/helpers/netns.py).
+# netns_hosts: fake hosts in real network namespaces (needs root; see tests/helpers/netns.py, hosts.py).
 pytest_plugins = ["tests.helpers.netns"]

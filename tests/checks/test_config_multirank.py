@@ -1,7 +1,7 @@
 """Configuration checks in real multi-rank runs: each fault planted on one rank, for real.
 
 Ranks are real processes (env:// over a real c10d TCPStore, torchrun for the restart). A
-rank is put "on another host" with real namespaces (tests/helpers/namespaces.py): its own
+rank is put "on another host" with real namespaces (tests/helpers/hosts.py): its own
 UTS hostname, /etc/hosts, /dev/shm tmpfs and `ulimit -l`. The only fake is InfiniBand, which
 cannot exist here: a data-only sysfs tree, bind-mounted for one rank over the folder all ranks
 get as --sysfs-root (so only that rank sees an RDMA device). Each launch costs
@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers.namespaces import host_wrapper
-from tests.helpers.ranks import PYTHON, base_env, plant_in_rank, read_json, spawn_env_ranks
+from tests.helpers.hosts import fake_host
+from tests.helpers.ranks import PYTHON, Placement, base_env, plant_env, read_json, spawn_env_ranks, spread
 from tests.helpers.tools import require
 
 MY_PREFIXES = ("ENV", "LAYOUT", "NCCL", "SW", "SYS")
@@ -67,32 +67,30 @@ def per_rank_faults(tmp_path_factory: pytest.TempPathFactory) -> dict:
     sysfs = tmp / "sysfs-view"
     sysfs.mkdir()
     master = {"pf3-master": "127.0.0.1"}
-    wrap = {
-        0: host_wrapper("pf3-a", tmp, hosts=master),
-        1: host_wrapper("pf3-a", tmp, hosts=master, shm_size="64m"),
+    place = {
+        0: Placement(fake_host(tmp, "pf3-a", hosts=master),
+                     {"LOCAL_RANK": "0", "NCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": names[0]}),
+        1: Placement(fake_host(tmp, "pf3-a", hosts=master, shm_size="64m"),
+                     {"LOCAL_RANK": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "NCCL_ASYNC_ERROR_HANDLING": "1",
+                      "OMP_NUM_THREADS": "", "PREFLIGHT_JOB_ID": "pf3-other-job"}),
         # rank 2: its /etc/hosts sends pf3-master elsewhere (127.0.0.2 is loopback too, so it still
         # connects), it sees an IB device, and its memlock limit is 1 MiB.
-        2: host_wrapper("pf3-b", tmp, hosts={"pf3-master": "127.0.0.2"}, memlock_kib=1024,
-                        binds={write_ib_sysfs(tmp / "sys-ib"): sysfs}),
-        3: host_wrapper("pf3-b", tmp, hosts=master),
+        2: Placement(fake_host(tmp, "pf3-b", hosts={"pf3-master": "127.0.0.2"}, memlock_kib=1024,
+                               binds={write_ib_sysfs(tmp / "sys-ib"): sysfs}),
+                     {"LOCAL_RANK": "0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "7", "TORCH_NCCL_BLOCKING_WAIT": "1",
+                      "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "NCCL_P2P_DISABLE": "1", "NCCL_NET_GDR_LEVEL": "FOO",
+                      "CUDA_INJECTION64_PATH": "/opt/pf3/libinject.so", "NCCL_IB_DISABLE": "1",
+                      "NCCL_IB_HCA": "mlx5_1"}),
+        3: Placement(fake_host(tmp, "pf3-b", hosts=master),
+                     {"LOCAL_RANK": "1", "NCCL_SOCKET_IFNAME": "pf3nosuch", "GLOO_SOCKET_IFNAME": "pf3nosuch",
+                      "NCCL_DEBUG": "", "SLURM_RESTART_COUNT": "2", "GROUP_RANK": "1"}),
     }
-    plant = plant_in_rank(tmp, 1, "import torch\ntorch.__version__ = '2.12.0+pf3'", rank_variable="RANK")
-    common = {"MASTER_ADDR": "pf3-master", "LOCAL_WORLD_SIZE": "2", "NCCL_DEBUG": "WARN", "NCCL_IB_HCA": "mlx5_0",
-              **plant}
-    rank_env = {
-        0: {"LOCAL_RANK": "0", "NCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": names[0]},
-        1: {"LOCAL_RANK": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "NCCL_ASYNC_ERROR_HANDLING": "1",
-            "OMP_NUM_THREADS": "", "PREFLIGHT_JOB_ID": "pf3-other-job"},
-        2: {"LOCAL_RANK": "0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "7", "TORCH_NCCL_BLOCKING_WAIT": "1",
-            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "NCCL_P2P_DISABLE": "1", "NCCL_NET_GDR_LEVEL": "FOO",
-            "CUDA_INJECTION64_PATH": "/opt/pf3/libinject.so", "NCCL_IB_DISABLE": "1", "NCCL_IB_HCA": "mlx5_1"},
-        3: {"LOCAL_RANK": "1", "NCCL_SOCKET_IFNAME": "pf3nosuch", "GLOO_SOCKET_IFNAME": "pf3nosuch",
-            "NCCL_DEBUG": "", "SLURM_RESTART_COUNT": "2", "GROUP_RANK": "1"},
-    }
+    plant = plant_env(tmp, {1: "import torch\ntorch.__version__ = '2.12.0+pf3'"})
+    common = {"LOCAL_WORLD_SIZE": "2", "NCCL_DEBUG": "WARN", "NCCL_IB_HCA": "mlx5_0", **plant}
     json_path = tmp / "report.json"
     runs = spawn_env_ranks(4, ["--json", str(json_path), "--sysfs-root", str(sysfs), "--backend", "nccl",
                                "--skip", "probe", "--run-id", "pf3-faults", "--timeout", "60"],
-                           rank_env=rank_env, common_env=common, wrap=wrap, timeout=180)
+                           place=place, common_env=common, master_addr="pf3-master", timeout=180)
     return {"report": run_ok(runs, json_path), "runs": runs, "ifname": names[0]}
 
 
@@ -159,17 +157,15 @@ def layout_faults(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """4 ranks: pf3-a holds ranks 0 and 2 with the same LOCAL_RANK; pf3-b declares 2, runs 1;
     pf3-c declares LOCAL_WORLD_SIZE 1."""
     tmp = tmp_path_factory.mktemp("layout")
-    placement = {0: "pf3-a", 1: "pf3-b", 2: "pf3-a", 3: "pf3-c"}
-    wrap = {rank: host_wrapper(host, tmp) for rank, host in placement.items()}
-    rank_env = {
-        0: {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"},
-        1: {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"},
-        2: {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"},
-        3: {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"},
+    hosts = {name: fake_host(tmp, name) for name in ("pf3-a", "pf3-b", "pf3-c")}
+    place = {
+        0: Placement(hosts["pf3-a"], {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}),
+        1: Placement(hosts["pf3-b"], {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}),
+        2: Placement(hosts["pf3-a"], {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}),
+        3: Placement(hosts["pf3-c"], {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}),
     }
     json_path = tmp / "report.json"
-    runs = spawn_env_ranks(4, ["--json", str(json_path), "--skip", "probe"], rank_env=rank_env, wrap=wrap,
-                           timeout=180)
+    runs = spawn_env_ranks(4, ["--json", str(json_path), "--skip", "probe"], place=place, timeout=180)
     return run_ok(runs, json_path)
 
 
@@ -191,12 +187,10 @@ def _my_findings(report: dict) -> list[tuple[str, str]]:
 
 def test_clean_env_ranks_on_two_hosts_are_silent(tmp_path: Path) -> None:
     """Two fake hosts, two ranks each, NCCL in play (--backend nccl): no configuration finding."""
-    wrap = {rank: host_wrapper("pf3-a" if rank < 2 else "pf3-b", tmp_path) for rank in range(4)}
-    rank_env = {rank: {"LOCAL_RANK": str(rank % 2)} for rank in range(4)}
+    hosts = [fake_host(tmp_path, "pf3-a"), fake_host(tmp_path, "pf3-b")]
     json_path = tmp_path / "report.json"
     runs = spawn_env_ranks(4, ["--json", str(json_path), "--backend", "nccl", "--skip", "probe"],
-                           rank_env=rank_env, common_env={"LOCAL_WORLD_SIZE": "2", "NCCL_DEBUG": "WARN"},
-                           wrap=wrap, timeout=180)
+                           place=spread(hosts, 2), common_env={"NCCL_DEBUG": "WARN"}, timeout=180)
     report = run_ok(runs, json_path)
     assert _my_findings(report) == []
     assert report["exit_code"] == 0 and {r.returncode for r in runs.values()} == {0}
@@ -214,8 +208,8 @@ def test_clean_preflight_launch_is_silent(tmp_path: Path) -> None:
 
 def test_torchrun_restart_is_info_in_the_header(tmp_path: Path) -> None:
     """A real elastic restart: rank 1 dies in attempt 0, torchrun restarts both workers."""
-    plant = plant_in_rank(tmp_path, 1, "if os.environ.get('TORCHELASTIC_RESTART_COUNT') == '0':\n"
-                                       "    os._exit(17)")
+    plant = plant_env(tmp_path, {1: "if os.environ.get('TORCHELASTIC_RESTART_COUNT') == '0':\n"
+                                    "    os._exit(17)"})
     json_path = tmp_path / "report.json"
     text_path = tmp_path / "report.txt"
     done = subprocess.run(

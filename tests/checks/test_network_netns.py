@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.netns import FakeNetwork, spawn_ranks_on_hosts
-from tests.helpers.ranks import read_json
+from tests.helpers.netns import FakeNetwork
+from tests.helpers.ranks import read_json, spawn_env_ranks, spread
 
 pytestmark = pytest.mark.netns
 
@@ -23,8 +23,11 @@ def _run(hosts: FakeNetwork, tmp_path: Path, host_env: dict | None = None,
          common_env: dict | None = None) -> tuple[dict, dict]:
     report = tmp_path / "report.json"
     env = {"GLOO_SOCKET_IFNAME": "ib0", "PREFLIGHT_JOB_ID": tmp_path.name, **(common_env or {})}
-    runs = spawn_ranks_on_hosts(hosts, 2, ["--json", str(report), "--timeout", "30", "--skip", "probe"],
-                                master=hosts[0].eth_address, common_env=env, host_env=host_env, timeout=120)
+    # GROUP_RANK per host: the node rank torchrun sets (preflight reads these ranks as torchrun workers).
+    per_host = {i: {"GROUP_RANK": str(i), **(host_env or {}).get(i, {})} for i in range(len(hosts))}
+    runs = spawn_env_ranks(len(hosts) * 2, ["--json", str(report), "--timeout", "30", "--skip", "probe"],
+                           place=spread(hosts, 2, per_host), master_addr=hosts[0].eth_address, common_env=env,
+                           timeout=120)
     assert report.exists(), runs[0].stdout + runs[0].stderr
     return runs, read_json(report)
 

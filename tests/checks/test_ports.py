@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from preflight.steps.gather.master_port import ephemeral_range, port_holders, port_in_use
-from tests.helpers.ranks import PYTHON, base_env, free_port, read_json, spawn_env_ranks
+from tests.helpers.ranks import PYTHON, base_env, free_port, read_json, spawn_env_ranks, start_rank
 from tests.helpers.tools import require
 
 HOLD = (
@@ -70,11 +70,9 @@ def test_held_master_port_fails_fast_on_every_rank(held_port, tmp_path: Path) ->
 
 def test_second_job_on_the_same_port_gets_a_clear_error(tmp_path: Path) -> None:
     port = free_port()
-    first_env = base_env({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                          "MASTER_PORT": str(port), "PREFLIGHT_JOB_ID": "first"})
     # The first job's rank 0 hosts its store and waits for a rank 1 that never comes.
-    first = subprocess.Popen([PYTHON, "-m", "preflight", "run", "--timeout", "60", "--skip", "probe", "--quiet"],
-                             env=first_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = start_rank(0, 2, ["run", "--timeout", "60", "--skip", "probe", "--quiet"], port=port,
+                       common_env={"PREFLIGHT_JOB_ID": "first"})
     try:
         deadline_ok = _wait_listening(port, 30)
         assert deadline_ok, "the first job never listened"

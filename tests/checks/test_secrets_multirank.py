@@ -16,7 +16,7 @@ from pathlib import Path
 
 from preflight.reports import json as json_report
 from preflight.reports import terminal
-from tests.helpers.ranks import read_json, spawn_env_ranks
+from tests.helpers.ranks import Placement, read_json, spawn_env_ranks
 
 WORLD = 3
 
@@ -42,7 +42,7 @@ def test_no_output_contains_any_planted_secret(tmp_path: Path, monkeypatch) -> N
     out_dir, json_path, text_path = tmp_path / "out", tmp_path / "report.json", tmp_path / "report.txt"
     runs = spawn_env_ranks(WORLD, ["--json", str(json_path), "--text", str(text_path), "--out-dir", str(out_dir),
                                    "--skip", "probe"],
-                           rank_env={rank: planted(rank) for rank in range(WORLD)}, timeout=180)
+                           place=lambda rank: Placement(env=planted(rank)), timeout=180)
     assert json_path.exists(), {r: run.stderr[-2000:] for r, run in runs.items()}
     report = read_json(json_path)
 

@@ -1,7 +1,14 @@
 """Start real preflight ranks as separate processes: env://, `preflight launch`, plain CLI.
 
-Faults are planted from the test side only: per-rank environment variables, or a
-`sitecustomize.py` on PYTHONPATH that changes one rank's process before preflight starts.
+One way to start local env:// ranks: `spawn_env_ranks(n, args, place=...)` (or `start_rank` for
+one rank the test drives itself). The placement says, per rank, how and where it runs: env
+overrides and a fake host (tests/helpers/hosts.py; a network-namespace host from netns.py is
+one too). `spread(hosts, per_host)` is the block layout a launcher would give.
+
+Faults are planted from the test side only: per-rank environment variables (a placement's env),
+a fake host's namespaces, or `plant_env`: the one `sitecustomize.py` hook, which runs code in
+chosen ranks before preflight starts (for `preflight launch` / torchrun workers, whose
+environments a test cannot set one by one, and for faults no variable can cause).
 """
 
 from __future__ import annotations
@@ -14,9 +21,11 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.helpers.hosts import FakeHost
 
 PYTHON = sys.executable
 
@@ -71,35 +80,71 @@ def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: 
                           text=True, timeout=timeout, cwd=cwd)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """How and where one rank runs: on `host` (None: this machine as it is), with `env` over the job's."""
+
+    host: FakeHost | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+# rank -> its Placement: a function, or a table (a rank it does not list runs as Placement()).
+Place = Callable[[int], Placement] | Mapping[int, Placement]
+
+
+def spread(hosts: Sequence[FakeHost], per_host: int,
+           host_env: Mapping[int, Mapping[str, str]] | None = None) -> Callable[[int], Placement]:
+    """Block layout: rank r on hosts[r // per_host], with the LOCAL_RANK and LOCAL_WORLD_SIZE a
+    launcher sets there; host_env adds variables per host index (0-based)."""
+    hosts = list(hosts)
+
+    def place(rank: int) -> Placement:
+        index = rank // per_host
+        return Placement(hosts[index], {"LOCAL_RANK": str(rank % per_host), "LOCAL_WORLD_SIZE": str(per_host),
+                                        **(host_env or {}).get(index, {})})
+    return place
+
+
+def start_rank(rank: int, world_size: int, args: Sequence[str], *, placement: Placement = Placement(),
+               common_env: Mapping[str, str] | None = None, master_addr: str = "127.0.0.1",
+               port: int) -> subprocess.Popen[str]:
+    """`python -m preflight ARGS` as env:// rank `rank` of `world_size`, placed; output piped.
+
+    Its environment: the test's without launcher variables (base_env), RANK / WORLD_SIZE /
+    MASTER_ADDR / MASTER_PORT, LOCAL_RANK = rank and LOCAL_WORLD_SIZE = world_size (all on one
+    host), then common_env, then the placement's env (each overrides what came before).
+    """
+    env = base_env({
+        "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": master_addr, "MASTER_PORT": str(port),
+        **(common_env or {}), **placement.env,
+    })
+    argv = [PYTHON, "-m", "preflight", *args]
+    start = placement.host.popen if placement.host else subprocess.Popen
+    return start(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
 def spawn_env_ranks(
     world_size: int,
     args: Sequence[str] = (),
     *,
+    place: Place | None = None,
     absent: Sequence[int] = (),
-    rank_env: Mapping[int, Mapping[str, str]] | None = None,
     common_env: Mapping[str, str] | None = None,
+    master_addr: str = "127.0.0.1",
     port: int | None = None,
     timeout: float = 120,
-    wrap: Mapping[int, Sequence[str]] | None = None,
 ) -> dict[int, RankRun]:
     """Start `python -m preflight run ARGS` as env:// ranks 0..N-1 (minus `absent`); wait for all.
 
-    `wrap[rank]` is a command prefix for that rank (e.g. tests/helpers/namespaces.host_wrapper:
-    its own UTS hostname, /etc/hosts, /dev/shm, ulimit)."""
+    `place(rank)` (or `place[rank]`) says how and where each rank runs (see Placement, spread);
+    the environment is start_rank's."""
     port = port or free_port()
-    procs = {}
+    lookup = place if callable(place) else (lambda rank: (place or {}).get(rank, Placement()))
     started = time.monotonic()
-    for rank in range(world_size):
-        if rank in absent:
-            continue
-        env = base_env({
-            "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-            **(common_env or {}), **((rank_env or {}).get(rank, {})),
-        })
-        prefix = list((wrap or {}).get(rank, ()))
-        procs[rank] = subprocess.Popen([*prefix, PYTHON, "-m", "preflight", "run", *args], env=env, text=True,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    procs = {rank: start_rank(rank, world_size, ["run", *args], placement=lookup(rank), common_env=common_env,
+                              master_addr=master_addr, port=port)
+             for rank in range(world_size) if rank not in absent}
     return wait_for_ranks(procs, started, timeout)
 
 
@@ -118,19 +163,28 @@ def wait_for_ranks(procs: Mapping[int, subprocess.Popen[str]], started: float, t
     return results
 
 
-def plant_in_rank(tmp_path: Path, rank: int, code: str, rank_variable: str = "LOCAL_RANK") -> dict[str, str]:
-    """Env that makes rank `rank` run `code` at interpreter start (sitecustomize), nobody else.
+def plant_env(folder: Path, plants: Mapping[int, str]) -> dict[str, str]:
+    """Env that makes each rank in `plants` run its code at interpreter start, nobody else.
 
-    Used with `preflight launch`, whose workers the test cannot give separate environments.
+    THE one test-side hook: a single `sitecustomize.py` (written under `folder`) on PYTHONPATH,
+    which picks the rank by RANK (set by env://, torchrun and `preflight launch` alike; the
+    launcher's own process has none, so it runs nothing). Pass every rank's plant in one call:
+    Python imports only the first sitecustomize.py on its path, so a second one would
+    silently never run; this refuses to write one where one already is on PYTHONPATH.
     """
-    folder = tmp_path / f"plant-{rank}"
-    folder.mkdir(parents=True, exist_ok=True)
-    body = textwrap.indent(textwrap.dedent(code), "    ")
-    (folder / "sitecustomize.py").write_text(
-        f"import os\nif os.environ.get({rank_variable!r}) == {str(rank)!r}:\n{body}\n"
-    )
     existing = os.environ.get("PYTHONPATH", "")
-    return {"PYTHONPATH": f"{folder}{os.pathsep}{existing}" if existing else str(folder)}
+    shadowed = [entry for entry in existing.split(os.pathsep) if entry and Path(entry, "sitecustomize.py").exists()]
+    if shadowed:
+        raise RuntimeError(f"a sitecustomize.py is already on PYTHONPATH ({shadowed}): plant everything in one call")
+    here = folder / "plants"
+    here.mkdir(parents=True, exist_ok=True)
+    if (here / "sitecustomize.py").exists():
+        raise RuntimeError(f"{here} already holds plants: pass every rank's plant to one plant_env call")
+    branches = "".join(f"{'if' if i == 0 else 'elif'} _rank == {str(rank)!r}:\n"
+                       f"{textwrap.indent(textwrap.dedent(code).strip(), '    ')}\n"
+                       for i, (rank, code) in enumerate(sorted(plants.items())))
+    (here / "sitecustomize.py").write_text(f"import os\n_rank = os.environ.get('RANK')\n{branches}")
+    return {"PYTHONPATH": f"{here}{os.pathsep}{existing}" if existing else str(here)}
 
 
 def read_json(path: Path) -> dict:

@@ -22,13 +22,13 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
-def require_tool(name: str) -> str:
-    """The path of an executable, or skip (locally) / fail (CI)."""
+def require_tool(name: str, package: str | None = None) -> str:
+    """The path of an executable, or skip (locally) / fail (CI), naming the Debian package when given."""
     path = shutil.which(name) or (f"/usr/sbin/{name}" if os.path.exists(f"/usr/sbin/{name}") else None)
-    require(path is not None, f"{name} is not installed")
+    require(path is not None, f"{name} is not installed" + (f" (Debian: apt-get install {package})" if package else ""))
     return path or ""
 
 
 def require_root() -> None:
     """Network namespaces and Slurm daemons need root."""
-    require(os.geteuid() == 0, "needs root")
+    require(os.geteuid() == 0, "needs root (run the tests as root; in a container, --privileged)")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from preflight.reports.json import load as load_report
-from tests.helpers.ranks import base_env, plant_in_rank, run_cli
+from tests.helpers.ranks import base_env, plant_env, run_cli
 
 
 def test_launch_four_ranks_passes(tmp_path) -> None:
@@ -23,7 +23,7 @@ def test_launch_four_ranks_passes(tmp_path) -> None:
 
 
 def test_launch_exits_3_naming_the_rank_with_async_error_handling_off(tmp_path) -> None:
-    planted = plant_in_rank(tmp_path, 3, 'os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"')
+    planted = plant_env(tmp_path, {3: 'os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"'})
     result = run_cli(["launch", "-n", "4", "--skip", "probe", "--json", str(tmp_path / "r.json")], planted,
                      timeout=180)
     assert result.returncode == 3, result.stdout + result.stderr
@@ -48,7 +48,7 @@ def test_torchrun_workers_resolve_and_join_the_agent_store(tmp_path) -> None:
 
 def test_sigterm_to_launch_ends_in_exit_4_with_rank_0s_partial_report(tmp_path) -> None:
     """scancel or a Slurm time limit: one line, exit 4 (incomplete), rank 0's report written; no traceback."""
-    planted = plant_in_rank(tmp_path, 1, "import time\ntime.sleep(300)")  # rank 1 never reports
+    planted = plant_env(tmp_path, {1: "import time\ntime.sleep(300)"})  # rank 1 never reports
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", "2", "--skip", "probe",
                              "--timeout", "120", "--json", str(tmp_path / "r.json")],
                             env=base_env(planted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 
 from preflight.model import ExitCode
 from preflight.reports.json import load as load_report
-from tests.helpers.ranks import base_env, free_port, spawn_env_ranks
+from tests.helpers.ranks import Placement, free_port, spawn_env_ranks, start_rank
 
 FAST = ["--skip", "probe"]
 
@@ -38,7 +36,7 @@ def test_missing_rank_is_named_within_timeout_and_every_started_rank_exits_3(tmp
 def test_shared_dir_carries_a_rank_that_cannot_reach_the_store(tmp_path) -> None:
     # Rank 2 is pointed at an address where no store listens: it falls back to --out-dir.
     args = [*FAST, "--timeout", "16", "--out-dir", str(tmp_path / "shared"), "--json", str(tmp_path / "r.json")]
-    runs = spawn_env_ranks(3, args, rank_env={2: {"MASTER_PORT": str(free_port())}})
+    runs = spawn_env_ranks(3, args, place={2: Placement(env={"MASTER_PORT": str(free_port())})})
     report = load_report(tmp_path / "r.json")
     assert [f.rank for f in report.ranks] == [0, 1, 2] and not report.missing_ranks
     store_failed = [f for f in report.findings if f.check_id == "RUN001"]
@@ -51,7 +49,7 @@ def test_shared_dir_carries_a_rank_that_cannot_reach_the_store(tmp_path) -> None
 
 def test_duplicate_rank_is_reported(tmp_path) -> None:
     runs = spawn_env_ranks(3, [*FAST, "--timeout", "5", "--json", str(tmp_path / "r.json")],
-                           rank_env={2: {"RANK": "1"}})
+                           place={2: Placement(env={"RANK": "1"})})
     report = load_report(tmp_path / "r.json")
     ids = {f.check_id: f for f in report.findings}
     assert ids["RANK002"].ranks == [1]
@@ -61,10 +59,7 @@ def test_duplicate_rank_is_reported(tmp_path) -> None:
 
 def test_sigterm_still_writes_a_report_with_an_incomplete_verdict(tmp_path) -> None:
     port = free_port()
-    env = base_env({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    proc = subprocess.Popen([sys.executable, "-m", "preflight", *FAST, "--timeout", "60", "--json",
-                             str(tmp_path / "r.json")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start_rank(0, 2, [*FAST, "--timeout", "60", "--json", str(tmp_path / "r.json")], port=port)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _listening(port):
         time.sleep(0.1)

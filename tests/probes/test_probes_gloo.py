@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from preflight.lib.mesh_shape import dim_groups, resolve_mesh
-from tests.helpers.ranks import plant_in_rank, read_json, run_cli
+from tests.helpers.ranks import plant_env, read_json, run_cli
 
 SMALL = ["--sizes", "64KiB,256KiB", "--warmup", "1", "--iters", "3"]
 
@@ -52,7 +52,7 @@ def test_every_group_of_every_dimension_is_measured_and_verified(tmp_path: Path,
 
 
 def test_sleeping_rank_flags_its_groups_and_is_named(tmp_path: Path) -> None:
-    plant = plant_in_rank(tmp_path, 3, """
+    plant = plant_env(tmp_path, {3: """
         import time, torch.distributed as dist
         def slow(real):
             def wrapper(*args, **kwargs):
@@ -61,7 +61,7 @@ def test_sleeping_rank_flags_its_groups_and_is_named(tmp_path: Path) -> None:
             return wrapper
         dist.all_reduce = slow(dist.all_reduce)
         dist.all_to_all_single = slow(dist.all_to_all_single)
-    """)
+    """})
     code, report = _launch(tmp_path, 4, ["--mesh", "pp2,tp2", *SMALL, "--straggler-ratio", "0.5"], plant)
     stragglers = _findings(report, "BW003")
     assert {(f["data"]["dim"], tuple(f["ranks"])) for f in stragglers} >= {("tp", (2, 3)), ("pp", (1, 3))}
@@ -71,7 +71,7 @@ def test_sleeping_rank_flags_its_groups_and_is_named(tmp_path: Path) -> None:
 
 
 def test_corrupting_rank_is_a_correctness_error_naming_it(tmp_path: Path) -> None:
-    plant = plant_in_rank(tmp_path, 3, """
+    plant = plant_env(tmp_path, {3: """
         import torch.distributed as dist
         real_all_reduce, real_a2a = dist.all_reduce, dist.all_to_all_single
         def all_reduce(tensor, *args, **kwargs):
@@ -81,7 +81,7 @@ def test_corrupting_rank_is_a_correctness_error_naming_it(tmp_path: Path) -> Non
             input.mul_(-1)
             return real_a2a(output, input, *args, **kwargs)
         dist.all_reduce, dist.all_to_all_single = all_reduce, all_to_all_single
-    """)
+    """})
     code, report = _launch(tmp_path, 4, ["--mesh", "pp2,tp2", *SMALL], plant)
     assert report["exit_code"] == 3 and code == 3, report["why"]
     wrong = _findings(report, "BW001")
@@ -95,10 +95,10 @@ def test_corrupting_rank_is_a_correctness_error_naming_it(tmp_path: Path) -> Non
 
 
 def test_rank_that_skips_an_op_is_named_by_the_timeout_finding(tmp_path: Path) -> None:
-    plant = plant_in_rank(tmp_path, 3, """
+    plant = plant_env(tmp_path, {3: """
         import torch.distributed as dist
         dist.all_to_all_single = lambda *args, **kwargs: None
-    """)
+    """})
     timeout = 4.0
     code, report = _launch(tmp_path, 4, ["--mesh", "pp2,tp2", *SMALL, "--probe-timeout", str(timeout)], plant)
     assert report["exit_code"] == 3 and code == 3, report["why"]

@@ -9,15 +9,12 @@ alone; the shaped host is ~10x slower, far below either threshold.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.netns import FakeNetwork
-from tests.helpers.ranks import base_env, free_port
+from tests.helpers.ranks import read_json, spawn_env_ranks, spread
 
 pytestmark = pytest.mark.netns
 
@@ -26,18 +23,10 @@ ARGS = ["--mesh", "dp2,tp2", "--sizes", "1MiB,4MiB", "--warmup", "1", "--iters",
 
 
 def _run_on_hosts(hosts: FakeNetwork, out: Path) -> dict:
-    port = free_port()
-    procs = []
-    for rank, host in enumerate(hosts):
-        env = base_env({"RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
-                        "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(port),
-                        "GLOO_SOCKET_IFNAME": "ib0"})
-        args = [*ARGS, "--json", str(out)] if rank == 0 else ARGS
-        procs.append(host.popen([sys.executable, "-m", "preflight", "run", *args], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    logs = [p.communicate(timeout=240)[0] for p in procs]
-    assert out.exists(), "\n".join(logs)
-    return json.loads(out.read_text())
+    runs = spawn_env_ranks(len(hosts), [*ARGS, "--json", str(out)], place=spread(hosts, 1),
+                           master_addr=hosts[0].address, common_env={"GLOO_SOCKET_IFNAME": "ib0"}, timeout=240)
+    assert out.exists(), "\n".join(run.stdout + run.stderr for run in runs.values())
+    return read_json(out)
 
 
 def _ids(report: dict) -> dict[str, list[dict]]:

@@ -1,8 +1,8 @@
 """One real 4-rank run with planted faults, shared by the report tests (it costs a few seconds).
 
 Planted from the test side only:
-- host names node01..node04, one rank per host (tests/helpers/hosts.py: a documented fake
-  of `socket.gethostname`; everything else is a real env:// run over a real c10d store);
+- host names node01..node04, one rank per host (tests/helpers/hosts.py: each rank in its own
+  UTS and mount namespaces; a real env:// run over a real c10d store);
 - rank 3: TORCH_NCCL_ASYNC_ERROR_HANDLING=0, a bad value (NCCL001, an error on node04 only);
 - rank 2: NCCL_DEBUG=INFO where the others have WARN, a drifting variable;
 - ranks 1 and 2: PREFLIGHT_TEST_NOTE holding `<img onerror>` and `<script>` markup, which
@@ -24,8 +24,8 @@ from preflight.model import JobReport
 from preflight.model.codec import from_builtins
 from preflight.reports.json import dumps
 from preflight.reports.json import load as load_report
-from tests.helpers.hosts import fake_hostnames_env
-from tests.helpers.ranks import RankRun, run_cli, spawn_env_ranks
+from tests.helpers.hosts import fake_host
+from tests.helpers.ranks import RankRun, run_cli, spawn_env_ranks, spread
 from tests.helpers.synthetic import probe_results
 
 IMG_PAYLOAD = '<img src=x onerror="window.__pwned=1">'
@@ -62,12 +62,13 @@ def planted_run(tmp_path_factory: pytest.TempPathFactory) -> PlantedRun:
              (("json", "json"), ("html", "html"), ("junit", "xml"), ("text", "txt"), ("exclude", "exclude"))}
     args = ["--timeout", "60", "--json", str(paths["json"]), "--html", str(paths["html"]),
             "--junit", str(paths["junit"]), "--text", str(paths["text"]), "--exclude-file", str(paths["exclude"])]
+    hosts = [fake_host(folder, f"node{i:02d}") for i in range(1, 5)]
     ranks = spawn_env_ranks(
         4, args,
-        common_env={**fake_hostnames_env(folder), "NCCL_DEBUG": "WARN"},
-        rank_env={1: {"PREFLIGHT_TEST_NOTE": IMG_PAYLOAD},
-                  2: {"NCCL_DEBUG": "INFO", "PREFLIGHT_TEST_NOTE": SCRIPT_PAYLOAD},
-                  3: {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}},
+        place=spread(hosts, 1, host_env={1: {"PREFLIGHT_TEST_NOTE": IMG_PAYLOAD},
+                                         2: {"NCCL_DEBUG": "INFO", "PREFLIGHT_TEST_NOTE": SCRIPT_PAYLOAD},
+                                         3: {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}}),
+        common_env={"NCCL_DEBUG": "WARN"},
         timeout=180,
     )
     assert paths["json"].exists(), f"rank 0 wrote no JSON: {ranks[0].stdout}\n{ranks[0].stderr}"
