@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.lib.waiting import wait_until
-from preflight.model import ProbeResult
+from preflight.model import ProbeDevice, ProbeResult
 from preflight.model.probe_faults import Hang
 from preflight.probes import ops
 
@@ -35,9 +35,19 @@ class Gathered:
         """Rank -> host, for the ranks that reported."""
         return {rank: str(p.get("host", "")) for rank, p in self.payloads.items()}
 
-    def devices(self) -> dict[int, dict[str, Any]]:
-        """Rank -> {"host", "backend", "device": {index, name, pci_bus_id, uuid} or None}, from `dev/<rank>`."""
-        return dict(self.bound)
+    def devices(self) -> list[ProbeDevice]:
+        """Per rank that opened its session: the backend used and the GPU bound (`dev/<rank>`), for the report."""
+        out = []
+        for rank, entry in sorted(self.bound.items()):
+            device = entry.get("device") or {}
+            out.append(ProbeDevice(rank, str(entry.get("host", "")), str(entry.get("backend", "")),
+                                   device.get("index"), device.get("name", ""), device.get("pci_bus_id", ""),
+                                   device.get("uuid", "")))
+        return out
+
+    def device_ids(self) -> dict[int, str]:
+        """Rank -> its GPU's PCI bus id (else UUID), for nominal.annotate's `devices`."""
+        return {d.rank: d.pci_bus_id or d.uuid for d in self.devices() if d.pci_bus_id or d.uuid}
 
     def stopped(self) -> dict[int, dict[str, Any]]:
         """Ranks whose probing ended in a timeout or a failure: rank -> status."""

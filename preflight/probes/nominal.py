@@ -80,7 +80,7 @@ def _hca_filter(spec: str) -> tuple[bool, bool, list[tuple[str, str]]]:
 
 
 def nccl_ports(facts: RankFacts) -> list[IbPort]:
-    """The RDMA ports NCCL would use on this rank's host: ACTIVE, filtered by NCCL_IB_HCA; none with NCCL_IB_DISABLE=1."""
+    """The RDMA ports NCCL would use here: ACTIVE, filtered by NCCL_IB_HCA; none with NCCL_IB_DISABLE=1."""
     if facts.env.get("NCCL_IB_DISABLE", "").strip() == "1":
         return []
     active = [p for p in facts.network.ib_ports if p.state.upper().endswith("ACTIVE") and p.rate_gbps]

@@ -92,3 +92,22 @@ def test_rank_zero_that_stopped_early_waits_a_grace_not_the_whole_timeout() -> N
     started = time.monotonic()
     got = gather(store, 3, 30.0, early=True)
     assert time.monotonic() - started < EARLY_GRACE_S + 2 and set(got.payloads) == {0, 2} and got.positions == {1: 0}
+
+
+def test_every_ranks_backend_and_bound_gpu_reach_rank_zero() -> None:
+    import json
+
+    import torch.distributed as dist
+
+    from preflight.probes.collect import gather
+
+    store = dist.HashStore()
+    for rank in range(2):
+        store.set(f"res/{rank}", json.dumps(_payload("done")))
+        device = {"index": 0, "name": "NVIDIA H100", "pci_bus_id": f"00000000:{0x18 + rank:02X}:00.0",
+                  "uuid": f"GPU-{rank}"}
+        store.set(f"dev/{rank}", json.dumps({"host": "g1", "backend": "nccl", "device": device}))
+    got = gather(store, 2, 5.0)
+    assert [(d.rank, d.backend, d.index, d.uuid) for d in got.devices()] == [(0, "nccl", 0, "GPU-0"),
+                                                                             (1, "nccl", 0, "GPU-1")]
+    assert got.device_ids() == {0: "00000000:18:00.0", 1: "00000000:19:00.0"}

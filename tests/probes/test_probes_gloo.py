@@ -109,6 +109,15 @@ def test_rank_that_skips_an_op_is_named_by_the_timeout_finding(tmp_path: Path) -
     assert report["meta"]["phases"]["probes"] < 10 * timeout  # ended with a report, not the PG's 30 min
 
 
+# all_to_all_single raising a TypeError, as a torch whose signature differs would.
+RAISES_TYPEERROR = """
+    import torch.distributed as dist
+    def all_to_all_single(*args, **kwargs):
+        raise TypeError("all_to_all_single() got an unexpected keyword argument 'async_op'")
+    dist.all_to_all_single = all_to_all_single
+"""
+
+
 def _plant_everywhere(tmp_path: Path, code: str) -> dict[str, str]:
     """A sitecustomize every rank runs (torch 2.4/2.5 as far as the probes can tell)."""
     folder = tmp_path / "plant-all"
@@ -130,12 +139,7 @@ def test_older_torch_without_the_single_tensor_names_still_runs_every_op(tmp_pat
 
 
 def test_an_op_that_raises_typeerror_is_reported_naming_the_op_not_a_crashed_rank(tmp_path: Path) -> None:
-    plant = plant_in_rank(tmp_path, 1, """
-        import torch.distributed as dist
-        def all_to_all_single(*args, **kwargs):
-            raise TypeError("all_to_all_single() got an unexpected keyword argument 'async_op'")
-        dist.all_to_all_single = all_to_all_single
-    """)
+    plant = plant_in_rank(tmp_path, 1, RAISES_TYPEERROR)
     code, report = _launch(tmp_path, 2, ["--ops", "all_reduce,all_to_all", *SMALL, "--probe-timeout", "4"], plant)
     found = [f for f in report["findings"] if f["check_id"] in ("BW002", "BW009")]
     assert len(found) == 1 and found[0]["ranks"] == [1], report["findings"]
@@ -146,12 +150,7 @@ def test_an_op_that_raises_typeerror_is_reported_naming_the_op_not_a_crashed_ran
 
 @pytest.mark.xfail(strict=True, reason="needs the engine wiring: Hang.could_not_run -> BW009 (orchestrate.py)")
 def test_an_op_that_raises_typeerror_is_could_not_run(tmp_path: Path) -> None:
-    plant = plant_in_rank(tmp_path, 1, """
-        import torch.distributed as dist
-        def all_to_all_single(*args, **kwargs):
-            raise TypeError("unexpected keyword")
-        dist.all_to_all_single = all_to_all_single
-    """)
+    plant = plant_in_rank(tmp_path, 1, RAISES_TYPEERROR)
     code, report = _launch(tmp_path, 2, ["--ops", "all_to_all", *SMALL, "--probe-timeout", "4"], plant)
     assert [f["severity"] for f in report["findings"] if f["check_id"] in ("BW002", "BW009")] == ["could-not-run"]
     assert code == 4
