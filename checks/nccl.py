@@ -35,17 +35,20 @@ def nccl_in_play(facts: RankFacts, ctx: CheckContext) -> bool:
     tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.ERROR,
-    hint="Unset TORCH_NCCL_ASYNC_ERROR_HANDLING or set it to 3 (the default): with 0 a stuck "
-    "collective hangs the job until the scheduler kills it.",
+    hint="Unset TORCH_NCCL_ASYNC_ERROR_HANDLING or set it to 3 (the default: a timed-out collective "
+    "kills the process, so the launcher ends the job); 2 aborts the communicator but keeps the process, "
+    "only for code that handles the error itself. With 0 a stuck collective hangs the job until the "
+    "scheduler kills it.",
 )
 def async_error_handling_disabled(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """TORCH_NCCL_ASYNC_ERROR_HANDLING=0 disables NCCL's watchdog teardown.
 
     With async error handling off, a collective that times out only logs; the process keeps
     waiting on the stuck communicator and the job hangs until its wall-clock limit, burning
-    every GPU in the allocation. Valid values are 0-3; 3 (tear down the communicator, keep the
-    process) is PyTorch's default since 2.2. The legacy name NCCL_ASYNC_ERROR_HANDLING=0
-    counts when the new name is unset.
+    every GPU in the allocation. Valid values are 0-3. 3, PyTorch's default since 2.2, kills the
+    process (without aborting the communicator first), as 1 does (after aborting it); only 2
+    (clean up only) aborts the communicator and keeps the process. The legacy name
+    NCCL_ASYNC_ERROR_HANDLING=0 counts when the new name is unset.
     """
     found = effective_async(facts)
     if found is not None and found[1] == "0":
@@ -58,13 +61,15 @@ def async_error_handling_disabled(facts: RankFacts, ctx: CheckContext) -> Iterab
     tag=Tags.NCCL,
     scope=LOCAL,
     severity=Severity.ERROR,
-    hint="Set TORCH_NCCL_ASYNC_ERROR_HANDLING to 0-3, or unset it (3 is the default).",
+    hint="Set TORCH_NCCL_ASYNC_ERROR_HANDLING to 0-3, or unset it (3, the default, kills the process "
+    "on a timeout; 2 keeps it).",
 )
 def async_error_handling_invalid(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """TORCH_NCCL_ASYNC_ERROR_HANDLING must be an integer from 0 to 3.
 
-    0 = off, 1 = tear down and kill the process, 2 = clean up only, 3 = tear down, keep the
-    process (default). torch parses the value with stoi: anything else raises at the first
+    0 = off, 1 = abort the communicator and kill the process, 2 = clean up only (abort the
+    communicator, keep the process), 3 = kill the process without aborting the communicator
+    (the default). torch parses the value with stoi: anything else raises at the first
     NCCL process group, on this rank only, and the other ranks wait for it.
     """
     for name in (ASYNC, LEGACY_ASYNC):

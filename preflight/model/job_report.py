@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
-from preflight.model.probe_results import ProbeResult
+from preflight.model.probe_results import ProbeDevice, ProbeResult
 from preflight.model.rank_facts import RankFacts
 
 
@@ -22,7 +22,8 @@ class ReportMeta:
     master_port: int
     restart_count: int = 0
     mesh: str = ""  # the resolved mesh, outermost first, derived dp included (pp2,dp2,tp4); "" without --mesh
-    backend: str = ""
+    backend: str = ""  # the backend the probes used (nccl/gloo), not the requested "auto"
+    backend_reason: str = ""  # why: "--backend nccl", or auto's vote (a GPU job on gloo says which rank, why)
     command_line: str = ""
     started_at: str = ""
     finished_at: str = ""
@@ -41,6 +42,7 @@ class JobReport:
     findings: list[Finding] = field(default_factory=list)
     checks: list[CheckOutcome] = field(default_factory=list)
     probes: list[ProbeResult] = field(default_factory=list)
+    probe_devices: list[ProbeDevice] = field(default_factory=list)  # per rank: backend used, bound GPU
     missing_ranks: list[int] = field(default_factory=list)
     bad_hosts: list[str] = field(default_factory=list)
     verdict: str = "incomplete"

@@ -25,6 +25,9 @@ class Hang:
     elapsed_s: float
     failed: bool = False  # the op raised instead of timing out
     reason: str = ""
+    # A rank's step raised unexpectedly (a TypeError, an op this torch lacks): the step could
+    # not run, which says nothing about the link; reported as could-not-run (BW009), not BW002.
+    could_not_run: bool = False
 
 
 @dataclass

@@ -28,6 +28,19 @@ class ProbeResult:
 
 
 @dataclass
+class ProbeDevice:
+    """The backend one rank's probes ran on and the GPU it bound (session.bind_device), for the report."""
+
+    rank: int
+    host: str
+    backend: str  # nccl | gloo: what was used, never "auto"
+    index: int | None = None  # CUDA ordinal in that rank's process
+    name: str = ""
+    pci_bus_id: str = ""
+    uuid: str = ""
+
+
+@dataclass
 class ProbeSummary:
     """One dimension x op x size over all its groups: busbw min/median/max and the slowest group."""
 

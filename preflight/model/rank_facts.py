@@ -155,7 +155,8 @@ class GpuFacts:
     pci_bus_id: str = ""
     memory_total_bytes: int = 0
     nvlink_active: int = 0
-    nvlink_version: int = 0
+    nvlink_version: int = 0  # the NVLink generation (3 for NVLink 3.0/3.1), not NVML's version enum
+    error: str = ""  # the NVML reads that failed on this device (NO_PERMISSION, GPU_IS_LOST, ...)
 
 
 @dataclass

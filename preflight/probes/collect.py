@@ -12,9 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.lib.waiting import wait_until
-from preflight.model import ProbeResult
+from preflight.model import ProbeDevice, ProbeResult
 from preflight.model.probe_faults import Hang
 from preflight.probes import ops
+
+# Ranks of one step start it within a barrier of each other, so they reach its deadline within
+# about this long of the first rank that did.
+EARLY_GRACE_S = 2.0
+# Phases that point at the hung group: inside its collective, or creating its communicators.
+GROUP_PHASES = ("op", "connect")
 
 
 @dataclass
@@ -23,10 +29,25 @@ class Gathered:
 
     payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
     positions: dict[int, int] = field(default_factory=dict)  # last step each rank started
+    bound: dict[int, dict[str, Any]] = field(default_factory=dict)  # what each rank's session bound
 
     def hosts(self) -> dict[int, str]:
         """Rank -> host, for the ranks that reported."""
         return {rank: str(p.get("host", "")) for rank, p in self.payloads.items()}
+
+    def devices(self) -> list[ProbeDevice]:
+        """Per rank that opened its session: the backend used and the GPU bound (`dev/<rank>`), for the report."""
+        out = []
+        for rank, entry in sorted(self.bound.items()):
+            device = entry.get("device") or {}
+            out.append(ProbeDevice(rank, str(entry.get("host", "")), str(entry.get("backend", "")),
+                                   device.get("index"), device.get("name", ""), device.get("pci_bus_id", ""),
+                                   device.get("uuid", "")))
+        return out
+
+    def device_ids(self) -> dict[int, str]:
+        """Rank -> its GPU's PCI bus id (else UUID), for nominal.annotate's `devices`."""
+        return {d.rank: d.pci_bus_id or d.uuid for d in self.devices() if d.pci_bus_id or d.uuid}
 
     def stopped(self) -> dict[int, dict[str, Any]]:
         """Ranks whose probing ended in a timeout or a failure: rank -> status."""
@@ -36,11 +57,13 @@ class Gathered:
 def gather(store: Any, world_size: int, timeout_s: float, *, early: bool = False) -> Gathered:
     """Wait for every rank's `res/<rank>` until the deadline.
 
-    early: some rank already stopped on a hang; the others stop within about the same
-    deadline, so a short wait is enough and a rank that never answers is named by position.
+    early: rank 0 itself already stopped on a hang; the others stop within about the same
+    deadline, so a short wait (EARLY_GRACE_S) is enough and a rank that never answers is
+    named by position. Otherwise the wait is cut short the same way once any rank has
+    reported that it stopped.
     """
     got = Gathered()
-    grace_until: float | None = None
+    grace_until: float | None = time.monotonic() + EARLY_GRACE_S if early else None
 
     def settled() -> bool:
         nonlocal grace_until
@@ -49,14 +72,16 @@ def gather(store: Any, world_size: int, timeout_s: float, *, early: bool = False
                 got.payloads[rank] = json.loads(store.get(f"res/{rank}"))
         if len(got.payloads) == world_size:
             return True
-        if not early and grace_until is None and got.stopped():
-            grace_until = time.monotonic() + 1.0  # another rank stopped: the rest follow within about a second
+        if grace_until is None and got.stopped():
+            grace_until = time.monotonic() + EARLY_GRACE_S  # another rank stopped: the rest follow
         return grace_until is not None and time.monotonic() >= grace_until
 
     wait_until(settled, timeout_s)
     for rank in range(world_size):
         if store.check([f"pos/{rank}"]):
             got.positions[rank] = int(store.get(f"pos/{rank}"))
+        if store.check([f"dev/{rank}"]):
+            got.bound[rank] = json.loads(store.get(f"dev/{rank}"))
     return got
 
 
@@ -72,23 +97,30 @@ def diagnose_hang(got: Gathered, steps: list[tuple[str, str, int]], groups: dict
     first_step = min(s["step"] for s in stopped.values())
     dim, op, size = steps[first_step]
     stuck = sorted(r for r, s in stopped.items() if s["step"] == first_step)
-    # A rank inside the collective points at the hung group; ranks at a barrier only waited.
-    in_op = [r for r in stuck if stopped[r]["phase"] == "op"]
-    status = stopped[(in_op or stuck)[0]]
-    if status["phase"] == "op":
+    # A rank inside the collective (or creating its communicators) points at the hung group;
+    # ranks at a barrier only waited. A rank whose step raised unexpectedly could not run it.
+    in_op = [r for r in stuck if stopped[r]["phase"] in GROUP_PHASES]
+    errors = [r for r in stuck if stopped[r]["state"] == "error"]
+    status = stopped[(errors or in_op or stuck)[0]]
+    if in_op:
         group_index, members = next((i, g) for i, g in enumerate(groups[dim]) if in_op[0] in g)
     else:
         group_index, members = -1, list(range(world_size))
-    culprits: dict[int, str] = {}
+    culprits: dict[int, str] = {r: f"could not run the step ({stopped[r]['reason']})"
+                                for r in errors if r in members}
     for rank in members:
+        if rank in culprits:
+            continue
         where = _where(rank, got, first_step, bool(in_op))
         if where:
             culprits[rank] = where
     waiting = [r for r in members if r in stuck and r not in culprits]
-    if not culprits and status["phase"] == "op":
-        culprits = {r: "stuck with the rest of its group (link or peer hang)" for r in members}
+    if not culprits and status["phase"] in GROUP_PHASES:
+        what = "its communicators" if status["phase"] == "connect" else "the rest of its group"
+        culprits = {r: f"stuck with {what} (link or peer hang)" for r in members}
     return Hang(first_step, dim, op, size, group_index, members, waiting, culprits, status["phase"],
-                float(status.get("elapsed_s", 0.0)), status["state"] == "failed", str(status.get("reason", "")))
+                float(status.get("elapsed_s", 0.0)), status["state"] in ("failed", "error"),
+                str(status.get("reason", "")), could_not_run=bool(errors))
 
 
 def _where(rank: int, got: Gathered, step: int, in_op: bool) -> str:

@@ -1,10 +1,12 @@
 """The nominal rate of the link a probe group runs over, so each figure reads as a fraction.
 
 A group inside one host whose GPUs all have active NVLinks runs over NVLink: its nominal
-rate is the GPU's NVLink bandwidth (active links x per-link rate of that NVLink version,
-one direction, as nccl-tests' busbw is compared against). A group that spans hosts runs
-over each rank's chosen interface: the InfiniBand/RoCE port behind it (sysfs rate) or, for
-plain Ethernet, the interface's speed (psutil). The slowest rank's link bounds the group.
+rate is the GPU's NVLink bandwidth (active links x per-link rate of that NVLink generation,
+one direction, as nccl-tests' busbw is compared against); a rank's GPU is found by PCI bus
+id or UUID, never by LOCAL_RANK. A group that spans hosts runs, on NCCL, over the RDMA ports
+NCCL would use (ACTIVE, NCCL_IB_HCA), one NIC per rank; on gloo (or without RDMA ports) over
+each rank's chosen interface: the InfiniBand/RoCE port behind it or the interface's speed.
+The slowest rank's link bounds the group.
 Anything else (shared memory, loopback, an unknown speed) has no nominal rate: no fraction
 is shown rather than a made-up one.
 """
@@ -15,9 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.model import ProbeResult, RankFacts
+from preflight.model import GpuFacts, IbPort, ProbeResult, RankFacts
 
-# GB/s per NVLink, one direction, by NVLink version (NVLink 3 and 4: 25 GB/s; 5: 50 GB/s).
+# GB/s per link, one direction, by NVLink generation (GpuFacts.nvlink_version; gpus.py maps
+# NVML's version enum to it): NVLink 3 (A100, 12 links) and 4 (H100, 18 links) 25 GB/s,
+# NVLink 5 (B200, 18 links) 50 GB/s.
 NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
 
 
@@ -29,21 +33,83 @@ class Link:
     source: str
 
 
-def nvlink_of(facts: RankFacts) -> Link | None:
-    """The NVLink bandwidth of the rank's GPU (local rank's index), where it has active links."""
-    gpus = facts.gpus
-    if not gpus:
+def _norm_bus(bus_id: str) -> str:
+    """NVML's 8-digit domain and torch's 4-digit one compare equal; case-insensitive."""
+    text = bus_id.strip().lower()
+    domain, _, rest = text.partition(":")
+    return f"{int(domain, 16):08x}:{rest}" if rest and all(c in "0123456789abcdef" for c in domain) else text
+
+
+def device_of(facts: RankFacts, device_id: str) -> GpuFacts | None:
+    """The rank's GPU among its host's NVML devices, by PCI bus id or UUID (NVML indices are not CUDA ordinals).
+
+    Without an id, only a host whose NVML shows exactly one GPU has an unambiguous device.
+    """
+    if device_id:
+        for gpu in facts.gpus:
+            if device_id in (gpu.uuid,) or (gpu.pci_bus_id and _norm_bus(gpu.pci_bus_id) == _norm_bus(device_id)):
+                return gpu
         return None
-    gpu = gpus[facts.world.local_rank] if facts.world.local_rank < len(gpus) else gpus[0]
-    links, version = gpu.nvlink_active, gpu.nvlink_version
-    per_link = NVLINK_GBPS_PER_LINK.get(version)
+    return facts.gpus[0] if len(facts.gpus) == 1 else None
+
+
+def nvlink_of(facts: RankFacts, device_id: str = "") -> Link | None:
+    """The NVLink bandwidth of the rank's GPU (matched by bus id or UUID), where it has active links."""
+    gpu = device_of(facts, device_id)
+    if gpu is None:
+        return None
+    links, generation = gpu.nvlink_active, gpu.nvlink_version
+    per_link = NVLINK_GBPS_PER_LINK.get(generation)
     if links <= 0 or per_link is None:
         return None
-    return Link(links * per_link, f"NVLink{version} x{links}")
+    return Link(links * per_link, f"NVLink{generation} x{links}")
 
 
-def network_link_of(facts: RankFacts) -> Link | None:
-    """The rate of the rank's chosen interface: its IB/RoCE port, else its Ethernet speed."""
+def _hca_filter(spec: str) -> tuple[bool, bool, list[tuple[str, str]]]:
+    """NCCL_IB_HCA: (exclude, exact, [(device, port)]): `^` excludes, `=` matches names exactly, else prefixes."""
+    spec = spec.strip()
+    exclude = spec.startswith("^")
+    spec = spec.lstrip("^")
+    exact = spec.startswith("=")
+    spec = spec.lstrip("=")
+    entries = []
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        device, _, port = item.partition(":")
+        entries.append((device, port))
+    return exclude, exact, entries
+
+
+def nccl_ports(facts: RankFacts) -> list[IbPort]:
+    """The RDMA ports NCCL would use here: ACTIVE, filtered by NCCL_IB_HCA; none with NCCL_IB_DISABLE=1."""
+    if facts.env.get("NCCL_IB_DISABLE", "").strip() == "1":
+        return []
+    active = [p for p in facts.network.ib_ports if p.state.upper().endswith("ACTIVE") and p.rate_gbps]
+    spec = facts.env.get("NCCL_IB_HCA", "")
+    if not spec.strip():
+        return active
+    exclude, exact, entries = _hca_filter(spec)
+
+    def listed(port: IbPort) -> bool:
+        return any((port.device == d if exact else port.device.startswith(d)) and (not p or str(port.port) == p)
+                   for d, p in entries)
+
+    return [p for p in active if listed(p) != exclude]
+
+
+def network_link_of(facts: RankFacts, backend: str = "") -> Link | None:
+    """The rate of the rank's link to other hosts.
+
+    NCCL (backend "nccl"): the RDMA ports NCCL would use (nccl_ports), per NIC: each rank's
+    traffic crosses one NIC (NCCL picks the one nearest its GPU), so the figure is the fastest
+    usable port's rate, with the number of usable ports in the source. Without usable RDMA
+    ports, and on gloo, the socket path: the chosen interface's IB/RoCE port or Ethernet speed.
+    """
+    if backend == "nccl":
+        ports = nccl_ports(facts)
+        if ports:
+            best = max(ports, key=lambda p: p.rate_gbps or 0.0)
+            return Link((best.rate_gbps or 0.0) / 8,
+                        f"{best.device} port {best.port} {best.rate} (per NIC; {len(ports)} usable)")
     chosen = facts.network.chosen_interface
     name = chosen.name if chosen else ""
     if not name:
@@ -57,28 +123,33 @@ def network_link_of(facts: RankFacts) -> Link | None:
     return None
 
 
-def group_link(ranks: Sequence[int], facts_by_rank: Mapping[int, RankFacts]) -> Link | None:
-    """The nominal link of a group: NVLink inside one host, the slowest network link across hosts."""
+def group_link(ranks: Sequence[int], facts_by_rank: Mapping[int, RankFacts],
+               devices: Mapping[int, str] | None = None, backend: str = "") -> Link | None:
+    """The nominal link of a group: NVLink inside one host, the slowest network link across hosts.
+
+    devices: rank -> the PCI bus id or UUID of its bound GPU (collect.Gathered.devices()).
+    """
     members = [facts_by_rank[r] for r in ranks if r in facts_by_rank]
     if len(members) != len(ranks) or len(members) < 2:
         return None
     if len({f.host for f in members}) == 1:
-        links = [nvlink_of(f) for f in members]
+        links = [nvlink_of(f, (devices or {}).get(f.rank, "")) for f in members]
     else:
-        links = [network_link_of(f) for f in members]
+        links = [network_link_of(f, backend) for f in members]
     if any(link is None for link in links):
         return None
     return min((link for link in links if link is not None), key=lambda link: link.gbps)
 
 
-def annotate(results: list[ProbeResult], facts: Sequence[RankFacts]) -> None:
+def annotate(results: list[ProbeResult], facts: Sequence[RankFacts], devices: Mapping[int, str] | None = None,
+             backend: str = "") -> None:
     """Set nominal_gbps / nominal_source on every result whose link rate is readable."""
     by_rank: dict[int, Any] = {f.rank: f for f in facts}
     cache: dict[tuple[int, ...], Link | None] = {}
     for result in results:
         key = tuple(result.ranks)
         if key not in cache:
-            cache[key] = group_link(result.ranks, by_rank)
+            cache[key] = group_link(result.ranks, by_rank, devices, backend)
         link = cache[key]
         if link is not None:
             result.nominal_gbps, result.nominal_source = round(link.gbps, 3), link.source

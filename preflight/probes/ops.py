@@ -14,6 +14,7 @@ its owner; in the data-moving ops a chunk's position names its source.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,28 +100,60 @@ def make_buffers(op: str, size_bytes: int, me: int, n: int, dtype: torch.dtype, 
     raise ValueError(f"unknown op {op!r}")
 
 
-def launch(buffers: Buffers, group: Any, ranks: list[int], me: int) -> list[Any]:
-    """Start the op asynchronously on `group` (global `ranks`, this rank at index `me`); its works.
+# torch.distributed names per op, newest first: torch 2.4/2.5 have only the older names of
+# the single-tensor all_gather / reduce_scatter. Resolved once per process (see resolve()).
+COMPAT_NAMES: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("all_reduce",),
+    "all_gather": ("all_gather_single", "all_gather_into_tensor"),
+    "reduce_scatter": ("reduce_scatter_single", "reduce_scatter_tensor"),
+    "all_to_all": ("all_to_all_single",),
+    "broadcast": ("broadcast",),
+    "send_recv": ("isend", "irecv"),
+}
+_resolved: dict[str, tuple[Callable[..., Any], ...]] = {}
 
-    torch.distributed functions are looked up at call time (dist.X), the same as training code.
+
+class OpUnavailable(Exception):
+    """This torch.distributed has none of the names an op is known by."""
+
+
+def resolve(op: str) -> tuple[Callable[..., Any], ...]:
+    """The torch.distributed function(s) for op: the first name of COMPAT_NAMES this torch has.
+
+    Looked up once, at the op's first launch (after any sitecustomize has run, so a planted
+    wrapper is what gets called, as training code would call it); send_recv is (isend, irecv).
     """
+    if op not in _resolved:
+        names = COMPAT_NAMES.get(op)
+        if names is None:
+            raise ValueError(f"unknown op {op!r}")
+        if op == "send_recv":
+            _resolved[op] = (dist.isend, dist.irecv)
+        else:
+            found = next((getattr(dist, n) for n in names if hasattr(dist, n)), None)
+            if found is None:
+                raise OpUnavailable(f"{op}: torch.distributed {torch.__version__} has none of {', '.join(names)}")
+            _resolved[op] = (found,)
+    return _resolved[op]
+
+
+def launch(buffers: Buffers, group: Any, ranks: list[int], me: int) -> list[Any]:
+    """Start the op asynchronously on `group` (global `ranks`, this rank at index `me`); its works."""
     op, send, recv = buffers.op, buffers.send, buffers.recv
+    fns = resolve(op)
     if op == "all_reduce":
-        return [dist.all_reduce(send, group=group, async_op=True)]
-    if op == "reduce_scatter":
-        return [dist.reduce_scatter_single(recv, send, group=group, async_op=True)]
-    if op == "all_gather":
-        return [dist.all_gather_single(recv, send, group=group, async_op=True)]
-    if op == "all_to_all":
-        return [dist.all_to_all_single(recv, send, group=group, async_op=True)]
+        return [fns[0](send, group=group, async_op=True)]
+    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        return [fns[0](recv, send, group=group, async_op=True)]
     if op == "broadcast":
-        return [dist.broadcast(send, src=ranks[0], group=group, async_op=True)]
+        return [fns[0](send, src=ranks[0], group=group, async_op=True)]
     if op == "send_recv":  # adjacent pipeline stages: stage i sends to i+1, all pairs at once
+        isend, irecv = fns
         works = []
         if me + 1 < len(ranks):
-            works.append(dist.isend(send, dst=ranks[me + 1], group=group))
+            works.append(isend(send, dst=ranks[me + 1], group=group))
         if me > 0:
-            works.append(dist.irecv(recv, src=ranks[me - 1], group=group))
+            works.append(irecv(recv, src=ranks[me - 1], group=group))
         return [w for w in works if w is not None]
     raise ValueError(f"unknown op {op!r}")
 

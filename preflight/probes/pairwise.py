@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.probes.timing import barrier, timed_call
+from preflight.probes.timing import barrier, timed_loop
 
 
 def round_robin(ranks: list[int]) -> list[list[tuple[int, int]]]:
@@ -33,17 +33,25 @@ def round_robin(ranks: list[int]) -> list[list[tuple[int, int]]]:
     return rounds
 
 
-def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control: Any,
-               timeout_s: float) -> dict[int, float]:
+def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control: Any, timeout_s: float, *,
+               group: Any = None, device: str = "cpu", dtype: Any = None, cuda: Any = None) -> dict[int, float]:
     """Every rank of the world takes part in the barriers; members of `ranks` exchange.
 
-    Returns peer -> median seconds of one two-way exchange, for this rank's pairs.
+    The exchange runs on `group` with `device` buffers: the probe's own backend and devices
+    (Session.localization() gives them: NCCL on the bound GPU, or gloo on CPU), so a slow
+    NVLink or IB path is measured where it is used. Without `group` it runs on the control
+    group (gloo, CPU). Barriers stay on the control group. Returns peer -> seconds of one
+    two-way exchange (iters back to back, timing.timed_loop), for this rank's pairs.
     """
     import torch
     import torch.distributed as dist
 
-    count = max(1, size_bytes // 4)
-    send, recv = torch.ones(count), torch.zeros(count)
+    group = control if group is None else group
+    dtype = dtype or (torch.bfloat16 if device == "cuda" else torch.float32)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    count = max(1, size_bytes // elem)
+    send = torch.ones(count, dtype=dtype, device=device)
+    recv = torch.zeros(count, dtype=dtype, device=device)
     times: dict[int, float] = {}
     for pairs in round_robin(ranks):
         deadline = time.monotonic() + timeout_s
@@ -53,11 +61,13 @@ def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control
             continue
 
         def exchange(peer: int = peer) -> list[Any]:
-            return [dist.isend(send, dst=peer, group=control), dist.irecv(recv, src=peer, group=control)]
+            # The lower rank sends first: NCCL pairs point-to-point calls in order.
+            first, second = (dist.isend, dist.irecv) if rank < peer else (dist.irecv, dist.isend)
+            buffers = (send, recv) if rank < peer else (recv, send)
+            return [first(buffers[0], peer, group=group), second(buffers[1], peer, group=group)]
 
-        timed_call(exchange, deadline, "cpu")  # warm the connection
-        samples = [timed_call(exchange, deadline, "cpu") for _ in range(iters)]
-        times[peer] = statistics.median(samples)
+        timed_loop(exchange, 1, deadline, device, cuda=cuda)  # warm the connection (and create the pair's communicator)
+        times[peer] = timed_loop(exchange, iters, deadline, device, cuda=cuda)[0]
     barrier(control, time.monotonic() + timeout_s)
     return times
 

@@ -8,6 +8,7 @@ from preflight.lib.mesh_shape import WORLD_DIM, MeshDim
 from preflight.options import RunOptions
 
 DEFAULT_OPS = ("all_reduce", "all_to_all")
+CONNECT = "connect"  # the pseudo-op of a step that only creates a dimension's communicators
 # Sizes small enough for a 2-core CI box on CPU; the GPU defaults are nccl-tests-like.
 DEFAULT_SIZES = {"cpu": (1 << 20, 4 << 20), "cuda": (1 << 20, 64 << 20, 256 << 20)}
 DEFAULT_WARMUP = {"cpu": 2, "cuda": 5}
@@ -25,9 +26,22 @@ class ProbePlan:
     iters: int
     world_all_reduce: bool  # the default plan adds one whole-world all_reduce
     expect: dict[str, float] = field(default_factory=dict)
+    per_iteration: bool = False  # one figure per iteration instead of elapsed / iters (timing.timed_loop)
 
     def steps(self) -> list[tuple[str, str, int]]:
-        """(dim, op, size) in the order every rank runs them; send_recv only on pp."""
+        """(dim, op, size) in the order every rank runs them; send_recv only on pp.
+
+        First one CONNECT step per dimension that has anything to measure: it creates that
+        dimension's communicators (NCCL creates them lazily, at the first op on a group and the
+        first send to a peer) under its own deadline, so a rank stuck in communicator setup is
+        named like a hung collective. CONNECT steps measure nothing.
+        """
+        measured = self.measured_steps()
+        dims = list(dict.fromkeys(dim for dim, _, _ in measured))
+        return [(dim, CONNECT, 0) for dim in dims] + measured
+
+    def measured_steps(self) -> list[tuple[str, str, int]]:
+        """The measured (dim, op, size) steps, without the CONNECT steps."""
         out = []
         for dim in self.dims:
             for op in self.ops:

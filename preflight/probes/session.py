@@ -1,17 +1,25 @@
-"""One rank's side of the probes: process group and DeviceMesh, then every step under a deadline.
+"""One rank's side of the probes: device binding, process group and DeviceMesh, then every step under a deadline.
 
 The process group forms on the run's own c10d store (no second port). Every group of a
 dimension runs the same step at once, after a barrier on the control group (gloo), so a
-dimension costs one group's time. A step that overruns --probe-timeout stops this rank's
-probing: it records where it stopped in the store and never touches the stuck
-communicator again; rank 0 works out from the store who did not take part.
+dimension costs one group's time. The plan's first steps create each dimension's
+communicators (plan.CONNECT), each under its own deadline. A step that overruns
+--probe-timeout stops this rank's probing: it records where it stopped in the store and never
+touches the stuck communicator again; rank 0 works out from the store who did not take part.
+
+The CUDA boundary is one object, `cuda` (torch.cuda by default): device count, set_device,
+device properties and events go through it, so tests replay devices with a data-driven fake
+(tests/helpers/fake_cuda.py) through this same code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -21,8 +29,44 @@ from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.waiting import wait_until
 from preflight.model import World
 from preflight.probes import ops
-from preflight.probes.plan import ProbePlan
-from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_call
+from preflight.probes.plan import CONNECT, ProbePlan
+from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
+
+# The environment of the probe's NCCL process groups, set only while they are created (torch
+# reads it in each ProcessGroupNCCL's constructor), whatever the user's job script says:
+# 2 = clean up only: on a timeout the watchdog aborts the communicator and keeps the process,
+#     so rank 0 still writes the report (1 and 3, the default, tear the process down);
+# blocking wait off: Work.wait() only makes the stream wait, so the probe's own deadline, not
+#     the process-group timeout, bounds every wait;
+# no heartbeat monitor: it kills the process after a timeout's debug dump.
+PROBE_NCCL_ENV = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
+    "TORCH_NCCL_BLOCKING_WAIT": "0",
+    "TORCH_NCCL_ENABLE_MONITORING": "0",
+}
+PROBE_NCCL_UNSET = ("NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT")  # legacy names of the above
+
+
+class BindError(Exception):
+    """This rank cannot be given one GPU the way launchers bind them."""
+
+
+@dataclass
+class BoundDevice:
+    """The GPU a rank's probes run on: CUDA ordinal in this process, and the ids NVML also shows."""
+
+    index: int
+    name: str = ""
+    pci_bus_id: str = ""  # NVML's form, 00000000:18:00.0
+    uuid: str = ""  # NVML's form, GPU-xxxxxxxx-...
+
+
+@dataclass
+class BackendChoice:
+    """The backend the probes use, and why (auto decides by the ranks' votes)."""
+
+    backend: str
+    reason: str = ""
 
 
 @dataclass
@@ -35,18 +79,23 @@ class StepRecord:
     size_bytes: int
     group_index: int
     ranks: list[int]
-    times_s: list[float]
+    times_s: list[float]  # [seconds per op] (elapsed / iters), or one per iteration when asked
     output_ok: bool = True
     bad_sources: list[int] = field(default_factory=list)  # global ranks whose data arrived wrong
 
 
 @dataclass
 class Status:
-    """Where a rank's probing ended: done, or the step and phase where it stopped."""
+    """Where a rank's probing ended: done, or the step and phase where it stopped.
 
-    state: str = "done"  # done | timeout | failed
+    state: done | timeout | failed (the op or backend raised) | error (an unexpected exception
+    inside preflight or torch's Python, e.g. a TypeError: the step could not run, nothing is
+    known about the link). phase: connect | barrier | op | verify.
+    """
+
+    state: str = "done"
     step: int = -1
-    phase: str = ""  # barrier | op | verify
+    phase: str = ""
     reason: str = ""
     elapsed_s: float = 0.0  # from the step's start to the expiry
 
@@ -63,57 +112,186 @@ class Session:
     control: Any
     groups: dict[str, tuple[Any, list[int], int]]  # dim -> (process group, global ranks, group index)
     timeout_s: float
+    backend: str = ""
+    bound: BoundDevice | None = None
+    cuda: Any = None
+    world_group: Any = None  # the default process group, on the probe backend
+
+    def localization(self) -> dict[str, Any]:
+        """Keyword arguments of pairwise.run_rounds: the probe's own backend and device."""
+        return {"group": self.world_group, "device": self.device, "dtype": self.dtype, "cuda": self.cuda}
 
 
-def choose_backend(requested: str, world: World, store: Any, timeout_s: float) -> str:
-    """auto = nccl when every rank has a GPU for its local rank; all ranks agree via the store."""
-    if requested != "auto":
-        return requested
+def _torch_cuda() -> Any:
     import torch
 
-    has_gpu = torch.cuda.is_available() and torch.cuda.device_count() > world.local_rank
-    if has_gpu:
+    return torch.cuda
+
+
+def _bus_id(props: Any) -> str:
+    """NVML's bus id form from torch's device properties (domain/bus/device ids), where it has them."""
+    bus = getattr(props, "pci_bus_id", None)
+    if isinstance(bus, str):
+        return bus
+    if bus is None:
+        return ""
+    domain, device = int(getattr(props, "pci_domain_id", 0)), int(getattr(props, "pci_device_id", 0))
+    return f"{domain:08X}:{int(bus):02X}:{device:02X}.0"
+
+
+def _uuid(props: Any) -> str:
+    value = getattr(props, "uuid", None)
+    if value is None or str(value) == "":
+        return ""
+    text = str(value)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def bind_device(world: World, cuda: Any = None) -> BoundDevice:
+    """The GPU this rank uses, bound as launchers bind them (raises BindError when none fits).
+
+    One visible device: device 0 (srun --gpus-per-task=1, a per-task CUDA_VISIBLE_DEVICES or
+    cgroup). At least as many visible devices as local ranks: LOCAL_RANK. Anything else
+    (say 2 visible for 8 local ranks) is ambiguous and an error naming rank, host, the visible
+    devices and LOCAL_RANK. set_device is called on the chosen ordinal.
+    """
+    cuda = cuda or _torch_cuda()
+    where = (f"rank {world.rank} on {world.host or '?'} (LOCAL_RANK={world.local_rank} of "
+             f"{world.local_world_size}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+    try:
+        count = int(cuda.device_count()) if cuda.is_available() else 0
+    except Exception as exc:
+        raise BindError(f"{where}: CUDA failed: {type(exc).__name__}: {one_line(exc)}") from exc
+    if count == 0:
+        raise BindError(f"{where}: no CUDA device visible")
+    if count == 1:
+        index = 0
+    elif count >= world.local_world_size and world.local_rank < count:
+        index = world.local_rank
+    else:
+        raise BindError(f"{where}: {count} devices visible, which is neither one per task nor one per local "
+                        "rank; give each task one GPU (srun --gpus-per-task=1) or all of the node's")
+    try:
+        cuda.set_device(index)
+        props = cuda.get_device_properties(index)
+    except Exception as exc:  # a lost GPU, an ECC-retired one, a cgroup that hides it
+        raise BindError(f"{where}: device {index} failed: {type(exc).__name__}: {one_line(exc)}") from exc
+    return BoundDevice(index, str(getattr(props, "name", "")), _bus_id(props), _uuid(props))
+
+
+def decide_backend(requested: str, world: World, store: Any, timeout_s: float, cuda: Any = None) -> BackendChoice:
+    """auto = nccl when every rank can bind a GPU (bind_device) and this torch has NCCL; all ranks agree via the store.
+
+    A rank that cannot bind one leaves its reason in the store, so a GPU job that ends on
+    gloo says which rank and why.
+    """
+    if requested != "auto":
+        return BackendChoice(requested, f"--backend {requested}")
+    import torch.distributed as dist
+
+    nccl_available = getattr(cuda, "nccl_available", dist.is_nccl_available)  # a fake boundary answers it too
+    try:
+        if not nccl_available():
+            raise BindError(f"rank {world.rank} on {world.host or '?'}: this torch has no NCCL")
+        bind_device(world, cuda)
         store.add("gpu_ranks", 1)
+    except BindError as exc:
+        store.set(f"no_gpu/{world.rank}", str(exc))
     store.add("backend_votes", 1)
     if not wait_until(lambda: store.add("backend_votes", 0) >= world.world_size, timeout_s):
         raise ProbeTimeout("not every rank voted on the backend in time")
-    return "nccl" if store.add("gpu_ranks", 0) == world.world_size else "gloo"
+    gpu_ranks = store.add("gpu_ranks", 0)
+    if gpu_ranks == world.world_size:
+        return BackendChoice("nccl", "auto: every rank has a GPU")
+    first = next((r for r in range(world.world_size) if store.check([f"no_gpu/{r}"])), None)
+    why = store.get(f"no_gpu/{first}").decode() if first is not None else "a rank has no GPU"
+    return BackendChoice("gloo", f"auto: {world.world_size - gpu_ranks} of {world.world_size} rank(s) "
+                                 f"cannot use a GPU, e.g. {why}")
 
 
-def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeout_s: float) -> Session:
-    """Init the process group on the run's store and build the DeviceMesh (raises on failure)."""
+def choose_backend(requested: str, world: World, store: Any, timeout_s: float, cuda: Any = None) -> str:
+    """decide_backend's backend only."""
+    return decide_backend(requested, world, store, timeout_s, cuda).backend
+
+
+@contextlib.contextmanager
+def probe_nccl_env() -> Iterator[None]:
+    """PROBE_NCCL_ENV while the probe's process groups are created; the user's values after."""
+    saved = {name: os.environ.get(name) for name in (*PROBE_NCCL_ENV, *PROBE_NCCL_UNSET)}
+    os.environ.update(PROBE_NCCL_ENV)
+    for name in PROBE_NCCL_UNSET:
+        os.environ.pop(name, None)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def init_kwargs(backend: str, bound: BoundDevice | None, timeout_s: float,
+                init: Any = None) -> dict[str, Any]:
+    """init_process_group's keyword arguments: device_id (eager communicator creation) where torch takes it.
+
+    The process-group timeout is the probe deadline plus 5 s: after a hang the watchdog aborts
+    the communicator (clean up only, PROBE_NCCL_ENV) once every rank has stopped waiting.
+    """
+    import torch
+
+    kwargs: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s + 5)}
+    init = init or torch.distributed.init_process_group
+    if backend == "nccl" and bound is not None and "device_id" in inspect.signature(init).parameters:
+        kwargs["device_id"] = torch.device("cuda", bound.index)
+    return kwargs
+
+
+def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeout_s: float,
+                 cuda: Any = None) -> Session:
+    """Bind the GPU, init the process group on the run's store and build the DeviceMesh (raises on failure)."""
     import torch
     import torch.distributed as dist
     from torch.distributed import PrefixStore
     from torch.distributed.device_mesh import init_device_mesh
 
     device = "cuda" if backend == "nccl" else "cpu"
-    if device == "cuda":
-        # A hang must tear down the communicator instead of blocking forever (set before init).
-        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-        torch.cuda.set_device(world.local_rank)
-    # A short PG timeout bounds destroy_process_group after a hang (it waits out pending ops).
-    dist.init_process_group(backend, store=PrefixStore("pg", store), rank=world.rank,
-                            world_size=world.world_size, timeout=timedelta(seconds=timeout_s + 5))
-    control = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
-    layout = {}
-    mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
-    if mesh_dims:
-        mesh = init_device_mesh(device, tuple(d.size for d in mesh_dims),
-                                mesh_dim_names=tuple(d.name for d in mesh_dims))
-        for name, groups in dim_groups(mesh_dims).items():
-            pg = mesh[name].get_group()
-            index = next(i for i, g in enumerate(groups) if world.rank in g)
-            layout[name] = (pg, sorted(dist.get_process_group_ranks(pg)), index)
-    if any(dim == WORLD_DIM for dim, _, _ in plan.steps()):
-        # Its own group: a hang in it must not share a communicator with the control barriers.
-        layout[WORLD_DIM] = (dist.new_group(backend=backend), list(range(world.world_size)), 0)
+    bound = None
+    env = probe_nccl_env() if device == "cuda" else contextlib.nullcontext()
+    with env:
+        if device == "cuda":
+            cuda = cuda or _torch_cuda()
+            bound = bind_device(world, cuda)  # BindError names rank, host, visible devices, LOCAL_RANK
+        dist.init_process_group(backend, store=PrefixStore("pg", store), rank=world.rank, world_size=world.world_size,
+                                **init_kwargs(backend, bound, timeout_s))
+        control = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
+        layout = {}
+        mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
+        if mesh_dims:
+            mesh = init_device_mesh(device, tuple(d.size for d in mesh_dims),
+                                    mesh_dim_names=tuple(d.name for d in mesh_dims))
+            for name, groups in dim_groups(mesh_dims).items():
+                pg = mesh[name].get_group()
+                index = next(i for i, g in enumerate(groups) if world.rank in g)
+                layout[name] = (pg, sorted(dist.get_process_group_ranks(pg)), index)
+        if any(dim == WORLD_DIM for dim, _, _ in plan.steps()):
+            # Its own group: a hang in it must not share a communicator with the control barriers.
+            layout[WORLD_DIM] = (dist.new_group(backend=backend), list(range(world.world_size)), 0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    return Session(world, plan, store, device, dtype, control, layout, timeout_s)
+    # Rank 0 reads every rank's backend and bound device from the store (collect.devices).
+    store.set(f"dev/{world.rank}", json.dumps({"host": world.host, "backend": backend,
+                                               "device": asdict(bound) if bound else None}))
+    return Session(world, plan, store, device, dtype, control, layout, timeout_s, backend, bound, cuda,
+                   dist.group.WORLD)
 
 
 def run_steps(session: Session) -> tuple[list[StepRecord], Status]:
-    """Every step of the plan on this rank; stops at the first step that overruns or fails."""
+    """Every step of the plan on this rank; stops at the first step that overruns, fails or cannot run.
+
+    Any exception inside a step ends this rank's probing with a status naming the op, never a
+    crashed rank: ProbeTimeout -> timeout, ProbeFailed/RuntimeError (the backend) -> failed,
+    anything else (a TypeError from a torch whose signature differs, ops.OpUnavailable) -> error.
+    """
     records: list[StepRecord] = []
     for index, (dim, op, size) in enumerate(session.plan.steps()):
         session.store.set(f"pos/{session.world.rank}", str(index))
@@ -122,14 +300,35 @@ def run_steps(session: Session) -> tuple[list[StepRecord], Status]:
         phase = "barrier"
         try:
             barrier(session.control, deadline)  # every group of the dimension starts together
+            if op == CONNECT:
+                phase = "connect"
+                _connect(session, dim, deadline)
+                continue
             phase = "op"
             records.append(_measure(session, index, dim, op, size, deadline))
         except ProbeTimeout as exc:
-            return records, Status("timeout", index, exc.phase, str(exc)[:200], time.monotonic() - started)
+            where = "connect" if phase == "connect" else exc.phase
+            return records, Status("timeout", index, where, str(exc)[:200], time.monotonic() - started)
         except (ProbeFailed, RuntimeError) as exc:
-            return records, Status("failed", index, phase, one_line(exc),
+            return records, Status("failed", index, phase, one_line(exc), time.monotonic() - started)
+        except Exception as exc:
+            return records, Status("error", index, phase, f"{op}: {type(exc).__name__}: {one_line(exc)}",
                                    time.monotonic() - started)
     return records, Status()
+
+
+def _connect(session: Session, dim: str, deadline: float) -> None:
+    """Create dim's communicators under the deadline: one tiny all_reduce on the group, and where
+    the plan sends between pipeline stages, one send/recv to each adjacent stage (NCCL creates a
+    point-to-point communicator per peer pair at the first send)."""
+    group, ranks, _ = session.groups[dim]
+    me, n = ranks.index(session.world.rank), len(ranks)
+    elem = 2 if session.device == "cuda" else 4
+    pending = [ops.make_buffers("all_reduce", elem, me, n, session.dtype, session.device)]
+    if any(d == dim and o == "send_recv" for d, o, _ in session.plan.measured_steps()):
+        pending.append(ops.make_buffers("send_recv", elem, me, n, session.dtype, session.device))
+    for buffers in pending:
+        timed_loop(lambda b=buffers: ops.launch(b, group, ranks, me), 1, deadline, session.device, cuda=session.cuda)
 
 
 def _measure(session: Session, index: int, dim: str, op: str, size: int, deadline: float) -> StepRecord:
@@ -141,13 +340,13 @@ def _measure(session: Session, index: int, dim: str, op: str, size: int, deadlin
     def start() -> list[Any]:
         return ops.launch(buffers, group, ranks, me)
 
-    for _ in range(plan.warmup):
-        timed_call(start, deadline, device)
+    if plan.warmup:
+        timed_loop(start, plan.warmup, deadline, device, cuda=session.cuda)
     barrier(session.control, deadline)  # the timed loop starts together too
-    times = [timed_call(start, deadline, device) for _ in range(plan.iters)]
+    times = timed_loop(start, plan.iters, deadline, device, cuda=session.cuda, per_iteration=plan.per_iteration)
     # One more call on fresh inputs, checked against the known result.
     buffers = ops.make_buffers(op, size, me, n, session.dtype, device)
-    timed_call(start, deadline, device)
+    timed_loop(start, 1, deadline, device, cuda=session.cuda)
     output_ok, bad = ops.verify(buffers, me, n)
     return StepRecord(index, dim, op, buffers.nbytes, group_index, ranks, times, output_ok,
                       [ranks[b] for b in bad])

@@ -111,3 +111,13 @@ def test_shm(shm: int | None, fires: bool) -> None:
     assert bool(found) == fires
     if fires:
         assert found[0].message == "/dev/shm is 64 MiB (want >= 1.0 GiB)"
+
+
+def test_async_error_handling_texts_say_which_mode_keeps_the_process() -> None:
+    from preflight.registry import get_check
+
+    for check_id in ("NCCL001", "NCCL002"):
+        spec = get_check(check_id)
+        text = " ".join((spec.hint, spec.func.__doc__ or "")).replace("\n", " ")
+        assert "keep the process (default)" not in text and "keep the process) is" not in text
+        assert "2" in spec.hint and "keep" in spec.hint and "kills the process" in spec.hint

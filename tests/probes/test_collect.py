@@ -56,3 +56,58 @@ def test_group_time_is_the_slowest_ranks_median() -> None:
     assert r.rank_times_s == {0: 2.0, 1: 3.0} and r.time_s == 3.0
     assert r.algbw_gbps == 1000 / 3.0 / 1e9 and r.busbw_gbps == r.algbw_gbps  # 2(n-1)/n = 1 for n=2
     assert r.hosts == ["a", "b"]
+
+
+def test_a_rank_whose_step_raised_could_not_run_it_and_is_named_with_the_op() -> None:
+    error = _payload("error", 1, "op")
+    error["status"]["reason"] = "all_to_all: TypeError: all_to_all_single() got an unexpected keyword"
+    got = Gathered({0: _payload("timeout", 1, "op"), 1: error, 2: _payload("done"), 3: _payload("done")})
+    hang = diagnose_hang(got, STEPS, GROUPS, 4)
+    assert hang is not None and hang.could_not_run and hang.failed
+    assert list(hang.culprits) == [1] and "TypeError" in hang.culprits[1] and hang.op == "all_to_all"
+    assert hang.reason.startswith("all_to_all: TypeError")
+
+
+def test_a_rank_stuck_creating_communicators_is_named_like_a_hung_collective() -> None:
+    steps = [("tp", "connect", 0), ("pp", "connect", 0), *STEPS]
+    got = Gathered({0: _payload("timeout", 0, "connect"), 2: _payload("timeout", 1, "barrier"),
+                    3: _payload("timeout", 1, "barrier")}, positions={1: 0})
+    hang = diagnose_hang(got, steps, GROUPS, 4)
+    assert hang is not None and (hang.dim, hang.op, hang.group_index, hang.phase) == ("tp", "connect", 0, "connect")
+    assert list(hang.culprits) == [1] and hang.waiting == [0]
+
+
+def test_rank_zero_that_stopped_early_waits_a_grace_not_the_whole_timeout() -> None:
+    import json
+    import time
+
+    import torch.distributed as dist
+
+    from preflight.probes.collect import EARLY_GRACE_S, gather
+
+    store = dist.HashStore()
+    for rank in (0, 2):  # rank 1 never answers (hung outside the collective)
+        store.set(f"res/{rank}", json.dumps(_payload("timeout", 0, "op")))
+    store.set("pos/1", "0")
+    started = time.monotonic()
+    got = gather(store, 3, 30.0, early=True)
+    assert time.monotonic() - started < EARLY_GRACE_S + 2 and set(got.payloads) == {0, 2} and got.positions == {1: 0}
+
+
+def test_every_ranks_backend_and_bound_gpu_reach_rank_zero() -> None:
+    import json
+
+    import torch.distributed as dist
+
+    from preflight.probes.collect import gather
+
+    store = dist.HashStore()
+    for rank in range(2):
+        store.set(f"res/{rank}", json.dumps(_payload("done")))
+        device = {"index": 0, "name": "NVIDIA H100", "pci_bus_id": f"00000000:{0x18 + rank:02X}:00.0",
+                  "uuid": f"GPU-{rank}"}
+        store.set(f"dev/{rank}", json.dumps({"host": "g1", "backend": "nccl", "device": device}))
+    got = gather(store, 2, 5.0)
+    assert [(d.rank, d.backend, d.index, d.uuid) for d in got.devices()] == [(0, "nccl", 0, "GPU-0"),
+                                                                             (1, "nccl", 0, "GPU-1")]
+    assert got.device_ids() == {0: "00000000:18:00.0", 1: "00000000:19:00.0"}

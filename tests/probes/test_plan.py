@@ -7,7 +7,7 @@ import pytest
 from preflight.lib.errors import BadInput
 from preflight.lib.mesh_shape import MeshDim, mesh_text
 from preflight.options import RunOptions, parse_expect, parse_ops, parse_sizes
-from preflight.probes.plan import build_plan
+from preflight.probes.plan import CONNECT, build_plan
 
 
 def test_sizes_decimal_and_binary_units() -> None:
@@ -42,15 +42,23 @@ def test_expect_must_name_a_dimension() -> None:
 
 def test_default_plan_probes_every_dimension_and_the_world() -> None:
     plan = build_plan(RunOptions.parse(mesh="pp2,tp2").for_world(4), "cpu")
-    dims = {d for d, _, _ in plan.steps()}
-    ops = {o for _, o, _ in plan.steps()}
+    dims = {d for d, _, _ in plan.measured_steps()}
+    ops = {o for _, o, _ in plan.measured_steps()}
     assert dims == {"pp", "tp", "world"} and ops == {"all_reduce", "all_to_all"}
-    assert [(d, o) for d, o, _ in plan.steps() if d == "world"] == [("world", "all_reduce")] * len(plan.sizes)
+    assert [(d, o) for d, o, _ in plan.measured_steps() if d == "world"] == [("world", "all_reduce")] * len(plan.sizes)
+
+
+def test_every_dimensions_communicators_are_created_first_under_their_own_step() -> None:
+    plan = build_plan(RunOptions.parse(mesh="pp2,tp2").for_world(4), "cpu")
+    steps = plan.steps()
+    assert steps[:3] == [("pp", CONNECT, 0), ("tp", CONNECT, 0), ("world", CONNECT, 0)]
+    assert steps[3:] == plan.measured_steps() and CONNECT not in {o for _, o, _ in steps[3:]}
 
 
 def test_send_recv_only_between_pipeline_stages() -> None:
     plan = build_plan(RunOptions.parse(mesh="pp2,tp2", ops="send_recv,all_gather", sizes="1K").for_world(4), "cpu")
-    assert [(d, o) for d, o, _ in plan.steps()] == [("pp", "send_recv"), ("pp", "all_gather"), ("tp", "all_gather")]
+    assert [(d, o) for d, o, _ in plan.measured_steps()] == [("pp", "send_recv"), ("pp", "all_gather"),
+                                                             ("tp", "all_gather")]
 
 
 def test_options_are_typed_and_the_mesh_resolved_once_the_world_is_known() -> None:

@@ -107,3 +107,50 @@ def test_rank_that_skips_an_op_is_named_by_the_timeout_finding(tmp_path: Path) -
     assert hang["data"]["waiting"] and 3 not in hang["data"]["waiting"]
     assert hang["data"]["reported_after_s"] <= timeout + 2.0
     assert report["meta"]["phases"]["probes"] < 10 * timeout  # ended with a report, not the PG's 30 min
+
+
+# all_to_all_single raising a TypeError, as a torch whose signature differs would.
+RAISES_TYPEERROR = """
+    import torch.distributed as dist
+    def all_to_all_single(*args, **kwargs):
+        raise TypeError("all_to_all_single() got an unexpected keyword argument 'async_op'")
+    dist.all_to_all_single = all_to_all_single
+"""
+
+
+def _plant_everywhere(tmp_path: Path, code: str) -> dict[str, str]:
+    """A sitecustomize every rank runs (torch 2.4/2.5 as far as the probes can tell)."""
+    folder = tmp_path / "plant-all"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(code)
+    return {"PYTHONPATH": str(folder)}
+
+
+def test_older_torch_without_the_single_tensor_names_still_runs_every_op(tmp_path: Path) -> None:
+    # torch 2.4/2.5 have all_gather_into_tensor / reduce_scatter_tensor only.
+    plant = _plant_everywhere(tmp_path, "import torch.distributed as dist\n"
+                              "del dist.all_gather_single, dist.reduce_scatter_single\n")
+    ops = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast"
+    code, report = _launch(tmp_path, 2, ["--ops", ops, *SMALL], plant)
+    assert code in (0, 1), report["why"]
+    assert {p["op"] for p in report["probes"]} == set(ops.split(","))
+    assert all(p["verified"] for p in report["probes"])
+    assert not [f for f in report["findings"] if f["check_id"].startswith("BW")]
+
+
+def test_an_op_that_raises_typeerror_is_reported_naming_the_op_not_a_crashed_rank(tmp_path: Path) -> None:
+    plant = plant_in_rank(tmp_path, 1, RAISES_TYPEERROR)
+    code, report = _launch(tmp_path, 2, ["--ops", "all_reduce,all_to_all", *SMALL, "--probe-timeout", "4"], plant)
+    found = [f for f in report["findings"] if f["check_id"] in ("BW002", "BW009")]
+    assert len(found) == 1 and found[0]["ranks"] == [1], report["findings"]
+    assert "all_to_all" in found[0]["message"] and "TypeError" in found[0]["message"]
+    assert code == report["exit_code"] != 0
+    assert [p["op"] for p in report["probes"]] and {p["op"] for p in report["probes"]} == {"all_reduce"}
+
+
+@pytest.mark.xfail(strict=True, reason="needs the engine wiring: Hang.could_not_run -> BW009 (orchestrate.py)")
+def test_an_op_that_raises_typeerror_is_could_not_run(tmp_path: Path) -> None:
+    plant = plant_in_rank(tmp_path, 1, RAISES_TYPEERROR)
+    code, report = _launch(tmp_path, 2, ["--ops", "all_to_all", *SMALL, "--probe-timeout", "4"], plant)
+    assert [f["severity"] for f in report["findings"] if f["check_id"] in ("BW002", "BW009")] == ["could-not-run"]
+    assert code == 4

@@ -1,6 +1,11 @@
-"""The NCCL path on one NVIDIA GPU: bf16 buffers, CUDA-event timing, world size 1, whole pipeline.
+"""The NCCL path on one real NVIDIA GPU. Run with `pytest -m gpu` (the default run deselects these).
 
-Run with `pytest -m gpu` on a machine with a GPU (the default run deselects these).
+Each test asserts something that fails when the NCCL path is wrong: the report's backend is
+nccl (not a silent gloo fallback), every op is verified at world size 1 and at world size 2
+with two ranks sharing the GPU (a distinct NCCL_HOSTID per rank makes NCCL accept that, over
+its network transport), a planted hang is named as BW002 with a written report and exit 3,
+and the JSON holds NVML's facts of the real device. Never run by the session that wrote them
+(no GPU was lent to it); see docs/probes.md.
 """
 
 from __future__ import annotations
@@ -9,32 +14,84 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.ranks import read_json, run_cli
+from tests.helpers.ranks import plant_in_rank, read_json, run_cli, spawn_env_ranks
 
 pytestmark = pytest.mark.gpu
 
-
-def test_nccl_buffers_are_bf16_and_verify_on_the_gpu() -> None:
-    import torch
-
-    from preflight.probes import ops
-
-    assert torch.cuda.is_available()
-    buffers = ops.make_buffers("all_to_all", 1 << 20, 0, 1, torch.bfloat16, "cuda")
-    assert buffers.send.dtype == torch.bfloat16 and buffers.send.is_cuda
-    buffers.recv.copy_(buffers.send)
-    assert ops.verify(buffers, 0, 1) == (True, [])
+OPS = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast"
+SIZES = ["--sizes", "1MiB,64MiB", "--warmup", "2", "--iters", "5"]
 
 
-def test_whole_pipeline_on_one_gpu_with_nccl(tmp_path: Path) -> None:
-    out = tmp_path / "gpu.json"
-    proc = run_cli(["run", "--backend", "auto", "--ops", "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast",
-                    "--sizes", "1MiB,64MiB", "--json", str(out)], timeout=300)
-    report = read_json(out)
-    assert proc.returncode == 0, report["why"]
-    assert not [f for f in report["findings"] if f["check_id"].startswith("BW")]
+def _probe_backend(report: dict) -> str:
+    """The backend the probes used, as the report records it (meta.backend once the runner writes the used one)."""
+    return report["meta"]["backend"]
+
+
+def _check_every_op_verified(report: dict, world_size: int) -> None:
     probes = report["probes"]
-    assert {p["op"] for p in probes} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}
-    assert all(p["verified"] and p["time_s"] > 0 and p["algbw_gbps"] > 0 for p in probes)
-    for p in probes:
-        print(f"{p['op']:<15} {p['size_bytes']:>10} B  {p['time_s'] * 1e6:9.1f} us  algbw {p['algbw_gbps']:.1f} GB/s")
+    assert {p["op"] for p in probes} == set(OPS.split(","))
+    assert all(p["verified"] and p["time_s"] > 0 and p["busbw_gbps"] >= 0 for p in probes), probes
+    assert all(len(p["ranks"]) == world_size for p in probes)
+    assert not [f for f in report["findings"] if f["check_id"].startswith("BW")], report["findings"]
+
+
+def test_world_size_one_runs_on_nccl_and_verifies_every_op(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.json"
+    proc = run_cli(["run", "--backend", "auto", "--ops", OPS, *SIZES, "--json", str(out)], timeout=300)
+    report = read_json(out)
+    assert proc.returncode in (0, 1), report["why"]
+    assert _probe_backend(report) == "nccl"
+    _check_every_op_verified(report, 1)
+
+
+def test_two_ranks_on_one_gpu_verify_every_op_over_nccl(tmp_path: Path) -> None:
+    out = tmp_path / "gpu2.json"
+    runs = spawn_env_ranks(2, ["--backend", "auto", "--ops", OPS, *SIZES, "--json", str(out)],
+                           rank_env={r: {"NCCL_HOSTID": f"preflight-gpu-test-{r}"} for r in range(2)},
+                           common_env={"CUDA_VISIBLE_DEVICES": "0"}, timeout=300)
+    report = read_json(out)
+    assert {r.returncode for r in runs.values()} <= {0, 1}, [r.stderr[-2000:] for r in runs.values()]
+    assert _probe_backend(report) == "nccl"
+    _check_every_op_verified(report, 2)
+
+
+def test_a_rank_stuck_on_the_gpu_is_named_as_bw002_with_a_written_report_and_exit_3(tmp_path: Path) -> None:
+    out = tmp_path / "hang.json"
+    # Rank 1 queues a ~60 s kernel before its all_to_all: the collective cannot start on its stream.
+    plant = plant_in_rank(tmp_path, 1, """
+        import torch, torch.distributed as dist
+        real = dist.all_to_all_single
+        def all_to_all_single(*args, **kwargs):
+            torch.cuda._sleep(60 * 2_000_000_000)
+            return real(*args, **kwargs)
+        dist.all_to_all_single = all_to_all_single
+    """, rank_variable="RANK")
+    runs = spawn_env_ranks(2, ["--backend", "nccl", "--ops", "all_reduce,all_to_all", "--sizes", "1MiB",
+                               "--probe-timeout", "10", "--json", str(out)],
+                           rank_env={r: {"NCCL_HOSTID": f"preflight-gpu-test-{r}"} for r in range(2)},
+                           common_env={"CUDA_VISIBLE_DEVICES": "0", **plant}, timeout=240)
+    assert out.exists(), [r.stderr[-2000:] for r in runs.values()]
+    report = read_json(out)
+    assert report["exit_code"] == 3 and runs[0].returncode == 3, report["why"]
+    (hang,) = [f for f in report["findings"] if f["check_id"] == "BW002"]
+    assert hang["data"]["op"] == "all_to_all" and 1 in hang["ranks"] + hang["data"]["waiting"]
+
+
+def test_nvml_facts_of_the_real_device_are_in_the_json(tmp_path: Path) -> None:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
+        total = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+    finally:
+        pynvml.nvmlShutdown()
+    text = lambda v: v.decode() if isinstance(v, bytes) else str(v)  # noqa: E731
+    out = tmp_path / "facts.json"
+    run_cli(["run", "--skip", "probe", "--json", str(out)], timeout=300)
+    gpus = read_json(out)["ranks"][0]["gpus"]
+    first = next(g for g in gpus if g["pci_bus_id"] == text(bus))
+    assert first["name"] == text(name) and first["memory_total_bytes"] == total and first["uuid"].startswith("GPU-")
+    assert first["nvlink_version"] in (0, 1, 2, 3, 4, 5, 6) and first["nvlink_active"] >= 0 and not first["error"]

@@ -22,36 +22,68 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+# nvmlDeviceGetNvLinkVersion returns an nvmlNvlinkVersion_t enum, not the generation:
+# NVML_NVLINK_VERSION_1_0 = 1, 2_0 = 2, 2_2 = 3, 3_0 = 4, 3_1 = 5, 4_0 = 6, 5_0 = 7, 6_0 = 8.
+# GpuFacts.nvlink_version holds the generation (major version), which nominal.py maps to GB/s.
+NVLINK_GENERATION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
+
+
 def _nvlinks(nvml: Any, handle: Any) -> tuple[int, int]:
-    """Active NVLink count and version; devices without NVLink raise NotSupported on link 0."""
-    active, version = 0, 0
+    """Active NVLink count and generation; devices without NVLink raise NotSupported on link 0."""
+    active, generation = 0, 0
     for link in range(NVLINK_MAX_LINKS):
         try:
-            if nvml.nvmlDeviceGetNvLinkState(handle, link) == nvml.NVML_FEATURE_ENABLED:
-                active += 1
-                version = version or int(nvml.nvmlDeviceGetNvLinkVersion(handle, link))
+            if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
+                continue
         except nvml.NVMLError:
             break
-    return active, version
+        active += 1
+        if not generation:
+            try:
+                generation = NVLINK_GENERATION.get(int(nvml.nvmlDeviceGetNvLinkVersion(handle, link)), 0)
+            except nvml.NVMLError:
+                pass
+    return active, generation
+
+
+def _field(nvml: Any, errors: list[str], name: str, read: Any, default: Any) -> Any:
+    """One NVML read; a failure (NO_PERMISSION, GPU_IS_LOST, NOT_SUPPORTED) is noted, not fatal."""
+    try:
+        return read()
+    except nvml.NVMLError as exc:
+        errors.append(f"{name}: {exc}")
+        return default
 
 
 def describe_gpus(nvml: Any) -> tuple[tuple[str, str], list[GpuFacts]]:
-    """((driver, cuda_driver), gpus) read through an initialised NVML module."""
-    driver = _text(nvml.nvmlSystemGetDriverVersion())
-    cuda = int(nvml.nvmlSystemGetCudaDriverVersion_v2())
-    cuda_driver = f"{cuda // 1000}.{cuda % 1000 // 10}"
+    """((driver, cuda_driver), gpus) read through an initialised NVML module.
+
+    Every device and every field is read on its own: a GPU a cgroup hides (NO_PERMISSION) or
+    one that fell off the bus (GPU_IS_LOST) keeps its index and the error, and never costs
+    the host's other GPUs or its driver version.
+    """
+    host_errors: list[str] = []
+    driver = _field(nvml, host_errors, "driver", lambda: _text(nvml.nvmlSystemGetDriverVersion()), "")
+    cuda = _field(nvml, host_errors, "cuda", lambda: int(nvml.nvmlSystemGetCudaDriverVersion_v2()), 0)
+    cuda_driver = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else ""
     gpus = []
-    for index in range(int(nvml.nvmlDeviceGetCount())):
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        active, version = _nvlinks(nvml, handle)
+    for index in range(_field(nvml, host_errors, "count", lambda: int(nvml.nvmlDeviceGetCount()), 0)):
+        errors: list[str] = []
+        handle = _field(nvml, errors, "handle", lambda i=index: nvml.nvmlDeviceGetHandleByIndex(i), None)
+        if handle is None:
+            gpus.append(GpuFacts(index=index, error="; ".join(errors)))
+            continue
+        active, generation = _field(nvml, errors, "nvlink", lambda h=handle: _nvlinks(nvml, h), (0, 0))
         gpus.append(GpuFacts(
             index=index,
-            name=_text(nvml.nvmlDeviceGetName(handle)),
-            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-            pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
-            memory_total_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+            name=_field(nvml, errors, "name", lambda h=handle: _text(nvml.nvmlDeviceGetName(h)), ""),
+            uuid=_field(nvml, errors, "uuid", lambda h=handle: _text(nvml.nvmlDeviceGetUUID(h)), ""),
+            pci_bus_id=_field(nvml, errors, "pci", lambda h=handle: _text(nvml.nvmlDeviceGetPciInfo(h).busId), ""),
+            memory_total_bytes=_field(nvml, errors, "memory",
+                                      lambda h=handle: int(nvml.nvmlDeviceGetMemoryInfo(h).total), 0),
             nvlink_active=active,
-            nvlink_version=version,
+            nvlink_version=generation,
+            error="; ".join(errors),
         ))
     return (driver, cuda_driver), gpus
 
