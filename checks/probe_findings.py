@@ -198,3 +198,22 @@ def probes_could_not_run(reason: str) -> Iterable[Problem]:
     world cannot hold, or a rank that left before the process group formed.
     """
     yield Problem(f"probes could not run: {reason}")
+
+
+@engine_check(
+    "BW010",
+    tag=Tags.PROBE,
+    severity=Severity.WARN,
+    hint="Give every rank exactly one visible GPU (srun --gpus-per-task=1) or as many as it has local "
+    "ranks, or pass --backend nccl to make a rank that cannot bind one an error.",
+)
+def gpu_job_probed_on_gloo(reason: str, gpu_hosts: list[str]) -> Iterable[Problem]:
+    """The hosts have GPUs, but `--backend auto` measured the collectives on gloo (CPU, TCP).
+
+    auto chooses NCCL only when every rank can bind a GPU (one visible device, or at least as
+    many as the host's local ranks). When one cannot, the whole job is probed on gloo: the
+    figures say nothing about NVLink or InfiniBand, and the training, which will use NCCL, is
+    not what was verified. The reason names the rank that could not bind a GPU and why.
+    """
+    yield Problem(f"probes ran on gloo, not NCCL, though {len(gpu_hosts)} host(s) have GPUs: {reason}",
+                  hosts=gpu_hosts, data={"reason": reason})

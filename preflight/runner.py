@@ -20,20 +20,21 @@ the handlers): rank 0 still writes its report, marked incomplete.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import probes_not_started, run_interrupted, store_did_not_form
 from preflight.lib import secrets
-from preflight.lib.errors import BadInput, Interrupted
+from preflight.lib.errors import Interrupted
 from preflight.model import ExitCode, RankFacts, Severity
 from preflight.options import RunOptions
 from preflight.probes import orchestrate as probes
 from preflight.probes.nominal import annotate as annotate_nominal_rates
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
-from preflight.reports.targets import unwritable_path
+from preflight.reports.targets import refuse_unwritable
 from preflight.steps import tcp_reach
 from preflight.steps.exchange import Exchange, RankPayload
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
@@ -53,7 +54,7 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     options = options.for_world(world.world_size)  # the mesh resolved; a bad one for this WORLD_SIZE: exit 2
     if options.run_id:
         world.run_id = options.run_id
-    _refuse_unwritable_outputs(world.rank, options)
+    refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0)
     record = RunRecord(world, options)
     phases = Phases(phase_display(world.rank, options.reports.quiet))
     record.phases = phases.seconds
@@ -65,23 +66,27 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
         reach = tcp_reach.reachability_for(exchange.store, _own_facts(record), options)
         reach.start()  # this host's listener, before rank 0 waits for anyone
         if world.rank != 0:
-            return _follow(record, phases, exchange, reach)
+            return _leave(record, _follow(record, phases, exchange, reach))
         _lead(record, phases, exchange, reach, ctx)
     except Interrupted as stop:
         record.interrupted = str(stop)
         if world.rank != 0:
-            return int(ExitCode.INCOMPLETE)
-    return _finish(record, exchange)
+            return _leave(record, int(ExitCode.INCOMPLETE))
+    return _leave(record, _finish(record, exchange))
 
 
-def _refuse_unwritable_outputs(rank: int, options: RunOptions) -> None:
-    """An output that cannot be written is bad input, found before the run (exit 2), not after it."""
-    why = options.reports.unwritable() if rank == 0 else ""  # only rank 0 writes reports
-    out_dir = unwritable_path(Path(options.out_dir), directory=True) if options.out_dir else ""
-    if out_dir:
-        why = why or f"--out-dir {options.out_dir}: {out_dir}"
-    if why:
-        raise BadInput(f"cannot write {why}")
+def _leave(record: RunRecord, code: int) -> int:
+    """The exit code; after a collective that never finished, leave the process at once with it.
+
+    The reports and the verdict are out by now. A process group with a pending collective
+    cannot be torn down (gloo's destructor joins the thread still inside it, NCCL's blocks),
+    so interpreter exit would hang the job preflight was meant to protect.
+    """
+    if record.probes is not None and record.probes.left_pending:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: CheckContext) -> None:
@@ -133,9 +138,9 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
             record.findings += probes_not_started.report(reason=reason)
             return
         outcome = probes.run_probes(record.world, options, exchange.store)
-        annotate_nominal_rates(outcome.results, record.all_facts)
-        record.probe_results += outcome.results
-        record.findings += outcome.findings
+        annotate_nominal_rates(outcome.results, record.all_facts, outcome.device_ids, outcome.backend)
+        record.probes = outcome
+        record.findings += outcome.findings + probes.backend_findings(outcome, options.backend, record.all_facts)
 
 
 def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reach.Reachability) -> int:
@@ -149,7 +154,7 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
         return int(ExitCode.INCOMPLETE)
     decision = exchange.wait_for("go", options.timeout_s + VERDICT_MARGIN_S)  # 7
     if decision and decision.get("go") and options.probes_enabled():
-        probes.run_probes(world, options, exchange.store)  # 8
+        record.probes = probes.run_probes(world, options, exchange.store)  # 8
     verdict = exchange.wait_for("verdict", options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9
     exchange.acknowledge()
     if verdict is None:

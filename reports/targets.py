@@ -7,6 +7,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from preflight.lib.errors import BadInput
+
 
 @dataclass
 class ReportTargets:
@@ -52,3 +54,13 @@ def unwritable_path(path: Path, directory: bool = False) -> str:
     if not directory and path.exists() and not os.access(path, os.W_OK):
         return "exists and is not writable by this user"
     return ""
+
+
+def refuse_unwritable(targets: ReportTargets, out_dir: str | None, writes_reports: bool) -> None:
+    """An output that cannot be written is bad input, found before the run (exit 2), not after it."""
+    why = targets.unwritable() if writes_reports else ""  # only rank 0 writes reports
+    folder = unwritable_path(Path(out_dir), directory=True) if out_dir else ""
+    if folder:
+        why = why or f"--out-dir {out_dir}: {folder}"
+    if why:
+        raise BadInput(f"cannot write {why}")

@@ -7,7 +7,6 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import signal
 import sys
@@ -17,6 +16,7 @@ from types import FrameType
 
 from preflight import __version__
 from preflight.lib.errors import BadInput, Interrupted
+from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode
 from preflight.options import BACKENDS, ReportTargets, RunOptions
 
@@ -195,26 +195,9 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         return launch(args.nproc, argv[1:], options)
     from preflight.runner import run
 
-    import_torch_quietly()
+    import_torch_distributed()  # the slow import, once, outside every deadline
     with interrupts_raised():
         return run(options)
-
-
-def import_torch_quietly() -> None:
-    """Import torch.distributed here (the slow import), not inside a gatherer's deadline.
-
-    c10d prints a C++ stack trace per failed store connection at ERROR level; preflight
-    reports the failure in one line itself. The level is read once at import, so it is set
-    only for the import and the environment the checks see stays the user's own.
-    """
-    if "TORCH_CPP_LOG_LEVEL" in os.environ:
-        import torch.distributed
-        return
-    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
-    try:
-        import torch.distributed  # noqa: F401
-    finally:
-        del os.environ["TORCH_CPP_LOG_LEVEL"]
 
 
 @contextmanager

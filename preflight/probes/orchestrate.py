@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from preflight.checks.probe_findings import (
     below_expected,
     cross_dim_suspect,
     dim_spans_hosts,
+    gpu_job_probed_on_gloo,
     probe_hang,
     probes_could_not_run,
     slow_host,
@@ -27,7 +29,8 @@ from preflight.checks.probe_findings import (
 )
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
-from preflight.model import Finding, ProbeResult, World
+from preflight.lib.waiting import wait_until
+from preflight.model import Finding, ProbeDevice, ProbeResult, RankFacts, World
 from preflight.options import RunOptions
 
 MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
@@ -35,10 +38,18 @@ MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jo
 
 @dataclass
 class ProbeOutcome:
-    """Results and findings of the probes (filled on rank 0 only)."""
+    """Results and findings of the probes (filled on rank 0 only), and what this rank left behind."""
 
     results: list[ProbeResult] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    backend: str = ""  # the backend the probes really used ("" when none formed)
+    backend_reason: str = ""  # why auto chose it (a GPU job on gloo says which rank could not bind a GPU)
+    devices: list[ProbeDevice] = field(default_factory=list)  # rank 0: every rank's backend and bound GPU
+    device_ids: dict[int, str] = field(default_factory=dict)  # rank 0: rank -> its GPU's PCI bus id or UUID
+    # A collective of this rank never finished: its communicator must not be destroyed, and the
+    # process must leave by os._exit once the verdict is out (a gloo group's destructor would
+    # join the thread still inside it and hang the process at interpreter exit).
+    left_pending: bool = False
 
 
 def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
@@ -53,9 +64,9 @@ def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
         return _could_not_run(world, "the c10d store did not form, so no process group can")
     pstore = PrefixStore("probe", store)
     try:
-        backend = ses.choose_backend(options.backend, world, pstore, timeout_s)
-        plan = build_plan(options, "cuda" if backend == "nccl" else "cpu")
-        session = ses.open_session(world, plan, pstore, backend, timeout_s)
+        choice = ses.decide_backend(options.backend, world, pstore, timeout_s)
+        plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
+        session = ses.open_session(world, plan, pstore, choice.backend, timeout_s)
     except Exception as exc:  # no NCCL, no GPU, a rank that never joined: nothing to measure
         return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
     records, status = ses.run_steps(session)
@@ -66,8 +77,18 @@ def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
     else:
         outcome = ProbeOutcome()
         _follow_localization(session, status)
-    _teardown(clean=status.state == "done" and not outcome_has_hang(outcome))
+    outcome.backend, outcome.backend_reason = choice.backend, choice.reason
+    outcome.left_pending = status.state != "done" or outcome_has_hang(outcome)
+    _teardown(clean=not outcome.left_pending)
     return outcome
+
+
+def backend_findings(outcome: ProbeOutcome, requested: str, facts: Sequence[RankFacts]) -> list[Finding]:
+    """A GPU job that `--backend auto` probed on gloo is a warning saying why (BW010)."""
+    gpu_hosts = sorted({f.host for f in facts if f.gpus})
+    if requested != "auto" or outcome.backend != "gloo" or not gpu_hosts:
+        return []
+    return gpu_job_probed_on_gloo.report(reason=outcome.backend_reason or "no reason recorded", gpu_hosts=gpu_hosts)
 
 
 def outcome_has_hang(outcome: ProbeOutcome) -> bool:
@@ -92,9 +113,11 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     hosts = got.hosts()
     mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
     groups = {**dim_groups(mesh_dims), WORLD_DIM: [list(range(world.world_size))]}
-    outcome = ProbeOutcome(results=collect.results(got, hosts))
+    outcome = ProbeOutcome(results=collect.results(got, hosts), devices=got.devices(), device_ids=got.device_ids())
     hang = collect.diagnose_hang(got, plan.steps(), groups, world.world_size)
-    if hang is not None:
+    if hang is not None and hang.could_not_run:  # a step raised (an op this torch lacks): not the ranks' fault
+        outcome.findings += probes_could_not_run.report(reason=f"{hang.op} on {hang.dim}: {hang.reason}")
+    elif hang is not None:
         outcome.findings += probe_hang.report(
             hang, hosts=hosts, timeout_s=session.timeout_s,
             # rank 0's own time from the start of the step it stopped in to this finding
@@ -151,16 +174,16 @@ def _localize(session: Any, ranks: list[int], hosts: dict[int, str], ratio: floa
 
     size = max(session.plan.sizes)
     try:
-        mine = pairwise.run_rounds(0, ranks, size, session.plan.iters, session.control, session.timeout_s)
+        mine = pairwise.run_rounds(0, ranks, size, session.plan.iters, session.control, session.timeout_s,
+                                   **session.localization())
     except (ProbeTimeout, ProbeFailed, RuntimeError):
         return []
     session.store.set("pair/0", json.dumps({str(k): v for k, v in mine.items()}))
     times: dict[tuple[int, int], float] = {}
     deadline = time.monotonic() + session.timeout_s
     for rank in ranks:
-        while not session.store.check([f"pair/{rank}"]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not session.store.check([f"pair/{rank}"]):
+        key = f"pair/{rank}"
+        if not wait_until(lambda key=key: session.store.check([key]), deadline - time.monotonic()):
             continue
         for peer, seconds in json.loads(session.store.get(f"pair/{rank}")).items():
             key = (min(rank, int(peer)), max(rank, int(peer)))
@@ -184,18 +207,15 @@ def _follow_localization(session: Any, status: Any) -> None:
 
     if status.state != "done":
         return  # a hang: rank 0 will not ask; nothing more goes through the communicators
-    deadline = time.monotonic() + 2 * session.timeout_s + 10
-    while not session.store.check(["localize"]):
-        if time.monotonic() > deadline:
-            return
-        time.sleep(0.05)
+    if not wait_until(lambda: session.store.check(["localize"]), 2 * session.timeout_s + 10):
+        return
     ranks = json.loads(session.store.get("localize"))["ranks"]
     if not ranks:
         return
     rank = session.world.rank
     try:
         mine = pairwise.run_rounds(rank, ranks, max(session.plan.sizes), session.plan.iters, session.control,
-                                   session.timeout_s)
+                                   session.timeout_s, **session.localization())
     except (ProbeTimeout, ProbeFailed, RuntimeError):
         return
     if rank in ranks:

@@ -24,6 +24,7 @@ from typing import Any
 
 from preflight.checks.run_findings import unreadable_payload
 from preflight.lib.errors import one_line
+from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import wait_until
 from preflight.model import CheckOutcome, Finding, RankFacts, World
 from preflight.model.codec import BadPayload, decode, encode
@@ -84,6 +85,11 @@ class Exchange:
         from torch.distributed import PrefixStore, TCPStore
 
         hosting = self.world.rank == 0 and not self.world.use_agent_store
+        # c10d prints a C++ stack trace per failed connection attempt; the failure is one line here.
+        with quiet_cpp_logs():
+            self._open(hosting, PrefixStore, TCPStore)
+
+    def _open(self, hosting: bool, PrefixStore: Any, TCPStore: Any) -> None:
         try:
             if hosting:
                 # torch retries an unresolvable MASTER_ADDR for ~3x the timeout before it gives up.

@@ -18,13 +18,13 @@ from preflight.model import (
     ExitCode,
     Finding,
     JobReport,
-    ProbeResult,
     RankFacts,
     ReportMeta,
     Severity,
     World,
 )
 from preflight.options import RunOptions
+from preflight.probes.orchestrate import ProbeOutcome
 from preflight.registry import merge_findings, merge_outcomes
 
 
@@ -41,7 +41,7 @@ class RunRecord:
     outcomes: list[CheckOutcome] = field(default_factory=list)
     all_facts: list[RankFacts] = field(default_factory=list)  # rank 0: every rank that reported
     missing: list[int] = field(default_factory=list)
-    probe_results: list[ProbeResult] = field(default_factory=list)
+    probes: ProbeOutcome | None = None  # step 8's outcome, where it ran
     interrupted: str = ""
 
 
@@ -65,7 +65,8 @@ def build_report(record: RunRecord) -> JobReport:
         master_port=world.master_port,
         restart_count=world.restart_count,
         mesh=mesh_text(options.mesh),  # resolved, the derived dp included
-        backend=options.backend,
+        backend=record.probes.backend if record.probes and record.probes.backend else options.backend,
+        backend_reason=record.probes.backend_reason if record.probes else "",
         command_line=options.command_line,
         started_at=_iso(record.started),
         finished_at=_iso(finished),
@@ -79,7 +80,8 @@ def build_report(record: RunRecord) -> JobReport:
         ranks=facts,
         findings=findings,
         checks=merge_outcomes(record.outcomes),
-        probes=list(record.probe_results),
+        probes=list(record.probes.results) if record.probes else [],
+        probe_devices=list(record.probes.devices) if record.probes else [],
         missing_ranks=list(record.missing),
         bad_hosts=bad_hosts(findings, sorted({f.host for f in facts})),
         verdict=verdict_text(code, findings),

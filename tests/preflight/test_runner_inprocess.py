@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from preflight.commands.cli import import_torch_quietly
+from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode
 from preflight.options import RunOptions
 from preflight.reports.json import load as load_report
@@ -26,7 +26,7 @@ JOIN_S = 120.0
 def run_ranks(world_size: int, options: RunOptions, *, absent: tuple[int, ...] = (),
               env: dict[int, dict[str, str]] | None = None) -> dict[int, int]:
     """Run ranks 0..world_size-1 (but `absent`) as threads of this process; rank -> exit code."""
-    import_torch_quietly()
+    import_torch_distributed()
     port = str(free_port())
     codes: dict[int, int] = {}
 

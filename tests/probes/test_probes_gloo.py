@@ -139,7 +139,7 @@ def test_older_torch_without_the_single_tensor_names_still_runs_every_op(tmp_pat
 
 
 def test_an_op_that_raises_typeerror_is_reported_naming_the_op_not_a_crashed_rank(tmp_path: Path) -> None:
-    plant = plant_in_rank(tmp_path, 1, RAISES_TYPEERROR)
+    plant = plant_env(tmp_path, {1: RAISES_TYPEERROR})
     code, report = _launch(tmp_path, 2, ["--ops", "all_reduce,all_to_all", *SMALL, "--probe-timeout", "4"], plant)
     found = [f for f in report["findings"] if f["check_id"] in ("BW002", "BW009")]
     assert len(found) == 1 and found[0]["ranks"] == [1], report["findings"]
@@ -150,7 +150,7 @@ def test_an_op_that_raises_typeerror_is_reported_naming_the_op_not_a_crashed_ran
 
 @pytest.mark.xfail(strict=True, reason="needs the engine wiring: Hang.could_not_run -> BW009 (orchestrate.py)")
 def test_an_op_that_raises_typeerror_is_could_not_run(tmp_path: Path) -> None:
-    plant = plant_in_rank(tmp_path, 1, RAISES_TYPEERROR)
+    plant = plant_env(tmp_path, {1: RAISES_TYPEERROR})
     code, report = _launch(tmp_path, 2, ["--ops", "all_to_all", *SMALL, "--probe-timeout", "4"], plant)
     assert [f["severity"] for f in report["findings"] if f["check_id"] in ("BW002", "BW009")] == ["could-not-run"]
     assert code == 4

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.ranks import plant_in_rank, read_json, run_cli, spawn_env_ranks
+from tests.helpers.ranks import Placement, plant_env, read_json, run_cli, spawn_env_ranks
 
 pytestmark = pytest.mark.gpu
 
@@ -47,7 +47,7 @@ def test_world_size_one_runs_on_nccl_and_verifies_every_op(tmp_path: Path) -> No
 def test_two_ranks_on_one_gpu_verify_every_op_over_nccl(tmp_path: Path) -> None:
     out = tmp_path / "gpu2.json"
     runs = spawn_env_ranks(2, ["--backend", "auto", "--ops", OPS, *SIZES, "--json", str(out)],
-                           rank_env={r: {"NCCL_HOSTID": f"preflight-gpu-test-{r}"} for r in range(2)},
+                           place={r: Placement(env={"NCCL_HOSTID": f"preflight-gpu-test-{r}"}) for r in range(2)},
                            common_env={"CUDA_VISIBLE_DEVICES": "0"}, timeout=300)
     report = read_json(out)
     assert {r.returncode for r in runs.values()} <= {0, 1}, [r.stderr[-2000:] for r in runs.values()]
@@ -58,17 +58,17 @@ def test_two_ranks_on_one_gpu_verify_every_op_over_nccl(tmp_path: Path) -> None:
 def test_a_rank_stuck_on_the_gpu_is_named_as_bw002_with_a_written_report_and_exit_3(tmp_path: Path) -> None:
     out = tmp_path / "hang.json"
     # Rank 1 queues a ~60 s kernel before its all_to_all: the collective cannot start on its stream.
-    plant = plant_in_rank(tmp_path, 1, """
+    plant = plant_env(tmp_path, {1: """
         import torch, torch.distributed as dist
         real = dist.all_to_all_single
         def all_to_all_single(*args, **kwargs):
             torch.cuda._sleep(60 * 2_000_000_000)
             return real(*args, **kwargs)
         dist.all_to_all_single = all_to_all_single
-    """, rank_variable="RANK")
+    """})
     runs = spawn_env_ranks(2, ["--backend", "nccl", "--ops", "all_reduce,all_to_all", "--sizes", "1MiB",
                                "--probe-timeout", "10", "--json", str(out)],
-                           rank_env={r: {"NCCL_HOSTID": f"preflight-gpu-test-{r}"} for r in range(2)},
+                           place={r: Placement(env={"NCCL_HOSTID": f"preflight-gpu-test-{r}"}) for r in range(2)},
                            common_env={"CUDA_VISIBLE_DEVICES": "0", **plant}, timeout=240)
     assert out.exists(), [r.stderr[-2000:] for r in runs.values()]
     report = read_json(out)
