@@ -121,10 +121,10 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.outcomes += outcomes
         record.missing = collected.missing(record.world.world_size, record.world.rank)
     with phases.step("reachability"):  # 5
-        reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
+        record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
     with phases.step("cross checks"):  # 6
         job = JobView(**vars(ctx), ranks=record.all_facts, duplicate_ranks=collected.duplicates,
-                      reachability=reachability)
+                      reachability=record.reachability)
         found, outcomes = run_checks(select_checks(CROSS, options.only, options.skip), job, ctx,
                                      options.check_timeout_s, rank=0, host=record.world.host)
         record.findings += found

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import tomllib
+
 from tests.helpers.ranks import base_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,3 +51,15 @@ def test_fresh_venv_install_runs_outside_the_source_tree(tmp_path: Path) -> None
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import preflight; print(preflight.__file__)"],
                            cwd=outside, env=env, capture_output=True, text=True, timeout=60).stdout
     assert where.startswith(purelib)
+
+
+def test_every_source_package_is_installed() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    roots = {name: REPO / folder for name, folder in config["package-dir"].items()}
+    found = set()
+    for name, folder in roots.items():
+        for init in folder.rglob("__init__.py"):
+            parts = init.parent.relative_to(folder).parts
+            found.add(".".join([name, *parts]))
+    assert found == listed, f"missing from pyproject: {sorted(found - listed)}; absent: {sorted(listed - found)}"

@@ -82,14 +82,14 @@ class Exchange:
 
     def open(self) -> None:
         """Host or join the store. On failure, store_error says why and the dir is the channel."""
+        # c10d prints a C++ stack trace per failed connection attempt; the failure is one line here.
+        with quiet_cpp_logs():
+            self._host_or_join()
+
+    def _host_or_join(self) -> None:
         from torch.distributed import PrefixStore, TCPStore
 
         hosting = self.world.rank == 0 and not self.world.use_agent_store
-        # c10d prints a C++ stack trace per failed connection attempt; the failure is one line here.
-        with quiet_cpp_logs():
-            self._open(hosting, PrefixStore, TCPStore)
-
-    def _open(self, hosting: bool, PrefixStore: Any, TCPStore: Any) -> None:
         try:
             if hosting:
                 # torch retries an unresolvable MASTER_ADDR for ~3x the timeout before it gives up.

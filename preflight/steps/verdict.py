@@ -11,6 +11,7 @@ import datetime
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from preflight.lib.mesh_shape import mesh_text
 from preflight.model import (
@@ -41,6 +42,7 @@ class RunRecord:
     outcomes: list[CheckOutcome] = field(default_factory=list)
     all_facts: list[RankFacts] = field(default_factory=list)  # rank 0: every rank that reported
     missing: list[int] = field(default_factory=list)
+    reachability: dict[str, Any] | None = None  # step 5's outcome, on rank 0
     probes: ProbeOutcome | None = None  # step 8's outcome, where it ran
     interrupted: str = ""
 
@@ -82,6 +84,7 @@ def build_report(record: RunRecord) -> JobReport:
         checks=merge_outcomes(record.outcomes),
         probes=list(record.probes.results) if record.probes else [],
         probe_devices=list(record.probes.devices) if record.probes else [],
+        reachability=record.reachability,
         missing_ranks=list(record.missing),
         bad_hosts=bad_hosts(findings, sorted({f.host for f in facts})),
         verdict=verdict_text(code, findings),

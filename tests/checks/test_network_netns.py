@@ -41,7 +41,7 @@ def test_clean_topology_is_silent_and_reachability_is_fast(netns_hosts, tmp_path
     runs, report = _run(hosts, tmp_path)
     assert report["findings"] == [], report["findings"]
     assert {r.returncode for r in runs.values()} == {0}, [r.stdout + r.stderr for r in runs.values()]
-    outcome = next(r for r in report["ranks"] if r["rank"] == 0)["extra"]["reachability"]
+    outcome = report["reachability"]
     assert sorted(outcome["results"]) == sorted(h.hostname for h in hosts)
     probed = {res["target"] for results in outcome["results"].values() for res in results if res["ok"]}
     assert probed == {h.hostname for h in hosts}

@@ -148,7 +148,6 @@ def test_an_op_that_raises_typeerror_is_reported_naming_the_op_not_a_crashed_ran
     assert [p["op"] for p in report["probes"]] and {p["op"] for p in report["probes"]} == {"all_reduce"}
 
 
-@pytest.mark.xfail(strict=True, reason="needs the engine wiring: Hang.could_not_run -> BW009 (orchestrate.py)")
 def test_an_op_that_raises_typeerror_is_could_not_run(tmp_path: Path) -> None:
     plant = plant_env(tmp_path, {1: RAISES_TYPEERROR})
     code, report = _launch(tmp_path, 2, ["--ops", "all_to_all", *SMALL, "--probe-timeout", "4"], plant)
