@@ -7,7 +7,7 @@ later and a rank's payload can cross the store unchanged. Import from here:
 
 from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
 from preflight.model.job_report import JobReport, ReportMeta
-from preflight.model.probe_results import ProbeDevice, ProbeResult, ProbeSummary, summarize_probes
+from preflight.model.probe_results import ProbeDevice, ProbeResult, ProbeStep, ProbeSummary, summarize_probes
 from preflight.model.rank_facts import (
     ChosenInterface,
     GpuFacts,
@@ -26,6 +26,6 @@ from preflight.model.rank_facts import (
 __all__ = [
     "CheckOutcome", "ChosenInterface", "ExitCode", "Finding", "GpuFacts", "IbPort", "Interface", "JobReport",
     "MasterAddrResolution", "MasterPortState", "NetworkFacts",
-    "PortHolder", "ProbeDevice", "ProbeResult", "ProbeSummary",
+    "PortHolder", "ProbeDevice", "ProbeResult", "ProbeStep", "ProbeSummary",
     "RankFacts", "ReportMeta", "Severity", "SystemLimits", "Versions", "World", "summarize_probes",
 ]

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from preflight.model.probe_results import ProbeStep
+
 
 @dataclass
-class Hang:
+class Hang(ProbeStep):
     """A step that did not finish: the group, and who was not in it with its peers."""
 
-    step: int
-    dim: str
-    op: str
-    size_bytes: int
-    group_index: int
-    ranks: list[int]
+    step: int  # its index in the plan; -1 when ranks sent no results at all
     waiting: list[int]  # ranks stuck in the step until the deadline
     culprits: dict[int, str]  # rank -> why it is blamed
     phase: str
@@ -31,14 +28,9 @@ class Hang:
 
 
 @dataclass
-class Straggler:
+class Straggler(ProbeStep):
     """A group well below its siblings at the largest size."""
 
-    dim: str
-    op: str
-    size_bytes: int
-    group_index: int
-    ranks: list[int]
     hosts: list[str]
     busbw_gbps: float
     siblings_median_gbps: float

@@ -7,14 +7,29 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class ProbeResult:
-    """One collective, on one group of one mesh dimension, at one message size."""
+class ProbeStep:
+    """Which collective, on which group of which mesh dimension, at which size.
+
+    The identity every probe record shares (a rank's measurement, the group's result, a
+    straggler, a hang), declared once: they extend it, so their JSON stays flat.
+    """
 
     dim: str
     op: str
     size_bytes: int
-    group_index: int
+    group_index: int  # -1: not one group (the control barrier, the whole world)
     ranks: list[int]
+
+    @property
+    def group_key(self) -> tuple[str, str, int]:
+        """(dim, op, group): the same group's records across sizes."""
+        return (self.dim, self.op, self.group_index)
+
+
+@dataclass
+class ProbeResult(ProbeStep):
+    """One collective, on one group of one mesh dimension, at one message size."""
+
     hosts: list[str]
     time_s: float  # the group's time per op: its slowest rank's
     algbw_gbps: float

@@ -93,7 +93,8 @@ def diagnose_hang(got: Gathered, steps: list[tuple[str, str, int]], groups: dict
         return None
     if not stopped:  # some ranks never reported at all
         missing = [r for r in range(world_size) if r not in got.payloads]
-        return Hang(-1, "", "", 0, -1, missing, [], {r: "sent no probe results" for r in missing}, "", 0.0)
+        return Hang("", "", 0, -1, missing, step=-1, waiting=[],
+                    culprits={r: "sent no probe results" for r in missing}, phase="", elapsed_s=0.0)
     first_step = min(s["step"] for s in stopped.values())
     dim, op, size = steps[first_step]
     stuck = sorted(r for r, s in stopped.items() if s["step"] == first_step)
@@ -118,9 +119,10 @@ def diagnose_hang(got: Gathered, steps: list[tuple[str, str, int]], groups: dict
     if not culprits and status["phase"] in GROUP_PHASES:
         what = "its communicators" if status["phase"] == "connect" else "the rest of its group"
         culprits = {r: f"stuck with {what} (link or peer hang)" for r in members}
-    return Hang(first_step, dim, op, size, group_index, members, waiting, culprits, status["phase"],
-                float(status.get("elapsed_s", 0.0)), status["state"] in ("failed", "error"),
-                str(status.get("reason", "")), could_not_run=bool(errors))
+    return Hang(dim, op, size, group_index, members, step=first_step, waiting=waiting, culprits=culprits,
+                phase=status["phase"], elapsed_s=float(status.get("elapsed_s", 0.0)),
+                failed=status["state"] in ("failed", "error"), reason=str(status.get("reason", "")),
+                could_not_run=bool(errors))
 
 
 def _where(rank: int, got: Gathered, step: int, in_op: bool) -> str:

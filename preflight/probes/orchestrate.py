@@ -101,7 +101,7 @@ def _wrong_by_group(results: list[ProbeResult]) -> list[list[ProbeResult]]:
     grouped: dict[tuple[str, str, int], list[ProbeResult]] = {}
     for result in results:
         if not result.verified:
-            grouped.setdefault((result.dim, result.op, result.group_index), []).append(result)
+            grouped.setdefault(result.group_key, []).append(result)
     return list(grouped.values())
 
 

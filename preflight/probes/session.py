@@ -28,6 +28,7 @@ from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.waiting import wait_until
 from preflight.model import World
+from preflight.model.probe_results import ProbeStep
 from preflight.probes import ops
 from preflight.probes.plan import CONNECT, ProbePlan
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
@@ -70,15 +71,10 @@ class BackendChoice:
 
 
 @dataclass
-class StepRecord:
+class StepRecord(ProbeStep):
     """What one rank measured in one step (JSON through the store)."""
 
     step: int
-    dim: str
-    op: str
-    size_bytes: int
-    group_index: int
-    ranks: list[int]
     times_s: list[float]  # [seconds per op] (elapsed / iters), or one per iteration when asked
     output_ok: bool = True
     bad_sources: list[int] = field(default_factory=list)  # global ranks whose data arrived wrong
@@ -348,8 +344,8 @@ def _measure(session: Session, index: int, dim: str, op: str, size: int, deadlin
     buffers = ops.make_buffers(op, size, me, n, session.dtype, device)
     timed_loop(start, 1, deadline, device, cuda=session.cuda)
     output_ok, bad = ops.verify(buffers, me, n)
-    return StepRecord(index, dim, op, buffers.nbytes, group_index, ranks, times, output_ok,
-                      [ranks[b] for b in bad])
+    return StepRecord(dim, op, buffers.nbytes, group_index, ranks, step=index, times_s=times, output_ok=output_ok,
+                      bad_sources=[ranks[b] for b in bad])
 
 
 def publish(session_store: Any, rank: int, host: str, records: list[StepRecord], status: Status) -> None:
