@@ -78,3 +78,21 @@ def run_interrupted(reason: str) -> Iterable[Problem]:
 def gatherer_failed(name: str, reason: str, ranks: list[int], hosts: list[str]) -> Iterable[Problem]:
     """A fact gatherer (environment, versions, network, GPUs, ...) failed on some ranks."""
     yield Problem(f"gathering {name} facts failed: {reason}", ranks=ranks, hosts=hosts)
+
+
+@engine_check(
+    "RUN006",
+    tag=Tags.RUN,
+    severity=Severity.WARN,
+    hint="Run the same preflight on every rank; a payload speaking for other ranks or hosts can also "
+    "come from a process that is not this job's rank (see docs/architecture.md, the store's exposure).",
+)
+def foreign_findings_dropped(rank: int, dropped: int, example: str) -> Iterable[Problem]:
+    """A rank's payload held findings about other ranks or hosts; they were dropped.
+
+    A rank's local checks only judge its own facts, so every finding it sends names its own
+    rank and host. One that names others (`nodeZ is broken`) would otherwise reach the verdict
+    and the exclude list on the word of a single process.
+    """
+    yield Problem(f"rank {rank} sent {dropped} finding(s) about other ranks or hosts; dropped (e.g. {example})",
+                  ranks=[rank], data={"dropped": dropped})

@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from preflight.checks.run_findings import unreadable_payload
+from preflight.checks.run_findings import foreign_findings_dropped, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import wait_until
@@ -53,7 +53,10 @@ class Collected:
         """Rank 0's own payload plus every peer's, by rank; an unreadable payload is a RUN002 finding."""
         payloads = {**self.payloads, own.rank: own}
         facts = [payloads[rank].facts for rank in sorted(payloads)]
-        findings = [f for rank in sorted(payloads) if rank != own.rank for f in payloads[rank].findings]
+        findings: list[Finding] = []
+        for rank in sorted(payloads):
+            if rank != own.rank:
+                findings += own_findings_only(payloads[rank])
         outcomes = [o for rank in sorted(payloads) if rank != own.rank for o in payloads[rank].outcomes]
         for rank, reason in sorted(self.bad_payloads.items()):
             findings += unreadable_payload.report(rank=rank, reason=reason)
@@ -63,6 +66,24 @@ class Collected:
         """Ranks that never reported (never the collecting rank itself, even when its store failed)."""
         return [r for r in range(world_size)
                 if r != own_rank and r not in self.payloads and r not in self.bad_payloads]
+
+
+def own_findings_only(payload: RankPayload) -> list[Finding]:
+    """A rank's findings that concern only its own rank and host; a RUN006 finding for any others.
+
+    Its local checks judge only its own facts, so nothing it sends may blame another rank or
+    host (which would otherwise reach the exclude list on one process's word).
+    """
+    rank, host = payload.rank, payload.facts.host
+    kept: list[Finding] = []
+    dropped: list[Finding] = []
+    for finding in payload.findings:
+        mine = set(finding.ranks) <= {rank} and set(finding.hosts) <= {host}
+        (kept if mine else dropped).append(finding)
+    if not dropped:
+        return kept
+    example = f"{dropped[0].check_id} on ranks {dropped[0].ranks[:4]} hosts {dropped[0].hosts[:4]}"
+    return kept + foreign_findings_dropped.report(rank=rank, dropped=len(dropped), example=example[:200])
 
 
 class Exchange:
