@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from preflight.model import JobReport
 from preflight.reports.targets import ReportTargets
@@ -29,7 +31,7 @@ def write_reports(report: JobReport, targets: ReportTargets) -> None:
         if not path:
             continue
         try:
-            write(report, path)
+            _write_whole(write, report, path)
         except Exception as exc:  # one renderer's bug or a full disk must not lose the rest
             print(f"preflight: could not write {flag} {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
     if targets.quiet:
@@ -39,3 +41,17 @@ def write_reports(report: JobReport, targets: ReportTargets) -> None:
     else:
         sys.stdout.write(text.render(report))
         sys.stdout.flush()
+
+
+def _write_whole(write: Callable[[JobReport, str], None], report: JobReport, path: str) -> None:
+    """Write to a temporary file beside `path`, then rename it over: a reader, or a launcher that
+    kills rank 0 mid-write (torchrun's agent stops the workers once one exits), never leaves
+    half a report where a whole one is expected."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    try:
+        write(report, str(partial))
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
