@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from preflight import __version__
 from preflight.lib.errors import BadInput
+from preflight.lib.numbers import ascii_decimal, ascii_int
 from preflight.model import ExitCode
 from preflight.options import BACKENDS, ReportTargets, RunOptions
 
@@ -30,20 +31,36 @@ def _csv(text: str) -> list[str]:
     return items
 
 
+MAX_SECONDS = 7 * 24 * 3600.0  # a timeout above a week is a typo (and inf or nan is never a deadline)
+MAX_COUNT = 1_000_000  # --warmup, --iters
+MAX_LOCAL_RANKS = 4096  # launch -n
+
+
 def _positive_float(text: str) -> float:
+    """A positive decimal in ASCII digits, at most MAX_SECONDS (no exponent, inf, nan or `٣`)."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} must be positive")
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        value = ascii_decimal(text, "value", maximum=MAX_SECONDS)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
-    return int(text)
+    try:
+        return ascii_int(text, "value", minimum=0, maximum=MAX_COUNT)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _local_ranks(text: str) -> int:
+    try:
+        return ascii_int(text, "-n", minimum=1, maximum=MAX_LOCAL_RANKS)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -102,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     launch = commands.add_parser("launch", help="spawn N local ranks with torch's elastic launcher",
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    launch.add_argument("-n", "--nproc", type=int, default=4, help="local ranks to spawn (default 4)")
+    launch.add_argument("-n", "--nproc", type=_local_ranks, default=4, help="local ranks to spawn (default 4)")
     add_run_options(launch)
 
     listing = commands.add_parser("list", help="list every check with its id, tag, scope and severity")
@@ -162,7 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     argv = _with_default_command(raw)
     parser = build_parser()
-    args = parser.parse_args(argv)  # argparse exits 2 with one line on a bad flag
+    try:
+        args = parser.parse_args(argv)  # argparse prints one line on a bad flag
+    except SystemExit as exc:  # 2 on a bad flag, 0 after --help / --version: a code, never an exception
+        return exc.code if isinstance(exc.code, int) else int(ExitCode.BAD_INPUT)
     try:
         return _dispatch(args, argv)
     except BadInput as exc:
