@@ -177,6 +177,11 @@ def _with_default_command(argv: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `preflight` script and `python -m preflight`."""
     raw = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 byte in argv or env is printed escaped, never a traceback
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            pass
     argv = _with_default_command(raw)
     parser = build_parser()
     try:

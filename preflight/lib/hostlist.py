@@ -21,7 +21,7 @@ from preflight.lib.numbers import MAX_DIGITS, shown
 
 MAX_HOSTS = 100_000  # far above any Slurm cluster's node count; more is a broken or hostile value
 MAX_HOSTLIST_CHARS = 1_000_000
-_RANGE = re.compile(r"([0-9]{1,%d})(?:-([0-9]{1,%d}))?" % (MAX_DIGITS, MAX_DIGITS))
+_RANGE = re.compile(rf"([0-9]{{1,{MAX_DIGITS}}})(?:-([0-9]{{1,{MAX_DIGITS}}}))?")
 _DIGITS = frozenset("0123456789")
 
 

@@ -23,7 +23,7 @@ WORLD_DIM = "world"  # the one dimension probed when no --mesh is given
 
 MAX_MESH_CHARS = 1024
 MAX_MESH_PRODUCT = 1_000_000  # ranks; a mesh larger than this is a typo, not a job
-_ENTRY = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63}?)([0-9]{1,%d}|\*|-1)" % MAX_DIGITS, re.ASCII)
+_ENTRY = re.compile(rf"([A-Za-z_][A-Za-z0-9_]{{0,63}}?)([0-9]{{1,{MAX_DIGITS}}}|\*|-1)", re.ASCII)
 
 
 @dataclass(frozen=True)

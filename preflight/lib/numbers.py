@@ -13,8 +13,8 @@ import re
 from preflight.lib.errors import BadInput
 
 MAX_DIGITS = 18  # any count, rank, port, size or job number fits; far below the int-string limit
-_INT = re.compile(r"[0-9]{1,%d}" % MAX_DIGITS)
-_DECIMAL = re.compile(r"(?:[0-9]{1,%d}(?:\.[0-9]{0,9})?|\.[0-9]{1,9})" % MAX_DIGITS)
+_INT = re.compile(rf"[0-9]{{1,{MAX_DIGITS}}}")
+_DECIMAL = re.compile(rf"(?:[0-9]{{1,{MAX_DIGITS}}}(?:\.[0-9]{{0,9}})?|\.[0-9]{{1,9}})")
 
 
 def shown(value: str, limit: int = 40) -> str:
