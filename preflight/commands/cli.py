@@ -56,6 +56,13 @@ def _non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _run_id(text: str) -> str:
+    """At most 200 printable characters without spaces: it becomes store keys and a folder name."""
+    if not 0 < len(text) <= 200 or not text.isprintable() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a run id (1-200 printable characters, no spaces)")
+    return text
+
+
 def _local_ranks(text: str) -> int:
     try:
         return ascii_int(text, "-n", minimum=1, maximum=MAX_LOCAL_RANKS)
@@ -72,7 +79,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                      help="seconds one check or fact gatherer may take (default 10)")
     run.add_argument("--out-dir", help="shared directory (cluster filesystem): fallback channel when "
                      "the c10d store cannot form")
-    run.add_argument("--run-id", help="override the run id derived from the launcher's job id")
+    run.add_argument("--run-id", type=_run_id, help="override the run id derived from the launcher's job id")
     run.add_argument("--silence", type=_csv, default=[], metavar="ID[,ID]", help="drop findings of these ids")
     run.add_argument("--only", type=_csv, default=[], metavar="TAG[,TAG]", help="run only checks of these tags")
     run.add_argument("--skip", type=_csv, default=[], metavar="TAG[,TAG]", help="skip checks of these tags")

@@ -41,6 +41,10 @@ DERIVED_PORT_BASE = 12000
 DERIVED_PORT_SPAN = 20000
 MAX_WORLD_SIZE = 1_000_000  # ranks; any larger count in a launcher variable is refused
 MAX_ADDR_CHARS = 255  # a DNS name is at most 253 characters
+MAX_VALUE_CHARS = 1_000_000  # any launcher variable (a long Slurm nodelist fits)
+MAX_ID_CHARS = 256  # job and run ids: they become store keys and folder names
+_ID_NAMES = frozenset({"SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_JOBID", "PMI_KVSNAME", "PMIX_NAMESPACE",
+                       "OMPI_MCA_ess_base_jobid", "PET_RDZV_ID", "JOB_NAME", "TORCHELASTIC_RUN_ID", "PREFLIGHT_JOB_ID"})
 
 
 class _EnvReader:
@@ -57,6 +61,9 @@ class _EnvReader:
         value = self.env.get(name)
         if value is None or value == "":
             return default
+        limit = MAX_ID_CHARS if name in _ID_NAMES else MAX_VALUE_CHARS
+        if len(value) > limit:
+            raise BadInput(f"{name}={shown(value)} is longer than {limit} characters")
         self.used[name] = value
         return value
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 # No single case may take 2 s; the example counts keep the whole suite near a minute on 2 cores.
-FUZZ = settings(deadline=2000, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-FUZZ_SLOW = settings(FUZZ, max_examples=150)
+# PREFLIGHT_FUZZ_SCALE=10 runs ten times the cases (a nightly job, or a hunt after a change).
+SCALE = max(1, int(os.environ.get("PREFLIGHT_FUZZ_SCALE", "1") or "1"))
+FUZZ = settings(deadline=2000, max_examples=300 * SCALE, suppress_health_check=[HealthCheck.too_slow])
+FUZZ_SLOW = settings(FUZZ, max_examples=150 * SCALE)
 # The CLI target shares its stubs (a function-scoped fixture) across cases on purpose.
 FUZZ_CLI = settings(FUZZ, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
