@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict
 
+from preflight.lib.secrets import redact_command
 from preflight.model import MasterPortState, RankFacts, Severity
 from preflight.registry import LOCAL, CheckContext, Problem, Tags, check, engine_check
 
@@ -43,7 +44,7 @@ def master_port_in_use(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
         return
     holders = state.holders
     who = "; ".join(
-        f"pid {h.pid} ({h.command or '?'})" if h.pid else f"an unnamed process on {h.address}"
+        f"pid {h.pid} ({redact_command(h.command) or '?'})" if h.pid else f"an unnamed process on {h.address}"
         for h in holders
     ) or "a process not visible to this user"
     yield Problem(

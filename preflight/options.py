@@ -17,6 +17,7 @@ from typing import Any
 
 from preflight.lib.errors import BadInput
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim, mesh_text, parse_mesh_syntax, resolve_dims
+from preflight.lib.numbers import ascii_decimal, shown
 from preflight.registry import Tags
 from preflight.reports.targets import ReportTargets
 
@@ -25,10 +26,13 @@ OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "send_recv", 
 
 _UNITS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "KB": 10**3, "MB": 10**6, "GB": 10**9,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z]*)$")
+_SIZE = re.compile(r"([0-9.]{1,32})\s{0,8}([A-Za-z]{0,8})", re.ASCII)
+MAX_SIZE = 2**36  # 64 GiB: no collective probe message is larger
+MAX_RATE = 1e6  # GB/s (1 PB/s): an --expect above it is a typo
 # Rates: bytes per second (GB/s, MB/s, GiB/s) or bits (Gb/s, Gbit/s, Gbps); GB = 1e9 B.
 _RATE_UNITS = {"GB/S": 1.0, "MB/S": 1e-3, "GIB/S": 2**30 / 1e9, "TB/S": 1e3, "GBIT/S": 1 / 8}
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z/]*)$")
+_RATE = re.compile(r"([0-9.]{1,32})\s{0,8}([A-Za-z/]{0,8})", re.ASCII)
+MAX_LIST_CHARS = 4096  # --sizes, --ops, --expect: longer is not a list anyone typed
 
 
 @dataclass
@@ -99,21 +103,30 @@ class RunOptions:
 
 def parse_size(text: str) -> int:
     """`64M` -> 64_000_000, `64MiB` -> 67_108_864, `4096` -> 4096 (K/M/G decimal, KiB/MiB/GiB binary)."""
-    match = _SIZE.match(text.strip())
+    match = _SIZE.fullmatch(text.strip())
     unit = match.group(2).upper() if match else ""
     if not match or unit not in _UNITS:
-        raise BadInput(f"--sizes: {text!r} is not a size (e.g. 1M, 64MiB, 4096)")
-    value = int(float(match.group(1)) * _UNITS[unit])
+        raise BadInput(f"--sizes: {shown(text)} is not a size (e.g. 1M, 64MiB, 4096)")
+    number = ascii_decimal(match.group(1), "--sizes")
+    if number * _UNITS[unit] > MAX_SIZE:
+        raise BadInput(f"--sizes: {shown(text)} is above the maximum {MAX_SIZE} bytes (64 GiB)")
+    value = int(number * _UNITS[unit])
     if value <= 0:
-        raise BadInput(f"--sizes: {text!r} must be positive")
+        raise BadInput(f"--sizes: {shown(text)} must be positive")
     return value
+
+
+def _bounded_list(text: str, flag: str) -> list[str]:
+    if len(text) > MAX_LIST_CHARS:
+        raise BadInput(f"{flag}: {shown(text)} is longer than {MAX_LIST_CHARS} characters")
+    return text.split(",")
 
 
 def parse_sizes(text: str) -> list[int]:
     """A comma list of sizes, ascending, without duplicates; [] when empty (use the defaults)."""
     if not text.strip():
         return []
-    return sorted({parse_size(part) for part in text.split(",")})
+    return sorted({parse_size(part) for part in _bounded_list(text, "--sizes")})
 
 
 def parse_ops(text: str) -> list[str]:
@@ -121,10 +134,10 @@ def parse_ops(text: str) -> list[str]:
     if not text.strip():
         return []
     ops = []
-    for part in text.split(","):
+    for part in _bounded_list(text, "--ops"):
         name = part.strip().replace("-", "_")
         if name not in OPS:
-            raise BadInput(f"--ops: unknown op {part.strip()!r}; known: {', '.join(OPS)}")
+            raise BadInput(f"--ops: unknown op {shown(part.strip())}; known: {', '.join(OPS)}")
         if name not in ops:
             ops.append(name)
     return ops
@@ -132,10 +145,10 @@ def parse_ops(text: str) -> list[str]:
 
 def parse_rate(text: str) -> float:
     """`300GB/s` -> 300.0 (GB/s, GB = 1e9 B); `400Gb/s` -> 50.0; a bare number is GB/s."""
-    match = _RATE.match(text.strip())
+    match = _RATE.fullmatch(text.strip())
     if not match:
-        raise BadInput(f"--expect: {text!r} is not a rate (e.g. 300GB/s, 400Gb/s)")
-    number, unit = float(match.group(1)), match.group(2)
+        raise BadInput(f"--expect: {shown(text)} is not a rate (e.g. 300GB/s, 400Gb/s)")
+    number, unit = ascii_decimal(match.group(1), "--expect"), match.group(2)
     if unit in ("Gb/s", "Gbit/s", "Gbps"):
         key = "GBIT/S"
     elif unit == "":
@@ -143,7 +156,9 @@ def parse_rate(text: str) -> float:
     else:
         key = unit.upper()
     if key not in _RATE_UNITS or number <= 0:
-        raise BadInput(f"--expect: {text!r} is not a positive rate in GB/s, MB/s, GiB/s or Gb/s")
+        raise BadInput(f"--expect: {shown(text)} is not a positive rate in GB/s, MB/s, GiB/s or Gb/s")
+    if number * _RATE_UNITS[key] > MAX_RATE:
+        raise BadInput(f"--expect: {shown(text)} is above the maximum {MAX_RATE:g} GB/s")
     return number * _RATE_UNITS[key]
 
 
@@ -152,9 +167,9 @@ def parse_expect(text: str) -> dict[str, float]:
     expected: dict[str, float] = {}
     if not text.strip():
         return expected
-    for part in text.split(","):
+    for part in _bounded_list(text, "--expect"):
         name, sep, rate = part.partition("=")
         if not sep or not name.strip():
-            raise BadInput(f"--expect: {part.strip()!r} is not DIM=RATE (e.g. tp=300GB/s)")
+            raise BadInput(f"--expect: {shown(part.strip())} is not DIM=RATE (e.g. tp=300GB/s)")
         expected[name.strip()] = parse_rate(rate)
     return expected

@@ -16,6 +16,7 @@ from types import FrameType
 
 from preflight import __version__
 from preflight.lib.errors import BadInput, Interrupted
+from preflight.lib.numbers import ascii_decimal, ascii_int
 from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode
 from preflight.options import BACKENDS, ReportTargets, RunOptions
@@ -34,20 +35,43 @@ def _csv(text: str) -> list[str]:
     return items
 
 
+MAX_SECONDS = 7 * 24 * 3600.0  # a timeout above a week is a typo (and inf or nan is never a deadline)
+MAX_COUNT = 1_000_000  # --warmup, --iters
+MAX_LOCAL_RANKS = 4096  # launch -n
+
+
 def _positive_float(text: str) -> float:
+    """A positive decimal in ASCII digits, at most MAX_SECONDS (no exponent, inf, nan or `٣`)."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} must be positive")
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        value = ascii_decimal(text, "value", maximum=MAX_SECONDS)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
-    return int(text)
+    try:
+        return ascii_int(text, "value", minimum=0, maximum=MAX_COUNT)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _run_id(text: str) -> str:
+    """At most 200 printable characters without spaces: it becomes store keys and a folder name."""
+    if not 0 < len(text) <= 200 or not text.isprintable() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a run id (1-200 printable characters, no spaces)")
+    return text
+
+
+def _local_ranks(text: str) -> int:
+    try:
+        return ascii_int(text, "-n", minimum=1, maximum=MAX_LOCAL_RANKS)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +83,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                      help="seconds one check or fact gatherer may take (default 10)")
     run.add_argument("--out-dir", help="shared directory (cluster filesystem): fallback channel when "
                      "the c10d store cannot form")
-    run.add_argument("--run-id", help="override the run id derived from the launcher's job id")
+    run.add_argument("--run-id", type=_run_id, help="override the run id derived from the launcher's job id")
     run.add_argument("--silence", type=_csv, default=[], metavar="ID[,ID]", help="drop findings of these ids")
     run.add_argument("--only", type=_csv, default=[], metavar="TAG[,TAG]", help="run only checks of these tags")
     run.add_argument("--skip", type=_csv, default=[], metavar="TAG[,TAG]", help="skip checks of these tags")
@@ -106,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     launch = commands.add_parser("launch", help="spawn N local ranks with torch's elastic launcher",
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    launch.add_argument("-n", "--nproc", type=int, default=4, help="local ranks to spawn (default 4)")
+    launch.add_argument("-n", "--nproc", type=_local_ranks, default=4, help="local ranks to spawn (default 4)")
     add_run_options(launch)
 
     listing = commands.add_parser("list", help="list every check with its id, tag, scope and severity")
@@ -164,9 +188,17 @@ def _with_default_command(argv: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `preflight` script and `python -m preflight`."""
     raw = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 byte in argv or env is printed escaped, never a traceback
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            pass
     argv = _with_default_command(raw)
     parser = build_parser()
-    args = parser.parse_args(argv)  # argparse exits 2 with one line on a bad flag
+    try:
+        args = parser.parse_args(argv)  # argparse prints one line on a bad flag
+    except SystemExit as exc:  # 2 on a bad flag, 0 after --help / --version: a code, never an exception
+        return exc.code if isinstance(exc.code, int) else int(ExitCode.BAD_INPUT)
     try:
         return _dispatch(args, argv)
     except BadInput as exc:

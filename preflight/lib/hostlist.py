@@ -3,6 +3,11 @@
 Expansion follows Slurm's rules: top-level commas separate entries, each bracket holds
 comma-separated numbers or ranges, zero-padding is kept, and several brackets in one
 entry multiply (`r[1-2]n[1-2]`). We never call scontrol: it may not be on the node.
+
+Bounded before expanded: the host count of the whole expression is computed from the ranges
+first, and an expression of more than MAX_HOSTS hosts (or longer than MAX_HOSTLIST_CHARS, or
+with a number of more than MAX_DIGITS ASCII digits) is BadInput before any name is built, so
+`r[0-999999]n[0-999999]` is refused at once instead of filling memory.
 """
 
 from __future__ import annotations
@@ -12,8 +17,12 @@ import re
 from collections.abc import Iterable
 
 from preflight.lib.errors import BadInput
+from preflight.lib.numbers import MAX_DIGITS, shown
 
-_MAX_HOSTS = 1_000_000
+MAX_HOSTS = 100_000  # far above any Slurm cluster's node count; more is a broken or hostile value
+MAX_HOSTLIST_CHARS = 1_000_000
+_RANGE = re.compile(rf"([0-9]{{1,{MAX_DIGITS}}})(?:-([0-9]{{1,{MAX_DIGITS}}}))?")
+_DIGITS = frozenset("0123456789")
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -23,60 +32,102 @@ def _split_top_level(text: str) -> list[str]:
         if char == "[":
             depth += 1
             if depth > 1:
-                raise BadInput(f"hostlist {text!r}: nested '['")
+                raise BadInput(f"hostlist {shown(text)}: nested '['")
         elif char == "]":
             depth -= 1
             if depth < 0:
-                raise BadInput(f"hostlist {text!r}: ']' without '['")
+                raise BadInput(f"hostlist {shown(text)}: ']' without '['")
         if char == "," and depth == 0:
             parts.append("".join(current))
             current = []
         else:
             current.append(char)
     if depth != 0:
-        raise BadInput(f"hostlist {text!r}: unclosed '['")
+        raise BadInput(f"hostlist {shown(text)}: unclosed '['")
     parts.append("".join(current))
     return parts
 
 
-def _expand_range_list(body: str, whole: str) -> list[str]:
-    """`001-004,010` -> ['001', '002', '003', '004', '010']."""
-    values: list[str] = []
+def _parse_range_list(body: str, whole: str) -> list[tuple[int, int, int]]:
+    """`001-004,010` -> [(1, 4, 3), (10, 10, 3)]: (low, high, zero-padded width), nothing expanded."""
+    ranges: list[tuple[int, int, int]] = []
     for item in body.split(","):
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", item.strip())
+        match = _RANGE.fullmatch(item.strip())
         if not match:
-            raise BadInput(f"hostlist {whole!r}: {item!r} is not a number or range")
+            raise BadInput(f"hostlist {shown(whole)}: {shown(item)} is not a number or range")
         low_text, high_text = match.group(1), match.group(2) or match.group(1)
         low, high = int(low_text), int(high_text)
         if high < low:
-            raise BadInput(f"hostlist {whole!r}: range {item!r} runs backwards")
-        if high - low > _MAX_HOSTS:
-            raise BadInput(f"hostlist {whole!r}: range {item!r} is too large")
+            raise BadInput(f"hostlist {shown(whole)}: range {shown(item)} runs backwards")
         width = len(low_text) if low_text.startswith("0") else 0
-        values.extend(str(n).zfill(width) for n in range(low, high + 1))
-    return values
+        ranges.append((low, high, width))
+    return ranges
 
 
-def expand_hostlist(text: str) -> list[str]:
-    """Expand a Slurm hostlist expression into host names, in order. Raises BadInput."""
+def _count(choices: list[list[tuple[int, int, int]] | str]) -> int:
+    """How many names one entry expands to (the product of its bracket sizes), without expanding."""
+    total = 1
+    for choice in choices:
+        if not isinstance(choice, str):
+            total *= sum(high - low + 1 for low, high, _ in choice)
+            if total > MAX_HOSTS:  # stop multiplying early: the product of huge ranges stays small work
+                return total
+    return total
+
+
+def _values(choice: list[tuple[int, int, int]] | str) -> list[str]:
+    if isinstance(choice, str):
+        return [choice]
+    return [str(n).zfill(width) for low, high, width in choice for n in range(low, high + 1)]
+
+
+def count_hostlist(text: str) -> int:
+    """How many host names `expand_hostlist(text)` gives, computed without building them (BadInput on a bad one)."""
+    return sum(_count(choices) for choices in _parse(text))
+
+
+def _parse(text: str) -> list[list[list[tuple[int, int, int]] | str]]:
     text = text.strip()
     if not text:
         return []
-    hosts: list[str] = []
+    if len(text) > MAX_HOSTLIST_CHARS:
+        raise BadInput(f"hostlist {shown(text)} is longer than {MAX_HOSTLIST_CHARS} characters")
+    entries: list[list[list[tuple[int, int, int]] | str]] = []
     for entry in _split_top_level(text):
         entry = entry.strip()
         if not entry:
-            raise BadInput(f"hostlist {text!r}: empty entry")
+            raise BadInput(f"hostlist {shown(text)}: empty entry")
         pieces = re.split(r"(\[[^\]]*\])", entry)
-        choices = [
-            _expand_range_list(piece[1:-1], text) if piece.startswith("[") else [piece]
-            for piece in pieces
-            if piece
-        ]
-        hosts.extend("".join(combo) for combo in itertools.product(*choices))
-        if len(hosts) > _MAX_HOSTS:
-            raise BadInput(f"hostlist {text!r} expands to more than {_MAX_HOSTS} hosts")
-    return hosts
+        entries.append([_parse_range_list(piece[1:-1], text) if piece.startswith("[") else piece
+                        for piece in pieces if piece])
+    return entries
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand a Slurm hostlist expression into host names, in order. Raises BadInput.
+
+    The count comes first: more than MAX_HOSTS names is BadInput before any is built.
+    """
+    entries = _parse(text)
+    total = 0
+    for choices in entries:
+        total += _count(choices)
+        if total > MAX_HOSTS:
+            raise BadInput(f"hostlist {shown(text.strip())} expands to more than {MAX_HOSTS} hosts")
+    return ["".join(combo) for choices in entries for combo in itertools.product(*map(_values, choices))]
+
+
+def _split_number(host: str) -> tuple[str, str, str] | None:
+    """`gpu012-ib` -> ('gpu', '012', '-ib'): the last run of ASCII digits, in linear time; None without one."""
+    end = len(host)
+    while end and host[end - 1] not in _DIGITS:
+        end -= 1
+    start = end
+    while start and host[start - 1] in _DIGITS:
+        start -= 1
+    if start == end or end - start > MAX_DIGITS:
+        return None
+    return host[:start], host[start:end], host[end:]
 
 
 def compress_hostlist(hosts: Iterable[str]) -> str:
@@ -84,11 +135,11 @@ def compress_hostlist(hosts: Iterable[str]) -> str:
     groups: dict[tuple[str, int, str], list[int]] = {}
     plain: list[str] = []
     for host in sorted(set(hosts)):
-        match = re.fullmatch(r"(.*?)(\d+)(\D*)", host)
-        if not match:
+        parts = _split_number(host)
+        if parts is None:
             plain.append(host)
             continue
-        prefix, digits, suffix = match.groups()
+        prefix, digits, suffix = parts
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
         groups.setdefault((prefix, width, suffix), []).append(int(digits))
     entries = list(plain)

@@ -4,6 +4,8 @@ The remainder of WORLD_SIZE becomes `dp`, placed right after `pp` (outermost whe
 no pp): the order torchtitan and KempnerForge use (pp, dp..., ep, tp). `dp*` (or `dp-1`)
 places the remainder explicitly. Any identifier names a dimension; pp, dp, dp_replicate,
 dp_shard, cp, ep and tp are the usual ones. A bad mesh is BadInput with the arithmetic.
+Input is bounded before it is read: at most MAX_MESH_CHARS characters, names of ASCII letters,
+digits and `_`, sizes of ASCII digits, and a product of at most MAX_MESH_PRODUCT ranks.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import re
 from dataclasses import dataclass
 
 from preflight.lib.errors import BadInput
+from preflight.lib.numbers import MAX_DIGITS, shown
 
 WILDCARD = -1
 KNOWN_NAMES = ("pp", "dp", "dp_replicate", "dp_shard", "cp", "ep", "tp")
 WORLD_DIM = "world"  # the one dimension probed when no --mesh is given
 
-_ENTRY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*?)(\d+|\*|-1)$")
+MAX_MESH_CHARS = 1024
+MAX_MESH_PRODUCT = 1_000_000  # ranks; a mesh larger than this is a typo, not a job
+_ENTRY = re.compile(rf"([A-Za-z_][A-Za-z0-9_]{{0,63}}?)([0-9]{{1,{MAX_DIGITS}}}|\*|-1)", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -34,12 +39,14 @@ def parse_mesh_syntax(text: str) -> list[MeshDim]:
     text = text.strip()
     if not text:
         return []
+    if len(text) > MAX_MESH_CHARS:
+        raise BadInput(f"--mesh {shown(text)}: longer than {MAX_MESH_CHARS} characters")
     dims: list[MeshDim] = []
     for raw in text.split(","):
         entry = raw.strip()
-        match = _ENTRY.match(entry)
+        match = _ENTRY.fullmatch(entry)
         if not match:
-            raise BadInput(f"--mesh {text!r}: {entry!r} is not NAME<size> (e.g. tp4), NAME* or NAME-1")
+            raise BadInput(f"--mesh {shown(text)}: {shown(entry)} is not NAME<size> (e.g. tp4), NAME* or NAME-1")
         name, size_text = match.groups()
         if size_text in ("*", "-1"):
             size = WILDCARD
@@ -53,6 +60,9 @@ def parse_mesh_syntax(text: str) -> list[MeshDim]:
     wildcards = [d.name for d in dims if d.size == WILDCARD]
     if len(wildcards) > 1:
         raise BadInput(f"--mesh {text!r}: two wildcard dimensions ({', '.join(wildcards)}); at most one may be * or -1")
+    product = math.prod(d.size for d in dims if d.size != WILDCARD)
+    if product > MAX_MESH_PRODUCT:
+        raise BadInput(f"--mesh {shown(text)}: {product} ranks is more than the maximum {MAX_MESH_PRODUCT}")
     if wildcards and any(d.name == WORLD_DIM for d in dims):
         raise BadInput(f"--mesh {text!r}: {WORLD_DIM!r} is reserved for the whole-world probe")
     return dims

@@ -1,8 +1,18 @@
 """Secrets never leave a rank: which variables are secret, and how they are compared.
 
 A variable is secret when its *name* looks like a credential (TOKEN, SECRET, PASSWORD, KEY,
-...) or its *value* does (a URL with a password in it, a private key, a well-known token
-shape). Its value is replaced by `<redacted>` while the facts are gathered.
+...) or its *value* does. Values are judged by two sets of shapes, whatever the variable is
+called: our own (a URL with a password, `/` in it included; a password in a URL's query
+string; a libpq / ODBC `password=` key; Slack webhooks; GitLab, Google, GitHub, Hugging Face,
+AWS, OpenAI-style keys; JWTs; private keys) and the token shapes of Yelp's detect-secrets
+plugins (the maintained detector: AWS, Azure storage, GitHub, GitLab, JWT, Slack, Stripe,
+Twilio, SendGrid, PyPI, Discord, Telegram, Mailchimp, Square, OpenAI, private keys,
+basic-auth URLs). Its value is replaced by `<redacted>` while the facts are gathered.
+
+Scanning is bounded: every pattern of our own has bounded repetitions and starts on a literal
+or a word boundary, so one value costs linear time, and a value longer than
+`MAX_SCANNED_CHARS` is not scanned at all: it is redacted whole (nobody needs a 16 KiB value
+in a report, and the keyed digest below still tells whether ranks agree on it).
 
 Ranks still need to tell whether they hold the *same* secret (a drifting HF_TOKEN is worth a
 finding), so once the c10d store has formed, every rank agrees on a random key through it
@@ -15,6 +25,7 @@ private key, and secrets stay a bare `<redacted>`: not compared, never guessable
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -24,6 +35,9 @@ from typing import Any
 
 REDACTED = "<redacted>"
 KEY_NAME = "secret-key"  # store key (under the run's prefix) of the agreed HMAC key
+# A value longer than this is redacted without being scanned: bounded work per variable,
+# and no report ever carries a huge value.
+MAX_SCANNED_CHARS = 16 * 1024
 
 _SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|(^|_)PASS($|_)|(^|_)PW($|_)|KEY|CREDENTIAL|(^|_)CREDS?($|_)|AUTH|"
@@ -32,14 +46,51 @@ _SECRET_NAME = re.compile(
 )
 # Names that match the pattern but carry configuration, not secrets.
 _NOT_SECRET = {"SSH_AUTH_SOCK", "KEYTIMEOUT"}
-# Values that are secrets whatever their variable is called.
+# Values that are secrets whatever their variable is called. Every repetition is bounded and
+# every alternative starts on a literal or a boundary: linear time on any input.
 _SECRET_VALUE = re.compile(
-    r"[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@"  # scheme://user:password@host
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
-    r"|\b(ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"
-    r"|\bhf_[A-Za-z0-9]{20,}|\b(AKIA|ASIA)[0-9A-Z]{16}\b|\bxox[abprs]-[A-Za-z0-9-]{10,}"
-    r"|\bsk-[A-Za-z0-9_-]{20,}|\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}",  # JWT
+    # scheme://user:password@host, the password may hold '/', ':' and more (not '@' or space)
+    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s/@:]{0,256}:[^\s@]{1,256}@"
+    # a password in a URL's query string or a key=value connection string (libpq, ODBC, JDBC)
+    r"|(?<![A-Za-z0-9_])(?:password|passwd|pwd|pass|secret|token|access_token|api_?key|sslpassword)"
+    r"\s{0,8}=\s{0,8}[^\s&;'\"]"
+    r"|-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----"
+    r"|:_authToken\s{0,8}=\s{0,8}\S"  # .npmrc
+    r"|hooks\.slack\.com/(?:services|workflows|triggers)/"
+    r"|\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20}|\bgithub_pat_[A-Za-z0-9_]{20}"
+    r"|\bgl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-[A-Za-z0-9_-]{20}"
+    r"|\bAIza[0-9A-Za-z_-]{35}"
+    r"|\bhf_[A-Za-z0-9]{20}|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b|\bxox[abposr]-[A-Za-z0-9-]{10}"
+    r"|\bsk-[A-Za-z0-9_-]{20}|(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{10,1024}\.eyJ[A-Za-z0-9_-]{10}",  # JWT
+    re.IGNORECASE,
 )
+# The detect-secrets plugins whose patterns are token shapes (not keywords, entropy or public IPs).
+# Left out: jwt and npm, whose patterns backtrack quadratically (`eyJeyJ...`, `////...`); our
+# own JWT and `:_authToken=` shapes above cover them in linear time.
+_DETECT_SECRETS_PLUGINS = (
+    "aws.AWSKeyDetector", "azure_storage_key.AzureStorageKeyDetector", "basic_auth.BasicAuthDetector",
+    "discord.DiscordBotTokenDetector", "github_token.GitHubTokenDetector", "gitlab_token.GitLabTokenDetector",
+    "mailchimp.MailchimpDetector", "openai.OpenAIDetector",
+    "private_key.PrivateKeyDetector", "pypi_token.PypiTokenDetector", "sendgrid.SendGridDetector",
+    "slack.SlackDetector", "square_oauth.SquareOAuthDetector", "stripe.StripeDetector",
+    "telegram_token.TelegramBotTokenDetector", "twilio.TwilioKeyDetector",
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _detector_patterns() -> tuple[re.Pattern[str], ...]:
+    """detect-secrets' token patterns; () where it is not installed (our own shapes still apply)."""
+    import importlib
+
+    patterns: list[re.Pattern[str]] = []
+    for spec in _DETECT_SECRETS_PLUGINS:
+        module_name, class_name = spec.rsplit(".", 1)
+        try:
+            plugin = getattr(importlib.import_module(f"detect_secrets.plugins.{module_name}"), class_name)
+        except (ImportError, AttributeError):
+            continue
+        patterns.extend(p for p in getattr(plugin, "denylist", ()) if isinstance(p, re.Pattern))
+    return tuple(patterns)
 
 
 def is_secret_name(name: str) -> bool:
@@ -47,9 +98,18 @@ def is_secret_name(name: str) -> bool:
     return name not in _NOT_SECRET and bool(_SECRET_NAME.search(name))
 
 
+def is_secret_value(value: str) -> bool:
+    """True when a value looks like a credential, or is too long to scan (bounded work)."""
+    if len(value) > MAX_SCANNED_CHARS:
+        return True
+    if _SECRET_VALUE.search(value):
+        return True
+    return any(pattern.search(value) for pattern in _detector_patterns())
+
+
 def is_secret(name: str, value: str) -> bool:
     """True when the name or the value looks like a credential."""
-    return is_secret_name(name) or bool(_SECRET_VALUE.search(value))
+    return is_secret_name(name) or is_secret_value(value)
 
 
 def is_redacted(value: str) -> bool:
@@ -59,12 +119,43 @@ def is_redacted(value: str) -> bool:
 
 def digest(value: str, key: bytes) -> str:
     """`<redacted>:<12 hex>`: equal values give equal tags under one key, nothing more."""
-    return f"{REDACTED}:{hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:12]}"
+    return f"{REDACTED}:{hmac.new(key, value.encode(errors='surrogatepass'), hashlib.sha256).hexdigest()[:12]}"
 
 
 def redact_environment(env: Mapping[str, str]) -> dict[str, str]:
     """A copy of env with every secret-looking variable replaced by `<redacted>`."""
     return {name: REDACTED if is_secret(name, value) else value for name, value in env.items()}
+
+
+_FLAG = re.compile(r"^(-{1,2}[A-Za-z0-9_.-]{1,64})(=)(.*)$", re.DOTALL)
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]{0,127})(=)(.*)$", re.DOTALL)
+
+
+def redact_command(command: str) -> str:
+    """A command line with its secrets replaced by `<redacted>`, word by word.
+
+    A word whose value looks like a credential goes whole; `--password=x`, `--token x` and
+    `DB_PASS=x` keep their flag or name and lose the value. Long command lines are cut.
+    """
+    words = command[:MAX_SCANNED_CHARS].split()
+    out: list[str] = []
+    redact_next = False
+    for word in words:
+        if redact_next:
+            out.append(REDACTED)
+            redact_next = False
+            continue
+        named = _FLAG.match(word) or _ASSIGNMENT.match(word)
+        if named and is_secret(named.group(1).lstrip("-").replace("-", "_"), named.group(3)):
+            out.append(f"{named.group(1)}={REDACTED}")
+        elif is_secret_value(word):
+            out.append(REDACTED)
+        elif word.startswith("-") and is_secret_name(word.lstrip("-").replace("-", "_")):
+            out.append(word)
+            redact_next = True
+        else:
+            out.append(word)
+    return " ".join(out)
 
 
 def agree_on_key(store: Any) -> bytes | None:

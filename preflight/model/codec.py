@@ -4,10 +4,16 @@ msgspec encodes dataclasses directly and decodes them with type validation, so a
 report that does not match the model (a host given as a dict, an env value that is a list)
 raises `BadPayload` here, at the one boundary where data enters, and never a TypeError deep
 inside a check or a renderer.
+
+Bounded: input above `max_bytes` (default MAX_DECODE_BYTES) is refused before it is parsed,
+JSON nested deeper than Python's recursion allows is refused by msgspec, and a decoded value
+whose free-form parts (a finding's `data`) nest deeper than MAX_DEPTH is refused too, so no
+renderer or check ever recurses into a hostile structure.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, TypeVar
 
 import msgspec
@@ -15,6 +21,8 @@ import msgspec
 T = TypeVar("T")
 
 _ENCODER = msgspec.json.Encoder()
+MAX_DECODE_BYTES = 256 * 2**20  # a report of thousands of ranks fits; callers may pass less (a rank's payload)
+MAX_DEPTH = 64  # containers within containers, model objects included; the model itself is under 10
 
 
 class BadPayload(ValueError):
@@ -26,12 +34,38 @@ def encode(value: Any) -> bytes:
     return _ENCODER.encode(value)
 
 
-def decode(data: bytes | str, into: type[T]) -> T:
-    """Parse JSON into a model type, validating every field's type; BadPayload when it does not fit."""
+def decode(data: bytes | str, into: type[T], max_bytes: int = MAX_DECODE_BYTES) -> T:
+    """Parse JSON into a model type, validating every field's type; BadPayload when it does not fit.
+
+    BadPayload too for input longer than max_bytes, or nested deeper than MAX_DEPTH.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview, str)):
+        raise BadPayload(f"expected JSON bytes or text, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise BadPayload(f"{len(data)} bytes is more than the maximum {max_bytes}")
     try:
-        return msgspec.json.decode(data, type=into, strict=False)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        value = msgspec.json.decode(data, type=into, strict=False)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeError) as exc:
         raise BadPayload(str(exc)[:300]) from None
+    _check_depth(value)
+    return value
+
+
+def _check_depth(value: Any) -> None:
+    """BadPayload when containers nest deeper than MAX_DEPTH (iterative: never recurses itself)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (str, bytes, int, float, bool)) or item is None:
+            continue
+        if depth > MAX_DEPTH:
+            raise BadPayload(f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend((child, depth + 1) for child in item)
+        elif dataclasses.is_dataclass(item):
+            stack.extend((getattr(item, f.name, None), depth + 1) for f in dataclasses.fields(item))
 
 
 def to_builtins(value: Any) -> Any:
@@ -42,6 +76,8 @@ def to_builtins(value: Any) -> Any:
 def from_builtins(raw: Any, into: type[T]) -> T:
     """Inverse of to_builtins, with the same validation as decode."""
     try:
-        return msgspec.convert(raw, type=into, strict=False)
+        value = msgspec.convert(raw, type=into, strict=False)
     except (msgspec.ValidationError, RecursionError) as exc:
         raise BadPayload(str(exc)[:300]) from None
+    _check_depth(value)
+    return value

@@ -31,6 +31,11 @@ from preflight.model.codec import BadPayload, decode, encode
 from preflight.steps.store_join import ForeignStore, join_store, mark_store
 
 
+# One rank's facts and findings are a few KB to a few hundred KB (a large environment); far more is
+# not a preflight payload, and is refused before it is parsed.
+MAX_PAYLOAD_BYTES = 8 << 20
+
+
 @dataclass
 class RankPayload:
     """What one rank sends to rank 0: its facts and what its local checks found."""
@@ -246,7 +251,7 @@ class Exchange:
     def _accept(collected: Collected, rank: int, raw: bytes) -> None:
         """Decode and validate one rank's payload: the one place a peer's data enters rank 0."""
         try:
-            payload = decode(raw, RankPayload)
+            payload = decode(raw, RankPayload, max_bytes=MAX_PAYLOAD_BYTES)
             if payload.rank != rank or payload.facts.rank != rank:
                 raise BadPayload(f"payload names rank {payload.rank}")
         except BadPayload as exc:

@@ -14,6 +14,11 @@ MPI wins over Slurm because mpirun inside an sbatch allocation inherits the batc
 SLURM_PROCID=0 on every process. MASTER_ADDR defaults to the first host of the Slurm
 nodelist, and an unset MASTER_PORT under Slurm is derived from SLURM_JOB_ID, so every rank
 of a job agrees on it and two jobs on one host do not collide.
+
+Every variable is read strictly and with bounds, before anything is built from it: integers
+are ASCII digits only (`PMI_JOBID=²` is refused, not a crash), at most MAX_WORLD_SIZE ranks,
+a Slurm nodelist or tasks-per-node list is counted before it is expanded, and any bad value
+is one BadInput line (exit 2) that shows at most the start of the value.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import zlib
 from collections.abc import Mapping
 
 from preflight.lib.errors import BadInput
-from preflight.lib.hostlist import expand_hostlist
+from preflight.lib.hostlist import MAX_HOSTS, expand_hostlist
+from preflight.lib.numbers import ascii_int, is_ascii_int, shown
 from preflight.model import World
 
 DEFAULT_MASTER_PORT = 29500
@@ -33,6 +39,12 @@ DEFAULT_MASTER_PORT = 29500
 # so an outgoing connection cannot have taken the port first.
 DERIVED_PORT_BASE = 12000
 DERIVED_PORT_SPAN = 20000
+MAX_WORLD_SIZE = 1_000_000  # ranks; any larger count in a launcher variable is refused
+MAX_ADDR_CHARS = 255  # a DNS name is at most 253 characters
+MAX_VALUE_CHARS = 1_000_000  # any launcher variable (a long Slurm nodelist fits)
+MAX_ID_CHARS = 256  # job and run ids: they become store keys and folder names
+_ID_NAMES = frozenset({"SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_JOBID", "PMI_KVSNAME", "PMIX_NAMESPACE",
+                       "OMPI_MCA_ess_base_jobid", "PET_RDZV_ID", "JOB_NAME", "TORCHELASTIC_RUN_ID", "PREFLIGHT_JOB_ID"})
 
 
 class _EnvReader:
@@ -49,20 +61,18 @@ class _EnvReader:
         value = self.env.get(name)
         if value is None or value == "":
             return default
+        limit = MAX_ID_CHARS if name in _ID_NAMES else MAX_VALUE_CHARS
+        if len(value) > limit:
+            raise BadInput(f"{name}={shown(value)} is longer than {limit} characters")
         self.used[name] = value
         return value
 
     def integer(self, name: str, default: int | None = None, minimum: int | None = 0) -> int | None:
+        """ASCII digits only, at most MAX_WORLD_SIZE (every rank, size, count and port is below it)."""
         value = self.text(name)
         if value is None:
             return default
-        try:
-            number = int(value.strip())
-        except ValueError:
-            raise BadInput(f"{name}={value!r} is not an integer") from None
-        if minimum is not None and number < minimum:
-            raise BadInput(f"{name}={value!r} must be >= {minimum}")
-        return number
+        return ascii_int(value, name, minimum=minimum, maximum=MAX_WORLD_SIZE)
 
     def required_int(self, name: str, minimum: int = 0) -> int:
         number = self.integer(name, minimum=minimum)
@@ -83,7 +93,7 @@ def _first_set(value: int | None, default: int) -> int:
 
 def derive_port(job_id: str) -> int:
     """A port every rank of one job agrees on, different across jobs (deterministic)."""
-    number = int(job_id) if job_id.isdigit() else zlib.crc32(job_id.encode())
+    number = int(job_id) if is_ascii_int(job_id) else zlib.crc32(job_id.encode(errors="surrogatepass"))
     return DERIVED_PORT_BASE + number % DERIVED_PORT_SPAN
 
 
@@ -91,7 +101,7 @@ def _master_port(reader: _EnvReader, job_id: str, decisions: list[str]) -> int:
     port = reader.integer("MASTER_PORT", minimum=1)
     if port is not None:
         if port > 65535:
-            raise BadInput(f"MASTER_PORT={reader.used['MASTER_PORT']!r} is not a TCP port (1-65535)")
+            raise BadInput(f"MASTER_PORT={shown(reader.used['MASTER_PORT'])} is not a TCP port (1-65535)")
         return port
     if job_id:
         port = derive_port(job_id)
@@ -105,14 +115,20 @@ def _validate_master_addr(addr: str) -> str:
     addr = addr.strip()
     if not addr:
         raise BadInput("MASTER_ADDR is empty")
-    if re.fullmatch(r"[^\s\[\]]+:\d+", addr) and addr.count(":") == 1:
-        raise BadInput(f"MASTER_ADDR={addr!r} contains a port; put the port in MASTER_PORT")
+    if len(addr) > MAX_ADDR_CHARS:
+        raise BadInput(f"MASTER_ADDR={shown(addr)} is longer than {MAX_ADDR_CHARS} characters")
+    if re.fullmatch(r"[^\s\[\]]+:[0-9]+", addr) and addr.count(":") == 1:
+        raise BadInput(f"MASTER_ADDR={shown(addr)} contains a port; put the port in MASTER_PORT")
     if re.search(r"\s|/", addr):
-        raise BadInput(f"MASTER_ADDR={addr!r} is not a host name or address")
+        raise BadInput(f"MASTER_ADDR={shown(addr)} is not a host name or address")
     return addr.strip("[]")
 
 
 def _check_rank(world: World) -> World:
+    for what, count in (("world size", world.world_size), ("local world size", world.local_world_size),
+                        ("node count", world.num_nodes)):
+        if count > MAX_WORLD_SIZE:
+            raise BadInput(f"{what} {count} is more than the maximum {MAX_WORLD_SIZE} ({world.launcher})")
     if world.world_size < 1:
         raise BadInput(f"world size {world.world_size} must be at least 1 ({world.launcher})")
     if world.rank >= world.world_size:
@@ -246,14 +262,18 @@ def _from_hydra(reader: _EnvReader, host: str) -> World | None:
 
 
 def parse_tasks_per_node(text: str) -> list[int]:
-    """Slurm's `2(x3),1` -> [2, 2, 2, 1]."""
-    counts: list[int] = []
+    """Slurm's `2(x3),1` -> [2, 2, 2, 1]; counted before it is expanded (at most MAX_HOSTS nodes)."""
+    if len(text) > 100_000:
+        raise BadInput(f"SLURM tasks-per-node {shown(text)} is too long")
+    items: list[tuple[int, int]] = []
     for item in text.split(","):
-        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+        match = re.fullmatch(r"\s*([0-9]{1,9})(?:\(x([0-9]{1,9})\))?\s*", item)
         if not match:
-            raise BadInput(f"SLURM tasks-per-node {text!r} does not parse")
-        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
-    return counts
+            raise BadInput(f"SLURM tasks-per-node {shown(text)} does not parse")
+        items.append((int(match.group(1)), int(match.group(2) or 1)))
+    if sum(repeat for _, repeat in items) > MAX_HOSTS:
+        raise BadInput(f"SLURM tasks-per-node {shown(text)} names more than {MAX_HOSTS} nodes")
+    return [count for count, repeat in items for _ in range(repeat)]
 
 
 def slurm_rank_hosts(nodes: list[str], tasks_per_node: list[int], distribution: str) -> dict[int, str]:
@@ -329,15 +349,15 @@ def _from_kubeflow(reader: _EnvReader, host: str) -> World | None:
     nnodes_text = reader.text("PET_NNODES") or ""
     # torchrun accepts "MIN:MAX" for elastic jobs; the node-level preflight needs the max.
     nnodes_value = nnodes_text.split(":")[-1]
-    if not nnodes_value.isdigit() or int(nnodes_value) < 1:
-        raise BadInput(f"PET_NNODES={nnodes_text!r} is not a positive integer")
+    if not is_ascii_int(nnodes_value) or not 1 <= int(nnodes_value) <= MAX_WORLD_SIZE:
+        raise BadInput(f"PET_NNODES={shown(nnodes_text)} is not a positive integer (at most {MAX_WORLD_SIZE})")
     nnodes = int(nnodes_value)
     node_rank = reader.first_int(("PET_NODE_RANK", "JOB_COMPLETION_INDEX"))
     if node_rank is None:
         raise BadInput("Kubeflow: neither PET_NODE_RANK nor JOB_COMPLETION_INDEX is set")
     nproc = reader.text("PET_NPROC_PER_NODE", "auto") or "auto"
-    if nproc not in ("auto", "cpu", "gpu") and not nproc.isdigit():
-        raise BadInput(f"PET_NPROC_PER_NODE={nproc!r} must be a number, auto, cpu or gpu")
+    if nproc not in ("auto", "cpu", "gpu") and not is_ascii_int(nproc):
+        raise BadInput(f"PET_NPROC_PER_NODE={shown(nproc)} must be a number, auto, cpu or gpu")
     decisions.append(f"PET_NPROC_PER_NODE={nproc}: the training's ranks per node, recorded only")
     job_id = reader.text("PET_RDZV_ID", "") or reader.text("JOB_NAME", "") or ""
     master_addr = reader.text("PET_MASTER_ADDR") or reader.text("MASTER_ADDR") or "127.0.0.1"

@@ -133,3 +133,25 @@ def test_privileged_port_as_non_root_is_an_error(tmp_path: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
     ids = {f["check_id"] for f in report["findings"]}
     assert "PORT003" in ids and done.returncode == 3, report["findings"]
+
+
+def test_port_holder_command_line_is_redacted(tmp_path: Path) -> None:
+    """PORT001 names the holder's command, never a password on it (issue 17: it printed it whole)."""
+    port = free_port()
+    secret_url, marker = "postgres://svc:pf3holder/pw@db.internal/x", "pf3holder/pw"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(port), "--db", secret_url, "--token", "pf3tokenflag"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        report = tmp_path / "r.json"
+        runs = spawn_env_ranks(1, ["--timeout", "10", "--skip", "probe", "--json", str(report)], port=port,
+                               common_env={"PREFLIGHT_JOB_ID": "4243"}, timeout=60)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    zero = runs[0]
+    assert f"pid {holder.pid}" in zero.stdout, zero.stdout + zero.stderr
+    everything = zero.stdout + zero.stderr + report.read_text()
+    assert "--db <redacted>" in zero.stdout
+    for secret in (marker, "pf3tokenflag"):
+        assert secret not in everything

@@ -1,9 +1,11 @@
 """Secrets never leave a rank: distinct secrets planted on every rank of a real run.
 
 Every output is searched for every planted value: each rank's stdout/stderr (the terminal
-text), the JSON report, --text, the rich terminal rendering of the report, and every file
-under --out-dir, whose rank-N.json files hold exactly the payload each rank published to the
-c10d store.
+text), the JSON report, --text, --html, the rich terminal rendering of the report, and every
+file under --out-dir, whose rank-N.json files hold exactly the payload each rank published to
+the c10d store. Besides the secrets under secret-looking names, every value shape of
+tests/helpers/secret_shapes.py (issue 17's leaks included) is planted under an innocuous name,
+and a 120 KB value that must be neither printed nor slow to scan.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from preflight.reports import json as json_report
 from preflight.reports import terminal
 from tests.helpers.ranks import Placement, read_json, spawn_env_ranks
+from tests.helpers.secret_shapes import shapes
 
 WORLD = 3
 
@@ -30,7 +33,14 @@ def planted(rank: int) -> dict[str, str]:
         "MY_DB_PASSWORD": f"hunter{rank}",  # weak on purpose
         "DATABASE_URL": f"postgres://trainer:pf3dbpass{rank}@db.internal:5432/runs",
         "NCCL_IB_SESSION": f"pf3-session-{rank}",
+        **{name: value for name, (value, _) in shapes(rank).items()},
+        "BIG_BLOB": f"pf3blob{rank}" + "q" * 120_000,  # 27 s to scan before issue 17; never printed whole
     }
+
+
+def markers(rank: int) -> set[str]:
+    """What must never appear: every planted value, and the secret part of every shape."""
+    return {*planted(rank).values(), *(marker for _, marker in shapes(rank).values()), f"pf3blob{rank}"}
 
 
 class _Tty(io.StringIO):
@@ -40,8 +50,9 @@ class _Tty(io.StringIO):
 
 def test_no_output_contains_any_planted_secret(tmp_path: Path, monkeypatch) -> None:
     out_dir, json_path, text_path = tmp_path / "out", tmp_path / "report.json", tmp_path / "report.txt"
+    html_path = tmp_path / "report.html"
     runs = spawn_env_ranks(WORLD, ["--json", str(json_path), "--text", str(text_path), "--out-dir", str(out_dir),
-                                   "--skip", "probe"],
+                                   "--html", str(html_path), "--skip", "probe"],
                            place=lambda rank: Placement(env=planted(rank)), timeout=180)
     assert json_path.exists(), {r: run.stderr[-2000:] for r, run in runs.items()}
     report = read_json(json_path)
@@ -49,6 +60,7 @@ def test_no_output_contains_any_planted_secret(tmp_path: Path, monkeypatch) -> N
     outputs = {f"rank {r} stdout+stderr": run.stdout + run.stderr for r, run in runs.items()}
     outputs["json"] = json_path.read_text()
     outputs["text"] = text_path.read_text()
+    outputs["html"] = html_path.read_text()
     monkeypatch.setenv("COLUMNS", "200")
     rich = _Tty()
     terminal.render(json_report.load(str(json_path)), rich)
@@ -59,7 +71,7 @@ def test_no_output_contains_any_planted_secret(tmp_path: Path, monkeypatch) -> N
         if path.is_file():
             outputs[str(path.relative_to(tmp_path))] = path.read_text()
 
-    secrets = {value for rank in range(WORLD) for value in planted(rank).values()}
+    secrets = {value for rank in range(WORLD) for value in markers(rank)}
     for where, content in outputs.items():
         for secret in secrets:
             assert secret not in content, f"{secret!r} leaked into {where}"

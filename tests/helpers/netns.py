@@ -71,12 +71,14 @@ class NetnsHost(FakeHost):
 
     def shape(self, ifname: str, rate: str = "100mbit", burst: str = "64kb", latency: str = "50ms") -> None:
         """Limit the egress rate of an interface with tbf (netem does not exist on this kernel)."""
+        require_tool("tc", "iproute2")
         subprocess.run(["ip", "netns", "exec", self.name, "tc", "qdisc", "replace", "dev", ifname, "root",
                         "tbf", "rate", rate, "burst", burst, "latency", latency],
                        check=True, capture_output=True, text=True, timeout=30)
 
     def nft(self, ruleset: str) -> None:
-        """Load an nftables ruleset inside this host (`nft -f -`)."""
+        """Load an nftables ruleset inside this host (`nft -f -`); without nft: skip, or fail in CI, saying so."""
+        require_tool("nft", "nftables")
         subprocess.run(["ip", "netns", "exec", self.name, "nft", "-f", "-"], input=ruleset, check=True,
                        capture_output=True, text=True, timeout=30)
 

@@ -22,10 +22,19 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+# The Debian package that provides each outside tool the tests use (what the skip message says to install).
+PACKAGES = {
+    "nft": "nftables", "ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "mpirun": "openmpi-bin",
+    "chromium": "chromium", "chromedriver": "chromium-driver", "srun": "slurm-wlm", "sbatch": "slurm-wlm",
+    "slurmctld": "slurmctld", "slurmd": "slurmd", "munged": "munge",
+}
+
+
 def require_tool(name: str, package: str | None = None) -> str:
-    """The path of an executable, or skip (locally) / fail (CI), naming the Debian package when given."""
+    """The path of an executable, or skip (locally) / fail (CI) with what to install."""
     path = shutil.which(name) or (f"/usr/sbin/{name}" if os.path.exists(f"/usr/sbin/{name}") else None)
-    require(path is not None, f"{name} is not installed" + (f" (Debian: apt-get install {package})" if package else ""))
+    package = package or PACKAGES.get(name, name)
+    require(path is not None, f"{name} is not installed: install {package} (apt-get install {package})")
     return path or ""
 
 

@@ -52,3 +52,17 @@ def test_seal_adds_digests_only_with_a_key() -> None:
     seal(env, raw, b"k" * 32)
     assert env["HF_TOKEN"] == digest("abc", b"k" * 32) and "abc" not in env["HF_TOKEN"]
     assert agree_on_key(None) is None
+
+
+def test_every_issue_17_shape_is_redacted_under_an_innocuous_name() -> None:
+    from tests.helpers.secret_shapes import shapes
+
+    for name, (value, _) in shapes().items():
+        assert redact_environment({name: value}) == {name: REDACTED}, name
+
+
+@pytest.mark.parametrize("value", ["https://pypi.org/simple", "/usr/local/cuda/bin:/usr/bin", "mlx5_0:1,mlx5_1:1",
+                                   "eth0", "1", "host=db port=5432", "--pass-through", "a" * 16384,
+                                   "file:///data/train", "bypass=1"])
+def test_plain_values_are_kept(value: str) -> None:
+    assert redact_environment({"SOME_SETTING": value}) == {"SOME_SETTING": value}

@@ -22,6 +22,7 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from preflight.lib.secrets import redact_command
 from preflight.model import MasterPortState, PortHolder, RankFacts
 from preflight.steps.launchers import derive_port
 
@@ -64,7 +65,7 @@ def port_holders(port: int) -> list[PortHolder]:
         entry = PortHolder(address=str(conn.laddr.ip), pid=conn.pid)
         if conn.pid:
             try:
-                entry.command = " ".join(psutil.Process(conn.pid).cmdline())[:300]
+                entry.command = redact_command(" ".join(psutil.Process(conn.pid).cmdline()))[:300]
             except psutil.Error:
                 pass
         if entry not in holders:
