@@ -32,8 +32,7 @@ def test_netns_nft_checks_for_nft_before_running_it(no_tools, monkeypatch: pytes
     monkeypatch.setattr(netns.subprocess, "run", lambda *a, **k: ran.append(a))
     monkeypatch.setattr(netns, "require_tool", tools.require_tool)
     monkeypatch.setenv("CI", "true")
-    host = netns.FakeHost.__new__(netns.FakeHost)
-    host.name = "pf-test"
+    host = netns.NetnsHost.__new__(netns.NetnsHost)
     with pytest.raises(pytest.fail.Exception, match="install nftables"):
         host.nft("table inet x {}")
     assert not ran  # never a bare CalledProcessError
