@@ -30,7 +30,6 @@ from preflight.model import CheckOutcome, Finding, RankFacts, World
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.steps.store_join import ForeignStore, join_store, mark_store
 
-
 # One rank's facts and findings are a few KB to a few hundred KB (a large environment); far more is
 # not a preflight payload, and is refused before it is parsed.
 MAX_PAYLOAD_BYTES = 8 << 20
