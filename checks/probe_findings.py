@@ -189,7 +189,8 @@ def dim_spans_hosts(dim: str, groups: int, total: int, example_ranks: list[int],
     hint="The process group or DeviceMesh could not be built: check --backend (nccl needs a GPU "
     "per rank) and the error; the collectives are unverified.",
 )
-def probes_could_not_run(reason: str) -> Iterable[Problem]:
+def probes_could_not_run(reason: str, ranks: list[int] | None = None,
+                         hosts: list[str] | None = None) -> Iterable[Problem]:
     """The probes could not start: process group, DeviceMesh or backend failed.
 
     Without a process group nothing about the collectives is known: not their speed, not
@@ -197,7 +198,8 @@ def probes_could_not_run(reason: str) -> Iterable[Problem]:
     `--backend nccl` on a rank without a GPU or on a torch built without NCCL, a mesh the
     world cannot hold, or a rank that left before the process group formed.
     """
-    yield Problem(f"probes could not run: {reason}")
+    named = f" on rank(s) {_ranks(ranks)}" if ranks else ""
+    yield Problem(f"probes could not run{named}: {reason}", ranks=ranks or [], hosts=hosts or [])
 
 
 @engine_check(

@@ -116,7 +116,10 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     outcome = ProbeOutcome(results=collect.results(got, hosts), devices=got.devices(), device_ids=got.device_ids())
     hang = collect.diagnose_hang(got, plan.steps(), groups, world.world_size)
     if hang is not None and hang.could_not_run:  # a step raised (an op this torch lacks): not the ranks' fault
-        outcome.findings += probes_could_not_run.report(reason=f"{hang.op} on {hang.dim}: {hang.reason}")
+        culprits = sorted(hang.culprits)
+        outcome.findings += probes_could_not_run.report(
+            reason=f"{hang.op} on {hang.dim}: {hang.reason}", ranks=culprits,
+            hosts=sorted({hosts[r] for r in culprits if hosts.get(r)}))
     elif hang is not None:
         outcome.findings += probe_hang.report(
             hang, hosts=hosts, timeout_s=session.timeout_s,
