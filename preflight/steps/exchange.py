@@ -12,6 +12,7 @@ a deadline; a rank that did not report is the caller's finding, never a hang.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -24,10 +25,20 @@ from typing import Any
 
 from preflight.checks.run_findings import unreadable_payload
 from preflight.lib.errors import one_line
-from preflight.lib.waiting import wait_until
+from preflight.lib.waiting import FIRST_POLL_S, MAX_POLL_S, wait_until
 from preflight.model import CheckOutcome, Finding, RankFacts, World
 from preflight.model.codec import BadPayload, decode, encode
+from preflight.steps.heartbeat import Heartbeat, Liveness
 from preflight.steps.store_join import ForeignStore, join_store, mark_store
+
+MULTI_GET_CHUNK = 1024  # keys per multi_get
+
+
+def follower_poll_s(world_size: int) -> float:
+    """The longest pause between two looks at the store while waiting for rank 0: 0.2 s up to
+    2,048 ranks, then growing with N to 2 s, so all followers together make at most ~8,000
+    store calls per second (2 per look: the value and the heartbeat)."""
+    return min(2.0, max(MAX_POLL_S, world_size / 8192))
 
 
 @dataclass
@@ -75,6 +86,7 @@ class Exchange:
         self.foreign = False  # MASTER_PORT answered, but not as this run's store
         self.out_dir = Path(out_dir, _safe(world.run_id)) if out_dir else None
         self.started = time.time()
+        self.heartbeat: Heartbeat | None = None  # rank 0's, from lead_heartbeat()
 
     # -- forming the channel -------------------------------------------------------------
 
@@ -116,7 +128,7 @@ class Exchange:
 
     def publish(self, payload: RankPayload) -> None:
         """Send this rank's facts and findings to rank 0 (store and, if given, the dir)."""
-        text = encode(payload)
+        text = encode(_sized_for_the_store(payload))
         if self.out_dir is not None:
             _atomic_write(self.out_dir / f"rank-{self.world.rank}.json", text)
         if self.store is not None:
@@ -130,10 +142,29 @@ class Exchange:
             self.store.add("reported", 1)
 
     def wait_for(self, name: str, timeout_s: float) -> dict[str, Any] | None:
-        """Wait for a value rank 0 publishes (go, verdict); None when the deadline passes."""
+        """Wait for a value rank 0 publishes (go, verdict); None when the deadline passes.
+
+        The deadline is pushed on while rank 0's heartbeat advances (steps/heartbeat.py). The
+        poll backs off to a ceiling that grows with N (`follower_poll_s`), so thousands of
+        waiting ranks ask the store a bounded number of times per second. (The store's own
+        server-side wait was tried: each wait that times out logs a c10d warning on every rank.)
+        """
         if not self.has_channel():
             return None
-        return wait_until(lambda: self._read_published(name), timeout_s, stop_if=lambda: not self.has_channel())
+        liveness = Liveness(self.store, timeout_s)
+        poll, ceiling = FIRST_POLL_S, follower_poll_s(self.world.world_size)
+        while True:
+            value = self._read_published(name)
+            left = liveness.time_left()
+            if value or left <= 0 or not self.has_channel():
+                return value or None
+            time.sleep(min(poll, left))
+            poll = min(poll * 2, ceiling)
+
+    def lead_heartbeat(self) -> Heartbeat:
+        """Rank 0: beat while it works, so followers wait for it (stopped by announcing the verdict)."""
+        self.heartbeat = Heartbeat(self.store, self.world.world_size).start()
+        return self.heartbeat
 
     def has_channel(self) -> bool:
         """Whether anything can still arrive: a store, or a shared directory."""
@@ -185,8 +216,10 @@ class Exchange:
         arrived = {int(r) for r in self.store.get("arrivals").decode().split(",") if r}
         new = sorted(r for r in arrived - collected.payloads.keys() - collected.bad_payloads.keys()
                      if 0 <= r < self.world.world_size)
-        if new:
-            for rank, raw in zip(new, self.store.multi_get([f"rank/{r}" for r in new])):
+        # In chunks: one multi_get of 100k keys resets the connection; 1,024 per call is as fast.
+        for start in range(0, len(new), MULTI_GET_CHUNK):
+            chunk = new[start:start + MULTI_GET_CHUNK]
+            for rank, raw in zip(chunk, self.store.multi_get([f"rank/{r}" for r in chunk])):
                 self._accept(collected, rank, raw)
 
     def _find_duplicates(self, collected: Collected) -> None:
@@ -229,6 +262,8 @@ class Exchange:
     def announce(self, name: str, value: dict[str, Any]) -> None:
         """Rank 0: publish a decision (go, verdict) to every rank."""
         text = json.dumps(value)
+        if name == "verdict" and self.heartbeat is not None:
+            self.heartbeat.stop()
         if self.out_dir is not None:
             _atomic_write(self.out_dir / f"{name}.json", text)
         if self.store is not None:
@@ -239,6 +274,19 @@ class Exchange:
         if self.store is None or expected <= 0:
             return
         wait_until(lambda: self.store.add("done", 0) >= expected, timeout_s)
+
+
+def _sized_for_the_store(payload: RankPayload) -> RankPayload:
+    """The payload without anything world-sized: O(1) in N per rank.
+
+    The launcher's layout (World.expected_hosts: every rank's host, under Slurm) is the same on
+    every rank and rank 0 derives it from its own variables, so only rank 0 keeps it; shipping
+    it from every rank would make the exchange O(N^2) (5.7 GB at 16,384 ranks)."""
+    world = payload.facts.world
+    if payload.rank == 0 or not world.expected_hosts:
+        return payload
+    facts = dataclasses.replace(payload.facts, world=dataclasses.replace(world, expected_hosts={}))
+    return dataclasses.replace(payload, facts=facts)
 
 
 def _safe(text: str) -> str:
