@@ -101,13 +101,12 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
     from preflight.model.codec import encode
     from preflight.registry import LOCAL, CheckContext, run_checks, select_checks
     from preflight.steps.exchange import RankPayload
-
-    try:  # what Exchange.publish sends (before issue 16: the payload as it is)
-        from preflight.steps.exchange import _sized_for_the_store as for_the_store
-    except ImportError:
-        def for_the_store(payload):
-            return payload
     from preflight.steps.launchers import resolve_world
+
+    try:  # what Exchange.publish sends
+        from preflight.steps.wire import to_wire
+    except ImportError:  # before issue 16: the payload as it is
+        to_wire = encode
 
     hosts = size // PER_HOST
     missing = set(range(hosts - 1 - missing_hosts, hosts - 1))  # never host 0 (rank 0 is there)
@@ -154,7 +153,7 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
                 per_host_found[node] = run_checks(local_checks, facts, ctx, 10.0, rank=rank, host=host)
             found, outcomes = per_host_found[node]
             mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
-            data = encode(for_the_store(RankPayload(rank, facts, mine, outcomes)))
+            data = to_wire(RankPayload(rank, facts, mine, outcomes))
             out.write(struct.pack("<I", len(data)) + data)
 
 
@@ -193,6 +192,13 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
         stages[name] = round(time.perf_counter() - started, 3)
         return value
 
+    def accept(collected, ranks, raws):  # what the store collect does with each multi_get's answer
+        if hasattr(Exchange, "accept_many"):
+            Exchange.accept_many(collected, ranks, raws)
+        else:  # before issue 16
+            for rank, raw in zip(ranks, raws):
+                Exchange._accept(collected, rank, raw)
+
     def decode_all():
         collected = Collected()
         chunk: list[bytes] = []
@@ -202,11 +208,9 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
             chunk.append(raw)
             ranks.append(rank)
             if len(chunk) == 1024:
-                for r, b in zip(ranks, chunk):
-                    Exchange._accept(collected, r, b)
+                accept(collected, ranks, chunk)
                 chunk, ranks = [], []
-        for r, b in zip(ranks, chunk):
-            Exchange._accept(collected, r, b)
+        accept(collected, ranks, chunk)
         own = collected.payloads.pop(0)
         facts, findings, outcomes = collected.merged_with(own)
         return collected, own, facts, findings + own.findings + gather_failures(facts), outcomes + own.outcomes

@@ -67,13 +67,18 @@ class _Interned:
     def __init__(self, into: list) -> None:
         self.values = into
         self.index: dict[bytes, int] = {}
+        self.by_id: dict[int, int] = {}  # the same object again (rank 0 shares decoded sections)
 
     def add(self, value: object) -> int:
+        known = self.by_id.get(id(value))
+        if known is not None:
+            return known
         key = encode(value)
         found = self.index.get(key)
         if found is None:
             found = self.index[key] = len(self.values)
             self.values.append(value)
+        self.by_id[id(value)] = found  # `value` stays alive in the ranks being packed
         return found
 
 
@@ -94,7 +99,6 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     table = RankTable(env_common=_common([f.env for f in ranks]), raw_common=_common([f.world.raw for f in ranks]))
     worlds, versions, system = _Interned(table.worlds), _Interned(table.versions), _Interned(table.system)
     network, gpus, errors = _Interned(table.network), _Interned(table.gpus), _Interned(table.gather_errors)
-    env_items, raw_items = table.env_common.items(), table.raw_common.items()
     for facts in ranks:
         world = facts.world
         shared = dataclasses.replace(world, rank=0, local_rank=0, node_rank=0, host="", raw={}, expected_hosts={})
@@ -103,15 +107,21 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
             node_rank=world.node_rank, versions=versions.add(facts.versions), system=system.add(facts.system),
             network=network.add(facts.network), gpus=gpus.add(facts.gpus),
             gather_errors=errors.add(facts.gather_errors),
-            env=dict(sorted(facts.env.items() - env_items)),
-            env_unset=sorted(table.env_common.keys() - facts.env.keys()),
-            raw=dict(sorted(world.raw.items() - raw_items)),
-            raw_unset=sorted(table.raw_common.keys() - world.raw.keys()),
+            env=_differing(facts.env, table.env_common), env_unset=_unset(facts.env, table.env_common),
+            raw=_differing(world.raw, table.raw_common), raw_unset=_unset(world.raw, table.raw_common),
             expected_hosts=world.expected_hosts,
             world_rank=None if world.rank == facts.rank else world.rank,
             world_host=None if world.host == facts.host else world.host,
         ))
     return table
+
+
+def _differing(values: dict[str, str], common: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in sorted(values.items()) if common.get(name) != value}
+
+
+def _unset(values: dict[str, str], common: dict[str, str]) -> list[str]:
+    return [name for name in common if name not in values]
 
 
 def _restore(common: dict[str, str], own: dict[str, str], unset: list[str]) -> dict[str, str]:
