@@ -108,8 +108,10 @@ def measure(size: int, procs: int) -> dict[str, object]:
     for worker in workers:
         worker.join()
     errors = [e for r in results for e in r["errors"]]
-    return {"ranks": size, "client_processes": procs, "collect_s": round(collect_s, 3),
-            "publish_window_s": round(published - started, 1), "collected": len(collected.payloads), "reported": reported,
+    return {"ranks": size, "client_processes": procs,
+            "collect_s": round(collect_s, 3),
+            "publish_window_s": round(published - started, 1), "collected": len(collected.payloads),
+            "reported": reported,
             "bad": len(collected.bad_payloads), "largest_value_kb": round(largest / 1e3, 1),
             "errors": errors[:3], "error_count": len(errors)}
 
