@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 from preflight.model.codec import encode
 from preflight.model.rank_facts import GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
 
+# The World fields most ranks share (all but rank, local_rank, node_rank, host, raw, expected_hosts);
+# decisions last. A field added to World must be named here or in PackedRank (the round-trip test).
+_WORLD_SHARED = ("launcher", "world_size", "local_world_size", "num_nodes", "master_addr", "master_port", "job_id",
+                 "run_id", "restart_count", "use_agent_store", "decisions")
 _SAMPLE = 64  # ranks sampled to choose the common values (only the table's size depends on them)
 
 
@@ -99,11 +103,16 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     table = RankTable(env_common=_common([f.env for f in ranks]), raw_common=_common([f.world.raw for f in ranks]))
     worlds, versions, system = _Interned(table.worlds), _Interned(table.versions), _Interned(table.system)
     network, gpus, errors = _Interned(table.network), _Interned(table.gpus), _Interned(table.gather_errors)
+    world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
     for facts in ranks:
         world = facts.world
-        shared = dataclasses.replace(world, rank=0, local_rank=0, node_rank=0, host="", raw={}, expected_hosts={})
+        key = tuple(getattr(world, name) for name in _WORLD_SHARED)
+        key = (*key[:-1], tuple(key[-1]))  # decisions, a list, hashable
+        if key not in world_index:
+            world_index[key] = worlds.add(dataclasses.replace(
+                world, rank=0, local_rank=0, node_rank=0, host="", raw={}, expected_hosts={}))
         table.ranks.append(PackedRank(
-            rank=facts.rank, host=facts.host, world=worlds.add(shared), local_rank=world.local_rank,
+            rank=facts.rank, host=facts.host, world=world_index[key], local_rank=world.local_rank,
             node_rank=world.node_rank, versions=versions.add(facts.versions), system=system.add(facts.system),
             network=network.add(facts.network), gpus=gpus.add(facts.gpus),
             gather_errors=errors.add(facts.gather_errors),
@@ -117,7 +126,7 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
 
 
 def _differing(values: dict[str, str], common: dict[str, str]) -> dict[str, str]:
-    return {name: value for name, value in sorted(values.items()) if common.get(name) != value}
+    return dict(sorted((name, value) for name, value in values.items() if common.get(name) != value))
 
 
 def _unset(values: dict[str, str], common: dict[str, str]) -> list[str]:

@@ -7,12 +7,13 @@ from N to 4N; linear work grows 4x, N log N a little more.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from preflight.model import Finding, RankFacts, Severity
-from preflight.model.rank_table import pack, unpack
+from preflight.model import Finding, RankFacts, Severity, World
+from preflight.model.rank_table import _WORLD_SHARED, pack, unpack
 from preflight.registry import CROSS, JobView, merge_findings, select_checks
 from preflight.reports import json as json_report
 from preflight.steps.verdict import RunRecord, build_report
@@ -100,10 +101,12 @@ def test_rank_table_round_trips_and_stores_shared_values_once() -> None:
     assert len(table.versions) == 2 and len(table.worlds) == 1  # one odd torch; one shared World
     assert all(set(row.env) <= {"RANK", "LOCAL_RANK", "NCCL_SOCKET_IFNAME"} for row in table.ranks)
     assert _growth(lambda ranks, size: unpack(pack(ranks))) <= GROWTH_LIMIT
+    # Every World field is either shared (interned) or the row's own: none is lost by packing.
+    per_row = {"rank", "local_rank", "node_rank", "host", "raw", "expected_hosts"}
+    assert {f.name for f in dataclasses.fields(World)} == per_row | set(_WORLD_SHARED)
 
 
 def test_a_report_of_many_ranks_rerenders_from_its_json(tmp_path) -> None:
-    from preflight.model import World
     from preflight.options import RunOptions
     from preflight.reports import html, text
 
