@@ -5,22 +5,35 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from preflight.lib.grouping import group_by
-from preflight.lib.hostlist import rank_ranges
+from preflight.lib.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
 
 
-def _expected_host(rank: int, ranks: Sequence[RankFacts]) -> str:
-    """Where the launcher says a rank should run: Slurm's layout, else torchrun's node rank."""
+def _expected_hosts(missing: Sequence[int], ranks: Sequence[RankFacts]) -> dict[int, str]:
+    """Where the launcher says each missing rank should run: Slurm's layout (rank 0 derives it
+    from the launcher's variables; other ranks do not ship it), else torchrun's node rank.
+
+    O(N + missing): the layouts and node blocks are indexed once, not searched per missing rank."""
+    layout: dict[int, str] = {}
     for facts in ranks:
-        host = facts.world.expected_hosts.get(rank)
-        if host:
-            return host
-    for facts in ranks:
+        for rank, host in facts.world.expected_hosts.items():
+            layout.setdefault(rank, host)
+    blocks: dict[tuple[int, int], tuple[int, str]] = {}  # (local size, node block) -> (first index, host)
+    for index, facts in enumerate(ranks):
         local = facts.world.local_world_size
-        if local > 0 and facts.world.rank // local == rank // local and facts.world.num_nodes > 1:
-            return facts.host
-    return ""
+        if local > 0 and facts.world.num_nodes > 1:
+            blocks.setdefault((local, facts.world.rank // local), (index, facts.host))
+    sizes = {local for local, _ in blocks}
+    found = {}
+    for rank in missing:
+        if layout.get(rank):
+            found[rank] = layout[rank]
+            continue
+        candidates = [blocks[(local, rank // local)] for local in sizes if (local, rank // local) in blocks]
+        if candidates:
+            found[rank] = min(candidates)[1]
+    return found
 
 
 @check(
@@ -40,18 +53,20 @@ def missing_ranks(job: JobView) -> Iterable[Problem]:
     Where the launcher says where the rank should run (Slurm's nodelist and task layout, or
     a torchrun node whose other ranks did report), the finding names that host.
     """
-    ranks = job.ranks
-    present = {facts.rank for facts in ranks}
-    for rank in range(job.world_size):
-        if rank in present:
-            continue
-        host = _expected_host(rank, ranks)
-        where = f" (expected on {host})" if host else ""
-        yield Problem(
-            f"rank {rank} did not report within the deadline{where}",
-            ranks=[rank],
-            hosts=[host] if host else [],
-        )
+    present = {facts.rank for facts in job.ranks}
+    missing = [rank for rank in range(job.world_size) if rank not in present]
+    if not missing:
+        return
+    expected = _expected_hosts(missing, job.ranks)
+    hosts = sorted(set(expected.values()))
+    if len(missing) == 1:
+        where = f" (expected on {hosts[0]})" if hosts else ""
+        message = f"rank {missing[0]} did not report within the deadline{where}"
+    else:
+        where = f" (expected on {len(hosts)} host(s): {host_ranges(hosts)})" if hosts else ""
+        message = f"{len(missing)} ranks did not report within the deadline: ranks {rank_ranges(missing)}{where}"
+    # One finding, however many ranks are missing: its ranks and hosts name them all.
+    yield Problem(message, ranks=missing, hosts=hosts, data={"missing": len(missing)})
 
 
 @check(

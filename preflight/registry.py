@@ -296,8 +296,12 @@ def run_checks(
 
 
 def merge_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """Fold the same finding from many ranks into one naming all of them."""
+    """Fold the same finding from many ranks into one naming all of them.
+
+    O(total ranks and hosts named): each merged finding's ranks and hosts are gathered in sets
+    and sorted once at the end, not re-sorted per folded finding."""
     merged: dict[tuple[str, str, str, str], Finding] = {}
+    folded: dict[tuple[str, str, str, str], tuple[set[int], set[str]]] = {}
     for finding in findings:
         key = (finding.check_id, finding.severity.value, finding.message, finding.hint)
         if key not in merged:
@@ -306,9 +310,14 @@ def merge_findings(findings: Iterable[Finding]) -> list[Finding]:
                 list(finding.ranks), list(finding.hosts), dict(finding.data), finding.blames_host,
             )
             continue
-        target = merged[key]
-        target.ranks = sorted(set(target.ranks) | set(finding.ranks))
-        target.hosts = sorted(set(target.hosts) | set(finding.hosts))
+        if key not in folded:
+            folded[key] = (set(merged[key].ranks), set(merged[key].hosts))
+        ranks, hosts = folded[key]
+        ranks.update(finding.ranks)
+        hosts.update(finding.hosts)
+    for key, (ranks, hosts) in folded.items():
+        merged[key].ranks = sorted(ranks)
+        merged[key].hosts = sorted(hosts)
     return sorted(merged.values(), key=lambda f: (-f.severity.rank, f.check_id, f.message))
 
 

@@ -42,7 +42,8 @@ from preflight.steps.launchers import resolve_world
 from preflight.steps.phases import Phases, phase_display
 from preflight.steps.verdict import RunRecord, build_report
 
-# Seconds a non-zero rank waits for rank 0 beyond rank 0's own deadlines (rendering, skew).
+# Seconds a non-zero rank waits for rank 0 beyond rank 0's own deadlines (skew); rank 0's
+# heartbeat extends the wait while it works (steps/heartbeat.py).
 VERDICT_MARGIN_S = 30.0
 # Seconds rank 0 keeps the store up for the other ranks to read the verdict.
 ACKNOWLEDGE_S = 5.0
@@ -114,6 +115,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
           ctx: CheckContext) -> None:
     """Rank 0, steps 4-8: collect every payload, lead reachability, cross-check, decide, probe."""
     options = record.options
+    phases.on_step = exchange.lead_heartbeat().stage  # followers wait while rank 0 works (steps/heartbeat.py)
     with phases.step("collect"):  # 4
         collected = exchange.collect(options.timeout_s)
         record.all_facts, findings, outcomes = collected.merged_with(_own_payload(record))
@@ -179,6 +181,8 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
     """Rank 0, step 9: build the JobReport, render it everywhere, then publish the exit code."""
     if record.interrupted:
         record.findings += run_interrupted.report(reason=record.interrupted)
+    if exchange.heartbeat is not None:
+        exchange.heartbeat.stage("verdict")
     report = build_report(record)
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included.

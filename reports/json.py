@@ -1,33 +1,63 @@
-"""`--json PATH`: the JobReport itself, the input of `preflight report`."""
+"""`--json PATH`: the JobReport itself, the input of `preflight report`.
+
+The ranks' facts are written as a `RankTable` (preflight/model/rank_table.py): each distinct
+section once and one small row per rank, so a 16,384-rank report is a few MB, not hundreds.
+`load` reads that shape and the earlier one (schema 1, a verbatim `ranks` list) alike.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
 from preflight.model import JobReport, summarize_probes
 from preflight.model.codec import decode, encode
+from preflight.model.rank_table import RankTable, pack, unpack
 
-SCHEMA = 1
+SCHEMA = 2
+
+
+@dataclass
+class _Packed:
+    """The fields the JSON adds to the report's own: the packed ranks (schema 2)."""
+
+    rank_table: RankTable | None = None
+
+
+def dumps_bytes(report: JobReport) -> bytes:
+    """The report as indented JSON bytes: its fields with `ranks` packed, then derived ones beside them."""
+    head = encode({"schema": SCHEMA, "rank_table": pack(report.ranks),
+                   "probe_summary": summarize_probes(report.probes)})
+    body = encode(dataclasses.replace(report, ranks=[]))
+    # One object: the report's own fields, then the added ones (probe_summary is never read back).
+    merged = body[:-1] + b"," + head[1:] if body != b"{}" else head
+    return msgspec.json.format(merged, indent=1)
 
 
 def dumps(report: JobReport) -> str:
-    """The report as indented JSON, with the derived per-dimension probe summary beside it."""
-    head = encode({"schema": SCHEMA, "probe_summary": summarize_probes(report.probes)})
-    body = encode(report)
-    # One object: the report's own fields, then the derived ones (never read back).
-    merged = body[:-1] + b"," + head[1:] if body != b"{}" else head
-    return msgspec.json.format(merged, indent=1).decode()
+    """dumps_bytes as text."""
+    return dumps_bytes(report).decode()
 
 
 def write(report: JobReport, path: str) -> None:
     """Write the report's JSON to path, creating parent folders."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(dumps(report) + "\n")
+    target.write_bytes(dumps_bytes(report) + b"\n")
+
+
+def loads(data: bytes | str) -> JobReport:
+    """The JobReport of `dumps` (raises BadPayload when the data is not one)."""
+    report = decode(data, JobReport)
+    packed = decode(data, _Packed).rank_table
+    if packed is not None and not report.ranks:
+        report.ranks = unpack(packed)
+    return report
 
 
 def load(path: str | Path) -> JobReport:
     """Read a report written by `write` (raises OSError, or BadPayload when it is not one)."""
-    return decode(Path(path).read_bytes(), JobReport)
+    return loads(Path(path).read_bytes())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -61,11 +61,14 @@ class Phases:
     def __init__(self, display: PhaseDisplay | None) -> None:
         self.display = display
         self.seconds: dict[str, float] = {}
+        self.on_step: Callable[[str], None] | None = None  # told each step's name as it starts (heartbeat)
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
         """Time the body as phase `name`; an exception (an interrupt) marks it failed and goes on up."""
         started = time.perf_counter()
+        if self.on_step:
+            self.on_step(name)
         if self.display:
             self.display.start(name)
         failed = True

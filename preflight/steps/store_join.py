@@ -26,7 +26,7 @@ from preflight.lib.waiting import wait_until
 from preflight.model import World
 
 OWNER_KEY = "preflight/owner"
-HANDSHAKE_S = 5.0
+HANDSHAKE_S = 5.0  # the least a store gets to answer; a third of the join's deadline when that is more
 
 
 class ForeignStore(Exception):
@@ -71,7 +71,9 @@ def join_store(world: World, timeout_s: float) -> Any:
     addr, port = world.master_addr, world.master_port
     spent = wait_for_listener(addr, port, timeout_s)
     remaining = max(1.0, timeout_s - spent)
-    handshake = min(HANDSHAKE_S, remaining)
+    # A loaded store (thousands of joins, a slow reverse DNS lookup in the c10d server) answers
+    # late; a fixed 5 s made those a false "another program holds MASTER_PORT" (PORT004).
+    handshake = min(max(HANDSHAKE_S, timeout_s / 3), remaining)
     outcome = call_with_deadline(
         lambda: TCPStore(addr, port, None, False, timedelta(seconds=remaining)), handshake
     )
@@ -84,7 +86,7 @@ def join_store(world: World, timeout_s: float) -> Any:
         raise outcome.error
     store = outcome.value
     if not world.use_agent_store:
-        _verify_owner(store, world, min(HANDSHAKE_S, remaining))
+        _verify_owner(store, world, handshake)
     return store
 
 

@@ -53,3 +53,8 @@ def test_cyclic_placement_warns_once() -> None:
     [finding] = run("LAYOUT004", ranks)
     assert finding.severity.value == "warn" and len(finding.hosts) == 4
     assert "not contiguous on 4 host(s) [node[00-03]], e.g. node00 holds ranks 0,4,8,12" in finding.message
+
+
+def test_a_missing_rank_is_not_a_non_contiguous_host() -> None:
+    ranks = [f for f in cluster(4, 4) if f.rank != 6]  # rank 6 missing: RANK001's finding only
+    assert run("LAYOUT004", ranks, world_size=16) == []

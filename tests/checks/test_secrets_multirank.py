@@ -16,6 +16,9 @@ import io
 import json
 from pathlib import Path
 
+from preflight.model import RankFacts
+from preflight.model.codec import from_builtins
+from preflight.model.rank_table import RankTable, unpack
 from preflight.reports import json as json_report
 from preflight.reports import terminal
 from tests.helpers.ranks import Placement, read_json, spawn_env_ranks
@@ -89,7 +92,7 @@ def test_no_output_contains_any_planted_secret(tmp_path: Path, monkeypatch) -> N
     # derivable from the run's public metadata (the old salt was run id, job id, master addr:port).
     meta = report["meta"]
     public_salt = f"{meta['run_id']}:{meta['job_id']}:{meta['master_addr']}:{meta['master_port']}"
-    digests = {facts["rank"]: facts["env"]["MY_DB_PASSWORD"] for facts in report["ranks"]}
+    digests = {facts.rank: facts.env["MY_DB_PASSWORD"] for facts in _rank_facts(report)}
     for rank, tag in digests.items():
         assert tag.startswith("<redacted>:")
         guess = hmac.new(public_salt.encode(), f"hunter{rank}".encode(), hashlib.sha256).hexdigest()[:12]
@@ -100,7 +103,12 @@ def test_no_output_contains_any_planted_secret(tmp_path: Path, monkeypatch) -> N
 
 def digests_of(report: dict, name: str) -> dict[int, str]:
     """rank -> the redacted tag of one variable in the report's rank facts."""
-    return {facts["rank"]: facts["env"][name] for facts in report["ranks"]}
+    return {facts.rank: facts.env[name] for facts in _rank_facts(report)}
+
+
+def _rank_facts(report: dict) -> list[RankFacts]:
+    """The ranks' facts of a report read as plain JSON (stored packed: preflight/model/rank_table.py)."""
+    return unpack(from_builtins(report["rank_table"], RankTable))
 
 
 def _rank_of(report: dict, name: str, number: int) -> int:

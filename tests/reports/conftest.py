@@ -14,14 +14,12 @@ a documented fake) for a dp2,tp2 mesh in which node04 is slow: the charts need a
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from preflight.model import JobReport
-from preflight.model.codec import from_builtins
 from preflight.reports.json import dumps
 from preflight.reports.json import load as load_report
 from tests.helpers.hosts import fake_host
@@ -72,8 +70,7 @@ def planted_run(tmp_path_factory: pytest.TempPathFactory) -> PlantedRun:
         timeout=180,
     )
     assert paths["json"].exists(), f"rank 0 wrote no JSON: {ranks[0].stdout}\n{ranks[0].stderr}"
-    raw = json.loads(paths["json"].read_text())
-    report = from_builtins(raw, JobReport)
+    report = load_report(str(paths["json"]))
     hosts = {facts.rank: facts.host for facts in report.ranks}
     report.meta.mesh = "dp2,tp2"
     report.probes = probe_results("dp2,tp2", hosts, link_gbps={"dp": 8.0, "tp": 20.0}, slow_hosts={"node04": 0.3})

@@ -1,0 +1,303 @@
+"""Rank 0's work after the exchange, at 1,024 / 4,096 / 16,384 synthetic ranks.
+
+    .venv/bin/python benchmarks/rank0_scale.py                    # the sweep: every N, both worlds
+    .venv/bin/python benchmarks/rank0_scale.py --ranks 16384 --world slurm   # one N, one world
+
+Each (N, world) runs in a fresh process: a child generates N payloads (written to a temporary
+file, so generating them costs the measured process neither time nor memory), then the
+measured process drives the project's own code, stage by stage:
+
+  decode        every payload through the exchange's own validation (Exchange._accept, the
+                model's msgspec codec), read in chunks of 1,024 as the store collect does,
+                then Collected.merged_with and the gatherer-failure findings
+  cross checks  registry.run_checks over every registered cross check, with one JobView
+  report        steps.verdict.build_report
+  json/text/junit/html/exclude   each renderer, to a temporary folder
+  reload        `preflight report`'s path: the JSON read back and rendered again (text, html)
+
+The worlds are SYNTHETIC but built the way a real run builds them: the World comes from
+steps.launchers.resolve_world over torchrun-like or Slurm-like variables, 8 ranks per host,
+~150 environment variables per rank, 10 interfaces, 8 IB ports and 8 GPUs per host, the
+local checks' real findings and outcomes. Planted faults: one host missing (8 ranks),
+NCCL_SOCKET_IFNAME different on one host, another torch on one rank, one IB port down on one
+host, a low RLIMIT_MEMLOCK on one host. `--missing-hosts K` plants K missing hosts instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PER_HOST = 8
+SIZES = (1024, 4096, 16384)
+
+
+# -- generation (child process) ------------------------------------------------------------
+
+def _common_env() -> dict[str, str]:
+    env = {
+        "PATH": "/opt/conda/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LD_LIBRARY_PATH": "/usr/local/cuda/lib64:/usr/local/nvidia/lib:/usr/local/nvidia/lib64:/opt/amazon/efa/lib",
+        "NCCL_SOCKET_IFNAME": "ib", "NCCL_IB_HCA": "mlx5", "NCCL_DEBUG": "WARN", "NCCL_IB_GID_INDEX": "3",
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "8", "PYTHONUNBUFFERED": "1",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+        "HOME": "/home/alice", "USER": "alice", "SHELL": "/bin/bash",
+        "LANG": "C.UTF-8", "WANDB_API_KEY": "<redacted>:3f2a9c0d1e4b", "HF_HOME": "/fsx/cache/hf",
+    }
+    for i in range(110):
+        env[f"APP_SETTING_{i:03d}"] = f"value-{i}-" + "x" * (i % 40)
+    return env
+
+
+def _launcher_env(world: str, rank: int, size: int, host: str, port: int) -> dict[str, str]:
+    hosts = size // PER_HOST
+    node, local = divmod(rank, PER_HOST)
+    if world == "torchrun":
+        return {
+            "RANK": str(rank), "LOCAL_RANK": str(local), "GROUP_RANK": str(node), "ROLE_RANK": str(rank),
+            "WORLD_SIZE": str(size), "LOCAL_WORLD_SIZE": str(PER_HOST), "GROUP_WORLD_SIZE": str(hosts),
+            "ROLE_WORLD_SIZE": str(size), "ROLE_NAME": "default",
+            "MASTER_ADDR": "gpu00001", "MASTER_PORT": str(port),
+            "TORCHELASTIC_RUN_ID": "bench", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "TORCHELASTIC_ERROR_FILE": f"/tmp/torchelastic_x/{local}/error.json",
+            "HOSTNAME": host, "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+        }
+    return {
+        "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local), "SLURM_NODEID": str(node),
+        "SLURM_NTASKS": str(size), "SLURM_NPROCS": str(size), "SLURM_NNODES": str(hosts),
+        "SLURM_JOB_NUM_NODES": str(hosts), "SLURM_STEP_NUM_NODES": str(hosts),
+        "SLURM_JOB_NODELIST": f"gpu[00001-{hosts:05d}]", "SLURM_STEP_NODELIST": f"gpu[00001-{hosts:05d}]",
+        "SLURM_TASKS_PER_NODE": f"{PER_HOST}(x{hosts})", "SLURM_STEP_TASKS_PER_NODE": f"{PER_HOST}(x{hosts})",
+        "SLURM_NTASKS_PER_NODE": str(PER_HOST), "SLURM_JOB_ID": "424242", "SLURM_STEP_ID": "0",
+        "SLURM_JOBID": "424242", "SLURMD_NODENAME": host, "SLURM_TOPOLOGY_ADDR": f"spine.leaf{node // 32}.{host}",
+        "SLURM_GTIDS": ",".join(str(node * PER_HOST + i) for i in range(PER_HOST)),
+        "SLURM_TASK_PID": str(10000 + rank), "SLURM_CPU_BIND": "quiet,mask_cpu:0xFF", "SLURM_DISTRIBUTION": "block",
+        "MASTER_ADDR": "gpu00001", "MASTER_PORT": str(port), "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+    }
+
+
+def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
+    """Write every reporting rank's encoded RankPayload to `path` (length-prefixed)."""
+    from preflight.model import (
+        ChosenInterface,
+        GpuFacts,
+        IbPort,
+        Interface,
+        MasterAddrResolution,
+        NetworkFacts,
+        RankFacts,
+        SystemLimits,
+        Versions,
+    )
+    from preflight.model.codec import encode
+    from preflight.registry import LOCAL, CheckContext, run_checks, select_checks
+    from preflight.steps.exchange import RankPayload
+    from preflight.steps.launchers import resolve_world
+
+    try:  # what Exchange.publish sends
+        from preflight.steps.wire import to_wire
+    except ImportError:  # before issue 16: the payload as it is
+        to_wire = encode
+
+    hosts = size // PER_HOST
+    missing = set(range(hosts - 1 - missing_hosts, hosts - 1))  # never host 0 (rank 0 is there)
+    common = _common_env()
+    ctx = CheckContext(world_size=size)
+    local_checks = select_checks(LOCAL, (), ())
+    per_host_found: dict[int, tuple[list, list]] = {}
+    with open(path, "wb") as out:
+        for rank in range(size):
+            node, local = divmod(rank, PER_HOST)
+            if node in missing:
+                continue
+            host = f"gpu{node + 1:05d}"
+            launcher = _launcher_env(world_kind, rank, size, host, 29500)
+            env = {**common, **launcher}
+            if node == 5:
+                env["NCCL_SOCKET_IFNAME"] = "eth"  # drift on one host
+            world = resolve_world(env, host)
+            ib = [IbPort(f"mlx5_{i}", 1, "ACTIVE", 4, "LinkUp", 5, "400 Gb/sec (4X NDR)", 400.0, "InfiniBand",
+                         [f"ib{i}"]) for i in range(8)]
+            if node == 9:
+                ib[3] = IbPort("mlx5_3", 1, "DOWN", 1, "Polling", 2, "", None, "InfiniBand", ["ib3"])
+            ifaces = [Interface("lo", True, 65536, 0, ["127.0.0.1", "::1"]),
+                      Interface("eth0", True, 9001, 100000, [f"10.0.{node // 256}.{node % 256}"])]
+            ifaces += [Interface(f"ib{i}", True, 4092, 400000, [f"10.{100 + i}.{node // 256}.{node % 256}"])
+                       for i in range(8)]
+            facts = RankFacts(
+                rank=rank, host=host, world=world, env=env,
+                versions=Versions("3.11.9", "2.5.1+cu124" if rank != 77 else "2.4.0+cu121", "12.4", "yes", "yes",
+                                  "2.21.5", "550.90.07", "12.4"),
+                system=SystemLimits(pid=10000 + rank, cpu_count=192,
+                                    memlock_bytes=-1 if node != 12 else 65536, shm_bytes=1 << 39),
+                network=NetworkFacts(
+                    interfaces=ifaces, ib_ports=ib,
+                    chosen_interface=ChosenInterface("ib0", "NCCL_SOCKET_IFNAME=ib", ifaces[2].addresses[0], True,
+                                                     4092),
+                    loopback_scope=f"boot-{node:08x}:netns-4026531992",
+                    master_addr=MasterAddrResolution("gpu00001", ["10.0.0.0"]),
+                ),
+                gpus=[GpuFacts(i, "NVIDIA H100 80GB HBM3", f"GPU-{node:08x}-{i:04x}-{node * 8 + i:012x}",
+                               f"00000000:{0x18 + i * 0x10:02X}:00.0", 85520809984, 18, 4) for i in range(8)],
+            )
+            if local == 0 or node not in per_host_found:
+                per_host_found[node] = run_checks(local_checks, facts, ctx, 10.0, rank=rank, host=host)
+            found, outcomes = per_host_found[node]
+            mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
+            data = to_wire(RankPayload(rank, facts, mine, outcomes))
+            out.write(struct.pack("<I", len(data)) + data)
+
+
+def _payloads(path: str):
+    with open(path, "rb") as stream:
+        while head := stream.read(4):
+            (length,) = struct.unpack("<I", head)
+            yield stream.read(length)
+
+
+# -- measurement (a fresh process per N) ---------------------------------------------------
+
+def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) -> dict[str, object]:
+    """Generate in a child, then time rank 0's stages here."""
+    folder = Path(keep or tempfile.mkdtemp(prefix="pf-scale-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    data = str(folder / "payloads.bin")
+    subprocess.run([sys.executable, __file__, "--generate", data, "--ranks", str(size), "--world", world_kind,
+                    "--missing-hosts", str(missing_hosts)], check=True)
+    payload_bytes = os.path.getsize(data)
+
+    from preflight.model import World
+    from preflight.options import RunOptions
+    from preflight.registry import CROSS, CheckContext, JobView, run_checks, select_checks
+    from preflight.reports import exclude, html, junit, text
+    from preflight.reports import json as json_report
+    from preflight.steps.exchange import Collected, Exchange
+    from preflight.steps.gather import gather_failures
+    from preflight.steps.verdict import RunRecord, build_report
+
+    stages: dict[str, float] = {}
+
+    def timed(name: str, func, *args):
+        started = time.perf_counter()
+        value = func(*args)
+        stages[name] = round(time.perf_counter() - started, 3)
+        return value
+
+    def accept(collected, ranks, raws):  # what the store collect does with each multi_get's answer
+        if hasattr(Exchange, "accept_many"):
+            Exchange.accept_many(collected, ranks, raws)
+        else:  # before issue 16
+            for rank, raw in zip(ranks, raws):
+                Exchange._accept(collected, rank, raw)
+
+    def decode_all():
+        collected = Collected()
+        chunk: list[bytes] = []
+        ranks: list[int] = []
+        for raw in _payloads(data):
+            rank = json.loads(raw[:64].split(b'"rank":', 1)[1].split(b",", 1)[0])
+            chunk.append(raw)
+            ranks.append(rank)
+            if len(chunk) == 1024:
+                accept(collected, ranks, chunk)
+                chunk, ranks = [], []
+        accept(collected, ranks, chunk)
+        own = collected.payloads.pop(0)
+        facts, findings, outcomes = collected.merged_with(own)
+        return collected, own, facts, findings + own.findings + gather_failures(facts), outcomes + own.outcomes
+
+    collected, own, facts, findings, outcomes = timed("decode", decode_all)
+    world: World = own.facts.world
+    options = RunOptions(command_line="benchmark").for_world(size)
+    ctx = CheckContext(world_size=size, backend=options.backend)
+
+    def cross():
+        job = JobView(**vars(ctx), ranks=facts, duplicate_ranks=collected.duplicates, reachability=None)
+        return run_checks(select_checks(CROSS, (), ()), job, ctx, 600.0, rank=0, host=world.host)
+
+    found, cross_outcomes = timed("cross checks", cross)
+    record = RunRecord(world, options)
+    record.facts, record.all_facts = own.facts, facts
+    record.findings, record.outcomes = findings + found, outcomes + cross_outcomes
+    record.missing = collected.missing(size)
+    report = timed("report", build_report, record)
+    out = folder / "out"
+    paths = {name: str(out / f"report.{name}") for name in ("json", "txt", "xml", "html", "exclude")}
+    timed("json", json_report.write, report, paths["json"])
+    timed("text", text.write, report, paths["txt"])
+    timed("junit", junit.write, report, paths["xml"])
+    timed("html", html.write, report, paths["html"])
+    timed("exclude", exclude.write, report, paths["exclude"])
+
+    def reload():
+        again = json_report.load(paths["json"])
+        text.render(again)
+        html.render(again)
+        return again
+
+    again = timed("reload+render", reload)
+    total = round(sum(seconds for name, seconds in stages.items() if name != "reload+render"), 3)
+    return {
+        "world": world_kind, "ranks": size, "reported": len(again.ranks), "stages_s": stages, "total_s": total,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "json_mb": round(os.path.getsize(paths["json"]) / 1e6, 1),
+        "html_mb": round(os.path.getsize(paths["html"]) / 1e6, 1),
+        "payload_kb_per_rank": round(payload_bytes / max(1, len(again.ranks)) / 1e3, 1),
+        "findings": len(again.findings), "exit_code": again.exit_code,
+    }
+
+
+def sweep(worlds: list[str], sizes: list[int], missing_hosts: int) -> None:
+    """Every (world, N) in a fresh process, one at a time; a table and the 16384/4096 ratio."""
+    rows = []
+    for world_kind in worlds:
+        for size in sizes:
+            done = subprocess.run([sys.executable, __file__, "--ranks", str(size), "--world", world_kind,
+                                   "--missing-hosts", str(missing_hosts)], check=True, capture_output=True, text=True)
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print()
+    print("| world | ranks | decode | cross | report | json | text | junit | html | exclude | total s | "
+          "peak RSS MiB | JSON MB | HTML MB | payload kB/rank | reload+render s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        s = row["stages_s"]
+        print(f"| {row['world']} | {row['ranks']} | {s['decode']} | {s['cross checks']} | {s['report']} | {s['json']} "
+              f"| {s['text']} | {s['junit']} | {s['html']} | {s['exclude']} | **{row['total_s']}** | "
+              f"{row['peak_rss_mib']} | {row['json_mb']} | {row['html_mb']} | {row['payload_kb_per_rank']} | "
+              f"{s['reload+render']} |")
+    for world_kind in worlds:
+        by = {row["ranks"]: row["total_s"] for row in rows if row["world"] == world_kind}
+        if 16384 in by and 4096 in by:
+            print(f"{world_kind}: 16384/4096 = {by[16384] / by[4096]:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int)
+    parser.add_argument("--world", choices=("torchrun", "slurm"))
+    parser.add_argument("--missing-hosts", type=int, default=1)
+    parser.add_argument("--generate", metavar="FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--keep", metavar="DIR", help="keep the payloads and reports here")
+    args = parser.parse_args()
+    if args.generate:
+        generate(args.world, args.ranks, args.missing_hosts, args.generate)
+    elif args.ranks and args.world:
+        print(json.dumps(measure(args.world, args.ranks, args.missing_hosts, args.keep)))
+    else:
+        sweep([args.world] if args.world else ["torchrun", "slurm"], [args.ranks] if args.ranks else list(SIZES),
+              args.missing_hosts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The exchange at 1,024 and 4,096 clients: one TCPStore hosted as rank 0 hosts it, real payloads.
+
+    .venv/bin/python benchmarks/store_exchange.py                  # 1024 and 4096
+    .venv/bin/python benchmarks/store_exchange.py --ranks 4096 --procs 8
+
+Rank 0 (this process) opens the store through `Exchange.open` (the hosting path: TCPStore with
+wait_for_workers=False, the run's mark). `--procs` client processes, each with one thread per
+rank it plays, join it through `Exchange.open` (the bounded join: listener wait, handshake,
+mark check) and `Exchange.publish` a realistic payload (benchmarks/rank0_scale.py's synthetic
+facts: ~150 variables, 10 interfaces, 8 IB ports, 8 GPUs, the local checks' findings). Once
+every client has published (the store's own `reported` counter), rank 0 runs `Exchange.collect`
+and the figure is its duration: the arrival list, chunked multi_gets of 1,024 keys, decode and
+validation of every payload. Also reported: the publish window (first join to last publish)
+and the largest single value written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rank0_scale import _payloads
+
+RUN_ID = "store-bench"
+
+
+def _world(rank: int, size: int, port: int):
+    from preflight.model import World
+
+    return World(launcher="env", rank=rank, world_size=size, host=f"gpu{rank // 8 + 1:05d}",
+                 master_addr="127.0.0.1", master_port=port, run_id=RUN_ID, job_id=RUN_ID)
+
+
+def _client_process(ranks: list[int], size: int, port: int, data: str, out: multiprocessing.Queue) -> None:
+    """Play `ranks` as threads: join, publish, report the publish time and the largest value."""
+    from preflight.steps.exchange import Exchange
+    from preflight.steps.wire import SharedSections, from_wire
+
+    mine = set(ranks)
+    shared = SharedSections()
+    payloads = {}
+    for raw in _payloads(data):
+        rank = json.loads(raw[:64].split(b'"rank":', 1)[1].split(b",", 1)[0])
+        if rank in mine:
+            payloads[rank] = from_wire(raw, shared)
+    done: list[float] = []
+    errors: list[str] = []
+
+    def play(rank: int) -> None:
+        exchange = Exchange(_world(rank, size, port), timeout_s=120.0)
+        exchange.open()
+        if exchange.store is None:
+            errors.append(f"rank {rank}: {exchange.store_error}")
+            return
+        exchange.publish(payloads[rank])
+        done.append(time.time())
+
+    threads = [threading.Thread(target=play, args=(rank,)) for rank in ranks if rank in payloads]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    out.put({"last_publish": max(done, default=0.0), "errors": errors})
+
+
+def measure(size: int, procs: int) -> dict[str, object]:
+    from preflight.steps.exchange import Exchange
+
+    folder = Path(tempfile.mkdtemp(prefix="pf-store-"))
+    data = str(folder / "payloads.bin")
+    subprocess.run([sys.executable, str(Path(__file__).parent / "rank0_scale.py"), "--generate", data,
+                    "--ranks", str(size), "--world", "torchrun", "--missing-hosts", "0"], check=True)
+    largest = max(len(raw) for raw in _payloads(data))
+    lead = Exchange(_world(0, size, 0), timeout_s=120.0)
+    lead.open()
+    assert lead.store is not None, lead.store_error
+    port = lead.world.master_port
+    from preflight.steps.wire import SharedSections, from_wire
+
+    lead.publish(from_wire(next(iter(_payloads(data))), SharedSections()))  # rank 0 publishes too
+    context = multiprocessing.get_context("spawn")
+    queue: multiprocessing.Queue = context.Queue()
+    peers = list(range(1, size))
+    started = time.time()
+    workers = [context.Process(target=_client_process, args=(peers[i::procs], size, port, data, queue))
+               for i in range(procs)]
+    for worker in workers:
+        worker.start()
+    deadline = time.time() + 240
+    while lead.store.add("reported", 0) < size and time.time() < deadline:  # every rank has published
+        time.sleep(0.05)
+    reported = lead.store.add("reported", 0)
+    published = time.time()
+    collect_started = time.perf_counter()
+    collected = lead.collect(timeout_s=0.0 if reported < size else 60.0)
+    collect_s = time.perf_counter() - collect_started
+    results = [queue.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    errors = [e for r in results for e in r["errors"]]
+    return {"ranks": size, "client_processes": procs,
+            "collect_s": round(collect_s, 3),
+            "publish_window_s": round(published - started, 1), "collected": len(collected.payloads),
+            "reported": reported,
+            "bad": len(collected.bad_payloads), "largest_value_kb": round(largest / 1e3, 1),
+            "errors": errors[:3], "error_count": len(errors)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, action="append")
+    parser.add_argument("--procs", type=int, default=8)
+    args = parser.parse_args()
+    for size in args.ranks or [1024, 4096]:
+        if len(args.ranks or []) <= 1 and args.ranks:
+            print(json.dumps(measure(size, args.procs)), flush=True)
+            continue
+        # each N in a fresh process
+        done = subprocess.run([sys.executable, __file__, "--ranks", str(size), "--procs", str(args.procs)],
+                              check=True, capture_output=True, text=True, env={**os.environ})
+        print(done.stdout.strip().splitlines()[-1], flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Rank 0's heartbeat keeps followers waiting while it works, and only then (steps/heartbeat.py)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from torch.distributed import TCPStore
+
+from preflight.steps.heartbeat import HEARTBEAT_KEY, Heartbeat, Liveness, stage_budget_s
+
+
+class CountingStore:
+    """The one store call the heartbeat makes: add."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+
+    def add(self, key: str, amount: int) -> int:
+        self.values[key] = self.values.get(key, 0) + amount
+        return self.values[key]
+
+
+def test_a_beat_pushes_the_followers_deadline_and_silence_lets_it_run_out() -> None:
+    store = CountingStore()
+    store.add(HEARTBEAT_KEY, 5)  # beats before the wait began do not count
+    liveness = Liveness(store, timeout_s=0.0, stall_s=0.3)
+    assert liveness.time_left() <= 0
+    store.add(HEARTBEAT_KEY, 1)
+    assert liveness.time_left() > 0.2  # rank 0 beat: wait on
+    time.sleep(0.35)
+    assert liveness.time_left() <= 0  # no beat since: give up
+
+
+def test_rank_zero_beats_while_its_stage_is_in_budget_only() -> None:
+    store = CountingStore()
+    beat = Heartbeat(store, world_size=8, beat_s=0.02).start()
+    time.sleep(0.2)
+    assert store.values[HEARTBEAT_KEY] >= 3
+    beat.budget_s = 0.0  # the stage overran its budget: a hung rank 0 stops beating
+    time.sleep(0.05)
+    stalled = store.values[HEARTBEAT_KEY]
+    time.sleep(0.1)
+    assert store.values[HEARTBEAT_KEY] == stalled
+    beat.stop()
+    assert stage_budget_s(16384) > stage_budget_s(1024) >= 60
+
+
+def test_exchange_wait_gives_up_on_time_and_sees_a_late_value() -> None:
+    from preflight.model import World
+    from preflight.steps.exchange import Exchange
+
+    server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
+    world = World(launcher="env", rank=1, world_size=2, master_port=server.port, run_id="hb")
+    exchange = Exchange(world, timeout_s=5.0)
+    exchange.store = TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=10))
+    started = time.monotonic()
+    assert exchange.wait_for("verdict", 0.3) is None and time.monotonic() - started < 1.5
+    exchange.store.set("verdict", '{"exit_code": 3}')
+    assert exchange.wait_for("verdict", 5.0) == {"exit_code": 3}

@@ -1,0 +1,125 @@
+"""Scale (issue 16): the cross checks, merging and the report's rank table grow O(N) or O(N log N).
+
+No wall-clock bound: the same work is done at two sizes in the same run, and the Python lines
+executed (a deterministic count, sys.settrace) are compared. Quadratic work would grow 16x
+from N to 4N; linear work grows 4x, N log N a little more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from preflight.model import Finding, RankFacts, Severity, World
+from preflight.model.rank_table import _WORLD_SHARED, pack, unpack
+from preflight.registry import CROSS, JobView, merge_findings, select_checks
+from preflight.reports import json as json_report
+from preflight.steps.verdict import RunRecord, build_report
+from tests.helpers.facts import cluster
+
+PER_HOST = 8
+# 4x the ranks may cost at most this many times the lines: linear x 1.5 (log factors, constants).
+GROWTH_LIMIT = 6.0
+
+
+def _world(hosts: int, missing_hosts: int = 2) -> list[RankFacts]:
+    """hosts x 8 ranks, ~60 variables each, with planted faults: drift on one host, another torch on
+    one rank, and the last `missing_hosts` hosts but one missing."""
+    env = {f"APP_{i:02d}": f"value-{i}" for i in range(50)} | {"NCCL_SOCKET_IFNAME": "ib", "NCCL_DEBUG": "WARN"}
+    ranks = cluster(hosts, PER_HOST, env=env, versions={"torch": "2.13.0", "nccl": "2.27.3"},
+                    world_launcher="torchrun", world_num_nodes=hosts)
+    for facts in ranks:
+        facts.env.update(RANK=str(facts.rank), LOCAL_RANK=str(facts.rank % PER_HOST))
+        if facts.host == "node003":
+            facts.env["NCCL_SOCKET_IFNAME"] = "eth"
+    ranks[5].versions.torch = "2.12.0"
+    # Slurm-like: rank 0 alone holds the launcher's layout (no other rank ships it).
+    ranks[0].world.expected_hosts = {facts.rank: facts.host for facts in ranks}
+    gone = {f"node{h + 1:03d}" for h in range(hosts - missing_hosts, hosts)}
+    return [facts for facts in ranks if facts.host not in gone]
+
+
+def _lines(work: Callable[[], Any]) -> int:
+    """Python lines executed by work(): an operation count that no machine's speed changes."""
+    count = 0
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        if event == "line":
+            count += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        work()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def _growth(work: Callable[[list[RankFacts], int], Any], hosts: int = 16) -> float:
+    small, large = _world(hosts), _world(4 * hosts)
+    work(small, hosts * PER_HOST)  # warm caches and imports outside the count
+    return _lines(lambda: work(large, 4 * hosts * PER_HOST)) / _lines(lambda: work(small, hosts * PER_HOST))
+
+
+def _cross_checks(ranks: list[RankFacts], world_size: int) -> list[Finding]:
+    job = JobView(world_size=world_size, ranks=ranks)
+    return [spec.finding(p) for spec in select_checks(CROSS, (), ()) for p in spec.func(job)]
+
+
+def test_every_cross_check_is_linear_or_n_log_n() -> None:
+    found = _cross_checks(_world(16), 16 * PER_HOST)
+    assert {"RANK001", "ENV003", "SW001"} <= {f.check_id for f in found}  # the planted faults are seen
+    for spec in select_checks(CROSS, (), ()):
+        growth = _growth(lambda ranks, size, spec=spec: list(spec.func(JobView(world_size=size, ranks=ranks))))
+        assert growth <= GROWTH_LIMIT, f"{spec.id} grows {growth:.1f}x for 4x the ranks"
+
+
+def test_many_missing_ranks_are_one_finding_with_their_hosts() -> None:
+    ranks = _world(64, missing_hosts=20)
+    [missing] = [f for f in _cross_checks(ranks, 64 * PER_HOST) if f.check_id == "RANK001"]
+    assert len(missing.ranks) == 20 * PER_HOST and missing.hosts == [f"node{h:03d}" for h in range(45, 65)]
+    assert "160 ranks did not report" in missing.message and "ranks 352-511" in missing.message
+
+
+def test_merging_one_finding_from_every_rank_is_linear() -> None:
+    def merge(ranks: list[RankFacts], size: int) -> list[Finding]:
+        return merge_findings(Finding("ENV001", Severity.WARN, "same", ranks=[f.rank], hosts=[f.host]) for f in ranks)
+
+    assert _growth(merge) <= GROWTH_LIMIT
+    [merged] = merge(_world(4), 32)
+    assert merged.ranks == list(range(16)) and merged.hosts == ["node001", "node002"]
+
+
+def test_rank_table_round_trips_and_stores_shared_values_once() -> None:
+    ranks = _world(32)
+    table = pack(ranks)
+    assert unpack(table) == ranks
+    assert len(table.versions) == 2 and len(table.worlds) == 1  # one odd torch; one shared World
+    assert all(set(row.env) <= {"RANK", "LOCAL_RANK", "NCCL_SOCKET_IFNAME"} for row in table.ranks)
+    assert _growth(lambda ranks, size: unpack(pack(ranks))) <= GROWTH_LIMIT
+    # Every World field is either shared (interned) or the row's own: none is lost by packing.
+    per_row = {"rank", "local_rank", "node_rank", "host", "raw", "expected_hosts"}
+    assert {f.name for f in dataclasses.fields(World)} == per_row | set(_WORLD_SHARED)
+
+
+def test_a_report_of_many_ranks_rerenders_from_its_json(tmp_path) -> None:
+    from preflight.options import RunOptions
+    from preflight.reports import html, text
+
+    ranks = _world(64)
+    record = RunRecord(World(launcher="torchrun", rank=0, world_size=64 * PER_HOST, host="node001"),
+                       RunOptions().for_world(64 * PER_HOST))
+    record.facts, record.all_facts = ranks[0], ranks
+    record.findings = _cross_checks(ranks, 64 * PER_HOST)
+    record.missing = [r for r in range(64 * PER_HOST) if r >= 62 * PER_HOST]
+    report = build_report(record)
+    path = tmp_path / "r.json"
+    json_report.write(report, str(path))
+    again = json_report.load(path)
+    assert again == report
+    assert text.render(again) == text.render(report) and html.render(again) == html.render(report)
+    assert again.bad_hosts == ["node001", "node063", "node064"]  # another torch on rank 5; two hosts missing
