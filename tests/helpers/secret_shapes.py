@@ -1,6 +1,6 @@
 """Every secret shape preflight must never print, each under an innocuous variable name.
 
-Shared by the unit tests (tests/preflight/test_secrets.py), the fuzz test over the detector
+Shared by the unit tests (tests/lib/test_secrets.py), the fuzz test over the detector
 and the real multi-rank run (tests/checks/test_secrets_multirank.py). `marker` is the part
 that must never appear in any output; `value` is the whole variable.
 """
