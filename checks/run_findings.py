@@ -96,3 +96,21 @@ def foreign_findings_dropped(rank: int, dropped: int, example: str) -> Iterable[
     """
     yield Problem(f"rank {rank} sent {dropped} finding(s) about other ranks or hosts; dropped (e.g. {example})",
                   ranks=[rank], data={"dropped": dropped})
+
+
+@engine_check(
+    "RUN007",
+    tag=Tags.RUN,
+    severity=Severity.COULD_NOT_RUN,
+    hint="Look at rank 0's log and host (a crash, an OOM kill, a node failure); this rank's own "
+    "report is in --out-dir, and rank 0's host is the one to check first.",
+)
+def rank_zero_lost(rank: int, master: str, reason: str) -> Iterable[Problem]:
+    """Rank 0 stopped answering before it published the verdict; this rank reports alone.
+
+    Every rank adopts rank 0's verdict. When rank 0 is gone (its store closed, its heartbeat
+    stopped), a rank with a shared `--out-dir` writes its own report there instead, so the job
+    still leaves a record that names what happened, and exits incomplete.
+    """
+    yield Problem(f"rank 0 ({master}) gave no verdict to rank {rank}: {reason}", ranks=[0],
+                  data={"reporting_rank": rank})

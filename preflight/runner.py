@@ -40,7 +40,7 @@ from preflight.steps.exchange import Exchange, RankPayload
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
 from preflight.steps.launchers import resolve_world
 from preflight.steps.phases import Phases, phase_display
-from preflight.steps.verdict import RunRecord, build_report
+from preflight.steps.verdict import RunRecord, build_report, report_alone
 
 # Seconds a non-zero rank waits for rank 0 beyond rank 0's own deadlines (skew); rank 0's
 # heartbeat extends the wait while it works (steps/heartbeat.py).
@@ -160,10 +160,11 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
     verdict = exchange.wait_for("verdict", options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9
     exchange.acknowledge()
     if verdict is None:
-        why = f": {exchange.store_error}" if exchange.store_error else ""
-        print(f"preflight: rank {world.rank}: no verdict from rank 0 "
-              f"({world.master_addr}:{world.master_port}){why}; exit {int(ExitCode.INCOMPLETE)}")
-        return int(ExitCode.INCOMPLETE)
+        why = exchange.store_error or "rank 0 stopped answering"
+        code = report_alone(record, exchange.out_dir, why)  # into --out-dir, where there is one
+        print(f"preflight: rank {world.rank}: no verdict from rank 0 ({world.master_addr}:{world.master_port}): "
+              f"{why}; exit {code}")
+        return code
     return int(verdict["exit_code"])
 
 

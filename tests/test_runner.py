@@ -75,3 +75,28 @@ def _listening(port: int) -> bool:
 
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_rank_0_killed_before_the_verdict_each_rank_reports_alone_in_the_shared_dir(tmp_path) -> None:
+    """Rank 0 dies after the cross checks: the others write their own report to --out-dir, blame rank 0, exit 4."""
+    port, shared = free_port(), tmp_path / "shared"
+    # Probes on: rank 0 is still working (heartbeat, store up) when it is killed, not already done.
+    args = ["run", "--timeout", "20", "--out-dir", str(shared), "--ops", "all_reduce", "--sizes", "64KiB",
+            "--probe-timeout", "5"]
+    procs = {rank: start_rank(rank, 3, args, port=port) for rank in range(3)}
+    zero = procs[0]
+    assert zero.stderr is not None
+    for line in zero.stderr:  # rank 0's phase lines
+        if "cross checks done" in line:
+            break
+    zero.kill()
+    zero.communicate(timeout=30)
+    for rank in (1, 2):
+        out, err = procs[rank].communicate(timeout=180)  # "does not hang": the heartbeat stops, they give up
+        assert procs[rank].returncode == int(ExitCode.INCOMPLETE), out + err
+        assert "no verdict from rank 0" in out
+        [report_file] = shared.rglob(f"rank-{rank}-report.json")
+        report = load_report(report_file)
+        [lost] = [f for f in report.findings if f.check_id == "RUN007"]
+        assert lost.ranks == [0] and report.exit_code == int(ExitCode.INCOMPLETE)
+        assert [f.rank for f in report.ranks] == [rank]

@@ -67,6 +67,9 @@ class Heartbeat:
                 return  # the store is gone; followers will see no more beats
 
 
+STORE_LOST_GRACE_S = 10.0
+
+
 class Liveness:
     """A follower's view of rank 0's heartbeat: extends a deadline while the beat advances."""
 
@@ -90,4 +93,8 @@ class Liveness:
         try:
             return int(self.store.add(HEARTBEAT_KEY, 0))
         except Exception:
+            # The store is gone, and with it rank 0, which hosts it: nothing more will beat. A
+            # verdict can still come through --out-dir for a short grace, not the whole deadline.
+            self.store = None
+            self.deadline = min(self.deadline, time.monotonic() + STORE_LOST_GRACE_S)
             return self.last_beat

@@ -11,8 +11,10 @@ import datetime
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from preflight.checks.run_findings import rank_zero_lost
 from preflight.lib.mesh_shape import mesh_text
 from preflight.model import (
     CheckOutcome,
@@ -27,6 +29,7 @@ from preflight.model import (
 from preflight.options import RunOptions
 from preflight.probes.orchestrate import ProbeOutcome
 from preflight.registry import merge_findings, merge_outcomes
+from preflight.reports import json as json_report
 
 
 @dataclass
@@ -156,3 +159,17 @@ def bad_hosts(findings: Sequence[Finding], all_hosts: Sequence[str]) -> list[str
         if finding.blames_host or not named >= everyone:
             bad |= named
     return sorted(bad)
+
+
+def report_alone(record: RunRecord, out_dir: Path | None, reason: str) -> int:
+    """Rank 0 is gone: this rank's own report (its facts, its findings, rank 0 lost) in --out-dir.
+
+    Returns the code this rank exits with: its own report's, never a pass.
+    """
+    world = record.world
+    record.findings += rank_zero_lost.report(rank=world.rank, master=f"{world.master_addr}:{world.master_port}",
+                                             reason=reason[:300])
+    report = build_report(record)
+    if out_dir is not None:
+        json_report.write(report, str(out_dir / f"rank-{world.rank}-report.json"))
+    return report.exit_code
