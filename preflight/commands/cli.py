@@ -229,7 +229,12 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
     import_torch_distributed()  # the slow import, once, outside every deadline
     with interrupts_raised():
-        return run(options)
+        code = run(options)
+    # The verdict is known and the reports are written. A launcher that stops its workers now
+    # (torchrun's agent, once one rank exited on a failing verdict) must not turn this rank's
+    # exit code into -15 while the interpreter shuts down.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return code
 
 
 @contextmanager

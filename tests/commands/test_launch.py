@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -65,3 +66,14 @@ def test_sigterm_to_launch_ends_in_exit_4_with_rank_0s_partial_report(tmp_path) 
     assert "Traceback" not in err and "stopped by SIGTERM" in err
     report = load_report(tmp_path / "r.json")
     assert report.exit_code == 4 and any(f.check_id == "RUN004" for f in report.findings)
+
+
+def test_under_plain_torchrun_a_failing_verdict_is_every_workers_exit_code(tmp_path) -> None:
+    """torchrun's agent stops the other workers once one exits non-zero: none may end as -15 (SIGTERM)."""
+    planted = plant_env(tmp_path, {1: 'os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"'})
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", "preflight", "--skip", "probe", "--json", str(tmp_path / "r.json")]
+    result = subprocess.run(command, env=base_env(planted), capture_output=True, text=True, timeout=180)
+    assert load_report(tmp_path / "r.json").exit_code == 3
+    codes = re.findall(r"exitcode\s*:\s*(-?\d+)", result.stderr)  # the agent's summary of failed workers
+    assert codes and set(codes) == {"3"}, result.stderr[-3000:]
