@@ -28,6 +28,7 @@ from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import probes_not_started, run_interrupted, store_did_not_form
 from preflight.lib import secrets
 from preflight.lib.errors import Interrupted
+from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode, RankFacts, Severity
 from preflight.options import RunOptions
 from preflight.probes import orchestrate as probes
@@ -56,6 +57,9 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     if options.run_id:
         world.run_id = options.run_id
     refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0)
+    # The slow import, after the input is known good (bad input stays a fast exit 2) and before
+    # any step's deadline starts.
+    import_torch_distributed()
     record = RunRecord(world, options)
     phases = Phases(phase_display(world.rank, options.reports.quiet))
     record.phases = phases.seconds

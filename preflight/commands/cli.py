@@ -17,7 +17,6 @@ from types import FrameType
 from preflight import __version__
 from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.numbers import ascii_decimal, ascii_int
-from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode
 from preflight.options import BACKENDS, ReportTargets, RunOptions
 
@@ -227,7 +226,6 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         return launch(args.nproc, argv[1:], options)
     from preflight.runner import run
 
-    import_torch_distributed()  # the slow import, once, outside every deadline
     with interrupts_raised():
         code = run(options)
     # The verdict is known and the reports are written. A launcher that stops its workers now

@@ -18,22 +18,31 @@ FIRST_POLL_S = 0.005
 MAX_POLL_S = 0.2
 
 
-def wait_until(condition: Callable[[], T], timeout_s: float, *, stop_if: Callable[[], bool] | None = None,
-               first_poll_s: float = FIRST_POLL_S, max_poll_s: float = MAX_POLL_S) -> T | None:
+def wait_until(condition: Callable[[], T], timeout_s: float | Callable[[], float], *,
+               stop_if: Callable[[], bool] | None = None, first_poll_s: float = FIRST_POLL_S,
+               max_poll_s: float = MAX_POLL_S) -> T | None:
     """Call `condition` until it returns a truthy value; that value, or None once `timeout_s` passed.
 
     The condition runs at least once, and once more at the deadline, so a value that arrived
     during the last sleep is not missed. It may do work on each call (fetch what arrived) and
     decide itself when it is done. `stop_if` ends the wait early (None) when nothing more can
-    arrive, e.g. the channel is gone.
+    arrive, e.g. the channel is gone. `timeout_s` may be a function giving the seconds left, for
+    a deadline that moves (a heartbeat that extends it).
     """
-    deadline = time.monotonic() + max(0.0, timeout_s)
+    if callable(timeout_s):
+        time_left = timeout_s
+    else:
+        deadline = time.monotonic() + max(0.0, timeout_s)
+
+        def time_left() -> float:
+            return deadline - time.monotonic()
+
     poll = first_poll_s
     while True:
         value = condition()
         if value:
             return value
-        left = deadline - time.monotonic()
+        left = time_left()
         if stop_if is not None and stop_if():
             return None
         if left <= 0:

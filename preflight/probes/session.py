@@ -205,11 +205,6 @@ def decide_backend(requested: str, world: World, store: Any, timeout_s: float, c
                                  f"cannot use a GPU, e.g. {why}")
 
 
-def choose_backend(requested: str, world: World, store: Any, timeout_s: float, cuda: Any = None) -> str:
-    """decide_backend's backend only."""
-    return decide_backend(requested, world, store, timeout_s, cuda).backend
-
-
 @contextlib.contextmanager
 def probe_nccl_env() -> Iterator[None]:
     """PROBE_NCCL_ENV while the probe's process groups are created; the user's values after."""

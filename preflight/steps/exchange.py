@@ -27,7 +27,7 @@ from typing import Any
 from preflight.checks.run_findings import foreign_findings_dropped, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.torch_import import quiet_cpp_logs
-from preflight.lib.waiting import FIRST_POLL_S, MAX_POLL_S, wait_until
+from preflight.lib.waiting import MAX_POLL_S, wait_until
 from preflight.model import CheckOutcome, Finding, RankFacts, World
 from preflight.model.codec import BadPayload
 from preflight.steps.heartbeat import Heartbeat, Liveness
@@ -172,15 +172,8 @@ class Exchange:
         """
         if not self.has_channel():
             return None
-        liveness = Liveness(self.store, timeout_s)
-        poll, ceiling = FIRST_POLL_S, follower_poll_s(self.world.world_size)
-        while True:
-            value = self._read_published(name)
-            left = liveness.time_left()
-            if value or left <= 0 or not self.has_channel():
-                return value or None
-            time.sleep(min(poll, left))
-            poll = min(poll * 2, ceiling)
+        return wait_until(lambda: self._read_published(name), Liveness(self.store, timeout_s).time_left,
+                          stop_if=lambda: not self.has_channel(), max_poll_s=follower_poll_s(self.world.world_size))
 
     def lead_heartbeat(self) -> Heartbeat:
         """Rank 0: beat while it works, so followers wait for it (stopped by announcing the verdict)."""
