@@ -44,6 +44,9 @@ PROBE_NCCL_ENV = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
     "TORCH_NCCL_BLOCKING_WAIT": "0",
     "TORCH_NCCL_ENABLE_MONITORING": "0",
+    # Eager init serialises unbatched send/recv with the group's other ops; the probes run one op
+    # at a time anyway, so torch's warning about it (once per rank, seen on an H100) is noise.
+    "TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING": "false",
 }
 PROBE_NCCL_UNSET = ("NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT")  # legacy names of the above
 
