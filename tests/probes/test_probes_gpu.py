@@ -106,3 +106,21 @@ def test_nvml_facts_of_the_real_device_are_in_the_json(tmp_path: Path) -> None:
     first = next(g for g in facts.gpus if g.pci_bus_id == text(bus))
     assert first.name == text(name) and first.memory_total_bytes == total and first.uuid.startswith("GPU-")
     assert first.nvlink_version in (0, 1, 2, 3, 4, 5, 6) and first.nvlink_active >= 0 and not first.error
+
+
+def test_a_rank_held_up_before_nccl_setup_is_named_while_rank_0_sits_in_ncclcomminitrank(tmp_path: Path) -> None:
+    """Eager NCCL init blocks rank 0 in ncclCommInitRank, which no torch timeout covers: the setup deadline does."""
+    from tests.probes.test_setup import HELD_UP_BEFORE_SETUP
+
+    out = tmp_path / "setup.json"
+    # Held up past the setup deadline (2 s probe timeout + 15 s), while rank 0 waits inside NCCL.
+    plant = plant_env(tmp_path, {1: HELD_UP_BEFORE_SETUP.format(seconds=30)})
+    runs = spawn_env_ranks(2, ["--backend", "nccl", "--ops", "all_reduce", "--sizes", "1MiB", "--probe-timeout", "2",
+                               "--json", str(out)],
+                           place=TWO_ON_ONE_GPU, common_env={**ONE_GPU_ENV, **plant}, timeout=120)
+    report = read_json(out)
+    hangs = [f for f in report["findings"] if f["check_id"] == "BW002"]
+    assert len(hangs) == 1, report["findings"]
+    hang = hangs[0]
+    assert hang["ranks"] == [1] and hang["data"]["culprits"] == {"1": "never reached communicator setup"}, hang
+    assert runs[0].returncode == 3 and runs[0].elapsed_s < 60, (runs[0].elapsed_s, runs[0].stderr[-1500:])
