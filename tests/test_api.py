@@ -84,6 +84,7 @@ def test_a_planted_fault_stops_every_rank_before_training(faulty: tuple[Path, di
         assert record["mesh"]["finding_ranks"]["NCCL008"] == [2]
         assert "step" not in record  # it never trained
         assert record["mesh"]["changed"] == []
+        assert record["warned"] == {"exit_code": 3, "warnings": ["PreflightWarning"]}  # on_failure="warn"
     report = json.loads((out / "mesh.json").read_text())
     assert report["verdict"] == "failed"
     fault = next(f for f in report["findings"] if f["check_id"] == "NCCL008")
