@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from preflight.checks.probe_findings import probe_hang
 from preflight.commands.cli import MAX_SECONDS, interrupts_raised, validate_selection
 from preflight.lib.errors import BadInput
 from preflight.lib.mesh_shape import KNOWN_NAMES, WORLD_DIM, MeshDim, dim_groups
@@ -128,7 +129,10 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
         if frozen == 0:
             gc.unfreeze()  # rank 0 freezes the payloads it decoded; the job's own objects stay collectable
     report = record.report or _alone(record, code)
-    stuck = record.probes is not None and record.probes.left_pending
+    # The same on every rank: this rank's own collective never finished, or rank 0 found a hang
+    # (a rank whose own steps finished may share a communicator with one that did not).
+    stuck = (record.probes is not None and record.probes.left_pending) or any(
+        f.check_id == probe_hang.id for f in report.findings)
     if report.exit_code == int(ExitCode.PASSED) and not stuck:
         return report
     if on_failure == "raise":

@@ -24,8 +24,8 @@ ROOT = TRAINER.parents[2]
 WORLD = 4
 
 
-def torchrun(out: Path, mode: str, env: dict[str, str] | None = None) -> dict[int, dict[str, Any]]:
-    """Run the trainer under a real torchrun; every rank's record, by rank."""
+def torchrun(out: Path, mode: str, env: dict[str, str] | None = None, code: int = 0) -> dict[int, dict[str, Any]]:
+    """Run the trainer under a real torchrun (exit code `code`); every rank's record, by rank."""
     out.mkdir(parents=True, exist_ok=True)
     env = dict(env or {})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(ROOT)) if p)  # the trainer's imports
@@ -33,7 +33,7 @@ def torchrun(out: Path, mode: str, env: dict[str, str] | None = None) -> dict[in
         [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(WORLD), str(TRAINER),
          str(out), mode],
         env=base_env(env), capture_output=True, text=True, timeout=240, cwd=out)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (done.returncode == 0) == (code == 0), done.stdout[-3000:] + done.stderr[-3000:]
     return {rank: json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(WORLD)}
 
 
@@ -112,3 +112,20 @@ def test_without_a_process_group_the_error_says_what_to_do() -> None:
 
     with pytest.raises(RuntimeError, match="no default process group; call init_process_group"):
         preflight.check()
+
+
+def test_a_probe_hang_in_the_jobs_own_group_says_stuck_on_every_rank(tmp_path: Path) -> None:
+    """Rank 3 never enters its all_to_all (a planted skip): the job's tp group [2, 3] hangs.
+
+    Every rank still gets the verdict, with the hang named, and `stuck`, so the trainer leaves
+    by os._exit instead of waiting on the job's own communicator (the process would hang)."""
+    plant = plant_env(tmp_path, {3: """
+        import torch.distributed as dist
+        dist.all_to_all_single = lambda *args, **kwargs: None
+    """})
+    ranks = torchrun(tmp_path / "out", "hang", plant, code=3)
+    messages = {record["mesh"]["message"] for record in ranks.values()}
+    assert len(messages) == 1
+    for record in ranks.values():
+        assert record["mesh"]["outcome"] == "PreflightFailed" and record["mesh"]["stuck"] is True
+        assert record["mesh"]["finding_ranks"]["BW002"] == [3]

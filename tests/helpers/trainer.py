@@ -4,7 +4,8 @@
 
 On a 2x2 dp x tp mesh. MODE `full`: each wrong call first, then preflight.check(mesh), then
 preflight.check() (the world as one dimension, a second call in the same job); MODE `mesh`:
-preflight.check(mesh), and when it fails once more with on_failure="warn".
+preflight.check(mesh), and when it fails once more with on_failure="warn"; MODE `hang`:
+preflight.check(mesh) with a short probe deadline, then os._exit(3) when it says `stuck`.
 Each rank writes OUT_DIR/rank-N.json: what each call did,
 whether the process was left as found (environment, SIGTERM/SIGINT handlers, log levels,
 process groups, frozen objects), and the training step's result, which only a working
@@ -76,15 +77,16 @@ def bad_calls(mesh: Any) -> list[str]:
     return errors
 
 
-def checked(result: dict[str, Any], key: str, mesh: Any, out: Path) -> bool:
+def checked(result: dict[str, Any], key: str, mesh: Any, out: Path, **options: Any) -> bool:
     """One preflight.check, its outcome under result[key]; True when it passed."""
     before = process_state()
     try:
-        report = preflight.check(mesh, json=str(out / f"{key}.json"), quiet=True)
+        report = preflight.check(mesh, json=str(out / f"{key}.json"), quiet=True, **options)
         result[key] = {"outcome": "passed", "exit_code": report.exit_code}
     except preflight.PreflightFailed as failed:
         result[key] = {"outcome": "PreflightFailed", "message": str(failed), "exit_code": failed.report.exit_code,
-                       "finding_ranks": {f.check_id: f.ranks for f in failed.report.findings}}
+                       "finding_ranks": {f.check_id: f.ranks for f in failed.report.findings},
+                       "stuck": failed.stuck}
     after = process_state()
     result[key]["changed"] = sorted(k for k in before if before[k] != after[k])
     return bool(result[key]["outcome"] == "passed")
@@ -98,6 +100,10 @@ def main() -> None:
     result: dict[str, Any] = {"rank": rank}
     if mode == "full":
         result["errors"] = bad_calls(mesh)
+    if mode == "hang":  # a planted probe hang: the job's groups cannot be used again, so leave at once
+        checked(result, "mesh", mesh, out, probe_timeout_s=4.0, sizes="64KiB")
+        (out / f"rank-{rank}.json").write_text(json.dumps(result))
+        os._exit(3 if result["mesh"].get("stuck") else 0)
     passed = checked(result, "mesh", mesh, out)
     if not passed:  # the same fault again, as a warning: the call returns the report instead
         with warnings.catch_warnings(record=True) as caught:
