@@ -125,6 +125,8 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     try:
         with interrupts_raised():
             code, record = run_in_job(options, world, dist.distributed_c10d._get_default_store(), groups)
+    except BadInput as exc:  # rank 0 cannot write a report it was asked for (the others time out waiting for it)
+        raise ValueError(f"preflight.check: {exc}") from None
     finally:
         if frozen == 0:
             gc.unfreeze()  # rank 0 freezes the payloads it decoded; the job's own objects stay collectable
