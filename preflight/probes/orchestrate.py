@@ -54,8 +54,12 @@ class ProbeOutcome:
     left_pending: bool = False
 
 
-def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
-    """Measure the collectives on every rank; rank 0 returns results and findings."""
+def run_probes(world: World, options: RunOptions, store: Any, job: Any = None) -> ProbeOutcome:
+    """Measure the collectives on every rank; rank 0 returns results and findings.
+
+    job: the job's own groups (session.JobGroups, from preflight.check), probed as they are;
+    None: preflight makes its process group and DeviceMesh on the run's store and destroys them.
+    """
     from torch.distributed import PrefixStore
 
     from preflight.probes import session as ses
@@ -66,8 +70,12 @@ def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
         return _could_not_run(world, "the c10d store did not form, so no process group can")
     pstore = PrefixStore("probe", store)
     try:
-        choice = ses.decide_backend(options.backend, world, pstore, timeout_s)
-        plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
+        if job is not None:
+            choice = ses.BackendChoice(job.backend, "the job's own process groups")
+            plan = build_plan(options, job.device)
+        else:
+            choice = ses.decide_backend(options.backend, world, pstore, timeout_s)
+            plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
     except Exception as exc:  # no NCCL, no GPU: nothing to measure
         return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
     mark = setup.marker(pstore, world.rank, world.host)
@@ -76,7 +84,8 @@ def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
     deadline_s = timeout_s + setup.SETUP_GRACE_S + 5  # beyond the process-group timeout (timeout_s + 5)
     try:
         session = setup.open_bounded(
-            lambda: ses.open_session(world, plan, pstore, choice.backend, timeout_s, mark=mark), deadline_s)
+            (lambda: ses.adopt_session(world, plan, pstore, job, timeout_s)) if job is not None else
+            (lambda: ses.open_session(world, plan, pstore, choice.backend, timeout_s, mark=mark)), deadline_s)
     except setup.SetupTimeout:  # stuck in ncclCommInitRank or a GPU's context creation
         return _setup_hung(world, pstore, choice, deadline_s, time.monotonic() - setup_began)
     except Exception as exc:  # a rank that never joined, a mesh the world cannot hold
@@ -95,7 +104,7 @@ def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
         _follow_localization(session, status)
     outcome.backend, outcome.backend_reason = choice.backend, choice.reason
     outcome.left_pending = status.state != "done" or outcome_has_hang(outcome)
-    _teardown(clean=not outcome.left_pending)
+    _teardown(session, clean=not outcome.left_pending)
     return outcome
 
 
@@ -266,9 +275,17 @@ def _could_not_run(world: World, reason: str) -> ProbeOutcome:
     return ProbeOutcome(findings=probes_could_not_run.report(reason=reason))
 
 
-def _teardown(clean: bool) -> None:
-    """Destroy the process group after a clean run; after a hang leave it (destroy would block)."""
+def _teardown(session: Any, clean: bool) -> None:
+    """Destroy what preflight made after a clean run; after a hang leave it (destroy would block).
+
+    On the job's own groups (preflight.check) only the groups made here go; the job's stay.
+    """
     import torch.distributed as dist
 
-    if clean and dist.is_initialized():
-        dist.destroy_process_group()
+    if not clean or not dist.is_initialized():
+        return
+    if session.owner == "job":
+        for group in session.owned:
+            dist.destroy_process_group(group)
+        return
+    dist.destroy_process_group()

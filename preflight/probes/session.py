@@ -115,6 +115,10 @@ class Session:
     bound: BoundDevice | None = None
     cuda: Any = None
     world_group: Any = None  # the default process group, on the probe backend
+    # Whose groups these are: "preflight" (made here, torn down here) or "job" (the job's own,
+    # handed in by preflight.check: never destroyed here). `owned` lists what was made here anyway.
+    owner: str = "preflight"
+    owned: list[Any] = field(default_factory=list)
 
     def localization(self) -> dict[str, Any]:
         """Keyword arguments of pairwise.run_rounds: the probe's own backend and device."""
@@ -287,6 +291,50 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
                                                "device": asdict(bound) if bound else None}))
     return Session(world, plan, store, device, dtype, control, layout, timeout_s, backend, bound, cuda,
                    dist.group.WORLD)
+
+
+@dataclass
+class JobGroups:
+    """Process groups the job already made (preflight.check): the probes use these, never new ones.
+
+    dims maps each dimension (the mesh's names, and WORLD_DIM for the default group) to
+    (process group, its global ranks, the group's index in dim_groups' row-major order).
+    """
+
+    backend: str  # "gloo" or "nccl": what the job's groups run on for `device`
+    device: str  # "cpu" or "cuda"
+    dims: dict[str, tuple[Any, list[int], int]]
+    world_group: Any  # the job's default process group
+
+
+def adopt_session(world: World, plan: ProbePlan, store: Any, job: JobGroups, timeout_s: float) -> Session:
+    """A session on the job's own groups: nothing is initialised or rebuilt.
+
+    The barriers between steps need a CPU-capable group: the default group when it is gloo,
+    else one new gloo group, which teardown destroys (the job's groups it never touches).
+    """
+    import torch
+    import torch.distributed as dist
+
+    owned: list[Any] = []
+    if job.backend == "gloo":
+        control = job.world_group
+    else:
+        control = dist.new_group(backend="gloo")
+        owned.append(control)
+    bound = None
+    cuda = None
+    if job.device == "cuda":
+        cuda = _torch_cuda()
+        index = int(cuda.current_device())  # the job bound its device; preflight does not rebind it
+        props = cuda.get_device_properties(index)
+        bound = BoundDevice(index, str(getattr(props, "name", "")), _bus_id(props), _uuid(props))
+    dtype = torch.bfloat16 if job.device == "cuda" else torch.float32
+    store.set(f"dev/{world.rank}", json.dumps({"host": world.host, "backend": job.backend,
+                                               "device": asdict(bound) if bound else None}))
+    layout = {name: job.dims[name] for name in {dim for dim, _, _ in plan.steps()}}
+    return Session(world, plan, store, job.device, dtype, control, layout, timeout_s, job.backend, bound, cuda,
+                   job.world_group, owner="job", owned=owned)
 
 
 def run_steps(session: Session) -> tuple[list[StepRecord], Status]:
