@@ -153,3 +153,25 @@ def test_an_op_that_raises_typeerror_is_could_not_run(tmp_path: Path) -> None:
     code, report = _launch(tmp_path, 2, ["--ops", "all_to_all", *SMALL, "--probe-timeout", "4"], plant)
     assert [f["severity"] for f in report["findings"] if f["check_id"] in ("BW002", "BW009")] == ["could-not-run"]
     assert code == 4
+
+
+def test_a_rank_stuck_creating_its_groups_communicators_is_named_at_the_connect_step(tmp_path: Path) -> None:
+    # Rank 1's first collective on the group blocks past the deadline, as ncclCommInitRank does when
+    # a peer never joins: the connect step, under its own deadline, names it, not the first measured op.
+    plant = plant_env(tmp_path, {1: """
+        import time, torch.distributed as dist
+        real, calls = dist.all_reduce, []
+        def all_reduce(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                time.sleep(5)
+            return real(*args, **kwargs)
+        dist.all_reduce = all_reduce
+    """})
+    code, report = _launch(tmp_path, 2, ["--ops", "all_reduce", "--sizes", "64KiB", "--warmup", "1", "--iters", "2",
+                                         "--probe-timeout", "3"], plant)
+    assert code == report["exit_code"] == 3, report["why"]
+    (hang,) = _findings(report, "BW002")
+    assert hang["data"]["op"] == "connect" and hang["data"]["dim"] == "world", hang
+    assert "communicators" in hang["message"] and 1 in hang["ranks"], hang
+    assert not report["probes"]  # nothing was measured on a group that never connected
