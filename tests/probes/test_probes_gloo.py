@@ -31,7 +31,8 @@ def _findings(report: dict, check_id: str) -> list[dict]:
 ])
 def test_every_group_of_every_dimension_is_measured_and_verified(tmp_path: Path, n: int, mesh: str,
                                                                   dims: dict[str, int]) -> None:
-    code, report = _launch(tmp_path, n, ["--mesh", mesh, *SMALL])
+    # --backend auto with no GPU visible (launch alone asks for gloo): auto's vote, on any host.
+    code, report = _launch(tmp_path, n, ["--mesh", mesh, *SMALL, "--backend", "auto"], {"CUDA_VISIBLE_DEVICES": ""})
     assert code in (0, 1), report["why"]
     assert not [f for f in report["findings"] if f["severity"] in ("error", "could-not-run")]
     probes = report["probes"]
@@ -49,6 +50,11 @@ def test_every_group_of_every_dimension_is_measured_and_verified(tmp_path: Path,
     assert {p["op"] for p in world} == {"all_reduce"} and all(p["ranks"] == list(range(n)) for p in world)
     assert all(p["busbw_gbps"] > 0 and len(p["rank_times_s"]) == len(p["ranks"]) for p in probes)
     assert {(s["dim"], s["op"]) for s in report["probe_summary"]} >= {(d, "all_reduce") for d in dims}
+    # The report says the backend really used and why, never "auto", and every rank's own.
+    assert report["meta"]["backend"] == "gloo"
+    assert report["meta"]["backend_reason"].startswith(f"auto: {n} of {n} rank(s) cannot use a GPU, e.g. rank ")
+    devices = report["probe_devices"]
+    assert [(d["rank"], d["backend"], d["index"]) for d in devices] == [(r, "gloo", None) for r in range(n)]
 
 
 def test_sleeping_rank_flags_its_groups_and_is_named(tmp_path: Path) -> None:
