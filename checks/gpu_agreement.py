@@ -89,14 +89,18 @@ def nvlink_fewer_than_siblings(job: JobView) -> Iterable[Problem]:
 
 
 def _kind(facts: RankFacts) -> tuple[str, str]:
-    """(GPU name, topology class) of the GPU a rank is bound to."""
+    """(GPU name, topology class) of the GPU a rank is bound to; "" where unknown.
+
+    The topology is unknown when NVML did not give the bound GPU's NVLink or fabric state."""
     gpu = _bound_gpu(facts)
-    if gpu is None:
+    if gpu is None or gpu.error:
         return "", ""
+    health = facts.health.gpus[0] if facts.health.gpus else None
+    if health is None or {"nvlink_version", "nvlink_errors", "fabric"} & set(health.unavailable):
+        return gpu.name, ""
     links = max((g.nvlink_active for g in facts.gpus), default=0)
-    nvswitch = any(h.fabric_state for h in facts.health.gpus)
     topology = f"NVLink {gpu.nvlink_version}.x, {links} links" if links else "no NVLink"
-    return gpu.name, topology + (", NVSwitch" if nvswitch else "")
+    return gpu.name, topology + (", NVSwitch" if health.fabric_state else "")
 
 
 @check("GPU032", tag=Tags.GPU, scope=CROSS, severity=Severity.ERROR, blames_host=True,
@@ -105,16 +109,18 @@ def gpu_kind_differs(job: JobView) -> Iterable[Problem]:
     """The GPU model or the NVLink / NVSwitch topology class differs across hosts.
 
     Collectives run at the pace of the slowest node, and NCCL picks algorithms per topology;
-    a mixed job is usually a scheduling mistake.
+    a mixed job is usually a scheduling mistake. Hosts where NVML did not give the topology
+    are compared by GPU model only.
     """
     kinds = {host: _kind(ranks[0]) for host, ranks in _hosts(job.ranks).items()}
-    kinds = {host: kind for host, kind in kinds.items() if kind[0]}
-    if len(kinds) < 2:
-        return
-    majority, odd = odd_ones(kinds)
-    for host, (name, topology) in sorted(odd.items()):
-        yield Problem(f"{host} has {name} ({topology}); most hosts have {majority[0]} ({majority[1]})",
-                      hosts=[host], data={"gpu": name, "topology": topology, "majority": list(majority)})
+    for part, what in ((0, "GPU"), (1, "GPU topology")):
+        values = {host: kind[part] for host, kind in kinds.items() if kind[part]}
+        if len(values) < 2:
+            continue
+        majority, odd = odd_ones(values)
+        for host, value in sorted(odd.items()):
+            yield Problem(f"{what} on {host} is {value}; most hosts have {majority}", hosts=[host],
+                          data={"what": what, "value": value, "majority": majority})
 
 
 @check("GPU033", tag=Tags.GPU, scope=CROSS, severity=Severity.WARN,

@@ -116,4 +116,8 @@ def test_gpu_kind_and_vbios_across_hosts(monkeypatch: pytest.MonkeyPatch) -> Non
     ranks[2].gpus[0].name = "NVIDIA A100-SXM4-80GB"
     ranks[1].health.gpus[0].vbios = "96.00.30.00.01"
     assert [(f.hosts, "A100" in f.message) for f in run("GPU032", ranks)] == [(["n3"], True)]
+    ranks[2].gpus[0].name = ranks[0].gpus[0].name
+    ranks[0].health.gpus[0].fabric_state = 0  # no NVSwitch on n1
+    assert [f.message for f in run("GPU032", ranks)] == [
+        "GPU topology on n1 is NVLink 4.x, 18 links; most hosts have NVLink 4.x, 18 links, NVSwitch"]
     assert [f.hosts for f in run("GPU033", ranks)] == [["n2"]]
