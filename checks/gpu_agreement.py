@@ -38,7 +38,7 @@ def _bound_key(facts: RankFacts) -> str:
     return f"index {facts.health.bound_index}"
 
 
-@check("GPU030", tag=Tags.GPU, scope=CROSS, severity=Severity.ERROR, blames_host=True,
+@check("GPU030", tag=Tags.GPU, scope=CROSS, severity=Severity.ERROR,
        hint="Give every local rank its own GPU: as many GPUs per node as tasks (srun --gpus-per-task=1, "
        "or all of the node's GPUs visible to each rank), never two ranks on one GPU.")
 def gpu_binding(job: JobView) -> Iterable[Problem]:
@@ -103,7 +103,7 @@ def _kind(facts: RankFacts) -> tuple[str, str]:
     return gpu.name, topology + (", NVSwitch" if health.fabric_state else "")
 
 
-@check("GPU032", tag=Tags.GPU, scope=CROSS, severity=Severity.ERROR, blames_host=True,
+@check("GPU032", tag=Tags.GPU, scope=CROSS, severity=Severity.ERROR,
        hint="Run the job on one kind of node (a Slurm constraint / node feature); exclude the odd hosts.")
 def gpu_kind_differs(job: JobView) -> Iterable[Problem]:
     """The GPU model or the NVLink / NVSwitch topology class differs across hosts.

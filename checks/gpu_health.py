@@ -254,7 +254,7 @@ def persistence_off(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
 
 
 @check("GPU016", tag=Tags.GPU, scope=LOCAL, severity=Severity.ERROR, blames_host=True,
-       hint="Set the compute mode back to default (`nvidia-smi -c DEFAULT`).")
+       hint="Set the compute mode back to default (`nvidia-smi -c DEFAULT`), or drain the node until an admin does.")
 def compute_prohibited(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """The GPU's compute mode is prohibited: no process can create a CUDA context on it."""
     for gpu in bound_gpus(facts):

@@ -121,3 +121,23 @@ def test_gpu_kind_and_vbios_across_hosts(monkeypatch: pytest.MonkeyPatch) -> Non
     assert [f.message for f in run("GPU032", ranks)] == [
         "GPU topology on n1 is NVLink 4.x, 18 links; most hosts have NVLink 4.x, 18 links, NVSwitch"]
     assert [f.hosts for f in run("GPU033", ranks)] == [["n2"]]
+
+
+HARDWARE_ACTIONS = ("drain", "reset", "reseat", "rma")
+
+
+def test_list_and_explain_show_the_health_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    """`preflight list` tags them gpu / nic; `preflight explain` says what it means and what to do."""
+    from preflight.commands.explain import print_explanation, print_list
+
+    print_list()
+    listed = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()[2:]}
+    health = [s for s in all_checks() if s.tag in ("gpu", "nic")]
+    assert {s.id for s in health} >= {"GPU003", "GPU007", "GPU031", "NET002", "NET005", "NIC001", "NIC004"}
+    for spec in health:
+        assert listed[spec.id] == spec.tag
+        print_explanation(spec.id)
+        text = capsys.readouterr().out
+        assert spec.explanation in text and f"What to do: {spec.hint}" in text
+        if spec.blames_host:  # a faulty part: the hint names the hardware action
+            assert any(action in spec.hint.lower() for action in HARDWARE_ACTIONS), (spec.id, spec.hint)

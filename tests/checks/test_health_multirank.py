@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from preflight.model import Severity
+from preflight.reports import charts
+from preflight.reports import json as json_report
 from tests.checks.test_config_multirank import assert_names, by_id, only, run_ok
 from tests.helpers.hosts import fake_host
 from tests.helpers.ranks import Placement, plant_env, spawn_env_ranks
@@ -52,7 +55,8 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     runs = spawn_env_ranks(9, ["--json", str(json_path), "--html", str(tmp / "report.html"), "--skip", "probe",
                                 "--skip", "network", "--run-id", "gpu-health", "--timeout", "90"],
                            place=place, master_addr="gh-master", timeout=240)
-    return {"report": run_ok(runs, json_path), "runs": runs, "html": (tmp / "report.html").read_text()}
+    return {"report": run_ok(runs, json_path), "runs": runs, "html": (tmp / "report.html").read_text(),
+            "json": json_path}
 
 
 def test_each_gpu_fault_names_its_rank_and_host(gpu_run: dict) -> None:
@@ -79,10 +83,19 @@ def test_gpu_faults_fail_the_run_and_exclude_their_hosts(gpu_run: dict) -> None:
 
 
 def test_html_matrix_has_the_gpu_checks(gpu_run: dict) -> None:
-    html = gpu_run["html"]
-    assert "pf-matrix" in html
-    for check_id in ("GPU003", "GPU007", "GPU031"):
-        assert check_id in html
+    """The host x check matrix of the HTML report colours each faulty host's GPU cells."""
+    assert "pf-matrix" in gpu_run["html"]
+    report = json_report.load(gpu_run["json"])
+    figure = charts.matrix_figure(report, {facts.rank: facts.host for facts in report.ranks})
+    assert figure is not None
+    heatmap = figure["data"][0]
+    cell = {(host, check): heatmap["z"][row][col] for row, host in enumerate(heatmap["y"])
+            for col, check in enumerate(heatmap["x"])}
+    error, info = Severity.ERROR.rank, Severity.INFO.rank
+    for host, (_, _, ids) in GPU_HOSTS.items():
+        for check_id in ids:
+            assert cell[(host, check_id)] == (info if check_id == "GPU021" else error), (host, check_id)
+    assert cell[("gh-ok", "GPU007")] == cell[("gh-remap", "GPU003")] == Severity.OK.rank
 
 
 NIC_HOSTS = {"nh-ok": "ib_healthy", "nh-mixed": "ib_mixed", "nh-noisy": "ib_noisy"}
