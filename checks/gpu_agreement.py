@@ -126,7 +126,11 @@ def gpu_kind_differs(job: JobView) -> Iterable[Problem]:
 @check("GPU033", tag=Tags.GPU, scope=CROSS, severity=Severity.WARN,
        hint="Flash the same VBIOS on every node (the vendor's firmware bundle) at the next maintenance.")
 def vbios_differs(job: JobView) -> Iterable[Problem]:
-    """The VBIOS version of the GPUs differs across hosts (firmware drift)."""
+    """The VBIOS version of the GPUs differs across hosts (firmware drift).
+
+    Firmware fixes change clocks, power management and error handling; a job spread over
+    mixed firmware can behave differently per node.
+    """
     versions = {host: next((g.vbios for f in ranks for g in f.health.gpus if g.vbios), "")
                 for host, ranks in _hosts(job.ranks).items()}
     versions = {host: v for host, v in versions.items() if v}

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from preflight.model import GpuHealth, RankFacts, Severity
-from preflight.registry import LOCAL, CheckContext, Problem, Tags, check
+from preflight.registry import LOCAL, CheckContext, Problem, Tags, check, engine_check
 
 CORRECTED_ECC_WARN = 1000  # volatile corrected errors since boot; a healthy HBM3 GPU has none or a few
 TEMPERATURE_MARGIN_C = 5  # within this many degrees of the slowdown threshold
@@ -333,3 +333,42 @@ def gpu_reads_unavailable(facts: RankFacts, ctx: CheckContext) -> Iterable[Probl
         if gpu.errors:
             yield Problem(f"NVML reads failed on {_gpu(facts, gpu)}: {'; '.join(gpu.errors)[:300]}",
                           **_where(facts, gpu, errors=gpu.errors))
+
+
+# What the common XIDs mean (NVIDIA's XID catalogue, abridged).
+XID_MEANING = {
+    13: "graphics engine exception (often the application; repeated: hardware)",
+    31: "GPU memory page fault (often the application; repeated: hardware)",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup after a fault",
+    48: "double-bit ECC error",
+    63: "ECC page retirement / row remapping recorded",
+    64: "ECC page retirement / row remapping failed",
+    74: "NVLink error",
+    79: "GPU fell off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+@engine_check("GPU040", tag=Tags.GPU, severity=Severity.ERROR, blames_host=True,
+              hint="Drain the node and look up the XID in the driver log (`dmesg | grep -i xid`): reset the GPU "
+              "for ECC / GSP errors, reseat or RMA it for bus (79) and NVLink (74) errors.")
+def xid_events(rank: int, host: str, gpu_index: int, xids: list[int]) -> Iterable[Problem]:
+    """The driver raised critical XID events on a rank's GPU during the run.
+
+    preflight registers for the bound GPU's critical XID events with the facts and drains them
+    after the probes, so an XID its own collectives provoked (or that arrived meanwhile) is
+    named with the rank, host and GPU. XID 13/31/43 can come from the application; during
+    preflight's own collectives they point at the hardware.
+    """
+    counts: dict[int, int] = {}
+    for xid in xids:
+        counts[xid] = counts.get(xid, 0) + 1
+    text = "; ".join(f"XID {xid} ({XID_MEANING.get(xid, 'see NVIDIA XID catalogue')})" + (f" x{n}" if n > 1 else "")
+                     for xid, n in sorted(counts.items()))
+    yield Problem(f"GPU {gpu_index} of rank {rank} on {host} raised {text} during the run",
+                  ranks=[rank], hosts=[host], data={"gpu_index": gpu_index, "xids": sorted(counts)})

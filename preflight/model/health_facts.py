@@ -93,6 +93,7 @@ class HealthFacts:
     bound_reason: str = ""  # how it was chosen, or why none could be
     visible_gpus: int | None = None  # GPUs this rank may use (CUDA_VISIBLE_DEVICES applied)
     gpus: list[GpuHealth] = field(default_factory=list)  # the bound GPU (empty without one)
+    xid_watch: str = ""  # "watching": critical XID events of the bound GPU are collected until after the probes
     nccl_ports: list[str] = field(default_factory=list)  # "mlx5_0/1": the RDMA ports NCCL would use here
     nccl_ports_source: str = ""  # "NCCL_IB_HCA=..." or "every active port"
     ib_counters: list[IbCounters] = field(default_factory=list)  # read at facts time

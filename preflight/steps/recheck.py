@@ -1,4 +1,9 @@
-"""After the probes: each host reads its RDMA ports' error counters again; rank 0 compares.
+"""After the probes: each host reads its RDMA ports' error counters again, each rank drains its
+GPU's XID events; rank 0 compares and reports.
+
+XID events: a rank whose facts opened an XID watch on its bound GPU (steps/gather/gpu_health.py,
+`health.xid_watch == "watching"`) drains and closes it here and publishes the XIDs under
+`xid_after/<rank>`; rank 0 waits for those ranks (the same bound) and reports any as GPU040.
 
 The first read is part of the facts (steps/gather/nic_health.py). After step 8 (whether the
 probes ran, were skipped or were refused), one rank per host (the first to claim the host in
@@ -13,11 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from preflight.checks.gpu_health import xid_events
 from preflight.checks.nic_health import nic_counters_increased
 from preflight.lib.waiting import wait_until
 from preflight.model import Finding, IbCounters, RankFacts
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.health_facts import port_key
+from preflight.steps.gather.gpu_health import take_xid_watch
 from preflight.steps.gather.nic_health import read_counters
 
 _MAX_BYTES = 1 << 20
@@ -29,11 +36,17 @@ def _ports(facts: RankFacts) -> list[Any]:
 
 
 def publish_after(store: Any, facts: RankFacts, sysfs_root: str) -> None:
-    """Read this host's counters again and publish them, if this rank is the first of its host to claim it."""
-    if store is None or not facts.health.ib_counters:
+    """This rank's XIDs since the facts, and its host's counters read again (by the host's first claimant)."""
+    watch = take_xid_watch(facts.rank)
+    xids = watch.drain() if watch is not None else []
+    if watch is not None:
+        watch.close()
+    if store is None:
         return
     try:
-        if store.add(f"nic_after_claim/{facts.host}", 1) == 1:
+        if facts.health.xid_watch == "watching":
+            store.set(f"xid_after/{facts.rank}", encode(xids))
+        if facts.health.ib_counters and store.add(f"nic_after_claim/{facts.host}", 1) == 1:
             store.set(f"nic_after/{facts.host}", encode(read_counters(sysfs_root, _ports(facts))))
     except (RuntimeError, OSError):  # the store is gone (rank 0 left): the verdict path reports that
         pass
@@ -54,10 +67,38 @@ def increases(before: Sequence[IbCounters], after: Sequence[IbCounters]) -> list
 
 def lead(store: Any, own: RankFacts, all_facts: Sequence[RankFacts], sysfs_root: str,
          timeout_s: float) -> list[Finding]:
-    """Rank 0: publish its own host's second read, wait for the others', report every increase (NIC001)."""
+    """Rank 0: publish its own second reads, wait for the others', report XIDs (GPU040) and increases (NIC001)."""
+    publish_after(store, own, sysfs_root)
     if store is None:
         return []
-    publish_after(store, own, sysfs_root)
+    return _xid_findings(store, all_facts, timeout_s) + _counter_findings(store, all_facts, timeout_s)
+
+
+def _arrived(store: Any, keys: list[str], timeout_s: float) -> dict[str, bytes]:
+    """The values of `keys` that are in the store within timeout_s (all of them, or what came)."""
+    try:
+        wait_until(lambda: store.check(keys), timeout_s)
+        return {key: store.get(key) for key in keys if store.check([key])}
+    except (RuntimeError, OSError):
+        return {}
+
+
+def _xid_findings(store: Any, all_facts: Sequence[RankFacts], timeout_s: float) -> list[Finding]:
+    watching = [f for f in all_facts if f.health.xid_watch == "watching" and f.health.gpus]
+    arrived = _arrived(store, [f"xid_after/{f.rank}" for f in watching], timeout_s) if watching else {}
+    findings: list[Finding] = []
+    for facts in sorted(watching, key=lambda f: f.rank):
+        try:
+            xids = decode(arrived[f"xid_after/{facts.rank}"], list[int], max_bytes=_MAX_BYTES)
+        except (KeyError, BadPayload):
+            continue
+        if xids:
+            findings += xid_events.report(rank=facts.rank, host=facts.host, gpu_index=facts.health.gpus[0].index,
+                                          xids=xids[:256])
+    return findings
+
+
+def _counter_findings(store: Any, all_facts: Sequence[RankFacts], timeout_s: float) -> list[Finding]:
     first: dict[str, RankFacts] = {}
     ranks: dict[str, list[int]] = {}
     for facts in sorted(all_facts, key=lambda f: f.rank):
@@ -66,16 +107,11 @@ def lead(store: Any, own: RankFacts, all_facts: Sequence[RankFacts], sysfs_root:
             ranks.setdefault(facts.host, []).append(facts.rank)
     if not first:
         return []
-    keys = [f"nic_after/{host}" for host in first]
+    arrived = _arrived(store, [f"nic_after/{host}" for host in first], timeout_s)
     findings: list[Finding] = []
-    try:
-        wait_until(lambda: store.check(keys), timeout_s)
-        arrived = {host: store.get(f"nic_after/{host}") for host in first if store.check([f"nic_after/{host}"])}
-    except (RuntimeError, OSError):
-        return findings
     for host, facts in sorted(first.items()):
         try:
-            after = decode(arrived[host], list[IbCounters], max_bytes=_MAX_BYTES)
+            after = decode(arrived[f"nic_after/{host}"], list[IbCounters], max_bytes=_MAX_BYTES)
         except (KeyError, BadPayload):
             continue
         grown = increases(facts.health.ib_counters, after)

@@ -14,7 +14,7 @@ from preflight.registry import CheckContext, JobView, all_checks
 from tests.helpers.facts import rank_facts, run
 from tests.steps.gather.test_gpu_health import gathered
 
-GPU_CHECKS = [spec for spec in all_checks() if spec.tag == "gpu"]
+GPU_CHECKS = [spec for spec in all_checks() if spec.tag == "gpu" and spec.scope != "engine"]
 
 
 def gpu_findings(ranks: list[RankFacts], backend: str = "gloo") -> dict[str, list]:
@@ -141,3 +141,12 @@ def test_list_and_explain_show_the_health_checks(capsys: pytest.CaptureFixture[s
         assert spec.explanation in text and f"What to do: {spec.hint}" in text
         if spec.blames_host:  # a faulty part: the hint names the hardware action
             assert any(action in spec.hint.lower() for action in HARDWARE_ACTIONS), (spec.id, spec.hint)
+
+
+def test_a_real_h100s_answers_are_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Recorded from a real H100 (driver 580): retired pages and NVLink NotSupported are no gap on it."""
+    facts = gathered(monkeypatch, "real_h100_vm_580")
+    (gpu,) = facts.health.gpus
+    assert gpu.unavailable == [] and gpu.errors == [] and gpu.nvlinks == []
+    assert (gpu.remap_pending, gpu.recovery_action, gpu.fabric_state, gpu.pcie_width) == (False, 0, 0, 16)
+    assert gpu_findings([facts], backend="nccl") == {}

@@ -35,12 +35,13 @@ GPU_HOSTS = {
     "gh-nvl": ("nvlink_inactive", "5", {"GPU031"}),
     "gh-ns": ("not_supported", "0", {"GPU021"}),
     "gh-lost": ("gpu_lost", "7", {"GPU003"}),
+    "gh-xid": ("xid_events", "3", {"GPU040"}),  # drained after the probe step, reported with the verdict
 }
 
 
 @pytest.fixture(scope="module")
 def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """9 ranks, one per host: gh-ok replays a healthy HGX H100, every other host one fault."""
+    """10 ranks, one per host: gh-ok replays a healthy HGX H100, every other host one fault."""
     tmp = tmp_path_factory.mktemp("gpu-health")
     master = {"gh-master": "127.0.0.1"}
     replay = "PREFLIGHT_NVML_REPLAY"
@@ -52,7 +53,7 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
                                 {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "CUDA_VISIBLE_DEVICES": visible,
                                  replay: str(FIXTURES / "nvml" / f"{fixture}.json")})
     json_path = tmp / "report.json"
-    runs = spawn_env_ranks(9, ["--json", str(json_path), "--html", str(tmp / "report.html"), "--skip", "probe",
+    runs = spawn_env_ranks(10, ["--json", str(json_path), "--html", str(tmp / "report.html"), "--skip", "probe",
                                 "--skip", "network", "--run-id", "gpu-health", "--timeout", "90"],
                            place=place, master_addr="gh-master", timeout=240)
     return {"report": run_ok(runs, json_path), "runs": runs, "html": (tmp / "report.html").read_text(),
@@ -72,6 +73,7 @@ def test_each_gpu_fault_names_its_rank_and_host(gpu_run: dict) -> None:
             assert f"GPU {visible}" in finding["message"], finding
     assert "pid 4242 (python3 train_old.py)" in only(report, "GPU018")["message"]
     assert "not available on this GPU" in only(report, "GPU021")["message"]
+    assert "XID 48 (double-bit ECC error); XID 74 (NVLink error) x2" in only(report, "GPU040")["message"]
 
 
 def test_gpu_faults_fail_the_run_and_exclude_their_hosts(gpu_run: dict) -> None:

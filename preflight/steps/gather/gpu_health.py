@@ -130,6 +130,9 @@ def read_health(nvml: Nvml, index: int) -> GpuHealth:
         health.remap_pending, health.remap_failure = bool(rows[2]), bool(rows[3])
     pending = read("retired_pages_pending")
     health.retired_pages_pending = None if pending is None else bool(pending)
+    if rows and "retired_pages_pending" in health.unavailable:
+        # Ampere and later replaced page retirement by row remapping (NotSupported on a real H100): not a gap
+        health.unavailable.remove("retired_pages_pending")
     health.recovery_action = read("recovery_action")
     health.clock_event_reasons = read("clock_event_reasons")
     health.pcie_width, health.pcie_max_width = read("pcie_width"), read("pcie_max_width")
@@ -168,5 +171,33 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
         health.bound_index, health.bound_reason = index, note or reason
         if index is not None:
             health.gpus = [read_health(nvml, index)]
+            _watch(facts, health.gpus[0])
     finally:
         nvml.shutdown()
+
+
+# This process's XID watch, by rank: opened with the facts, drained after the probes by
+# steps/recheck.py (`take_xid_watch`). A dict, not one global, so in-process test ranks never share one.
+_WATCHES: dict[int, nvml_source.XidWatch] = {}
+
+
+def _watch(facts: RankFacts, gpu: GpuHealth) -> None:
+    """Register for the bound GPU's critical XID events, for the run's duration."""
+    if gpu.lost:
+        return
+    watch, error = nvml_source.watch_xids(gpu.index)
+    if watch is not None:
+        old = _WATCHES.pop(facts.rank, None)
+        if old is not None:
+            old.close()
+        _WATCHES[facts.rank] = watch
+        facts.health.xid_watch = "watching"
+    elif error is not None and error.unavailable:
+        gpu.unavailable.append("xid_events")
+    elif error is not None:
+        gpu.errors.append(f"xid_events: {error}")
+
+
+def take_xid_watch(rank: int) -> nvml_source.XidWatch | None:
+    """The XID watch this rank's facts opened (the caller drains and closes it), or None."""
+    return _WATCHES.pop(rank, None)

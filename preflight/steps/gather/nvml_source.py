@@ -171,6 +171,60 @@ class Nvml:
             pass
 
 
+class XidWatch:
+    """Critical XID events of one GPU, registered now and drained later (the run's duration).
+
+    It holds its own NVML session (nvmlInit is reference-counted) and event set until `close`.
+    `drain` never blocks: it takes what the driver queued (a wait of 0 ms per event).
+    """
+
+    MAX_EVENTS = 256  # a GPU spamming XIDs: the first ones say enough
+
+    def __init__(self, backend: Any, handle: Any, event_set: Any) -> None:
+        self._backend, self._handle, self._set = backend, handle, event_set
+
+    def drain(self) -> list[int]:
+        """The XID numbers of the events that arrived since registration (or the last drain)."""
+        xids: list[int] = []
+        while len(xids) < self.MAX_EVENTS:
+            try:
+                event = self._backend.nvmlEventSetWait_v2(self._set, 0)
+            except self._backend.NVMLError:  # TIMEOUT: nothing more queued
+                break
+            xids.append(int(event.eventData))
+        return xids
+
+    def close(self) -> None:
+        """Free the event set and this watch's NVML session."""
+        for release in (lambda: self._backend.nvmlEventSetFree(self._set), self._backend.nvmlShutdown):
+            try:
+                release()
+            except Exception:  # closing must never fail a run
+                pass
+
+
+XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+
+
+def watch_xids(index: int) -> tuple[XidWatch | None, NvmlError | None]:
+    """Register for critical XID events on NVML device `index`: (a watch, None) or (None, why not)."""
+    backend = module()
+    if backend is None:
+        return None, NvmlError(UNKNOWN, "nvidia-ml-py (pynvml) is not installed")
+    try:
+        backend.nvmlInit()
+    except backend.NVMLError as exc:
+        return None, NvmlError(int(getattr(exc, "value", UNKNOWN) or UNKNOWN), str(exc))
+    try:
+        handle = backend.nvmlDeviceGetHandleByIndex(index)
+        event_set = backend.nvmlEventSetCreate()
+        backend.nvmlDeviceRegisterEvents(handle, XID_CRITICAL, event_set)
+    except backend.NVMLError as exc:
+        backend.nvmlShutdown()
+        return None, NvmlError(int(getattr(exc, "value", UNKNOWN) or UNKNOWN), str(exc))
+    return XidWatch(backend, handle, event_set), None
+
+
 def module() -> Any:
     """A pynvml-shaped module for steps/gather/gpus.py: the replay fake when configured, else pynvml.
 
@@ -280,6 +334,24 @@ class _Replay:
             return [tuple(p) for p in value]
         return tuple(value) if isinstance(value, list) and what in ("ecc_mode", "remapped_rows", "fabric",
                                                                    "nvlink_errors") else value
+
+    # XID events: a device's "xid_events" ([79, ...]) are what the driver queued during the run;
+    # `{"error": ...}` there makes registering fail.
+    def nvmlEventSetCreate(self) -> dict[str, Any]:
+        return {"queued": []}
+
+    def nvmlDeviceRegisterEvents(self, device: dict[str, Any], types: int, event_set: dict[str, Any]) -> None:
+        if device.get("lost"):
+            raise NvmlError(GPU_IS_LOST)
+        event_set["queued"] += list(self._answer(device.get("xid_events", [])))
+
+    def nvmlEventSetWait_v2(self, event_set: dict[str, Any], timeout_ms: int) -> SimpleNamespace:
+        if not event_set["queued"]:
+            raise NvmlError(TIMEOUT)
+        return SimpleNamespace(eventType=XID_CRITICAL, eventData=event_set["queued"].pop(0))
+
+    def nvmlEventSetFree(self, event_set: dict[str, Any]) -> None:
+        event_set["queued"] = []
 
     # The pynvml names steps/gather/gpus.py calls, answered from the same reads.
     def nvmlSystemGetDriverVersion(self) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from preflight.model import RankFacts, World
 from preflight.steps.gather import GatherOptions, gpu_health, gpus, nvml_source
-from preflight.steps.gather.gpu_health import bind, read_health, visible_indices
+from preflight.steps.gather.gpu_health import bind, read_health, take_xid_watch, visible_indices
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "nvml"
 
@@ -124,3 +124,22 @@ def test_real_nvml_without_a_driver_is_unavailable(monkeypatch: pytest.MonkeyPat
         pytest.skip("this machine has an NVIDIA driver: the unavailable path cannot be seen here")
     assert facts.health.nvml.startswith("unavailable: ") and len(facts.health.nvml) > len("unavailable: ")
     assert facts.health.gpus == [] and facts.health.bound_index is None
+
+
+def test_xid_watch_opens_with_the_facts_and_drains_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    facts = gathered(monkeypatch, "xid_events", "3")
+    assert facts.health.xid_watch == "watching"
+    watch = take_xid_watch(facts.rank)
+    assert watch is not None and take_xid_watch(facts.rank) is None  # handed over once
+    assert watch.drain() == [74, 74, 48] and watch.drain() == []
+    watch.close()
+    quiet = gathered(monkeypatch, "xid_events", "2")
+    watch = take_xid_watch(quiet.rank)
+    assert watch is not None and watch.drain() == []
+    watch.close()
+
+
+def test_xid_registration_not_supported_is_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    facts = gathered(monkeypatch, "not_supported")
+    assert facts.health.xid_watch == "" and "xid_events" in facts.health.gpus[0].unavailable
+    assert take_xid_watch(facts.rank) is None
