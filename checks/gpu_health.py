@@ -47,10 +47,13 @@ def nvml_unavailable(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """NVML is not available on this rank, so no GPU health was read.
 
     NVML ships with the NVIDIA driver. Without it (a CPU machine, a container started without
-    the NVIDIA runtime) the GPU checks have nothing to read: they stay silent, and GPU002 says
-    so as could-not-run when the job asked for NCCL.
+    the NVIDIA runtime) the GPU checks have nothing to read. Said when the job asked for NCCL
+    (GPU002 then marks the GPU checks could-not-run) or when the host has NVIDIA device nodes
+    (/dev/nvidiactl) that NVML could not use; a gloo or CPU run elsewhere skips the GPU checks
+    silently.
     """
-    if facts.health.nvml.startswith("unavailable"):
+    health = facts.health
+    if health.nvml.startswith("unavailable") and (ctx.backend == "nccl" or health.nvidia_device_nodes):
         yield Problem(f"NVML not available on {facts.host}: {facts.health.nvml.partition(': ')[2]}",
                       ranks=[facts.rank], hosts=[facts.host])
 

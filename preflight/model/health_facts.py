@@ -89,6 +89,7 @@ class HealthFacts:
     """GPU and NIC health of one rank: its bound GPU, its host's NCCL ports and their counters."""
 
     nvml: str = ""  # "ok"; "unavailable: <why>" (no driver); "" when the gatherer did not run
+    nvidia_device_nodes: bool = False  # /dev/nvidiactl exists: this host has (or had) an NVIDIA driver loaded
     bound_index: int | None = None  # the NVML index of the GPU this rank will use
     bound_reason: str = ""  # how it was chosen, or why none could be
     visible_gpus: int | None = None  # GPUs this rank may use (CUDA_VISIBLE_DEVICES applied)

@@ -84,10 +84,11 @@ def test_messages_say_what_and_where(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_without_nvml_info_and_could_not_run_only_for_nccl() -> None:
     facts = rank_facts(0, "cpu1", health={"nvml": "unavailable: NVML Shared Library Not Found"})
-    assert [f.severity for f in run("GPU001", facts)] == [Severity.INFO]
-    assert "not available" in run("GPU001", facts)[0].message
+    assert [f.severity for f in run("GPU001", facts, backend="nccl")] == [Severity.INFO]
+    assert "NVML not available on cpu1" in run("GPU001", facts, backend="nccl")[0].message
     assert [f.severity for f in run("GPU002", facts, backend="nccl")] == [Severity.COULD_NOT_RUN]
-    assert run("GPU002", facts, backend="gloo") == [] and run("GPU002", facts, backend="auto") == []
+    assert gpu_findings([facts], backend="gloo") == {} and gpu_findings([facts], backend="auto") == {}
+    facts.health.nvidia_device_nodes = True  # a driver's device nodes, but NVML failed: worth saying
     assert gpu_findings([facts], backend="gloo").keys() == {"GPU001"}
 
 

@@ -162,6 +162,7 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
     nvml, why = nvml_source.open_nvml(deadline_s=options.timeout_s * 0.9)
     if nvml is None:
         health.nvml = f"unavailable: {why}"
+        health.nvidia_device_nodes = os.path.exists("/dev/nvidiactl")  # a driver that NVML cannot reach
         return
     try:
         health.nvml = "ok"
