@@ -143,3 +143,21 @@ def test_xid_registration_not_supported_is_listed(monkeypatch: pytest.MonkeyPatc
     facts = gathered(monkeypatch, "not_supported")
     assert facts.health.xid_watch == "" and "xid_events" in facts.health.gpus[0].unavailable
     assert take_xid_watch(facts.rank) is None
+
+
+@pytest.mark.gpu
+def test_real_gpu_health_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU machine (`pytest -m gpu`): the real driver through the same boundary, every read
+    classified, the XID watch registered; a healthy GPU gives no GPU finding but GPU012's idle info."""
+    from tests.checks.test_gpu_health import gpu_findings
+
+    facts = gathered(monkeypatch, None, visible="0")
+    assert facts.health.nvml == "ok", facts.health.nvml
+    (gpu,) = facts.health.gpus
+    assert gpu.errors == [] and not gpu.lost and gpu.pci_bus_id
+    assert gpu.ecc_uncorrected_volatile is not None and gpu.pcie_max_width and gpu.temperature_c is not None
+    assert facts.health.xid_watch == "watching"
+    watch = take_xid_watch(facts.rank)
+    assert watch is not None and watch.drain() == []
+    watch.close()
+    assert set(gpu_findings([facts], backend="nccl")) <= {"GPU012", "GPU015"}, gpu_findings([facts])
