@@ -190,8 +190,7 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
     if exchange.heartbeat is not None:
         exchange.heartbeat.stage("verdict")
     if not record.interrupted:  # the RDMA counters' second read, one per host: increases are NIC001
-        record.findings += recheck.lead(exchange.store, _own_facts(record), record.all_facts,
-                                        record.options.sysfs_root, record.options.check_timeout_s)
+        record.findings += recheck.lead(exchange.store, _own_facts(record), record.all_facts, record.options)
     report = build_report(record)
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included.

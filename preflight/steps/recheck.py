@@ -24,6 +24,8 @@ from preflight.lib.waiting import wait_until
 from preflight.model import Finding, IbCounters, RankFacts
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.health_facts import port_key
+from preflight.options import RunOptions
+from preflight.registry import Tags
 from preflight.steps.gather.gpu_health import take_xid_watch
 from preflight.steps.gather.nic_health import read_counters
 
@@ -65,13 +67,23 @@ def increases(before: Sequence[IbCounters], after: Sequence[IbCounters]) -> list
     return found
 
 
-def lead(store: Any, own: RankFacts, all_facts: Sequence[RankFacts], sysfs_root: str,
-         timeout_s: float) -> list[Finding]:
-    """Rank 0: publish its own second reads, wait for the others', report XIDs (GPU040) and increases (NIC001)."""
-    publish_after(store, own, sysfs_root)
+def lead(store: Any, own: RankFacts, all_facts: Sequence[RankFacts], options: RunOptions) -> list[Finding]:
+    """Rank 0: publish its own second reads, wait for the others', report XIDs (GPU040) and increases (NIC001).
+
+    Each only while its tag (gpu, nic) is selected by --only / --skip."""
+    publish_after(store, own, options.sysfs_root)
     if store is None:
         return []
-    return _xid_findings(store, all_facts, timeout_s) + _counter_findings(store, all_facts, timeout_s)
+    findings: list[Finding] = []
+    if _selected(options, Tags.GPU):
+        findings += _xid_findings(store, all_facts, options.check_timeout_s)
+    if _selected(options, Tags.NIC):
+        findings += _counter_findings(store, all_facts, options.check_timeout_s)
+    return findings
+
+
+def _selected(options: RunOptions, tag: str) -> bool:
+    return tag not in options.skip and (not options.only or tag in options.only)
 
 
 def _arrived(store: Any, keys: list[str], timeout_s: float) -> dict[str, bytes]:
