@@ -55,6 +55,9 @@ class GpuHealth:
     pcie_max_width: int | None = None
     pcie_gen: int | None = None
     pcie_max_gen: int | None = None
+    nvlinks_read: int = 0  # NVLinks NVML reported on (18 on an H100 SXM; 0 without NVLink)
+    # Only the links worth a look (inactive, or with an error count): a healthy GPU's 18 links would
+    # otherwise be most of a 16k-rank report.
     nvlinks: list[NvLinkHealth] = field(default_factory=list)
     fabric_state: int | None = None  # NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 done
     fabric_status: int | None = None  # an nvmlReturn_t: 0 success

@@ -148,6 +148,6 @@ def test_a_real_h100s_answers_are_silent(monkeypatch: pytest.MonkeyPatch) -> Non
     """Recorded from a real H100 (driver 580): retired pages and NVLink NotSupported are no gap on it."""
     facts = gathered(monkeypatch, "real_h100_vm_580")
     (gpu,) = facts.health.gpus
-    assert gpu.unavailable == [] and gpu.errors == [] and gpu.nvlinks == []
+    assert gpu.unavailable == [] and gpu.errors == [] and gpu.nvlinks == [] and gpu.nvlinks_read == 0
     assert (gpu.remap_pending, gpu.recovery_action, gpu.fabric_state, gpu.pcie_width) == (False, 0, 0, 16)
     assert gpu_findings([facts], backend="nccl") == {}

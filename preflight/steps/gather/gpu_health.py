@@ -137,7 +137,10 @@ def read_health(nvml: Nvml, index: int) -> GpuHealth:
     health.clock_event_reasons = read("clock_event_reasons")
     health.pcie_width, health.pcie_max_width = read("pcie_width"), read("pcie_max_width")
     health.pcie_gen, health.pcie_max_gen = read("pcie_gen"), read("pcie_max_gen")
-    health.nvlinks = _nvlinks(read)
+    links = _nvlinks(read)
+    health.nvlinks_read = len(links)
+    health.nvlinks = [link for link in links if not link.active or link.replay or link.recovery or link.crc_flit
+                      or link.crc_data]
     fabric = read("fabric")
     if fabric:
         health.fabric_state, health.fabric_status = int(fabric[0]), int(fabric[1])
