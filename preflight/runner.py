@@ -161,7 +161,7 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
     decision = exchange.wait_for("go", options.timeout_s + VERDICT_MARGIN_S)  # 7
     if decision and decision.get("go") and options.probes_enabled():
         record.probes = probes.run_probes(world, options, exchange.store)  # 8
-    recheck.publish_after(exchange.store, record.facts, options.sysfs_root)  # RDMA counters, second read
+    recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.check_timeout_s)  # after step 8
     verdict = exchange.wait_for("verdict", options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9
     exchange.acknowledge()
     if verdict is None:

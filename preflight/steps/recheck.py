@@ -20,6 +20,7 @@ from typing import Any
 
 from preflight.checks.gpu_health import xid_events
 from preflight.checks.nic_health import nic_counters_increased
+from preflight.lib.deadline import call_with_deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import Finding, IbCounters, RankFacts
 from preflight.model.codec import BadPayload, decode, encode
@@ -37,16 +38,22 @@ def _ports(facts: RankFacts) -> list[Any]:
     return [p for p in facts.network.ib_ports if (p.device, str(p.port)) in chosen]
 
 
-def publish_after(store: Any, facts: RankFacts, sysfs_root: str) -> None:
-    """This rank's XIDs since the facts, and its host's counters read again (by the host's first claimant)."""
+def publish_after(store: Any, facts: RankFacts, sysfs_root: str, timeout_s: float = 10.0) -> None:
+    """This rank's XIDs since the facts, and its host's counters read again (by the host's first claimant).
+
+    The drain calls NVML, so it runs under `timeout_s` like every NVML call; one that overruns
+    publishes nothing for XIDs (rank 0 then claims nothing about them)."""
     watch = take_xid_watch(facts.rank)
-    xids = watch.drain() if watch is not None else []
+    xids: list[int] | None = []
     if watch is not None:
-        watch.close()
+        drained = call_with_deadline(watch.drain, timeout_s)
+        xids = drained.value if drained.ok else None
+        if drained.ok:
+            watch.close()
     if store is None:
         return
     try:
-        if facts.health.xid_watch == "watching":
+        if facts.health.xid_watch == "watching" and xids is not None:
             store.set(f"xid_after/{facts.rank}", encode(xids))
         if facts.health.ib_counters and store.add(f"nic_after_claim/{facts.host}", 1) == 1:
             store.set(f"nic_after/{facts.host}", encode(read_counters(sysfs_root, _ports(facts))))
@@ -71,7 +78,7 @@ def lead(store: Any, own: RankFacts, all_facts: Sequence[RankFacts], options: Ru
     """Rank 0: publish its own second reads, wait for the others', report XIDs (GPU040) and increases (NIC001).
 
     Each only while its tag (gpu, nic) is selected by --only / --skip."""
-    publish_after(store, own, options.sysfs_root)
+    publish_after(store, own, options.sysfs_root, options.check_timeout_s)
     if store is None:
         return []
     findings: list[Finding] = []
