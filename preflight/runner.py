@@ -42,7 +42,7 @@ from preflight.probes.session import JobGroups
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable
-from preflight.steps import tcp_reach
+from preflight.steps import recheck, tcp_reach
 from preflight.steps.exchange import Exchange, RankPayload
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
 from preflight.steps.launchers import resolve_world
@@ -191,6 +191,7 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
     decision = exchange.wait_for("go", options.timeout_s + VERDICT_MARGIN_S)  # 7
     if decision and decision.get("go") and options.probes_enabled():
         record.probes = probes.run_probes(world, options, exchange.store, groups)  # 8
+    recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.check_timeout_s)  # after step 8
     verdict = exchange.wait_for("verdict", options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9
     exchange.acknowledge()
     if verdict is None:
@@ -218,6 +219,8 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
         record.findings += run_interrupted.report(reason=record.interrupted)
     if exchange.heartbeat is not None:
         exchange.heartbeat.stage("verdict")
+    if not record.interrupted:  # the RDMA counters' second read, one per host: increases are NIC001
+        record.findings += recheck.lead(exchange.store, _own_facts(record), record.all_facts, record.options)
     report = build_report(record)
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included.
