@@ -38,6 +38,12 @@ def _bound_key(facts: RankFacts) -> str:
     return f"index {facts.health.bound_index}"
 
 
+def _distinct_nccl_host_ids(holders: list[RankFacts]) -> bool:
+    """Every rank sharing the GPU has its own NCCL_HOSTID (NCCL then sees them as separate hosts)."""
+    ids = [f.env.get("NCCL_HOSTID", "") for f in holders]
+    return all(ids) and len(set(ids)) == len(ids)
+
+
 @check("GPU030", tag=Tags.GPU, scope=CROSS, severity=Severity.ERROR,
        hint="Give every local rank its own GPU: as many GPUs per node as tasks (srun --gpus-per-task=1, "
        "or all of the node's GPUs visible to each rank), never two ranks on one GPU.")
@@ -46,7 +52,8 @@ def gpu_binding(job: JobView) -> Iterable[Problem]:
 
     Ranks sharing a GPU split its memory and SMs (and NCCL refuses two ranks on one device);
     a rank with no GPU to bind fails at its first CUDA call. Exclusive-process compute mode
-    makes sharing fail outright.
+    makes sharing fail outright. Ranks that share a GPU under distinct NCCL_HOSTID values are
+    left alone, since that is how several ranks are put on one GPU on purpose and NCCL accepts it.
     """
     for host, ranks in sorted(_hosts(job.ranks).items()):
         unbound = [f for f in ranks if f.health.bound_index is None]
@@ -64,6 +71,8 @@ def gpu_binding(job: JobView) -> Iterable[Problem]:
             if len(holders) < 2:
                 continue
             exclusive = any(g.compute_mode == 3 for f in holders for g in f.health.gpus)
+            if not exclusive and _distinct_nccl_host_ids(holders):
+                continue  # deliberate: NCCL treats each as its own host and accepts the sharing
             yield Problem(f"{host}: ranks {', '.join(str(f.rank) for f in holders)} are bound to one GPU ({bus})"
                           + (" in exclusive-process compute mode: all but one will fail" if exclusive else ""),
                           ranks=[f.rank for f in holders], hosts=[host], data={"pci_bus_id": bus})

@@ -107,6 +107,15 @@ def test_two_ranks_on_one_gpu_and_a_rank_without_one() -> None:
     assert (missing.ranks, missing.hosts) == ([3], ["b"]) and "no GPU to use" in missing.message
 
 
+def test_ranks_sharing_a_gpu_under_their_own_nccl_host_ids_are_deliberate() -> None:
+    # How the GPU tests put two ranks on one H100: NCCL accepts it, so GPU030 must not stop the probes.
+    ranks = [_bound(0, "a", 0, "00:18"), _bound(1, "a", 0, "00:18")]
+    ranks[0].env["NCCL_HOSTID"], ranks[1].env["NCCL_HOSTID"] = "h0", "h1"
+    assert run("GPU030", ranks) == []
+    ranks[1].env["NCCL_HOSTID"] = "h0"  # one host id: NCCL refuses ("Duplicate GPU detected")
+    assert [f.ranks for f in run("GPU030", ranks)] == [[0, 1]]
+
+
 def test_gpu_kind_and_vbios_across_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
     ranks = []
     for rank, host in enumerate(["n1", "n2", "n3"]):
