@@ -38,6 +38,7 @@ MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 SlurmdParameters=config_overrides
 ReturnToService=2
 JobAcctGatherType=jobacct_gather/none
@@ -73,21 +74,31 @@ class SlurmCluster:
         env.update(extra or {})
         return env
 
-    def sbatch(self, script: Path, options: list[str], script_args: list[str], env: dict[str, str],
-               timeout: float = 180) -> tuple[str, str]:
-        """Submit and poll every 0.2 s (sbatch --wait polls coarsely); return (job id, final state line)."""
+    def submit(self, script: Path, options: list[str], script_args: list[str], env: dict[str, str],
+               cwd: Path | None = None) -> str:
+        """`sbatch --parsable`; the job id."""
         command = ["sbatch", "--parsable", *options, str(script), *script_args]
-        job_id = subprocess.run(command, env=env, check=True,
-                                capture_output=True, text=True, timeout=30).stdout.strip().split(";")[0]
+        return subprocess.run(command, env=env, check=True, capture_output=True, text=True, timeout=30,
+                              cwd=cwd).stdout.strip().split(";")[0]
+
+    def wait(self, job_id: str, timeout: float = 180) -> str:
+        """Poll `scontrol show job` every 0.2 s (sbatch --wait polls coarsely) until the job ends;
+        its final state line (JobState=..., ExitCode=...)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            line = subprocess.run(["scontrol", "show", "job", job_id, "-o"], env=env, capture_output=True,
+            line = subprocess.run(["scontrol", "show", "job", job_id, "-o"], env=self.env(), capture_output=True,
                                   text=True, timeout=30).stdout
             state = next((w.split("=", 1)[1] for w in line.split() if w.startswith("JobState=")), "")
             if state and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
-                return job_id, line
+                return line
             time.sleep(0.2)
         raise TimeoutError(f"job {job_id} did not finish within {timeout}s")
+
+    def sbatch(self, script: Path, options: list[str], script_args: list[str], env: dict[str, str],
+               timeout: float = 180, cwd: Path | None = None) -> tuple[str, str]:
+        """Submit and wait; return (job id, final state line)."""
+        job_id = self.submit(script, options, script_args, env, cwd)
+        return job_id, self.wait(job_id, timeout)
 
 
 def _write_conf(base: Path, nodes: int, ctld_port: int, slurmd_port: int) -> None:

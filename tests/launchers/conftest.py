@@ -15,13 +15,13 @@ from tests.helpers.tools import require_root, require_tool
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """A real slurmctld + 2 slurmd (node1, node2) + munged, stopped after the session."""
+    """A real slurmctld + 3 slurmd (node1..node3) + munged, stopped after the session."""
     require_root()
     for tool in ("slurmctld", "slurmd", "munged", "srun", "sbatch"):
         require_tool(tool)
     # munged runs as the munge user and must traverse to its socket: pytest's tmp is 0700.
     base = Path(tempfile.mkdtemp(prefix="preflight-slurm-"))
-    cluster = start_cluster(base, nodes=2)
+    cluster = start_cluster(base, nodes=3)
     try:
         yield cluster
     finally:
