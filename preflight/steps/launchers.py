@@ -385,6 +385,18 @@ def _from_kubeflow(reader: _EnvReader, host: str) -> World | None:
     )
 
 
+# Launchers whose preflight runs one process per node, not as the training's ranks.
+_NODE_LEVEL = {
+    "kubeflow": "a Kubeflow init container runs one preflight per pod (PET_* only, no torchrun), so its "
+                "checks and probes are node level; the training's ranks do not exist yet",
+}
+
+
+def node_level(world: World) -> str:
+    """Why this world is node level (one preflight per node, not the training's ranks); "" when it is not."""
+    return _NODE_LEVEL.get(world.launcher, "")
+
+
 def _single(reader: _EnvReader, host: str) -> World:
     return World(
         launcher="single",
