@@ -1,4 +1,5 @@
-"""preflight under Open MPI's mpirun: ranks from OMPI_COMM_WORLD_*, one verdict for all."""
+"""preflight under Open MPI's mpirun (`mpirun.openmpi`, by its full name: Debian's mpich may be installed
+beside it): ranks from OMPI_COMM_WORLD_*, one verdict for all."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.mpi
 
 def mpirun(args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = base_env({"PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", **(extra_env or {})})
-    command = [require_tool("mpirun"), "--allow-run-as-root", "--oversubscribe", *args]
+    command = [require_tool("mpirun.openmpi", package="openmpi-bin"), "--allow-run-as-root", "--oversubscribe", *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
 
 
