@@ -92,21 +92,23 @@ def test_one_task_per_node_runs_torchrun_for_preflight_and_training(slurm_netns:
 def test_a_bad_node_is_excluded_by_the_resubmitted_job_which_trains(slurm_netns: SlurmCluster,
                                                                     tmp_path: Path) -> None:
     marker = tmp_path / "trained"
+    # The first host is the bad one: the resubmitted job must not inherit MASTER_ADDR from it.
     n1, n2, n3 = slurm_netns.node_names
-    env = _env(slurm_netns, tmp_path, PREFLIGHT=_faulty(tmp_path, n2), PREFLIGHT_RESUBMIT="2")
+    env = _env(slurm_netns, tmp_path, PREFLIGHT=_faulty(tmp_path, n1), PREFLIGHT_RESUBMIT="2")
     first, state = slurm_netns.sbatch(SBATCH / "train-with-preflight.sbatch", ["-N", "2", "--ntasks-per-node=1"],
                                         ["touch", str(marker)], env, cwd=tmp_path)
     out = _output(tmp_path, "preflight-train", first)
     assert "ExitCode=3:0" in state and not marker.exists(), state + out
-    match = re.search(r"resubmitted as job (\d+) \(resubmission 1 of 2\), excluding " + n2, out)
+    match = re.search(r"resubmitted as job (\d+) \(resubmission 1 of 2\), excluding " + n1, out)
     assert match, out
     second = match.group(1)
     state = slurm_netns.wait(second)
     out2 = _output(tmp_path, "preflight-train", second)
-    assert "ExitCode=0:0" in state and f"ExcNodeList={n2}" in state, state + out2
+    assert "ExitCode=0:0" in state and f"ExcNodeList={n1}" in state, state + out2
     assert "resubmission 1" in out2 and marker.exists()
     report = load_report(tmp_path / f"preflight-{second}" / "report.json")
-    assert sorted({f.host for f in report.ranks}) == [n1, n3] and report.exit_code == 0
+    assert sorted({f.host for f in report.ranks}) == [n2, n3] and report.exit_code == 0
+    assert report.meta.master_addr == n2 and report.meta.master_port == 12000 + int(second) % 20000
 
 
 @pytest.mark.parametrize(("case", "nodes", "extra", "says"), [
