@@ -32,7 +32,7 @@ from typing import Any
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import probes_not_started, run_interrupted, store_did_not_form
 from preflight.lib import secrets
-from preflight.lib.errors import Interrupted
+from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode, RankFacts, Severity, World
 from preflight.options import RunOptions
@@ -45,7 +45,7 @@ from preflight.reports.targets import refuse_unwritable
 from preflight.steps import recheck, tcp_reach
 from preflight.steps.exchange import Exchange, RankPayload
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
-from preflight.steps.launchers import resolve_world
+from preflight.steps.launchers import node_level, resolve_world
 from preflight.steps.phases import Phases, phase_display
 from preflight.steps.verdict import RunRecord, build_report, report_alone
 
@@ -59,6 +59,9 @@ ACKNOWLEDGE_S = 5.0
 def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     """Run preflight as this process's rank; return the exit code every rank shares."""
     world = resolve_world(env)  # 1. world; BadInput propagates to the CLI: one line, exit 2
+    if options.mesh and node_level(world):
+        raise BadInput(f"--mesh describes the training's ranks, but {node_level(world)}: run preflight "
+                       "under the trainer's torchrun to probe a mesh")
     options = options.for_world(world.world_size)  # the mesh resolved; a bad one for this WORLD_SIZE: exit 2
     if options.run_id:
         world.run_id = options.run_id

@@ -24,6 +24,7 @@ def write_reports(report: JobReport, targets: ReportTargets) -> None:
         ("--json", targets.json, json_report.write),
         ("--text", targets.text, text.write),
         ("--exclude-file", targets.exclude, exclude.write),
+        ("--retry-exclude-file", targets.retry_exclude, exclude.write_retry),
         ("--junit", targets.junit, junit.write),
         ("--html", targets.html, html.write),
     ]

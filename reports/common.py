@@ -41,8 +41,10 @@ def world_summary(report: JobReport) -> str:
     hosts = sorted({r.host for r in report.ranks})
     job = f" job {meta.job_id}" if meta.job_id else ""
     restart = f", restart #{meta.restart_count}" if meta.restart_count else ""
+    # A Kubeflow init container: one preflight per pod, not the training's ranks (--mesh is refused).
+    scope = " (node level: one preflight per pod, not the training's ranks)" if meta.launcher == "kubeflow" else ""
     return (
-        f"{meta.launcher}{job}: {meta.world_size} rank(s) on {len(hosts)} host(s) "
+        f"{meta.launcher}{scope}{job}: {meta.world_size} rank(s) on {len(hosts)} host(s) "
         f"[{compress_hostlist(hosts)}], master {meta.master_addr}:{meta.master_port}, "
         f"{meta.duration_s:.1f}s{restart}"
     )

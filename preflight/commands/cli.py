@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--junit", dest="junit_path", metavar="PATH")
     report.add_argument("--text", dest="text_path", metavar="PATH")
     report.add_argument("--exclude-file", metavar="PATH")
+    report.add_argument("--retry-exclude-file", metavar="PATH",
+                        help="the bad hosts when the failure is theirs alone (what a resubmission excludes); "
+                        "empty when resubmitting cannot help")
     report.add_argument("--json", dest="json_path", metavar="PATH")
     return parser
 

@@ -17,6 +17,6 @@ def rerender(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"{args.json_file}: not a preflight JSON report ({type(exc).__name__}: {exc})") from None
     targets = ReportTargets(json=args.json_path, html=args.html_path, junit=args.junit_path, text=args.text_path,
-                            exclude=args.exclude_file)
+                            exclude=args.exclude_file, retry_exclude=args.retry_exclude_file)
     write_reports(report, targets)
     return report.exit_code

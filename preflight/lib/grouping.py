@@ -74,3 +74,38 @@ def short(value: str, limit: int = 32) -> str:
     """A value cut to `limit` characters, in backticks."""
     text = value if len(value) <= limit else value[: limit - 3] + "..."
     return f"`{text}`"
+
+
+NodeKey = tuple[str, int]  # (host, node rank); node rank -1 where the launcher does not name nodes
+
+
+def node_key(facts: RankFacts) -> NodeKey:
+    """Which node a rank runs on: its host, and the node rank where the launcher names one.
+
+    Two torchrun agents on one machine, or containers that share one hostname, are different
+    nodes when the launcher says so (GROUP_RANK, SLURM_NODEID, PET_NODE_RANK differ)."""
+    world = facts.world
+    return (facts.host, world.node_rank if world.node_rank_given else -1)
+
+
+def node_label(key: NodeKey) -> str:
+    """`node07`, or `vm (node 1)` when the node rank tells nodes of one host name apart."""
+    host, node = key
+    return host if node < 0 else f"{host} (node {node})"
+
+
+def by_node(ranks: Iterable[RankFacts]) -> dict[NodeKey, list[RankFacts]]:
+    """Ranks grouped by node_key, in rank order within a node, nodes in key order."""
+    nodes: dict[NodeKey, list[RankFacts]] = defaultdict(list)
+    for facts in sorted(ranks, key=lambda f: f.rank):
+        nodes[node_key(facts)].append(facts)
+    return dict(sorted(nodes.items()))
+
+
+def shared_host_names(ranks: Iterable[RankFacts]) -> dict[str, list[NodeKey]]:
+    """Host names that more than one node reports (only where the launcher names nodes)."""
+    nodes_of: dict[str, set[NodeKey]] = defaultdict(set)
+    for facts in ranks:
+        key = node_key(facts)
+        nodes_of[key[0]].add(key)
+    return {host: sorted(keys) for host, keys in sorted(nodes_of.items()) if len(keys) > 1}

@@ -23,6 +23,9 @@ class World:
     local_world_size: int = 1
     node_rank: int = 0
     num_nodes: int = 1
+    # The launcher said which node this is (GROUP_RANK, SLURM_NODEID, PET_NODE_RANK, NODE_RANK):
+    # then a node is (host, node_rank), so two nodes that share a host name stay two nodes.
+    node_rank_given: bool = False
     host: str = ""
     master_addr: str = "127.0.0.1"
     master_port: int = 29500

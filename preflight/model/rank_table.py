@@ -23,7 +23,7 @@ from preflight.model.rank_facts import GpuFacts, NetworkFacts, RankFacts, System
 # The World fields most ranks share (all but rank, local_rank, node_rank, host, raw, expected_hosts);
 # decisions last. A field added to World must be named here or in PackedRank (the round-trip test).
 _WORLD_SHARED = ("launcher", "world_size", "local_world_size", "num_nodes", "master_addr", "master_port", "job_id",
-                 "run_id", "restart_count", "use_agent_store", "decisions")
+                 "run_id", "restart_count", "use_agent_store", "node_rank_given", "decisions")
 _SAMPLE = 64  # ranks sampled to choose the common values (only the table's size depends on them)
 
 

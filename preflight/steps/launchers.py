@@ -157,6 +157,7 @@ def _from_torchrun(reader: _EnvReader, host: str) -> World | None:
         local_world_size=reader.integer("LOCAL_WORLD_SIZE", 1, minimum=1) or 1,
         node_rank=reader.integer("GROUP_RANK", 0) or 0,
         num_nodes=reader.integer("GROUP_WORLD_SIZE", 1, minimum=1) or 1,
+        node_rank_given=reader.has("GROUP_RANK"),
         host=host,
         master_addr=_validate_master_addr(reader.text("MASTER_ADDR", "127.0.0.1") or ""),
         master_port=_master_port(reader, "", decisions),
@@ -188,6 +189,7 @@ def _from_env(reader: _EnvReader, host: str) -> World | None:
         local_world_size=local_world,
         node_rank=_first_set(reader.first_int(("GROUP_RANK", "NODE_RANK")), rank // local_world),
         num_nodes=max(1, -(-world_size // local_world)),
+        node_rank_given=reader.has("GROUP_RANK") or reader.has("NODE_RANK"),
         host=host,
         master_addr=_validate_master_addr(reader.text("MASTER_ADDR", "127.0.0.1") or ""),
         master_port=_master_port(reader, "", decisions),
@@ -210,7 +212,9 @@ def _from_open_mpi(reader: _EnvReader, host: str) -> World | None:
         world_size=world_size,
         local_rank=reader.integer("OMPI_COMM_WORLD_LOCAL_RANK", 0) or 0,
         local_world_size=local_world,
-        node_rank=reader.integer("OMPI_COMM_WORLD_NODE_RANK", 0) or 0,
+        # OMPI_COMM_WORLD_NODE_RANK is the rank among the processes of this node (a local
+        # rank), not the node's index: Open MPI names no node index, so derive it.
+        node_rank=reader.required_int("OMPI_COMM_WORLD_RANK") // local_world,
         num_nodes=max(1, -(-world_size // local_world)),
         host=host,
         master_addr=_mpi_master_addr(reader, world_size, local_world, decisions),
@@ -331,6 +335,7 @@ def _from_slurm(reader: _EnvReader, host: str) -> World | None:
         local_world_size=local_world,
         node_rank=node_rank,
         num_nodes=reader.first_int(("SLURM_STEP_NUM_NODES", "SLURM_NNODES"), minimum=1) or max(1, len(nodes)),
+        node_rank_given=reader.has("SLURM_NODEID"),
         host=host,
         master_addr=_validate_master_addr(master_addr),
         master_port=_master_port(reader, job_id, decisions),
@@ -370,6 +375,7 @@ def _from_kubeflow(reader: _EnvReader, host: str) -> World | None:
         local_world_size=1,
         node_rank=node_rank,
         num_nodes=nnodes,
+        node_rank_given=True,
         host=host,
         master_addr=_validate_master_addr(master_addr),
         master_port=_master_port(port_reader, job_id, decisions),
@@ -377,6 +383,18 @@ def _from_kubeflow(reader: _EnvReader, host: str) -> World | None:
         run_id=f"kubeflow-{job_id}",
         decisions=decisions,
     )
+
+
+# Launchers whose preflight runs one process per node, not as the training's ranks.
+_NODE_LEVEL = {
+    "kubeflow": "a Kubeflow init container runs one preflight per pod (PET_* only, no torchrun), so its "
+                "checks and probes are node level; the training's ranks do not exist yet",
+}
+
+
+def node_level(world: World) -> str:
+    """Why this world is node level (one preflight per node, not the training's ranks); "" when it is not."""
+    return _NODE_LEVEL.get(world.launcher, "")
 
 
 def _single(reader: _EnvReader, host: str) -> World:

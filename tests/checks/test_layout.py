@@ -58,3 +58,38 @@ def test_cyclic_placement_warns_once() -> None:
 def test_a_missing_rank_is_not_a_non_contiguous_host() -> None:
     ranks = [f for f in cluster(4, 4) if f.rank != 6]  # rank 6 missing: RANK001's finding only
     assert run("LAYOUT004", ranks, world_size=16) == []
+
+
+def _two_nodes_one_name(given: bool = True, scopes: tuple[str, str] = ("boot1/net1", "boot1/net1")) -> list:
+    """Two nodes of two ranks each, both reporting the host name `vm` (two torchrun agents)."""
+    return [rank_facts(r, "vm", world_size=4, local_world_size=2, world_node_rank=r // 2,
+                       world_node_rank_given=given, network={"loopback_scope": scopes[r // 2]})
+            for r in range(4)]
+
+
+def test_nodes_that_share_a_host_name_are_two_nodes_not_a_layout_error() -> None:
+    ranks = _two_nodes_one_name()
+    assert [run(i, ranks) for i in ("LAYOUT001", "LAYOUT002", "LAYOUT003", "LAYOUT004")] == [[], [], [], []]
+    [finding] = run("LAYOUT005", ranks)
+    assert finding.severity.value == "warn" and finding.hosts == ["vm"] and finding.ranks == [0, 1, 2, 3]
+    assert "2 nodes (node ranks 0-1) share the host name vm on one machine" in finding.message
+    assert "exclude list" in finding.message and "NCCL" in finding.hint
+
+
+def test_a_shared_host_name_across_network_namespaces_says_so() -> None:
+    [finding] = run("LAYOUT005", _two_nodes_one_name(scopes=("boot1/net1", "boot1/net2")))
+    assert "on different machines or network namespaces" in finding.message
+
+
+def test_without_a_node_rank_from_the_launcher_a_shared_name_is_still_a_clash() -> None:
+    ranks = _two_nodes_one_name(given=False)
+    [clash] = run("LAYOUT001", ranks)
+    assert "LOCAL_RANK 0 is held by ranks 0,2 on vm" in clash.message
+    assert run("LAYOUT005", ranks) == []
+
+
+def test_a_real_clash_inside_one_node_of_a_shared_name_names_the_node() -> None:
+    ranks = _two_nodes_one_name()
+    ranks[3].world.local_rank = 0
+    [clash] = run("LAYOUT001", ranks)
+    assert "LOCAL_RANK 0 is held by ranks 2-3 on vm (node 1)" in clash.message

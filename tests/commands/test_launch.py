@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from preflight.reports.json import load as load_report
-from tests.helpers.ranks import base_env, plant_env, run_cli
+from tests.helpers.ranks import base_env, free_port, plant_env, run_cli
 
 
 def test_launch_four_ranks_passes(tmp_path) -> None:
@@ -77,3 +77,25 @@ def test_under_plain_torchrun_a_failing_verdict_is_every_workers_exit_code(tmp_p
     assert load_report(tmp_path / "r.json").exit_code == 3
     codes = re.findall(r"exitcode\s*:\s*(-?\d+)", result.stderr)  # the agent's summary of failed workers
     assert codes and set(codes) == {"3"}, result.stderr[-3000:]
+
+
+def test_two_torchrun_agents_on_one_host_are_two_nodes_with_a_warning(tmp_path) -> None:
+    """`torchrun --nnodes 2 --node-rank 0/1` on one machine: no LAYOUT001/003, one LAYOUT005 warning."""
+    port = free_port()
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+         "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+         "-m", "preflight", "--skip", "probe", "--json", str(tmp_path / f"r{node}.json")],
+        env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    outputs = [agent.communicate(timeout=180)[0] for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], "\n".join(outputs)[-4000:]
+    [path] = [p for p in (tmp_path / "r0.json", tmp_path / "r1.json") if p.exists()]  # rank 0's agent
+    report = load_report(path)
+    assert report.meta.world_size == 4 and report.exit_code == 0
+    assert [(f.host, f.world.node_rank, f.world.local_rank) for f in report.ranks] == [
+        (socket.gethostname(), node, local) for node in (0, 1) for local in (0, 1)]
+    ids = [f.check_id for f in report.findings if f.severity.value != "ok"]
+    assert not [i for i in ids if i in ("LAYOUT001", "LAYOUT002", "LAYOUT003", "LAYOUT004")], ids
+    [shared] = [f for f in report.findings if f.check_id == "LAYOUT005"]
+    assert shared.severity.value == "warn" and shared.hosts == [socket.gethostname()]
+    assert "share the host name" in shared.message and "on one machine" in shared.message

@@ -23,6 +23,7 @@ util-linux's unshare; the fixture skips with a reason on a laptop and fails unde
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -123,6 +124,22 @@ class FakeNetwork:
 
     def __len__(self) -> int:
         return len(self.hosts)
+
+    def rsh_agent(self) -> Path:
+        """An rsh/ssh stand-in that runs a command on a host of this network by its name:
+        `agent [-options] HOST COMMAND...` runs the words as one shell command on HOST, as
+        ssh does. MPI launchers take it as their remote shell (Open MPI's `--mca plm_rsh_agent`,
+        Hydra's `-launcher rsh -launcher-exec`), so their daemons start on the fake hosts."""
+        lines = ["#!/bin/sh", 'while [ "${1#-}" != "$1" ]; do shift; done  # ssh-style options', "host=$1; shift",
+                 'case "$host" in']
+        for host in self.hosts:
+            enter = " ".join(shlex.quote(word) for word in host.command(["sh", "-c"]))
+            lines.append(f'  {host.hostname}) exec {enter} "$*" ;;')
+        lines += ['  *) echo "rsh agent: no fake host named $host" >&2; exit 255 ;;', "esac"]
+        agent = self.folder / "rsh-agent"
+        agent.write_text("\n".join(lines) + "\n")
+        agent.chmod(0o755)
+        return agent
 
     def close(self) -> None:
         """Kill what runs in the hosts, then delete namespaces, veths, bridges and hosts files."""

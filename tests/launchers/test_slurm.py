@@ -47,27 +47,3 @@ def test_srun_task_that_never_starts_is_named_with_its_node(slurm_cluster: Slurm
     [missing] = [f for f in report.findings if f.check_id == "RANK001"]
     assert missing.ranks == [3] and missing.hosts == ["node2"]
     assert report.bad_hosts == ["node2"]
-
-
-def test_sbatch_script_stops_before_training_on_a_bad_verdict(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    env = slurm_cluster.env({"PATH": f"{BIN}:{os.environ['PATH']}", "PREFLIGHT_DIR": str(tmp_path / "pf"),
-                             "PREFLIGHT_ARGS": "--skip probe", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"})
-    marker = tmp_path / "trained"
-    job_id, state = slurm_cluster.sbatch(
-        REPO / "sbatch" / "preflight-then-train.sbatch",
-        ["-N", "2", "--ntasks-per-node=1", "-o", str(tmp_path / "job.out")], ["touch", str(marker)], env)
-    assert "ExitCode=3:0" in state, state + (tmp_path / "job.out").read_text()
-    assert not marker.exists()
-    assert "training not started" in (tmp_path / "job.out").read_text()
-    assert load_report(tmp_path / "pf" / "report.json").meta.job_id == job_id
-
-
-def test_sbatch_script_trains_after_a_clean_verdict(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    env = slurm_cluster.env({"PATH": f"{BIN}:{os.environ['PATH']}", "PREFLIGHT_DIR": str(tmp_path / "pf"),
-                             "PREFLIGHT_ARGS": "--skip probe"})
-    marker = tmp_path / "trained"
-    _job, state = slurm_cluster.sbatch(
-        REPO / "sbatch" / "preflight-then-train.sbatch",
-        ["-N", "2", "--ntasks-per-node=1", "-o", str(tmp_path / "job.out")], ["touch", str(marker)], env)
-    assert "ExitCode=0:0" in state, state + (tmp_path / "job.out").read_text()
-    assert marker.exists()

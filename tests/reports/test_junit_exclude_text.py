@@ -58,3 +58,32 @@ def test_text_report_has_probe_and_drift_tables() -> None:
     assert len(rows) == len({(p.dim, p.op, p.size_bytes) for p in report.probes}) == 3 * 3 * 7
     assert "'mlx5_1' on ranks 48-55" in out
     assert max(len(line) for line in out.splitlines()) < 200  # readable in a Slurm .out file
+
+
+def _on_hosts(findings: list[Finding], bad_hosts: list[str], exit_code: int = 3) -> JobReport:
+    from tests.helpers.facts import rank_facts
+    report = _report(findings, [], bad_hosts)
+    report.ranks = [rank_facts(r, f"n{r // 2 + 1}", world_size=6, local_world_size=2) for r in range(6)]
+    report.exit_code = exit_code
+    return report
+
+
+def test_retry_excludes_the_hosts_when_every_error_is_a_hosts_fault(tmp_path: Path) -> None:
+    blamed = Finding("RANK001", Severity.ERROR, "rank 3 missing", hosts=["n2"], blames_host=True)
+    one_node = Finding("NCCL008", Severity.ERROR, "bad ifname", hosts=["n3"])
+    report = _on_hosts([blamed, one_node, Finding("ENV003", Severity.WARN, "drift", hosts=["n1", "n2", "n3"])],
+                       ["n2", "n3"])
+    assert exclude.retry_hosts(report) == ["n2", "n3"]
+    exclude.write_retry(report, str(tmp_path / "retry.txt"))
+    assert (tmp_path / "retry.txt").read_text() == "n2\nn3\n"
+
+
+def test_no_retry_when_an_error_is_the_jobs_own_configuration(tmp_path: Path) -> None:
+    blamed = Finding("RANK001", Severity.ERROR, "rank 3 missing", hosts=["n2"], blames_host=True)
+    everywhere = Finding("NCCL001", Severity.ERROR, "async error handling off", hosts=["n1", "n2", "n3"])
+    nowhere = Finding("RUN001", Severity.ERROR, "store did not form")
+    assert exclude.retry_hosts(_on_hosts([blamed, everywhere], ["n2"])) == []
+    assert exclude.retry_hosts(_on_hosts([blamed, nowhere], ["n2"])) == []
+    assert exclude.retry_hosts(_on_hosts([blamed], ["n2"], exit_code=4)) == []  # incomplete proves nothing
+    exclude.write_retry(_on_hosts([everywhere], []), str(tmp_path / "retry.txt"))
+    assert (tmp_path / "retry.txt").read_text() == ""

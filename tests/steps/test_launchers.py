@@ -135,3 +135,18 @@ def test_single_process() -> None:
 def test_bad_input_names_variable_and_value(env: dict[str, str], message: str) -> None:
     with pytest.raises(BadInput, match=message.replace("(", r"\(").replace("[", r"\[")):
         resolve_world(env, host="h")
+
+
+@pytest.mark.parametrize(("env", "given"), [
+    (TORCHRUN, True), (SLURM, True), (KUBEFLOW, True), (OMPI, False), (HYDRA, False),
+    ({"RANK": "2", "WORLD_SIZE": "4"}, False), ({"RANK": "2", "WORLD_SIZE": "4", "NODE_RANK": "1"}, True),
+])
+def test_node_rank_given_only_where_the_launcher_names_the_node(env: dict[str, str], given: bool) -> None:
+    assert resolve_world(env, host="h").node_rank_given is given
+
+
+def test_open_mpi_node_rank_is_derived_not_its_per_node_rank() -> None:
+    # OMPI_COMM_WORLD_NODE_RANK is a rank among the node's processes (3 here), not a node index.
+    world = resolve_world({**OMPI, "OMPI_COMM_WORLD_NODE_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
+                           "OMPI_COMM_WORLD_RANK": "7", "MASTER_ADDR": "n1"}, host="h")
+    assert world.node_rank == 1
