@@ -4,7 +4,8 @@ Each run is a real `preflight launch` (gloo process groups, 8 or 4 ranks on 2 sh
 exactly the scheduler noise the straggler rule and the confirming pass must survive), with
 the default --straggler-ratio. Over RUNS consecutive runs per mesh, no bandwidth warning
 (BW003-BW006) may appear. The cost is process start-up (torch imports), not the probes,
-so the probes are kept small. This is the false-alarm half; the detection half is
+so the probes are kept small; still, RUNS launches of 8 ranks on 2 cores take minutes, hence
+the test's own timeout. This is the false-alarm half; the detection half is
 test_probes_gloo.py's sleeping rank and test_probes_netns.py's shaped host.
 """
 
@@ -21,6 +22,7 @@ BANDWIDTH_WARNINGS = {"BW003", "BW004", "BW005", "BW006"}
 SMALL = ["--sizes", "256KiB,1MiB", "--warmup", "1", "--iters", "5"]
 
 
+@pytest.mark.timeout(1500)  # RUNS whole launches; a does-not-hang bound, not a speed claim
 @pytest.mark.parametrize(("n", "mesh"), [(8, "pp2,tp4"), (4, "dp2,tp2")])
 def test_healthy_runs_raise_no_bandwidth_warning(tmp_path: Path, n: int, mesh: str) -> None:
     raised: list[str] = []
