@@ -32,7 +32,9 @@ from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.waiting import wait_until
 from preflight.model import Finding, ProbeDevice, ProbeResult, RankFacts, World
+from preflight.model.probe_faults import Hang
 from preflight.options import RunOptions
+from preflight.probes import setup
 
 MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
 
@@ -67,9 +69,23 @@ def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
     try:
         choice = ses.decide_backend(options.backend, world, pstore, timeout_s)
         plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
-        session = ses.open_session(world, plan, pstore, choice.backend, timeout_s)
-    except Exception as exc:  # no NCCL, no GPU, a rank that never joined: nothing to measure
+    except Exception as exc:  # no NCCL, no GPU: nothing to measure
         return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
+    mark = setup.marker(pstore, world.rank, world.host)
+    mark("started")
+    setup_began = time.monotonic()
+    deadline_s = timeout_s + setup.SETUP_GRACE_S + 5  # beyond the process-group timeout (timeout_s + 5)
+    try:
+        session = setup.open_bounded(
+            lambda: ses.open_session(world, plan, pstore, choice.backend, timeout_s, mark=mark), deadline_s)
+    except setup.SetupTimeout:  # stuck in ncclCommInitRank or a GPU's context creation
+        return _setup_hung(world, pstore, choice, deadline_s, time.monotonic() - setup_began)
+    except Exception as exc:  # a rank that never joined, a mesh the world cannot hold
+        if time.monotonic() - setup_began >= timeout_s:  # the process-group timeout: it waited for someone
+            return _setup_hung(world, pstore, choice, timeout_s + 5, time.monotonic() - setup_began,
+                               reason=f"{type(exc).__name__}: {one_line(exc)}")
+        return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
+    mark("done")
     records, status = ses.run_steps(session)
     stopped_at = time.monotonic()
     ses.publish(pstore, world.rank, world.host, records, status)
@@ -235,6 +251,25 @@ def _follow_localization(session: Any, status: Any) -> None:
     if rank in ranks:
         session.store.set(f"pair/{rank}", json.dumps({str(k): v for k, v in mine.items()}))
     confirm.follow_pairs(session)
+
+
+def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapsed_s: float,
+                reason: str = "") -> ProbeOutcome:
+    """Setup overran its deadline, or timed out waiting inside torch (reason): rank 0 names the ranks
+    furthest behind (BW002); nobody tears anything down."""
+    outcome = ProbeOutcome(backend=choice.backend, backend_reason=choice.reason, left_pending=True)
+    if world.rank != 0:
+        return outcome
+    stages, hosts = setup.read_stages(store, world.world_size)
+    found = setup.blame(stages, world.world_size)
+    if found.common_stage:
+        reason = "; ".join(filter(None, [f"every rank is inside setup stage '{found.common_stage}': "
+                                         "they could not connect to each other", reason]))
+    hang = Hang(dim=WORLD_DIM, op="setup", size_bytes=0, group_index=-1, ranks=list(range(world.world_size)),
+                step=-1, waiting=found.waiting, culprits=found.culprits, phase="setup", elapsed_s=elapsed_s,
+                failed=bool(reason) and not found.common_stage, reason=reason)
+    outcome.findings += probe_hang.report(hang, hosts=hosts, timeout_s=deadline_s, reported_after_s=elapsed_s)
+    return outcome
 
 
 def _could_not_run(world: World, reason: str) -> ProbeOutcome:

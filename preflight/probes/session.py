@@ -19,7 +19,7 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -44,6 +44,9 @@ PROBE_NCCL_ENV = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
     "TORCH_NCCL_BLOCKING_WAIT": "0",
     "TORCH_NCCL_ENABLE_MONITORING": "0",
+    # Eager init serialises unbatched send/recv with the group's other ops; the probes run one op
+    # at a time anyway, so torch's warning about it (once per rank, seen on an H100) is noise.
+    "TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING": "false",
 }
 PROBE_NCCL_UNSET = ("NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT")  # legacy names of the above
 
@@ -239,8 +242,12 @@ def init_kwargs(backend: str, bound: BoundDevice | None, timeout_s: float,
 
 
 def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeout_s: float,
-                 cuda: Any = None) -> Session:
-    """Bind the GPU, init the process group on the run's store and build the DeviceMesh (raises on failure)."""
+                 cuda: Any = None, mark: Callable[[str], None] | None = None) -> Session:
+    """Bind the GPU, init the process group on the run's store and build the DeviceMesh (raises on failure).
+
+    mark(stage) is called as each stage of setup.STAGES begins (probes/setup.py runs this
+    under its own deadline and names the ranks furthest behind when it expires).
+    """
     import torch
     import torch.distributed as dist
     from torch.distributed import PrefixStore
@@ -248,17 +255,22 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
 
     device = "cuda" if backend == "nccl" else "cpu"
     bound = None
+    mark = mark or (lambda stage: None)
     env = probe_nccl_env() if device == "cuda" else contextlib.nullcontext()
     with env:
         if device == "cuda":
+            mark("bind GPU")
             cuda = cuda or _torch_cuda()
             bound = bind_device(world, cuda)  # BindError names rank, host, visible devices, LOCAL_RANK
+        mark("process group")
         dist.init_process_group(backend, store=PrefixStore("pg", store), rank=world.rank, world_size=world.world_size,
                                 **init_kwargs(backend, bound, timeout_s))
+        mark("control group")
         control = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
         layout = {}
         mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
         if mesh_dims:
+            mark("DeviceMesh")
             mesh = init_device_mesh(device, tuple(d.size for d in mesh_dims),
                                     mesh_dim_names=tuple(d.name for d in mesh_dims))
             for name, groups in dim_groups(mesh_dims).items():
@@ -267,6 +279,7 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
                 layout[name] = (pg, sorted(dist.get_process_group_ranks(pg)), index)
         if any(dim == WORLD_DIM for dim, _, _ in plan.steps()):
             # Its own group: a hang in it must not share a communicator with the control barriers.
+            mark("world group")
             layout[WORLD_DIM] = (dist.new_group(backend=backend), list(range(world.world_size)), 0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     # Rank 0 reads every rank's backend and bound device from the store (collect.devices).
