@@ -66,6 +66,7 @@ class RunOptions:
     iters: int | None = None
     probe_timeout_s: float = 30.0
     straggler_ratio: float = 0.8
+    strict_bandwidth: bool = False  # a group below its hardware profile is an error (BW007), not a warning (BW011)
     expect: dict[str, float] = field(default_factory=dict)  # expected busbw per dimension, GB/s
     # facts
     sysfs_root: str = "/sys"

@@ -37,6 +37,7 @@ from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode, RankFacts, Severity, World
 from preflight.options import RunOptions
 from preflight.probes import orchestrate as probes
+from preflight.probes.expectations import judge_profiles
 from preflight.probes.nominal import annotate as annotate_nominal_rates
 from preflight.probes.session import JobGroups
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
@@ -177,6 +178,8 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
             return
         outcome = probes.run_probes(record.world, options, exchange.store, groups)
         annotate_nominal_rates(outcome.results, record.all_facts, outcome.device_ids, outcome.backend)
+        outcome.findings += judge_profiles(outcome.results, record.all_facts, outcome.device_ids, outcome.backend,
+                                           options.expect, strict=options.strict_bandwidth)
         record.probes = outcome
         record.findings += outcome.findings + probes.backend_findings(outcome, options.backend, record.all_facts)
 

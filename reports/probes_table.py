@@ -1,7 +1,8 @@
 """The probe table the text and terminal reports both show: one row per dimension x op x size.
 
 Busbw over the dimension's groups (min / median / max), the slowest group with its ranks and
-hosts, the expected rate (`--expect`) and the slowest group's figure as a fraction of its
+hosts, the expected rate and where it came from (`--expect`, a hardware profile of
+docs/expectations.md, or none) and the slowest group's figure as a fraction of its
 link's nominal rate, where the link rate was readable (NVLink via NVML, IB via sysfs).
 """
 
@@ -21,6 +22,15 @@ def _time(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
 
 
+def _expected(gbps: float | None, source: str, explicit: float | None) -> str:
+    """The expectation and where it came from: `300 (--expect)`, `369 (profile H100 ...)`, or `none`."""
+    if gbps is not None and source:
+        return f"{gbps:g} ({source})"
+    if explicit is not None:  # a report written before expectations carried their source
+        return f"{explicit:g} (--expect)"
+    return "none"
+
+
 def probe_rows(report: JobReport) -> list[list[str]]:
     """Rows for HEADERS, in the order the probes ran; empty when no probe ran."""
     expected = expected_busbw(report)
@@ -31,6 +41,6 @@ def probe_rows(report: JobReport) -> list[list[str]]:
         fraction = f"{s.busbw_min_gbps / s.nominal_gbps:.0%}" if s.nominal_gbps else ""
         rows.append([s.dim, s.op, human_bytes(s.size_bytes), str(s.groups), f"{s.busbw_min_gbps:.3g}",
                      f"{s.busbw_median_gbps:.3g}", f"{s.busbw_max_gbps:.3g}", slowest,
-                     f"{expected[s.dim]:g}" if s.dim in expected else "", fraction,
+                     _expected(s.expected_gbps, s.expected_source, expected.get(s.dim)), fraction,
                      "ok" if s.verified else "WRONG"])
     return rows

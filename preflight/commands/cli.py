@@ -109,6 +109,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                        help="deadline of one collective (default 30 s)")
     probe.add_argument("--straggler-ratio", type=_positive_float, default=0.8)
     probe.add_argument("--expect", default="", help="expected busbw per dimension, e.g. tp=300GB/s")
+    probe.add_argument("--strict-bandwidth", action="store_true",
+                       help="a group below its hardware profile (docs/expectations.md) is an error, not a warning")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,6 +175,7 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         iters=args.iters,
         probe_timeout_s=args.probe_timeout_s,
         straggler_ratio=args.straggler_ratio,
+        strict_bandwidth=args.strict_bandwidth,
         sysfs_root=args.sysfs_root,
         verdict_file=args.verdict_file,
         command_line=shlex.join(["preflight", *argv]),

@@ -34,8 +34,28 @@ class Straggler(ProbeStep):
     hosts: list[str]
     busbw_gbps: float
     siblings_median_gbps: float
+    # The dispersion test (judge.stragglers): the group's fastest iteration and its siblings'
+    # slowest, in GB/s, and the chance of a separation this complete from noise alone.
+    best_iter_gbps: float = 0.0
+    siblings_worst_iter_gbps: float = 0.0
+    false_alarm_p: float = 1.0
+    # The confirming pass (a second measurement of the same step), when one ran.
+    confirm_busbw_gbps: float | None = None
+    confirm_siblings_median_gbps: float | None = None
 
     @property
     def ratio(self) -> float:
         """busbw / siblings' median."""
         return self.busbw_gbps / self.siblings_median_gbps if self.siblings_median_gbps else 0.0
+
+
+@dataclass
+class Confirmed:
+    """A suspect measured again alone: its pair, both passes' fractions and the reference."""
+
+    pair: tuple[int, int]
+    first_fraction: float  # pass 1 (round robin): its bandwidth / the median of all pairs
+    fraction: float  # pass 2: its median / the reference pairs' median
+    gbps: float
+    reference_gbps: float
+    false_alarm_p: float

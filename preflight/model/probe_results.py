@@ -40,6 +40,13 @@ class ProbeResult(ProbeStep):
     bad_sources: list[int] = field(default_factory=list)  # ranks whose data arrived wrong
     nominal_gbps: float | None = None  # the group's link rate, where readable (probes/nominal.py)
     nominal_source: str = ""  # e.g. "NVLink4 x18", "mlx5_0 port 1 400 Gb/sec (4X NDR)"
+    # The group's busbw per timed iteration (its slowest rank's time in each): the spread the
+    # straggler rule weighs (probes/judge.py); one figure when iterations were not timed apart.
+    iter_busbw_gbps: list[float] = field(default_factory=list)
+    # Where the dimension's expected busbw came from (probes/expectations.py): a profile's
+    # name, "--expect", or "" (none), and that figure in GB/s.
+    expected_gbps: float | None = None
+    expected_source: str = ""
 
 
 @dataclass
@@ -72,6 +79,8 @@ class ProbeSummary:
     time_s: float  # the slowest group's time per op
     verified: bool
     nominal_gbps: float | None = None  # the slowest group's link rate, where readable
+    expected_gbps: float | None = None  # the slowest group's expectation and where it came from
+    expected_source: str = ""  # "--expect", "profile <name>", or "" (none)
 
 
 def summarize_probes(results: list[ProbeResult]) -> list[ProbeSummary]:
@@ -85,5 +94,6 @@ def summarize_probes(results: list[ProbeResult]) -> list[ProbeSummary]:
         figures = [r.busbw_gbps for r in members]
         out.append(ProbeSummary(dim, op, size, len(members), min(figures), statistics.median(figures),
                                 max(figures), slowest.group_index, list(slowest.ranks), list(slowest.hosts),
-                                slowest.time_s, all(r.verified for r in members), slowest.nominal_gbps))
+                                slowest.time_s, all(r.verified for r in members), slowest.nominal_gbps,
+                                slowest.expected_gbps, slowest.expected_source))
     return out

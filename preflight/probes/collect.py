@@ -149,7 +149,8 @@ def _where(rank: int, got: Gathered, step: int, in_op: bool) -> str:
 def results(got: Gathered, hosts: dict[int, str]) -> list[ProbeResult]:
     """One ProbeResult per (step, group): a rank's time is its median iteration, the group's its slowest rank's.
 
-    The median keeps one preempted iteration on a shared CPU from deciding the figure.
+    The median keeps one preempted iteration on a shared CPU from deciding the figure; the
+    per-iteration figures are kept too (iter_busbw_gbps), for the straggler rule's spread.
     """
     by_group: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
     for rank, payload in got.payloads.items():
@@ -163,6 +164,7 @@ def results(got: Gathered, hosts: dict[int, str]) -> list[ProbeResult]:
             continue  # a member stopped before finishing: no figure for this group
         rank_times = {rank: statistics.median(r["times_s"]) for rank, r in sorted(records.items())}
         time_s = max(rank_times.values())
+        op, size, n = first["op"], first["size_bytes"], len(ranks)
         out.append(ProbeResult(
             dim=first["dim"], op=first["op"], size_bytes=first["size_bytes"], group_index=group_index,
             ranks=ranks, hosts=[hosts.get(r, "") for r in ranks], time_s=time_s,
@@ -171,5 +173,14 @@ def results(got: Gathered, hosts: dict[int, str]) -> list[ProbeResult]:
             rank_times_s=rank_times, verified=all(r["output_ok"] for r in records.values()),
             wrong_ranks=sorted(rank for rank, r in records.items() if not r["output_ok"]),
             bad_sources=sorted({s for r in records.values() for s in r["bad_sources"]}),
+            iter_busbw_gbps=[ops.busbw_gbps(op, n, size, t) for t in iteration_times(records)],
         ))
     return out
+
+
+def iteration_times(records: dict[int, dict[str, Any]]) -> list[float]:
+    """The group's time of each timed iteration: its slowest rank's (a collective ends with its last rank)."""
+    lists = [r["times_s"] for r in records.values() if r["times_s"]]
+    if not lists:
+        return []
+    return [max(times[i] for times in lists) for i in range(min(len(t) for t in lists))]

@@ -1,12 +1,25 @@
 """Judgment of the measurements, on rank 0: pure functions of ProbeResults.
 
 Only the largest size is judged (small messages measure latency, not bandwidth), never an
-average over sizes. A group is a straggler when its busbw is below --straggler-ratio times
-the median of its siblings (the other groups of the same dimension and op).
+average over sizes. A group is a straggler when two things hold (stragglers()):
+
+1. ratio: its median busbw is below --straggler-ratio times the median of its siblings
+   (the other groups of the same dimension and op);
+2. dispersion: the spread the iterations show does not explain the gap: every one of its
+   timed iterations is slower than every iteration of its healthy siblings (complete
+   separation, a Mann-Whitney U of 0), and the chance of that from noise alone is at most
+   MAX_FALSE_ALARM. If all iterations came from one distribution (no straggler) the chance
+   that the n iterations of one group all fall below the m of its siblings is 1 / C(n+m, n):
+   1/252 for 5 iterations against one sibling, 1/15504 against three.
+
+Scheduler noise on a shared CPU is not independent across iterations (a descheduled process
+slows several in a row), which is why a straggler is only a candidate until a second pass
+confirms it (orchestrate: the step is measured again and must separate again).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -15,6 +28,7 @@ from preflight.model import ProbeResult
 from preflight.model.probe_faults import Straggler
 
 EXPECT_FRACTION = 0.9
+MAX_FALSE_ALARM = 0.01  # rule 2: the highest chance of a separation from noise alone that still names a group
 
 
 def largest(results: list[ProbeResult]) -> list[ProbeResult]:
@@ -25,22 +39,63 @@ def largest(results: list[ProbeResult]) -> list[ProbeResult]:
     return [r for r in results if r.size_bytes == top[(r.dim, r.op)]]
 
 
+def false_alarm_p(n_group: int, n_siblings: int) -> float:
+    """Chance that n_group iterations all fall below n_siblings others drawn from the same distribution."""
+    if n_group < 1 or n_siblings < 1:
+        return 1.0
+    return 1.0 / math.comb(n_group + n_siblings, n_group)
+
+
+def _samples(r: ProbeResult) -> list[float]:
+    return list(r.iter_busbw_gbps) or [r.busbw_gbps]
+
+
 def stragglers(results: list[ProbeResult], ratio: float) -> list[Straggler]:
-    """Groups below ratio x their siblings' median busbw (dimensions with 2+ groups only)."""
+    """Groups below ratio x their siblings' median busbw whose iterations the spread does not explain.
+
+    Dimensions with 2+ groups only. The siblings' samples are those of the siblings that are
+    themselves above the ratio, so two slow groups of one dimension do not hide each other.
+    """
     by_dim_op: dict[tuple[str, str], list[ProbeResult]] = defaultdict(list)
     for r in largest(results):
         by_dim_op[(r.dim, r.op)].append(r)
     out = []
     for members in by_dim_op.values():
         for r in members:
-            siblings = [s.busbw_gbps for s in members if s is not r]
+            siblings = [s for s in members if s is not r]
             if not siblings:
                 continue
-            median = statistics.median(siblings)
-            if median > 0 and r.busbw_gbps < ratio * median:
-                out.append(Straggler(r.dim, r.op, r.size_bytes, r.group_index, list(r.ranks), list(r.hosts),
-                                     r.busbw_gbps, median))
+            median = statistics.median(s.busbw_gbps for s in siblings)
+            if not (median > 0 and r.busbw_gbps < ratio * median):
+                continue
+            healthy = [x for s in siblings if s.busbw_gbps >= ratio * median for x in _samples(s)]
+            mine = _samples(r)
+            if not healthy or max(mine) >= min(healthy):
+                continue  # some iteration of this group was as fast as a healthy sibling's: noise explains it
+            p = false_alarm_p(len(mine), len(healthy))
+            if p > MAX_FALSE_ALARM:
+                continue  # too few iterations to tell a straggler from noise
+            out.append(Straggler(r.dim, r.op, r.size_bytes, r.group_index, list(r.ranks), list(r.hosts),
+                                 r.busbw_gbps, median, best_iter_gbps=max(mine),
+                                 siblings_worst_iter_gbps=min(healthy), false_alarm_p=p))
     return out
+
+
+def confirm(first: list[Straggler], second: list[ProbeResult], ratio: float) -> list[Straggler]:
+    """The stragglers of the first pass that the second pass (the same steps measured again) finds again.
+
+    Each kept straggler carries both measurements: busbw and the siblings' median of each pass.
+    """
+    again = {(s.dim, s.op, s.group_index): s for s in stragglers(second, ratio)}
+    kept = []
+    for s in first:
+        twin = again.get((s.dim, s.op, s.group_index))
+        if twin is None:
+            continue
+        s.confirm_busbw_gbps, s.confirm_siblings_median_gbps = twin.busbw_gbps, twin.siblings_median_gbps
+        s.false_alarm_p = s.false_alarm_p * twin.false_alarm_p
+        kept.append(s)
+    return kept
 
 
 def cross_dim_suspects(slow: list[Straggler]) -> dict[int, list[str]]:

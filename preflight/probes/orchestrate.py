@@ -10,6 +10,7 @@ findings. Other ranks return an empty outcome.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -131,7 +132,7 @@ def _wrong_by_group(results: list[ProbeResult]) -> list[list[ProbeResult]]:
 
 
 def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float) -> ProbeOutcome:
-    from preflight.probes import collect, judge
+    from preflight.probes import collect, confirm, judge
 
     world, plan = session.world, session.plan
     got = collect.gather(session.store, world.world_size, session.timeout_s, early=status.state != "done")
@@ -155,7 +156,9 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     outcome.findings += _spans_hosts(mesh_dims, groups, hosts)
     localize: list[int] = []
     if hang is None:
-        slow = judge.stragglers(outcome.results, options.straggler_ratio)
+        # Candidates, then only those a second measurement finds again (confirm.py).
+        slow = confirm.lead_groups(session, judge.stragglers(outcome.results, options.straggler_ratio),
+                                   options.straggler_ratio)
         for s in slow:
             outcome.findings += straggler_group.report(s, ratio=options.straggler_ratio)
         for rank, dims in judge.cross_dim_suspects(slow).items():
@@ -163,6 +166,8 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
         for b in judge.below_expected(outcome.results, plan.expect):
             outcome.findings += below_expected.report(b.result, expected_gbps=b.expected_gbps)
         localize = _localization_set(slow, outcome.results)
+    else:
+        session.store.set(confirm.AGAIN, json.dumps({"steps": []}))
     session.store.set("localize", json.dumps({"ranks": localize}))
     if localize:
         outcome.findings += _localize(session, localize, hosts, options.straggler_ratio)
@@ -197,7 +202,7 @@ def _localization_set(slow: list[Any], results: list[ProbeResult]) -> list[int]:
 
 def _localize(session: Any, ranks: list[int], hosts: dict[int, str], ratio: float) -> list[Finding]:
     """Rank 0's part of the round robin, then the verdict on hosts and links."""
-    from preflight.probes import pairwise
+    from preflight.probes import confirm, pairwise
     from preflight.probes.timing import ProbeFailed, ProbeTimeout
 
     size = max(session.plan.sizes)
@@ -205,6 +210,7 @@ def _localize(session: Any, ranks: list[int], hosts: dict[int, str], ratio: floa
         mine = pairwise.run_rounds(0, ranks, size, session.plan.iters, session.control, session.timeout_s,
                                    **session.localization())
     except (ProbeTimeout, ProbeFailed, RuntimeError):
+        session.store.set(confirm.CONFIRM, json.dumps({"pairs": []}))  # nothing to confirm: release the others
         return []
     session.store.set("pair/0", json.dumps({str(k): v for k, v in mine.items()}))
     times: dict[tuple[int, int], float] = {}
@@ -215,26 +221,31 @@ def _localize(session: Any, ranks: list[int], hosts: dict[int, str], ratio: floa
             continue
         for peer, seconds in json.loads(session.store.get(f"pair/{rank}")).items():
             key = (min(rank, int(peer)), max(rank, int(peer)))
-            times[key] = max(times.get(key, 0.0), float(seconds))
+            times[key] = max(times.get(key, 0.0), statistics.median(seconds))
     per_direction = max(1, size // 4) * 4
-    found = pairwise.judge_pairs({pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}, ratio)
+    pair_gbps = {pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}
+    found = pairwise.judge_pairs(pair_gbps, ratio)
+    # Candidates only: each is measured again alone against a known-good partner (confirm.py).
+    kept = confirm.lead_pairs(session, found, pair_gbps, ranks, ratio)
     findings = []
-    for rank, fraction in found.slow_ranks.items():
-        findings += slow_host.report(rank=rank, host=hosts.get(rank, ""), fraction=fraction,
-                                     median_gbps=found.median_gbps)
-    for (a, b), fraction in found.slow_links.items():
-        findings += slow_link.report(ranks=[a, b], hosts=[hosts.get(a, ""), hosts.get(b, "")],
-                                     fraction=fraction)
+    for rank, c in kept.slow_ranks.items():
+        partner = c.pair[0] if c.pair[1] == rank else c.pair[1]
+        findings += slow_host.report(rank=rank, host=hosts.get(rank, ""), confirmed=c, partner=partner,
+                                     partner_host=hosts.get(partner, ""), median_gbps=found.median_gbps)
+    for (a, b), c in kept.slow_links.items():
+        findings += slow_link.report(ranks=[a, b], hosts=[hosts.get(a, ""), hosts.get(b, "")], confirmed=c)
     return findings
 
 
 def _follow_localization(session: Any, status: Any) -> None:
-    """A non-zero rank: take part in the round robin when rank 0 asks for one."""
-    from preflight.probes import pairwise
+    """A non-zero rank: measure again, then take part in the round robin and its confirmation when asked."""
+    from preflight.probes import confirm, pairwise
     from preflight.probes.timing import ProbeFailed, ProbeTimeout
 
     if status.state != "done":
         return  # a hang: rank 0 will not ask; nothing more goes through the communicators
+    if not confirm.follow_groups(session):
+        return
     if not wait_until(lambda: session.store.check(["localize"]), 2 * session.timeout_s + 10):
         return
     ranks = json.loads(session.store.get("localize"))["ranks"]
@@ -248,6 +259,7 @@ def _follow_localization(session: Any, status: Any) -> None:
         return
     if rank in ranks:
         session.store.set(f"pair/{rank}", json.dumps({str(k): v for k, v in mine.items()}))
+    confirm.follow_pairs(session)
 
 
 def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapsed_s: float,

@@ -34,14 +34,17 @@ def round_robin(ranks: list[int]) -> list[list[tuple[int, int]]]:
 
 
 def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control: Any, timeout_s: float, *,
-               group: Any = None, device: str = "cpu", dtype: Any = None, cuda: Any = None) -> dict[int, float]:
+               group: Any = None, device: str = "cpu", dtype: Any = None, cuda: Any = None,
+               rounds: list[list[tuple[int, int]]] | None = None) -> dict[int, list[float]]:
     """Every rank of the world takes part in the barriers; members of `ranks` exchange.
 
     The exchange runs on `group` with `device` buffers: the probe's own backend and devices
     (Session.localization() gives them: NCCL on the bound GPU, or gloo on CPU), so a slow
     NVLink or IB path is measured where it is used. Without `group` it runs on the control
-    group (gloo, CPU). Barriers stay on the control group. Returns peer -> seconds of one
-    two-way exchange (iters back to back, timing.timed_loop), for this rank's pairs.
+    group (gloo, CPU). Barriers stay on the control group. Returns peer -> seconds of each
+    two-way exchange (iters back to back, one figure per iteration, timing.timed_loop), for
+    this rank's pairs. `rounds` replaces the round robin (the confirming pass runs one pair
+    per round: a pair measured alone, nothing else on the wire or the CPUs).
     """
     import torch
     import torch.distributed as dist
@@ -52,8 +55,8 @@ def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control
     count = max(1, size_bytes // elem)
     send = torch.ones(count, dtype=dtype, device=device)
     recv = torch.zeros(count, dtype=dtype, device=device)
-    times: dict[int, float] = {}
-    for pairs in round_robin(ranks):
+    times: dict[int, list[float]] = {}
+    for pairs in round_robin(ranks) if rounds is None else rounds:
         deadline = time.monotonic() + timeout_s
         barrier(control, deadline)
         peer = next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
@@ -67,7 +70,7 @@ def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control
             return [first(buffers[0], peer, group=group), second(buffers[1], peer, group=group)]
 
         timed_loop(exchange, 1, deadline, device, cuda=cuda)  # warm the connection (and create the pair's communicator)
-        times[peer] = timed_loop(exchange, iters, deadline, device, cuda=cuda)[0]
+        times.setdefault(peer, []).extend(timed_loop(exchange, iters, deadline, device, cuda=cuda, per_iteration=True))
     barrier(control, time.monotonic() + timeout_s)
     return times
 

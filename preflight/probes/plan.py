@@ -26,7 +26,9 @@ class ProbePlan:
     iters: int
     world_all_reduce: bool  # the default plan adds one whole-world all_reduce
     expect: dict[str, float] = field(default_factory=dict)
-    per_iteration: bool = False  # one figure per iteration instead of elapsed / iters (timing.timed_loop)
+    # One figure per iteration instead of elapsed / iters (timing.timed_loop): the judgment
+    # weighs the spread of the iterations, not only their median (probes/judge.py).
+    per_iteration: bool = True
 
     def steps(self) -> list[tuple[str, str, int]]:
         """(dim, op, size) in the order every rank runs them; send_recv only on pp.

@@ -7,8 +7,12 @@ from preflight.probes import judge
 from preflight.probes.pairwise import judge_pairs, round_robin
 
 
-def _r(dim: str, group: int, ranks: list[int], busbw: float, size: int = 100, op: str = "all_reduce") -> ProbeResult:
-    return ProbeResult(dim, op, size, group, ranks, [f"h{r}" for r in ranks], 1.0, busbw, busbw)
+def _r(dim: str, group: int, ranks: list[int], busbw: float, size: int = 100, op: str = "all_reduce",
+       spread: float = 0.02) -> ProbeResult:
+    """A result with 5 timed iterations within +-spread of its median."""
+    iters = [busbw * (1 + spread * k) for k in (-2, -1, 0, 1, 2)]
+    return ProbeResult(dim, op, size, group, ranks, [f"h{r}" for r in ranks], 1.0, busbw, busbw,
+                       iter_busbw_gbps=iters)
 
 
 def test_only_the_largest_size_is_judged() -> None:
@@ -22,6 +26,36 @@ def test_straggler_against_siblings_median() -> None:
     slow = judge.stragglers(results, 0.8)
     assert [(s.group_index, s.ranks) for s in slow] == [(3, [3, 7])]
     assert slow[0].siblings_median_gbps == 10.0 and slow[0].ratio == 0.7
+    assert slow[0].false_alarm_p == 1 / 15504  # 5 iterations below all 15 of three siblings
+
+
+def test_a_gap_the_spread_explains_is_not_a_straggler() -> None:
+    # Same medians as above, but one iteration of the slow group was as fast as a sibling's.
+    noisy = [_r("dp", i, [i, i + 4], bw, spread=0.2) for i, bw in enumerate([10.0, 9.5, 10.5, 7.0])]
+    assert judge.stragglers(noisy, 0.8) == []
+    assert max(noisy[3].iter_busbw_gbps) >= min(noisy[0].iter_busbw_gbps)
+
+
+def test_too_few_iterations_name_nobody() -> None:
+    # One figure per group: a complete separation of 1 against 1 happens half the time by chance.
+    results = [ProbeResult("tp", "all_reduce", 100, g, [g], ["h"], 1.0, bw, bw) for g, bw in enumerate([10.0, 1.0])]
+    assert judge.false_alarm_p(1, 1) == 0.5 and judge.stragglers(results, 0.8) == []
+    assert judge.false_alarm_p(5, 5) == 1 / 252
+
+
+def test_two_slow_groups_do_not_hide_each_other() -> None:
+    results = [_r("dp", i, [i], bw) for i, bw in enumerate([10.0, 10.2, 9.9, 3.0, 2.0, 10.1])]
+    assert sorted(s.group_index for s in judge.stragglers(results, 0.8)) == [3, 4]
+
+
+def test_confirm_keeps_only_what_the_second_pass_finds_again() -> None:
+    first = [_r("dp", i, [i], bw) for i, bw in enumerate([10.0, 10.0, 10.0, 5.0])]
+    first += [_r("tp", i, [i], bw) for i, bw in enumerate([10.0, 4.0])]
+    second = [_r("dp", i, [i], bw) for i, bw in enumerate([10.0, 10.0, 10.0, 4.5])]
+    second += [_r("tp", i, [i], bw) for i, bw in enumerate([10.0, 9.8])]  # tp's gap was noise
+    kept = judge.confirm(judge.stragglers(first, 0.8), second, 0.8)
+    assert [(s.dim, s.group_index) for s in kept] == [("dp", 3)]
+    assert kept[0].busbw_gbps == 5.0 and kept[0].confirm_busbw_gbps == 4.5
 
 
 def test_single_group_has_no_siblings() -> None:

@@ -1,11 +1,11 @@
 """Four fake hosts (network namespaces, tests/helpers/netns.py), one rank each, over ib0.
 
 One host's ib0 is shaped with tbf to about a tenth of the unshaped rate: its groups are
-stragglers and the pairwise round robin names that host. Unshaped, nothing is flagged,
-over repeated runs. The straggler ratio is 0.35, not the 0.8 default: four ranks share two
-CPU cores here, and the timing (nccl-tests' method: the whole loop of iterations, one
-synchronisation) counts every scheduler stall, so sibling groups of a clean run differ by up to
-~2x from CPU scheduling alone; the shaped host is ~10-20x slower, far below either threshold.
+stragglers and the pairwise round robin, confirmed pair by pair against a known-good host,
+names that host, and only that host, in each of RUNS runs. Unshaped, nothing is flagged over
+repeated runs. Both with the default --straggler-ratio (0.8): four ranks share two CPU cores
+here, and the straggler rule's spread test and the confirming pass (probes/judge.py,
+probes/confirm.py) are what keep scheduler noise from naming anyone.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from tests.helpers.ranks import read_json, spawn_env_ranks, spread
 
 pytestmark = pytest.mark.netns
 
-ARGS = ["--mesh", "dp2,tp2", "--sizes", "1MiB,4MiB", "--warmup", "1", "--iters", "5", "--straggler-ratio", "0.35",
-        "--probe-timeout", "60"]
+ARGS = ["--mesh", "dp2,tp2", "--sizes", "256KiB,1MiB", "--warmup", "1", "--iters", "5", "--probe-timeout", "60"]
+RUNS = 10
 
 
 def _run_on_hosts(hosts: FakeNetwork, out: Path) -> dict:
@@ -37,22 +37,33 @@ def _ids(report: dict) -> dict[str, list[dict]]:
     return found
 
 
-def test_shaped_host_is_named_by_pairwise_localization(netns_hosts, tmp_path: Path) -> None:
-    hosts: FakeNetwork = netns_hosts(4, prefix="pf5")
+@pytest.mark.timeout(1500)  # RUNS whole runs of four ranks on 2 shared cores; a does-not-hang bound
+def test_shaped_host_is_named_in_every_run_and_no_other_host_is(netns_hosts, tmp_path: Path) -> None:
+    hosts: FakeNetwork = netns_hosts(4, prefix="pfv")
     hosts[3].shape("ib0", rate="400mbit", burst="256kb", latency="100ms")
-    report = _run_on_hosts(hosts, tmp_path / "shaped.json")
-    found = _ids(report)
-    assert all(p["verified"] for p in report["probes"])
-    slow_groups = {(f["data"]["dim"], tuple(f["ranks"])) for f in found.get("BW003", [])}
-    assert slow_groups >= {("tp", (2, 3)), ("dp", (1, 3))}, report["why"]
-    assert [f["hosts"] for f in found.get("BW005", [])] == [[hosts[3].hostname]], report["why"]
-    assert [f["ranks"] for f in found.get("BW004", [])] == [[3]]
-    assert "BW008" in found  # tp groups span hosts here: warned
-    assert report["bad_hosts"] == []  # warnings never exclude a host
+    for attempt in range(RUNS):
+        report = _run_on_hosts(hosts, tmp_path / f"shaped-{attempt}.json")
+        found = _ids(report)
+        why = (attempt, report["why"])
+        assert all(p["verified"] for p in report["probes"])
+        # The shaped host's groups (tp 2,3 and dp 1,3) are the stragglers; under a heavily loaded
+        # machine the confirming pass may keep only one of them, never a group without host 3.
+        slow_groups = {(f["data"]["dim"], tuple(f["ranks"])) for f in found.get("BW003", [])}
+        assert slow_groups and slow_groups <= {("tp", (2, 3)), ("dp", (1, 3))}, why
+        # Confirmed: both passes' figures are in the finding.
+        assert all(f["data"]["confirm_busbw_gbps"] < 0.8 * f["data"]["confirm_siblings_median_gbps"]
+                   for f in found["BW003"])
+        # The host named, in every run, and no other.
+        assert [f["hosts"] for f in found.get("BW005", [])] == [[hosts[3].hostname]], why
+        assert found["BW005"][0]["data"]["partner"] in (0, 1, 2) and found["BW005"][0]["data"]["fraction"] < 0.5
+        assert [f["ranks"] for f in found.get("BW004", [])] in ([], [[3]]), why
+        assert "BW006" not in found, why
+        assert "BW008" in found  # tp groups span hosts here: warned
+        assert report["bad_hosts"] == []  # warnings never exclude a host
 
 
 def test_unshaped_hosts_have_no_straggler_over_repeated_runs(netns_hosts, tmp_path: Path) -> None:
-    hosts: FakeNetwork = netns_hosts(4, prefix="pf5")
+    hosts: FakeNetwork = netns_hosts(4, prefix="pfv")
     for attempt in range(3):
         report = _run_on_hosts(hosts, tmp_path / f"clean-{attempt}.json")
         found = _ids(report)

@@ -26,8 +26,8 @@ def test_rows_give_spread_slowest_group_expected_and_fraction_of_nominal() -> No
     dp, tp = rows["dp"], rows["tp"]
     assert (dp["size"], dp["groups"], dp["min"], dp["median"], dp["max"]) == ("64 MiB", "2", "20", "30", "40")
     assert dp["slowest group"].startswith("#1 ranks 1,3 on n[1-2]")
-    assert dp["expected"] == "40" and dp["of nominal"] == "40%" and dp["data"] == "ok"
-    assert tp["of nominal"] == "" and tp["expected"] == "" and tp["data"] == "WRONG"
+    assert dp["expected"] == "40 (--expect)" and dp["of nominal"] == "40%" and dp["data"] == "ok"
+    assert tp["of nominal"] == "" and tp["expected"] == "none" and tp["data"] == "WRONG"
 
 
 def test_text_report_shows_the_table() -> None:

@@ -1,0 +1,209 @@
+"""Confirm before blaming: every suspect is measured a second time before a warning names it.
+
+Two second passes, both led by rank 0 through the store (every rank follows, since every
+rank sits in the control barriers):
+
+- Groups. The steps where a straggler was found (judge.stragglers) run again on every group
+  of their dimension at once, exactly as in the first pass; the group's fastest siblings are
+  its known-good partners, measured alongside. Only a group that is a straggler again
+  (judge.confirm) is reported, with both passes' figures.
+- Ranks and links. The pairwise round robin (pairwise.py) runs its pairs concurrently, so
+  its verdicts are candidates. Each candidate is measured again alone, one pair at a time:
+  a suspect rank against the known-good rank whose pairs were fastest, a suspect link between
+  its own two ends, and a reference pair of two known-good ranks before and after. Only a pair
+  whose every iteration stays below every reference iteration, and whose median is below
+  --straggler-ratio x the reference's, is reported (judge_confirmed), with both measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from preflight.lib.waiting import wait_until
+from preflight.model.probe_faults import Confirmed, Straggler
+from preflight.probes import collect, judge, pairwise
+from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier
+
+AGAIN = "again"  # rank 0 -> all: {"steps": [plan step indices to measure again]}
+CONFIRM = "confirm"  # rank 0 -> all: {"pairs": [[a, b], ...]} measured one at a time
+ABORTS = (ProbeTimeout, ProbeFailed, RuntimeError)
+
+
+def _follow_wait_s(session: Any) -> float:
+    return 2 * session.timeout_s + 10
+
+
+def _steps_of(session: Any, slow: list[Straggler]) -> list[int]:
+    """Plan step indices of the stragglers' (dim, op) at the largest size measured."""
+    steps = session.plan.steps()
+    out = set()
+    for s in slow:
+        sizes = [size for dim, op, size in steps if dim == s.dim and op == s.op]
+        if sizes:
+            out.add(steps.index((s.dim, s.op, max(sizes))))
+    return sorted(out)
+
+
+def _remeasure(session: Any, steps: list[int]) -> None:
+    """Run the given plan steps again on this rank and publish them under the `second/` prefix."""
+    from torch.distributed import PrefixStore
+
+    from preflight.probes import session as ses
+
+    plan_steps = session.plan.steps()
+    records = []
+    status = ses.Status()
+    try:
+        for index in steps:
+            dim, op, size = plan_steps[index]
+            deadline = time.monotonic() + session.timeout_s
+            barrier(session.control, deadline)
+            records.append(ses._measure(session, index, dim, op, size, deadline))
+    except Exception as exc:  # any failure of the second pass leaves the first pass's verdict unconfirmed
+        status = ses.Status("failed", -1, "op", str(exc)[:200])
+    ses.publish(PrefixStore("second", session.store), session.world.rank, session.world.host, records, status)
+
+
+def lead_groups(session: Any, slow: list[Straggler], ratio: float) -> list[Straggler]:
+    """Rank 0: have the stragglers' steps measured again by every rank; the stragglers found twice."""
+    from torch.distributed import PrefixStore
+
+    steps = _steps_of(session, slow)
+    session.store.set(AGAIN, json.dumps({"steps": steps}))
+    if not steps:
+        return []
+    _remeasure(session, steps)
+    got = collect.gather(PrefixStore("second", session.store), session.world.world_size, session.timeout_s)
+    return judge.confirm(slow, collect.results(got, got.hosts()), ratio)
+
+
+def follow_groups(session: Any) -> bool:
+    """A non-zero rank: measure again what rank 0 asks for; False when rank 0 never asked."""
+    store = session.store
+    if not wait_until(lambda: store.check([AGAIN]), _follow_wait_s(session)):
+        return False
+    steps = json.loads(store.get(AGAIN))["steps"]
+    if steps:
+        _remeasure(session, steps)
+    return True
+
+
+@dataclass
+class PairVerdict:
+    """What the confirming pass kept: slow ranks (against a known-good partner) and slow links."""
+
+    slow_ranks: dict[int, Confirmed] = field(default_factory=dict)
+    slow_links: dict[tuple[int, int], Confirmed] = field(default_factory=dict)
+    pairs: list[tuple[int, int]] = field(default_factory=list)  # what was measured, in order
+
+
+def plan_pairs(found: pairwise.Localized, pair_gbps: dict[tuple[int, int], float],
+               ranks: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, int]], dict[int, int]]:
+    """(pairs to measure in order, the reference pairs among them, suspect rank -> its partner).
+
+    Known-good ranks are the round robin's ranks that no candidate names, fastest first (by
+    their median pair bandwidth). Without one, nothing can be confirmed and nothing is measured.
+    """
+    suspects = set(found.slow_ranks) | {r for pair in found.slow_links for r in pair}
+    per_rank: dict[int, list[float]] = {}
+    for (a, b), bw in pair_gbps.items():
+        per_rank.setdefault(a, []).append(bw)
+        per_rank.setdefault(b, []).append(bw)
+    good = sorted((r for r in ranks if r not in suspects and r in per_rank),
+                  key=lambda r: -statistics.median(per_rank[r]))
+    if not good or not suspects:
+        return [], [], {}
+    references = [(min(good[0], good[1]), max(good[0], good[1]))] if len(good) > 1 else []
+    partners = {r: good[0] for r in sorted(found.slow_ranks)}
+    suspect_pairs = [(min(r, p), max(r, p)) for r, p in partners.items()] + sorted(found.slow_links)
+    return references + suspect_pairs + references, references, partners
+
+
+def judge_confirmed(found: pairwise.Localized, samples: dict[tuple[int, int], list[float]],
+                    references: list[tuple[int, int]], partners: dict[int, int], ratio: float) -> PairVerdict:
+    """Keep the candidates whose pair is still slow, measured alone, against the reference.
+
+    The reference is the known-good pair's iterations; without a second known-good rank, the
+    other measured pairs' iterations stand in for it (leave one out).
+    """
+    verdict = PairVerdict(pairs=list(samples))
+
+    def check(pair: tuple[int, int], first_fraction: float) -> Confirmed | None:
+        mine = samples.get(pair, [])
+        ref = [x for p in references for x in samples.get(p, [])] or \
+              [x for p, xs in samples.items() if p != pair for x in xs]
+        if not mine or not ref:
+            return None
+        median_ref, median_mine = statistics.median(ref), statistics.median(mine)
+        p = judge.false_alarm_p(len(mine), len(ref))
+        if median_ref <= 0 or median_mine >= ratio * median_ref or max(mine) >= min(ref) \
+                or p > judge.MAX_FALSE_ALARM:
+            return None
+        return Confirmed(pair, first_fraction, median_mine / median_ref, median_mine, median_ref, p)
+
+    for rank, first_fraction in found.slow_ranks.items():
+        partner = partners.get(rank)
+        if partner is None:
+            continue
+        kept = check((min(rank, partner), max(rank, partner)), first_fraction)
+        if kept:
+            verdict.slow_ranks[rank] = kept
+    for pair, first_fraction in found.slow_links.items():
+        kept = check(pair, first_fraction)
+        if kept:
+            verdict.slow_links[pair] = kept
+    return verdict
+
+
+def _gbps_samples(times: dict[int, list[float]], rank: int, size: int) -> dict[tuple[int, int], list[float]]:
+    per_direction = max(1, size // 4) * 4
+    return {(min(rank, p), max(rank, p)): [per_direction / t / 1e9 for t in ts if t > 0] for p, ts in times.items()}
+
+
+def lead_pairs(session: Any, found: pairwise.Localized, pair_gbps: dict[tuple[int, int], float],
+               ranks: list[int], ratio: float) -> PairVerdict:
+    """Rank 0: measure every candidate again, one pair at a time, and keep what stays slow."""
+    pairs, references, partners = plan_pairs(found, pair_gbps, ranks)
+    session.store.set(CONFIRM, json.dumps({"pairs": pairs}))
+    if not pairs:
+        return PairVerdict()
+    samples = _run_serial(session, pairs)
+    if samples is None:
+        return PairVerdict()
+    deadline = time.monotonic() + session.timeout_s
+    for rank in sorted({r for pair in pairs for r in pair} - {0}):
+        key = f"cpair/{rank}"
+        if not wait_until(lambda key=key: session.store.check([key]), deadline - time.monotonic()):
+            return PairVerdict()  # a rank did not report: nothing confirmed, nobody blamed
+        for pair, xs in json.loads(session.store.get(key)).items():
+            a, b = (int(x) for x in pair.split(","))
+            samples.setdefault((a, b), xs)  # both ends time the same exchange; one end's figures suffice
+    return judge_confirmed(found, samples, references, partners, ratio)
+
+
+def follow_pairs(session: Any) -> None:
+    """A non-zero rank: take part in the one-pair-at-a-time pass rank 0 asks for."""
+    store = session.store
+    if not wait_until(lambda: store.check([CONFIRM]), _follow_wait_s(session)):
+        return
+    pairs = [tuple(p) for p in json.loads(store.get(CONFIRM))["pairs"]]
+    if not pairs:
+        return
+    samples = _run_serial(session, pairs)
+    if samples is not None and any(session.world.rank in p for p in pairs):
+        store.set(f"cpair/{session.world.rank}", json.dumps({f"{a},{b}": xs for (a, b), xs in samples.items()}))
+
+
+def _run_serial(session: Any, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], list[float]] | None:
+    """This rank's per-iteration GB/s of each of its pairs, every pair alone in its own round."""
+    rank, size = session.world.rank, max(session.plan.sizes)
+    try:
+        times = pairwise.run_rounds(rank, [], size, session.plan.iters, session.control, session.timeout_s,
+                                    rounds=[[tuple(p)] for p in pairs], **session.localization())
+    except ABORTS:
+        return None
+    return _gbps_samples(times, rank, size)
