@@ -25,7 +25,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from preflight.checks.ports import foreign_store
-from preflight.checks.run_findings import probes_not_started, run_interrupted, store_did_not_form
+from preflight.checks.run_findings import (
+    probes_not_started,
+    run_interrupted,
+    stale_files_ignored,
+    store_did_not_form,
+)
 from preflight.lib import secrets
 from preflight.lib.errors import Interrupted
 from preflight.lib.torch_import import import_torch_distributed
@@ -106,6 +111,7 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
         record.outcomes += outcomes
     with phases.step("exchange"):  # 4
         exchange.open()
+        record.nonce = exchange.nonce
         # Secrets get their digests only now, keyed by a random key the ranks share through the
         # store and no report ever holds (see preflight/lib/secrets.py).
         secrets.seal(record.facts.env, os.environ, secrets.agree_on_key(exchange.store))
@@ -126,6 +132,8 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.findings += findings + gather_failures(record.all_facts)
         record.outcomes += outcomes
         record.missing = collected.missing(record.world.world_size, record.world.rank)
+        if collected.stale_files:
+            record.findings += stale_files_ignored.report(folder=str(exchange.out_dir), files=collected.stale_files)
     with phases.step("reachability"):  # 5
         record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
     with phases.step("cross checks"):  # 6
@@ -143,7 +151,8 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         if not go:
             record.findings += probes_not_started.report(reason=reason)
             return
-        outcome = probes.run_probes(record.world, options, exchange.store)
+        outcome = probes.run_probes(record.world, options, exchange.store,
+                                    hosts={f.rank: f.host for f in record.all_facts})
         annotate_nominal_rates(outcome.results, record.all_facts, outcome.device_ids, outcome.backend)
         record.probes = outcome
         record.findings += outcome.findings + probes.backend_findings(outcome, options.backend, record.all_facts)
@@ -196,7 +205,8 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
         Path(record.options.verdict_file).write_text(f"{report.exit_code}\n")
     exchange.announce("verdict", {"exit_code": report.exit_code, "verdict": report.verdict})
     try:
-        exchange.wait_for_acknowledgements(len(record.all_facts) - 1, timeout_s=ACKNOWLEDGE_S)
+        dead = len(record.probes.dead) if record.probes is not None else 0  # a dead rank never acknowledges
+        exchange.wait_for_acknowledgements(len(record.all_facts) - 1 - dead, timeout_s=ACKNOWLEDGE_S)
     except Interrupted:
         pass  # the verdict is out and the reports are written; a launcher stopping us now changes nothing
     return report.exit_code

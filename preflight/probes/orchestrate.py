@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +27,13 @@ from preflight.checks.probe_findings import (
     straggler_group,
     wrong_result,
 )
+from preflight.checks.run_findings import rank_died
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.waiting import wait_until
 from preflight.model import Finding, ProbeDevice, ProbeResult, RankFacts, World
 from preflight.options import RunOptions
+from preflight.probes import liveness
 
 MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
 
@@ -46,41 +48,58 @@ class ProbeOutcome:
     backend_reason: str = ""  # why auto chose it (a GPU job on gloo says which rank could not bind a GPU)
     devices: list[ProbeDevice] = field(default_factory=list)  # rank 0: every rank's backend and bound GPU
     device_ids: dict[int, str] = field(default_factory=dict)  # rank 0: rank -> its GPU's PCI bus id or UUID
+    dead: list[int] = field(default_factory=list)  # rank 0: ranks whose heartbeat stopped (probes/liveness.py)
     # A collective of this rank never finished: its communicator must not be destroyed, and the
     # process must leave by os._exit once the verdict is out (a gloo group's destructor would
     # join the thread still inside it and hang the process at interpreter exit).
     left_pending: bool = False
 
 
-def run_probes(world: World, options: RunOptions, store: Any) -> ProbeOutcome:
-    """Measure the collectives on every rank; rank 0 returns results and findings."""
+def run_probes(world: World, options: RunOptions, store: Any, hosts: Mapping[int, str] | None = None) -> ProbeOutcome:
+    """Measure the collectives on every rank; rank 0 returns results and findings.
+
+    hosts: rank -> host as rank 0 knows them, to name the host of a rank that dies before it
+    sent any probe result."""
     from torch.distributed import PrefixStore
 
     from preflight.probes import session as ses
-    from preflight.probes.plan import build_plan
 
     timeout_s = options.probe_timeout_s
     if store is None:
         return _could_not_run(world, "the c10d store did not form, so no process group can")
-    pstore = PrefixStore("probe", store)
-    try:
-        choice = ses.decide_backend(options.backend, world, pstore, timeout_s)
-        plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
-        session = ses.open_session(world, plan, pstore, choice.backend, timeout_s)
-    except Exception as exc:  # no NCCL, no GPU, a rank that never joined: nothing to measure
-        return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
-    records, status = ses.run_steps(session)
-    stopped_at = time.monotonic()
-    ses.publish(pstore, world.rank, world.host, records, status)
-    if world.rank == 0:
-        outcome = _judge_on_rank_zero(session, status, options, stopped_at)
-    else:
-        outcome = ProbeOutcome()
-        _follow_localization(session, status)
+    pstore = liveness.probe_store(world, store)
+    # A rank that dies is named, not waited for (beats on the run's client, not the probes').
+    with liveness.Watch(world, PrefixStore(liveness.PROBE_PREFIX, store)) as watch:
+        try:
+            choice, _plan, session = liveness.bounded(lambda: _open(options, world, pstore), 2 * timeout_s + 10, watch)
+        except Exception as exc:  # no NCCL, no GPU, a rank that never joined or died: nothing to measure
+            outcome = _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}", watch.dead(), hosts)
+            outcome.left_pending = isinstance(exc, liveness.StillRunning)  # its thread is inside the group's set-up
+            outcome.dead = sorted(watch.dead()) if world.rank == 0 else []
+            return outcome
+        records, status = ses.run_steps(session)
+        stopped_at = time.monotonic()
+        ses.publish(pstore, world.rank, world.host, records, status)
+        if world.rank == 0:
+            outcome = _judge_on_rank_zero(session, status, options, stopped_at, watch)
+            outcome.dead = sorted(watch.dead())
+        else:
+            outcome = ProbeOutcome()
+            _follow_localization(session, status)
     outcome.backend, outcome.backend_reason = choice.backend, choice.reason
     outcome.left_pending = status.state != "done" or outcome_has_hang(outcome)
     _teardown(clean=not outcome.left_pending)
     return outcome
+
+
+def _open(options: RunOptions, world: World, pstore: Any) -> tuple[Any, Any, Any]:
+    """The backend vote, the plan and the session (process group and DeviceMesh)."""
+    from preflight.probes import session as ses
+    from preflight.probes.plan import build_plan
+
+    choice = ses.decide_backend(options.backend, world, pstore, options.probe_timeout_s)
+    plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
+    return choice, plan, ses.open_session(world, plan, pstore, choice.backend, options.probe_timeout_s)
 
 
 def backend_findings(outcome: ProbeOutcome, requested: str, facts: Sequence[RankFacts]) -> list[Finding]:
@@ -105,11 +124,13 @@ def _wrong_by_group(results: list[ProbeResult]) -> list[list[ProbeResult]]:
     return list(grouped.values())
 
 
-def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float) -> ProbeOutcome:
+def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float,
+                        watch: liveness.Watch) -> ProbeOutcome:
     from preflight.probes import collect, judge
 
     world, plan = session.world, session.plan
-    got = collect.gather(session.store, world.world_size, session.timeout_s, early=status.state != "done")
+    got = collect.gather(session.store, world.world_size, session.timeout_s, early=status.state != "done",
+                         dead=watch.dead)
     hosts = got.hosts()
     mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
     groups = {**dim_groups(mesh_dims), WORLD_DIM: [list(range(world.world_size))]}
@@ -225,9 +246,16 @@ def _follow_localization(session: Any, status: Any) -> None:
         session.store.set(f"pair/{rank}", json.dumps({str(k): v for k, v in mine.items()}))
 
 
-def _could_not_run(world: World, reason: str) -> ProbeOutcome:
+def _could_not_run(world: World, reason: str, dead: Mapping[int, str] | None = None,
+                   hosts: Mapping[int, str] | None = None) -> ProbeOutcome:
     if world.rank != 0:
         return ProbeOutcome()
+    if dead:  # the probes could not start because a rank died: that rank is the finding
+        findings = []
+        for rank, why in sorted(dead.items()):
+            host = (hosts or {}).get(rank, "")
+            findings += rank_died.report(rank=rank, host=host, how=why, when="while the probes were starting")
+        return ProbeOutcome(findings=findings)
     return ProbeOutcome(findings=probes_could_not_run.report(reason=reason))
 
 

@@ -8,6 +8,14 @@ is the fallback when the store cannot form; rank 0 merges what it finds in both.
 
 Keys live under `preflight/<run id>/`, so a stale run's keys are never read. Every wait has
 a deadline; a rank that did not report is the caller's finding, never a hang.
+
+Run identity: a run id is not unique (two env:// jobs without a job id are both `env`), so
+the ranks also agree on a random nonce through the store, first writer wins (`agree_nonce`).
+Every file a rank writes into --out-dir names it (`rank-<r>.<nonce>.json`; go and verdict
+carry it inside), so a reused folder's files from an earlier run are never read as this
+run's: rank 0 ignores them and says so (RUN009). A rank that could not reach the store has no
+nonce and writes `rank-<r>.json`, which rank 0 accepts only when it was written after rank 0
+itself started (minus a small clock skew).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import secrets
 import socket
 import tempfile
 import time
@@ -31,10 +40,12 @@ from preflight.lib.waiting import MAX_POLL_S, wait_until
 from preflight.model import CheckOutcome, Finding, RankFacts, World
 from preflight.model.codec import BadPayload
 from preflight.steps.heartbeat import Heartbeat, Liveness
-from preflight.steps.store_join import ForeignStore, join_store, mark_store
+from preflight.steps.store_join import ForeignStore, join_store, mark_store, run_prefix
 from preflight.steps.wire import RankPayload, SharedSections, from_wire, to_wire
 
 MULTI_GET_CHUNK = 1024  # keys per multi_get
+NONCE_KEY = "nonce"
+CLOCK_SKEW_S = 5.0  # a nonce-less file written this long before rank 0 started may still be this run's
 
 
 def follower_poll_s(world_size: int) -> float:
@@ -51,6 +62,7 @@ class Collected:
     payloads: dict[int, RankPayload] = field(default_factory=dict)
     bad_payloads: dict[int, str] = field(default_factory=dict)  # rank -> why it was rejected
     duplicates: dict[int, list[str]] = field(default_factory=dict)  # rank -> hosts of every claimant
+    stale_files: list[str] = field(default_factory=list)  # --out-dir files of another run, ignored
     shared: SharedSections = field(default_factory=SharedSections, repr=False)  # sections decoded once
 
     def merged_with(self, own: RankPayload) -> tuple[list[RankFacts], list[Finding], list[CheckOutcome]]:
@@ -96,13 +108,14 @@ class Exchange:
     def __init__(self, world: World, timeout_s: float, out_dir: str | None = None) -> None:
         self.world = world
         self.timeout_s = timeout_s
-        self.prefix = f"preflight/{world.run_id}"
+        self.prefix = run_prefix(world)
         self.store: Any = None
         self.store_error = ""  # why the store could not form, when it could not
         self.foreign = False  # MASTER_PORT answered, but not as this run's store
         self.out_dir = Path(out_dir, _safe(world.run_id)) if out_dir else None
         self.started = time.time()
         self.heartbeat: Heartbeat | None = None  # rank 0's, from lead_heartbeat()
+        self.nonce = ""  # this run's identity, agreed through the store; "" without one
 
     # -- forming the channel -------------------------------------------------------------
 
@@ -139,6 +152,7 @@ class Exchange:
                 store = join_store(self.world, connect_s)
                 store.set_timeout(timedelta(seconds=self.timeout_s))
             self.store = PrefixStore(self.prefix, store)
+            self.nonce = agree_nonce(self.store)
         except Exception as exc:  # DistNetworkError, DistStoreError, RuntimeError: all mean "no store"
             self.store_error = _one_line(exc)
             self.foreign = isinstance(exc, ForeignStore)
@@ -151,7 +165,7 @@ class Exchange:
         """Send this rank's facts and findings to rank 0 (store and, if given, the dir)."""
         text = to_wire(payload)
         if self.out_dir is not None:
-            _atomic_write(self.out_dir / f"rank-{self.world.rank}.json", text)
+            _atomic_write(self.out_dir / _rank_file(self.world.rank, self.nonce), text)
         if self.store is not None:
             # A second process claiming the same rank leaves its host where rank 0 can find it.
             claim = self.store.add(f"claims/{self.world.rank}", 1)
@@ -195,8 +209,11 @@ class Exchange:
             path = self.out_dir / f"{name}.json"
             try:
                 if path.stat().st_mtime >= self.started - 1:
-                    return json.loads(path.read_text())
-            except (OSError, ValueError):
+                    value = json.loads(path.read_text())
+                    # Knowing this run's nonce, a decision of another run (a reused folder) is not ours.
+                    if not self.nonce or value.get(NONCE_KEY) == self.nonce:
+                        return value
+            except (OSError, ValueError, AttributeError):
                 return None
         return None
 
@@ -222,6 +239,7 @@ class Exchange:
 
         wait_until(everyone_reported, timeout_s, stop_if=lambda: not self.has_channel())
         self._find_duplicates(collected)
+        self._note_stale(collected)
         return collected
 
     def _take_from_store(self, collected: Collected) -> None:
@@ -251,14 +269,31 @@ class Exchange:
         for rank in range(self.world.world_size):
             if rank in collected.payloads or rank in collected.bad_payloads:
                 continue
-            path = self.out_dir / f"rank-{rank}.json"
+            ours = self.out_dir / _rank_file(rank, self.nonce)
+            bare = self.out_dir / _rank_file(rank, "")  # a rank that never reached the store
             try:
-                # A file older than this run's start belongs to an earlier run of the same id.
-                if path.stat().st_mtime < self.started - self.timeout_s:
-                    continue
-                self._accept(collected, rank, path.read_bytes())
+                if self.nonce and ours.is_file():
+                    self._accept(collected, rank, ours.read_bytes())
+                elif bare.is_file() and bare.stat().st_mtime >= self.started - CLOCK_SKEW_S:
+                    self._accept(collected, rank, bare.read_bytes())
             except OSError:
                 continue
+
+    def _note_stale(self, collected: Collected) -> None:
+        """--out-dir payload files of another run (another nonce, or bare and older than this run)."""
+        if self.out_dir is None or not self.out_dir.is_dir():
+            return
+        stale = []
+        for path in self.out_dir.glob("rank-*.json"):
+            parts = path.name.split(".")
+            if path.name.endswith("-report.json") or len(parts) not in (2, 3):
+                continue  # a rank's own report (rank 0 was lost), read by people, not by rank 0
+            try:
+                if parts[1] != self.nonce if len(parts) == 3 else path.stat().st_mtime < self.started - CLOCK_SKEW_S:
+                    stale.append(path.name)
+            except OSError:
+                continue
+        collected.stale_files = sorted(stale)
 
     @staticmethod
     def accept_many(collected: Collected, ranks: Sequence[int], raws: Sequence[bytes]) -> None:
@@ -289,8 +324,8 @@ class Exchange:
         collected.payloads[rank] = payload
 
     def announce(self, name: str, value: dict[str, Any]) -> None:
-        """Rank 0: publish a decision (go, verdict) to every rank."""
-        text = json.dumps(value)
+        """Rank 0: publish a decision (go, verdict) to every rank, naming this run's nonce."""
+        text = json.dumps({**value, NONCE_KEY: self.nonce})
         if name == "verdict" and self.heartbeat is not None:
             self.heartbeat.stop()
         if self.out_dir is not None:
@@ -303,6 +338,16 @@ class Exchange:
         if self.store is None or expected <= 0:
             return
         wait_until(lambda: self.store.add("done", 0) >= expected, timeout_s)
+
+
+def agree_nonce(store: Any) -> str:
+    """This run's random identity: the first rank to ask sets it, every other rank reads that one."""
+    return bytes(store.compare_set(NONCE_KEY, "", secrets.token_hex(8))).decode()
+
+
+def _rank_file(rank: int, nonce: str) -> str:
+    """A rank's payload in --out-dir: named by the run's nonce, bare when the rank has none."""
+    return f"rank-{rank}.{nonce}.json" if nonce else f"rank-{rank}.json"
 
 
 def _safe(text: str) -> str:

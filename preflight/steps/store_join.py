@@ -90,6 +90,24 @@ def join_store(world: World, timeout_s: float) -> Any:
     return store
 
 
+def run_prefix(world: World) -> str:
+    """The prefix of every key of this run in the store (a stale run's keys are never read)."""
+    return f"preflight/{world.run_id}"
+
+
+def side_client(world: World, timeout_s: float) -> Any:
+    """A second client of this run's (already formed) store, under the run's prefix; None when it cannot join.
+
+    A c10d client has one connection and serializes its calls: while one thread blocks in a
+    store wait (a process group forming, waiting for a rank that died), another thread's call
+    on the same client waits too. A heartbeat needs its own connection."""
+    from torch.distributed import PrefixStore, TCPStore
+
+    outcome = call_with_deadline(
+        lambda: TCPStore(world.master_addr, world.master_port, None, False, timedelta(seconds=timeout_s)), timeout_s)
+    return PrefixStore(run_prefix(world), outcome.value) if outcome.ok else None
+
+
 def _verify_owner(store: Any, world: World, timeout_s: float) -> None:
     if not wait_until(lambda: store.check([OWNER_KEY]), timeout_s):
         raise ForeignStore(

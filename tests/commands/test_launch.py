@@ -77,3 +77,28 @@ def test_under_plain_torchrun_a_failing_verdict_is_every_workers_exit_code(tmp_p
     assert load_report(tmp_path / "r.json").exit_code == 3
     codes = re.findall(r"exitcode\s*:\s*(-?\d+)", result.stderr)  # the agent's summary of failed workers
     assert codes and set(codes) == {"3"}, result.stderr[-3000:]
+
+
+def test_a_rank_killed_mid_probe_under_launch_is_named_dead_not_the_ranks_stopped_after_it(tmp_path) -> None:
+    """The agent stops every rank once one dies: the launcher names the dead one, with its signal."""
+    planted = plant_env(tmp_path, {3: """
+        import signal, torch.distributed as dist
+        real, calls = dist.all_to_all_single, [0]
+        def all_to_all_single(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(*args, **kwargs)
+        dist.all_to_all_single = all_to_all_single
+    """})
+    result = run_cli(["launch", "-n", "4", "--ops", "all_to_all", "--sizes", "64KiB", "--iters", "2",
+                      "--warmup", "1", "--json", str(tmp_path / "r.json"), "--text", str(tmp_path / "r.txt")],
+                     env=planted, timeout=240)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "rank 3 died: killed by SIGKILL" in result.stderr
+    report = load_report(tmp_path / "r.json")
+    [dead] = [f for f in report.findings if f.check_id == "RUN008"]
+    assert dead.ranks == [3] and "SIGKILL" in dead.message
+    assert report.exit_code == 3 and report.missing_ranks in ([], [3])
+    assert not [f for f in report.findings if f.check_id in ("RANK001", "BW002") and set(f.ranks) - {3}]
+    assert "RUN008" in (tmp_path / "r.txt").read_text()  # every file the user asked for is amended
