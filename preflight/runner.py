@@ -32,6 +32,7 @@ from preflight.checks.run_findings import (
     store_did_not_form,
 )
 from preflight.lib import secrets
+from preflight.lib.deadline import abandoned_alive
 from preflight.lib.errors import Interrupted
 from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode, RankFacts, Severity
@@ -90,9 +91,11 @@ def _leave(record: RunRecord, code: int) -> int:
 
     The reports and the verdict are out by now. A process group with a pending collective
     cannot be torn down (gloo's destructor joins the thread still inside it, NCCL's blocks),
-    so interpreter exit would hang the job preflight was meant to protect.
+    so interpreter exit would hang the job preflight was meant to protect. Likewise after a
+    call given up on while inside C++ (a store join's handshake, lib/deadline.abandoned_alive):
+    returning during interpreter shutdown, it can abort the process (std::terminate).
     """
-    if record.probes is not None and record.probes.left_pending:
+    if (record.probes is not None and record.probes.left_pending) or abandoned_alive():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

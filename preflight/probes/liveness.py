@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from torch.distributed import PrefixStore
 
+from preflight.lib import deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import World
 from preflight.probes import timing
@@ -108,6 +109,7 @@ def bounded(call: Callable[[], T], timeout_s: float, watch: Watch) -> T:
     thread.start()
     wait_until(lambda: not thread.is_alive(), timeout_s, stop_if=lambda: bool(watch.dead()), max_poll_s=0.1)
     if thread.is_alive():
+        deadline.abandon(thread)
         raise StillRunning(watch.abort_reason() or f"did not finish within {timeout_s:g}s")
     if "error" in box:
         raise box["error"]
