@@ -42,7 +42,7 @@ from preflight.probes.nominal import annotate as annotate_nominal_rates
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable
-from preflight.steps import tcp_reach
+from preflight.steps import run_auth, tcp_reach
 from preflight.steps.exchange import Exchange, RankPayload
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
 from preflight.steps.launchers import resolve_world
@@ -117,7 +117,9 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
         record.nonce = exchange.nonce
         # Secrets get their digests only now, keyed by a random key the ranks share through the
         # store and no report ever holds (see preflight/lib/secrets.py).
-        secrets.seal(record.facts.env, os.environ, secrets.agree_on_key(exchange.store))
+        # With a run secret from the launcher the key derives from it, and nobody reads it from the store.
+        key = run_auth.digest_key(exchange.secret) if exchange.secret else secrets.agree_on_key(exchange.store)
+        secrets.seal(record.facts.env, os.environ, key)
         if exchange.store_error:
             store_failed = foreign_store if exchange.foreign else store_did_not_form
             record.findings += store_failed.report(rank=world.rank, host=world.host, reason=exchange.store_error)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from typing import Any
 from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
 from preflight.options import RunOptions
+from preflight.steps.run_auth import SECRET_VAR
 
 
 def _forwarded_args(argv: Sequence[str]) -> list[str]:
@@ -53,6 +55,9 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions) -> int:
         args += ["--backend", "gloo"]  # the CPU smoke check: gloo unless asked otherwise
     # 8 ranks x 2 OpenMP threads on 2 cores run 2x slower; torchrun sets 1 as well.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # A per-run secret every worker inherits (the agent passes its environment on): the store's
+    # values are then proven to come from this run's ranks (steps/run_auth.py).
+    os.environ.setdefault(SECRET_VAR, secrets.token_hex(16))
     # The agent logs each non-zero worker exit as an error; the verdict already says why.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     config = LaunchConfig(

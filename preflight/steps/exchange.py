@@ -39,6 +39,7 @@ from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import MAX_POLL_S, wait_until
 from preflight.model import CheckOutcome, Finding, RankFacts, World
 from preflight.model.codec import BadPayload
+from preflight.steps import run_auth
 from preflight.steps.heartbeat import Heartbeat, Liveness
 from preflight.steps.store_join import ForeignStore, join_store, mark_store, run_prefix
 from preflight.steps.wire import RankPayload, SharedSections, from_wire, to_wire
@@ -116,6 +117,7 @@ class Exchange:
         self.started = time.time()
         self.heartbeat: Heartbeat | None = None  # rank 0's, from lead_heartbeat()
         self.nonce = ""  # this run's identity, agreed through the store; "" without one
+        self.secret = run_auth.run_secret()  # the launcher's per-run secret, if any (steps/run_auth.py)
 
     # -- forming the channel -------------------------------------------------------------
 
@@ -171,6 +173,9 @@ class Exchange:
             claim = self.store.add(f"claims/{self.world.rank}", 1)
             self.store.set(f"claimant/{self.world.rank}/{claim}", self.world.host)
             if claim == 1:
+                if self.secret:  # before the payload: rank 0 reads both once the arrival is listed
+                    self.store.set(f"auth/{self.world.rank}",
+                                   run_auth.payload_proof(self.secret, self.nonce, self.world.rank, text))
                 self.store.set(f"rank/{self.world.rank}", text)
                 # The arrival list lets rank 0 fetch only new payloads: O(new ranks) per poll.
                 self.store.append("arrivals", f"{self.world.rank},")
@@ -202,7 +207,9 @@ class Exchange:
         if self.store is not None:
             try:
                 if self.store.check([name]):
-                    return json.loads(self.store.get(name))
+                    value = json.loads(self.store.get(name))
+                    if self._proven_decision(name, value):
+                        return value
             except Exception:
                 self.store = None  # rank 0 went away; the dir may still answer
         if self.out_dir is not None:
@@ -211,11 +218,20 @@ class Exchange:
                 if path.stat().st_mtime >= self.started - 1:
                     value = json.loads(path.read_text())
                     # Knowing this run's nonce, a decision of another run (a reused folder) is not ours.
-                    if not self.nonce or value.get(NONCE_KEY) == self.nonce:
+                    if (not self.nonce or value.get(NONCE_KEY) == self.nonce) and self._proven_decision(name, value):
                         return value
             except (OSError, ValueError, AttributeError):
                 return None
         return None
+
+    def _proven_decision(self, name: str, value: Any) -> bool:
+        """Without a run secret, any decision; with one, only one whose proof holds (else a forgery, ignored)."""
+        if not self.secret:
+            return True
+        if not isinstance(value, dict):
+            return False
+        unproven = {k: v for k, v in value.items() if k != run_auth.PROOF_KEY}
+        return run_auth.valid(self.secret, value.get(run_auth.PROOF_KEY), name, json.dumps(unproven, sort_keys=True))
 
     def acknowledge(self) -> None:
         """Tell rank 0 this rank has read the verdict, so it may take the store down."""
@@ -251,7 +267,26 @@ class Exchange:
         # In chunks: one multi_get of 100k keys resets the connection; 1,024 per call is as fast.
         for start in range(0, len(new), MULTI_GET_CHUNK):
             chunk = new[start:start + MULTI_GET_CHUNK]
-            self.accept_many(collected, chunk, self.store.multi_get([f"rank/{r}" for r in chunk]))
+            raws = self.store.multi_get([f"rank/{r}" for r in chunk])
+            if self.secret:
+                chunk, raws = self._proven(collected, chunk, raws)
+            self.accept_many(collected, chunk, raws)
+
+    def _proven(self, collected: Collected, ranks: list[int], raws: list[bytes]) -> tuple[list[int], list[bytes]]:
+        """The payloads whose proof of the run secret holds; the others are RUN002, not read."""
+        assert self.secret is not None
+        keys = [f"auth/{r}" for r in ranks]
+        proofs = (self.store.multi_get(keys) if self.store.check(keys) else
+                  [self.store.get(k) if self.store.check([k]) else b"" for k in keys])
+        kept: tuple[list[int], list[bytes]] = ([], [])
+        for rank, raw, claimed in zip(ranks, raws, proofs, strict=True):
+            if run_auth.valid_payload(self.secret, bytes(claimed).decode(errors="replace"), self.nonce, rank, raw):
+                kept[0].append(rank)
+                kept[1].append(raw)
+            else:
+                collected.bad_payloads[rank] = (f"no valid proof of {run_auth.SECRET_VAR}: not from this run's rank "
+                                                "(a foreign process, or a rank with another secret)")
+        return kept
 
     def _find_duplicates(self, collected: Collected) -> None:
         if self.store is None or self.store.add("reported", 0) <= len(collected.payloads):
@@ -325,7 +360,10 @@ class Exchange:
 
     def announce(self, name: str, value: dict[str, Any]) -> None:
         """Rank 0: publish a decision (go, verdict) to every rank, naming this run's nonce."""
-        text = json.dumps({**value, NONCE_KEY: self.nonce})
+        value = {**value, NONCE_KEY: self.nonce}
+        if self.secret:  # a rank adopts only a decision proven by this run's secret
+            value[run_auth.PROOF_KEY] = run_auth.proof(self.secret, name, json.dumps(value, sort_keys=True))
+        text = json.dumps(value)
         if name == "verdict" and self.heartbeat is not None:
             self.heartbeat.stop()
         if self.out_dir is not None:
