@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from torch.distributed import PrefixStore
-
 from preflight.lib import deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import World
@@ -37,6 +35,8 @@ def probe_store(world: World, run_store: Any) -> Any:
     A c10d client serializes its calls, and the process group's set-up blocks in store waits
     (for a rank that may be dead). Abandoned there, it would hold the run's own client, and
     with it the verdict, until the process group's timeout."""
+    from torch.distributed import PrefixStore  # torch only once the probes run (bad input stays a fast exit 2)
+
     own = store_join.side_client(world, SIDE_JOIN_S)
     return PrefixStore(PROBE_PREFIX, own if own is not None else run_store)
 

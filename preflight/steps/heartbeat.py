@@ -112,12 +112,12 @@ class DeadPeers:
         self._thread = threading.Thread(target=self._run, daemon=True, name="preflight-dead-peers")
 
     def start(self) -> DeadPeers:
-        """Create the beat keys that do not exist yet, then watch."""
+        """Create every beat key (one multi_set per 1,024 ranks), then watch.
+
+        A counter a rank already advanced is set back to 0: harmless, a change is a change."""
         for i in range(0, len(self.ranks), CHUNK):
             chunk = [peer_key(r) for r in self.ranks[i:i + CHUNK]]
-            missing = [k for k in chunk if not self.store.check([k])]
-            if missing:
-                self.store.multi_set(missing, ["0"] * len(missing))
+            self.store.multi_set(chunk, ["0"] * len(chunk))
         now = time.monotonic()
         self._seen = {r: (b"", now) for r in self.ranks}
         self._thread.start()

@@ -102,3 +102,20 @@ def test_a_rank_killed_mid_probe_under_launch_is_named_dead_not_the_ranks_stoppe
     assert report.exit_code == 3 and report.missing_ranks in ([], [3])
     assert not [f for f in report.findings if f.check_id in ("RANK001", "BW002") and set(f.ranks) - {3}]
     assert "RUN008" in (tmp_path / "r.txt").read_text()  # every file the user asked for is amended
+
+
+def test_a_rank_killed_during_the_exchange_under_launch_is_named_and_the_stopped_ranks_are_not_missing(
+        tmp_path) -> None:
+    planted = plant_env(tmp_path, {2: """
+        import signal
+        from preflight.steps import exchange
+        def publish(self, payload):
+            os.kill(os.getpid(), signal.SIGKILL)
+        exchange.Exchange.publish = publish
+    """})
+    result = run_cli(["launch", "-n", "4", "--skip", "probe", "--timeout", "60", "--json", str(tmp_path / "r.json")],
+                     env=planted, timeout=240)
+    assert result.returncode == 3, result.stdout + result.stderr
+    report = load_report(tmp_path / "r.json")
+    assert [f.ranks for f in report.findings if f.check_id == "RUN008"] == [[2]]
+    assert not [f for f in report.findings if f.check_id == "RANK001"] and report.missing_ranks in ([], [2])
