@@ -78,13 +78,14 @@ class Heartbeat:
         self._stop.set()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.beat_s):
-            if time.monotonic() - self.stage_started > self.budget_s:
-                continue  # a stage past its budget: let the followers' deadline run out
-            try:
-                self.store.add(self.key, 1)
-            except Exception:
-                return  # the store is gone; followers will see no more beats
+        while True:  # the first beat at once: a rank that dies a moment later has beaten
+            if time.monotonic() - self.stage_started <= self.budget_s:  # past it: let the deadline run out
+                try:
+                    self.store.add(self.key, 1)
+                except Exception:
+                    return  # the store is gone; followers will see no more beats
+            if self._stop.wait(self.beat_s):
+                return
 
 
 def peer_heartbeat(store: Any, rank: int) -> Heartbeat:
