@@ -105,7 +105,7 @@ def test_a_hang_is_reported_from_the_probes_own_hang_object() -> None:
 
 def test_who_is_blamed_is_declared_by_the_check_and_survives_json() -> None:
     blaming = {spec.id for spec in all_checks() if spec.blames_host}
-    assert blaming == {"BW001", "BW002", "BW005", "NET008", "RANK001"}
+    assert blaming == {"BW001", "BW002", "BW005", "NET008", "RANK001", "RUN008"}  # RUN008: a rank that died
     spec = get_check("RANK001")
     assert spec is not None
     [finding] = [spec.finding(problem) for problem in missing_ranks(JobView(world_size=1))]
