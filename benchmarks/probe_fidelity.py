@@ -6,7 +6,12 @@ slowest rank's total / N. preflight's figure comes from its own probe code path
 median per rank, slowest rank). Both run in the same processes, alternating, on the same
 world group. Not a test: it prints the ratio (goal >= 0.97).
 
+With --backend nccl every rank shares GPU 0 under its own NCCL_HOSTID (NCCL then treats the
+ranks as separate hosts and connects them over its network transport), so one GPU measures
+the same loop both ways; the bare loop synchronises the device before reading the clock.
+
     python benchmarks/probe_fidelity.py [--ranks 4] [--size 16MiB] [--iters 20] [--rounds 5]
+    python benchmarks/probe_fidelity.py --backend nccl --ranks 2 --size 256MiB
 """
 
 from __future__ import annotations
@@ -29,24 +34,29 @@ from preflight.probes import collect, ops, session
 from preflight.probes.plan import ProbePlan
 
 
-def _bare(op: str, size: int, iters: int, warmup: int, n: int) -> float:
+def _bare(op: str, size: int, iters: int, warmup: int, n: int, ses: session.Session) -> float:
     """busbw of a plain loop, as all_reduce_bench measures it (slowest rank's total / iters)."""
-    bufs = ops.make_buffers(op, size, dist.get_rank(), n, torch.float32, "cpu")
+    bufs = ops.make_buffers(op, size, dist.get_rank(), n, ses.dtype, ses.device)
     call = {"all_reduce": lambda: dist.all_reduce(bufs.send),
             "all_to_all": lambda: dist.all_to_all_single(bufs.recv, bufs.send)}[op]
+    sync = torch.cuda.synchronize if ses.device == "cuda" else (lambda: None)
     for _ in range(warmup):
         call()
+    sync()
     dist.barrier()
     began = time.perf_counter()
     for _ in range(iters):
         call()
-    elapsed = torch.tensor([time.perf_counter() - began])
+    sync()
+    elapsed = torch.tensor([time.perf_counter() - began], device=ses.device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return ops.busbw_gbps(op, n, bufs.nbytes, elapsed.item() / iters)
 
 
 def _worker(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
+    if args.backend == "nccl":
+        os.environ["NCCL_HOSTID"] = f"fidelity-{rank}"  # one GPU, ranks as separate NCCL hosts
     torch.set_num_threads(1)
     base = dist.TCPStore("127.0.0.1", port, n, rank == 0, timedelta(seconds=60))
     world = World("bench", rank, n, host=socket.gethostname())
@@ -56,7 +66,7 @@ def _worker(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
         plan = ProbePlan([MeshDim("world", n)], [op], [size], args.warmup, args.iters, False)
         probe_store = dist.PrefixStore(f"{op}", base)
         if not dist.is_initialized():
-            ses = session.open_session(world, plan, probe_store, "gloo", 120.0)
+            ses = session.open_session(world, plan, probe_store, args.backend, 120.0)
         else:
             ses.plan = plan
         for round_index in range(args.rounds):
@@ -67,11 +77,12 @@ def _worker(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
                 got = collect.gather(ses.store, n, 120.0)
                 (result,) = collect.results(got, got.hosts())
                 figures.setdefault(op, {}).setdefault("preflight", []).append(result.busbw_gbps)
-            bare = _bare(op, size, args.iters, args.warmup, n)
+            bare = _bare(op, size, args.iters, args.warmup, n, ses)
             if rank == 0:
                 figures[op].setdefault("bare", []).append(bare)
     if rank == 0:
-        print(f"gloo, {n} ranks, {args.size}, {args.iters} iters, {args.rounds} alternating rounds (busbw GB/s)")
+        print(f"{args.backend}, {n} ranks, {args.size}, {args.iters} iters, "
+              f"{args.rounds} alternating rounds (busbw GB/s)")
         for op, both in figures.items():
             pf, bare = statistics.median(both["preflight"]), statistics.median(both["bare"])
             print(f"  {op:<11} preflight {pf:.4f}  bare loop {bare:.4f}  ratio {pf / bare:.3f}   "
@@ -89,6 +100,7 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     args = parser.parse_args()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

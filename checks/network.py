@@ -1,4 +1,4 @@
-"""Network checks: the interface the job will use, InfiniBand ports, MASTER_ADDR, reachability.
+"""Network checks: the interface the job will use, MASTER_ADDR, MTU (RDMA ports: checks/nic_health.py).
 
 Local checks read one rank's `facts.network` (preflight/steps/gather/links.py); cross checks
 compare hosts, and read the reachability step's results from `ctx.reachability`
@@ -53,31 +53,6 @@ def chosen_interface_unusable(facts: RankFacts, ctx: CheckContext) -> Iterable[P
     if faults:
         yield Problem(f"interface {name} ({chosen.source}) {' and '.join(faults)} on {facts.host}",
                       **_where(facts), data=asdict(chosen))
-
-
-@check(
-    "NET002",
-    tag=Tags.NETWORK,
-    scope=LOCAL,
-    severity=Severity.ERROR,
-    hint="Check the port's cable and switch port (`ibstat`, `ibportstate`); a port stuck in INIT "
-    "usually means no subnet manager. Exclude the host if it cannot be fixed now.",
-)
-def ib_port_not_active(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
-    """An InfiniBand / RoCE port is present but not ACTIVE with physical state LinkUp.
-
-    NCCL's IB transport uses every active port it finds (or those NCCL_IB_HCA names); a port
-    that is DOWN, POLLING or INIT either makes NCCL fall back to slower paths or fail when it
-    is the one selected.
-    """
-    for port in facts.network.ib_ports:
-        if port.state == "ACTIVE" and port.phys_state == "LinkUp":
-            continue
-        yield Problem(
-            f"{port.device} port {port.port} on {facts.host} is {port.state or '?'} / "
-            f"{port.phys_state or '?'} (want ACTIVE / LinkUp)",
-            **_where(facts), data=asdict(port),
-        )
 
 
 @check(
@@ -143,27 +118,6 @@ def master_addr_loopback(job: JobView) -> Iterable[Problem]:
     if len(hosts) > 1 and len(scopes) > 1 and loopback:
         yield Problem(f"MASTER_ADDR resolves to a loopback address but ranks run on {len(hosts)} hosts",
                       ranks=[f.rank for f in loopback], hosts=sorted({f.host for f in loopback}))
-
-
-@check(
-    "NET005",
-    tag=Tags.NETWORK,
-    scope=CROSS,
-    severity=Severity.WARN,
-    hint="A port at a lower rate than its peers is a degraded link (bad cable, wrong speed "
-    "negotiated): check `ibstat` on the named host.",
-)
-def ib_rates_differ(job: JobView) -> Iterable[Problem]:
-    """InfiniBand port rates differ across hosts; the slowest link sets the pace of every collective."""
-    ranks = job.ranks
-    rates = {host: tuple(sorted(p.rate for p in facts.network.ib_ports))
-             for host, facts in _by_host(ranks).items() if facts.network.ib_ports}
-    if len(rates) < 2:
-        return
-    majority, odd = odd_ones(rates)
-    for host, value in sorted(odd.items()):
-        yield Problem(f"IB port rates on {host} are {', '.join(value)}; most hosts have {', '.join(majority)}",
-                      hosts=[host], data={"rates": list(value), "majority": list(majority)})
 
 
 @check(

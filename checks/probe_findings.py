@@ -61,6 +61,12 @@ def wrong_result(results: list[ProbeResult]) -> Iterable[Problem]:
 def probe_hang(hang: Hang, hosts: dict[int, str], timeout_s: float, reported_after_s: float = 0.0) -> Iterable[Problem]:
     """A collective did not finish within --probe-timeout (or failed), and who caused it.
 
+    Communicator setup (the process group, the DeviceMesh, NCCL's ncclCommInitRank) has a
+    deadline too: the probe timeout plus 15 s. The ranks furthest behind in setup are named.
+    Sometimes every rank is inside the same setup stage: then nobody is singled out, since
+    NCCL's bootstrap could not connect the ranks. Check NCCL_SOCKET_IFNAME and the firewall
+    between the hosts.
+
     Each op has a deadline. When it expires the rank stops probing and records, in the c10d
     store (never through the stuck communicator), where it stopped; rank 0 compares every
     rank's position and names the ranks that were not in the step with their group: ranks
@@ -68,12 +74,14 @@ def probe_hang(hang: Hang, hosts: dict[int, str], timeout_s: float, reported_aft
     """
     group = f"{hang.dim} group {hang.group_index}" if hang.group_index >= 0 else "the control barrier"
     what = f"{hang.op} on {group} at {human_bytes(hang.size_bytes)}" if hang.op else "the probes"
+    if hang.phase == "setup":  # process group / DeviceMesh / NCCL communicator creation (probes/setup.py)
+        what = "communicator setup (process group, DeviceMesh, NCCL communicators)"
     how = "failed" if hang.failed else f"did not finish within {timeout_s:g}s"
     culprits, waiting = hang.culprits, hang.waiting
     named = "; ".join(f"rank {r}: {why}" for r, why in sorted(culprits.items()))
     yield Problem(
         f"{what} {how}: {named}" + (f" (waiting: ranks {_ranks(waiting)})" if waiting else "")
-        + (f" [{hang.reason}]" if hang.failed and hang.reason else ""),
+        + (f" [{hang.reason}]" if (hang.failed or hang.phase == "setup") and hang.reason else ""),
         ranks=sorted(culprits), hosts=[hosts.get(r, "") for r in sorted(culprits) if hosts.get(r)],
         data={"dim": hang.dim, "op": hang.op, "size_bytes": hang.size_bytes, "group_index": hang.group_index,
               "culprits": {str(k): v for k, v in culprits.items()}, "waiting": waiting,

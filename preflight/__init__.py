@@ -1,3 +1,25 @@
-"""preflight: validate a distributed PyTorch job from inside its own launcher, before it starts."""
+"""preflight: validate a distributed PyTorch job from inside its own launcher, before it starts.
+
+Two front doors: the `preflight` command (`srun preflight --mesh pp2,tp4`, commands/cli.py)
+and, inside a training script, `preflight.check(mesh)` (api.py), loaded on first use so the
+command does not pay for it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from preflight.api import PreflightFailed, PreflightWarning, check
 
 __version__ = "0.1.0"
+__all__ = ["PreflightFailed", "PreflightWarning", "check"]
+
+
+def __getattr__(name: str) -> Any:
+    """preflight.check, preflight.PreflightFailed and preflight.PreflightWarning, from preflight.api on first use."""
+    if name in __all__:
+        from preflight import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'preflight' has no attribute {name!r}")

@@ -44,10 +44,12 @@ class Tags:
     """The concerns checks are grouped by: what `--only` and `--skip` name. Each is used by a check."""
 
     ENV = "env"
+    GPU = "gpu"  # the health of the GPU each rank will use (NVML)
     LAYOUT = "layout"
     LIMITS = "limits"
     NCCL = "nccl"
     NETWORK = "network"  # also switches the reachability step on or off
+    NIC = "nic"  # the health of the RDMA ports NCCL will use
     PORTS = "ports"
     PROBE = "probe"  # also switches the collective probes on or off
     RUN = "run"

@@ -15,6 +15,10 @@ Rank 0 runs `_lead`, every other rank `_follow`; both read as the steps above. T
 names in the report's `meta.phases` are the steps' names (step 4 is `exchange` on every rank
 and `collect` on rank 0). SIGTERM/SIGINT arrive as `Interrupted` (commands/cli.py installs
 the handlers): rank 0 still writes its report, marked incomplete.
+
+Two front doors call it: `run` for the CLI (step 1 from the launcher's variables, its own
+store and process groups), `run_in_job` for `preflight.check` (api.py: the job's store and
+groups, and nothing exits the process).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import (
@@ -35,14 +40,15 @@ from preflight.lib import secrets
 from preflight.lib.deadline import abandoned_alive
 from preflight.lib.errors import Interrupted
 from preflight.lib.torch_import import import_torch_distributed
-from preflight.model import ExitCode, RankFacts, Severity
+from preflight.model import ExitCode, RankFacts, Severity, World
 from preflight.options import RunOptions
 from preflight.probes import orchestrate as probes
 from preflight.probes.nominal import annotate as annotate_nominal_rates
+from preflight.probes.session import JobGroups
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable
-from preflight.steps import run_auth, tcp_reach
+from preflight.steps import recheck, run_auth, tcp_reach
 from preflight.steps.exchange import Exchange, RankPayload
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
 from preflight.steps.launchers import resolve_world
@@ -67,9 +73,32 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     # any step's deadline starts.
     import_torch_distributed()
     record = RunRecord(world, options)
+    code = _steps(record, Exchange(world, options.timeout_s, options.out_dir))
+    return _leave(record, code)
+
+
+def run_in_job(options: RunOptions, world: World, job_store: Any, groups: JobGroups) -> tuple[int, RunRecord]:
+    """Steps 2-9 inside a running job (preflight.check, preflight/api.py), on its own store and groups.
+
+    The caller resolved the world (step 1) and the options against it. Nothing here exits
+    the process: after a hung probe `record.probes.left_pending` says so and the caller decides.
+    Every rank's record carries the verdict's JobReport (`record.report`): rank 0 publishes
+    it through the store with the verdict, the other ranks read it.
+    """
+    refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0)
+    record = RunRecord(world, options)
+    exchange = Exchange(world, options.timeout_s, options.out_dir, job_store=job_store)
+    code = _steps(record, exchange, groups)
+    if record.report is None:
+        record.report = exchange.read_report()
+    return code, record
+
+
+def _steps(record: RunRecord, exchange: Exchange, groups: JobGroups | None = None) -> int:
+    """Steps 2-9 on this rank, rank 0 leading; the exit code every rank shares."""
+    world, options = record.world, record.options
     phases = Phases(phase_display(world.rank, options.reports.quiet))
     record.phases = phases.seconds
-    exchange = Exchange(world, options.timeout_s, options.out_dir)
     ctx = CheckContext(world_size=world.world_size, backend=options.backend,
                        mesh=[(d.name, d.size) for d in options.mesh])
     try:
@@ -77,13 +106,13 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
         reach = tcp_reach.reachability_for(exchange.store, _own_facts(record), options)
         reach.start()  # this host's listener, before rank 0 waits for anyone
         if world.rank != 0:
-            return _leave(record, _follow(record, phases, exchange, reach))
-        _lead(record, phases, exchange, reach, ctx)
+            return _follow(record, phases, exchange, reach, groups)
+        _lead(record, phases, exchange, reach, ctx, groups)
     except Interrupted as stop:
         record.interrupted = str(stop)
         if world.rank != 0:
-            return _leave(record, int(ExitCode.INCOMPLETE))
-    return _leave(record, _finish(record, exchange))
+            return int(ExitCode.INCOMPLETE)
+    return _finish(record, exchange)
 
 
 def _leave(record: RunRecord, code: int) -> int:
@@ -127,7 +156,7 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
 
 
 def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reach.Reachability,
-          ctx: CheckContext) -> None:
+          ctx: CheckContext, groups: JobGroups | None) -> None:
     """Rank 0, steps 4-8: collect every payload, lead reachability, cross-check, decide, probe."""
     options = record.options
     phases.on_step = exchange.lead_heartbeat().stage  # followers wait while rank 0 works (steps/heartbeat.py)
@@ -156,14 +185,15 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         if not go:
             record.findings += probes_not_started.report(reason=reason)
             return
-        outcome = probes.run_probes(record.world, options, exchange.store,
+        outcome = probes.run_probes(record.world, options, exchange.store, groups,
                                     hosts={f.rank: f.host for f in record.all_facts})
         annotate_nominal_rates(outcome.results, record.all_facts, outcome.device_ids, outcome.backend)
         record.probes = outcome
         record.findings += outcome.findings + probes.backend_findings(outcome, options.backend, record.all_facts)
 
 
-def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reach.Reachability) -> int:
+def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reach.Reachability,
+            groups: JobGroups | None) -> int:
     """Any other rank, steps 5-9: take part in reachability and the probes, then adopt rank 0's verdict."""
     world, options = record.world, record.options
     with phases.step("reachability"):  # 5
@@ -174,7 +204,8 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
         return int(ExitCode.INCOMPLETE)
     decision = exchange.wait_for("go", options.timeout_s + VERDICT_MARGIN_S)  # 7
     if decision and decision.get("go") and options.probes_enabled():
-        record.probes = probes.run_probes(world, options, exchange.store)  # 8
+        record.probes = probes.run_probes(world, options, exchange.store, groups)  # 8
+    recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.check_timeout_s)  # after step 8
     verdict = exchange.wait_for("verdict", options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9
     exchange.acknowledge()
     if verdict is None:
@@ -202,12 +233,17 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
         record.findings += run_interrupted.report(reason=record.interrupted)
     if exchange.heartbeat is not None:
         exchange.heartbeat.stage("verdict")
+    if not record.interrupted:  # the RDMA counters' second read, one per host: increases are NIC001
+        record.findings += recheck.lead(exchange.store, _own_facts(record), record.all_facts, record.options)
     report = build_report(record)
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included.
     write_reports(report, record.options.reports)
     if record.options.verdict_file:
         Path(record.options.verdict_file).write_text(f"{report.exit_code}\n")
+    record.report = report
+    if exchange.job_store is not None:
+        exchange.publish_report(report)  # preflight.check: every rank raises with the same report
     exchange.announce("verdict", {"exit_code": report.exit_code, "verdict": report.verdict})
     try:
         dead = len(record.probes.dead) if record.probes is not None else 0  # a dead rank never acknowledges

@@ -3,7 +3,8 @@
 The layers, bottom up: the model (plain data) imports nothing of preflight; pure helpers
 (preflight.lib) import the model and each other; a check module imports the registry, the
 model and pure helpers only; a renderer imports the model, pure helpers and its sibling
-renderers only; nothing imports the runner but the CLI. Imports under TYPE_CHECKING count.
+renderers only; nothing imports the runner but the two front doors, the CLI and the API.
+Imports under TYPE_CHECKING count.
 """
 
 from __future__ import annotations
@@ -76,9 +77,10 @@ def test_layer_imports_only_what_its_rule_allows(layer: str, allowed: tuple[str,
     assert not broken, "\n".join(broken)
 
 
-def test_nothing_but_the_cli_imports_the_runner() -> None:
+def test_nothing_but_the_two_front_doors_imports_the_runner() -> None:
+    """The CLI (`preflight`) and the in-job API (`preflight.check`, preflight/api.py) run the steps; nothing else."""
     importers = sorted(name for name, path in modules().items() if "preflight.runner" in imports_of(path, name))
-    assert importers == ["preflight.commands.cli"]
+    assert importers == ["preflight.api", "preflight.commands.cli"]
 
 
 def test_the_engine_names_no_check_id_as_a_string() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from preflight.model.health_facts import HealthFacts
+
 
 @dataclass
 class World:
@@ -171,4 +173,5 @@ class RankFacts:
     system: SystemLimits = field(default_factory=SystemLimits)
     network: NetworkFacts = field(default_factory=NetworkFacts)
     gpus: list[GpuFacts] = field(default_factory=list)
+    health: HealthFacts = field(default_factory=HealthFacts)  # GPU and RDMA-port health (health_facts.py)
     gather_errors: dict[str, str] = field(default_factory=dict)  # gatherer name -> why it failed

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from preflight.model.codec import encode
+from preflight.model.health_facts import HealthFacts
 from preflight.model.rank_facts import GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
 
 # The World fields most ranks share (all but rank, local_rank, node_rank, host, raw, expected_hosts);
@@ -39,6 +40,7 @@ class PackedRank:
     system: int = 0
     network: int = 0
     gpus: int = 0
+    health: int = 0
     gather_errors: int = 0
     env: dict[str, str] = field(default_factory=dict)  # variables whose value is not env_common's
     env_unset: list[str] = field(default_factory=list)  # env_common's variables this rank lacks
@@ -61,6 +63,7 @@ class RankTable:
     system: list[SystemLimits] = field(default_factory=list)
     network: list[NetworkFacts] = field(default_factory=list)
     gpus: list[list[GpuFacts]] = field(default_factory=list)
+    health: list[HealthFacts] = field(default_factory=list)
     gather_errors: list[dict[str, str]] = field(default_factory=list)
     ranks: list[PackedRank] = field(default_factory=list)
 
@@ -103,6 +106,7 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     table = RankTable(env_common=_common([f.env for f in ranks]), raw_common=_common([f.world.raw for f in ranks]))
     worlds, versions, system = _Interned(table.worlds), _Interned(table.versions), _Interned(table.system)
     network, gpus, errors = _Interned(table.network), _Interned(table.gpus), _Interned(table.gather_errors)
+    health = _Interned(table.health)
     world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
     for facts in ranks:
         world = facts.world
@@ -114,7 +118,7 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
         table.ranks.append(PackedRank(
             rank=facts.rank, host=facts.host, world=world_index[key], local_rank=world.local_rank,
             node_rank=world.node_rank, versions=versions.add(facts.versions), system=system.add(facts.system),
-            network=network.add(facts.network), gpus=gpus.add(facts.gpus),
+            network=network.add(facts.network), gpus=gpus.add(facts.gpus), health=health.add(facts.health),
             gather_errors=errors.add(facts.gather_errors),
             env=_differing(facts.env, table.env_common), env_unset=_unset(facts.env, table.env_common),
             raw=_differing(world.raw, table.raw_common), raw_unset=_unset(world.raw, table.raw_common),
@@ -155,6 +159,7 @@ def unpack(table: RankTable) -> list[RankFacts]:
             rank=row.rank, host=row.host, world=world, env=_restore(table.env_common, row.env, row.env_unset),
             versions=table.versions[row.versions], system=table.system[row.system],
             network=table.network[row.network], gpus=table.gpus[row.gpus],
+            health=table.health[row.health] if row.health < len(table.health) else HealthFacts(),
             gather_errors=table.gather_errors[row.gather_errors],
         ))
     return facts

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from preflight.lib import deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import World
-from preflight.probes import timing
+from preflight.probes import setup, timing
 from preflight.steps import store_join
 from preflight.steps.heartbeat import PEER_BEAT_S, DeadPeers, Heartbeat, peer_heartbeat, read_dead
 
@@ -41,7 +41,7 @@ def probe_store(world: World, run_store: Any) -> Any:
     return PrefixStore(PROBE_PREFIX, own if own is not None else run_store)
 
 
-class StillRunning(Exception):
+class StillRunning(setup.SetupTimeout):
     """A bounded call was abandoned while it still runs (a dead peer, or the deadline)."""
 
 

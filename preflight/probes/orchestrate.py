@@ -32,8 +32,9 @@ from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.waiting import wait_until
 from preflight.model import Finding, ProbeDevice, ProbeResult, RankFacts, World
+from preflight.model.probe_faults import Hang
 from preflight.options import RunOptions
-from preflight.probes import liveness
+from preflight.probes import liveness, setup
 
 MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
 
@@ -55,28 +56,57 @@ class ProbeOutcome:
     left_pending: bool = False
 
 
-def run_probes(world: World, options: RunOptions, store: Any, hosts: Mapping[int, str] | None = None) -> ProbeOutcome:
+def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
+               hosts: Mapping[int, str] | None = None) -> ProbeOutcome:
     """Measure the collectives on every rank; rank 0 returns results and findings.
 
+    job: the job's own groups (session.JobGroups, from preflight.check), probed as they are;
+    None: preflight makes its process group and DeviceMesh on the run's store and destroys them.
     hosts: rank -> host as rank 0 knows them, to name the host of a rank that dies before it
-    sent any probe result."""
+    sent any probe result.
+    """
     from torch.distributed import PrefixStore
 
     from preflight.probes import session as ses
+    from preflight.probes.plan import build_plan
 
     timeout_s = options.probe_timeout_s
     if store is None:
         return _could_not_run(world, "the c10d store did not form, so no process group can")
-    pstore = liveness.probe_store(world, store)
+    pstore = liveness.probe_store(world, store)  # its own connection (see liveness.probe_store)
     # A rank that dies is named, not waited for (beats on the run's client, not the probes').
     with liveness.Watch(world, PrefixStore(liveness.PROBE_PREFIX, store)) as watch:
         try:
-            choice, _plan, session = liveness.bounded(lambda: _open(options, world, pstore), 2 * timeout_s + 10, watch)
-        except Exception as exc:  # no NCCL, no GPU, a rank that never joined or died: nothing to measure
-            outcome = _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}", watch.dead(), hosts)
-            outcome.left_pending = isinstance(exc, liveness.StillRunning)  # its thread is inside the group's set-up
-            outcome.dead = sorted(watch.dead()) if world.rank == 0 else []
-            return outcome
+            if job is not None:
+                choice = ses.BackendChoice(job.backend, "the job's own process groups")
+                plan = build_plan(options, job.device)
+            else:
+                choice = liveness.bounded(lambda: ses.decide_backend(options.backend, world, pstore, timeout_s),
+                                          timeout_s + 10, watch)
+                plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
+        except Exception as exc:  # no NCCL, no GPU, a rank that died: nothing to measure
+            return _gave_up(world, exc, watch, hosts)
+        mark = setup.marker(pstore, world.rank, world.host)
+        mark("started")
+        setup_began = time.monotonic()
+        deadline_s = timeout_s + setup.SETUP_GRACE_S + 5  # beyond the process-group timeout (timeout_s + 5)
+        try:
+            session = liveness.bounded(
+                (lambda: ses.adopt_session(world, plan, pstore, job, timeout_s)) if job is not None else
+                (lambda: ses.open_session(world, plan, pstore, choice.backend, timeout_s, mark=mark)), deadline_s,
+                watch)
+        except setup.SetupTimeout as exc:  # a rank died, or stuck in ncclCommInitRank / a GPU's context creation
+            if watch.dead():
+                return _gave_up(world, exc, watch, hosts)
+            return _setup_hung(world, pstore, choice, deadline_s, time.monotonic() - setup_began)
+        except Exception as exc:  # a rank that never joined, a mesh the world cannot hold
+            if watch.dead():
+                return _gave_up(world, exc, watch, hosts)
+            if time.monotonic() - setup_began >= timeout_s:  # the process-group timeout: it waited for someone
+                return _setup_hung(world, pstore, choice, timeout_s + 5, time.monotonic() - setup_began,
+                                   reason=f"{type(exc).__name__}: {one_line(exc)}")
+            return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
+        mark("done")
         records, status = ses.run_steps(session)
         stopped_at = time.monotonic()
         ses.publish(pstore, world.rank, world.host, records, status)
@@ -88,18 +118,8 @@ def run_probes(world: World, options: RunOptions, store: Any, hosts: Mapping[int
             _follow_localization(session, status)
     outcome.backend, outcome.backend_reason = choice.backend, choice.reason
     outcome.left_pending = status.state != "done" or outcome_has_hang(outcome)
-    _teardown(clean=not outcome.left_pending)
+    _teardown(session, clean=not outcome.left_pending)
     return outcome
-
-
-def _open(options: RunOptions, world: World, pstore: Any) -> tuple[Any, Any, Any]:
-    """The backend vote, the plan and the session (process group and DeviceMesh)."""
-    from preflight.probes import session as ses
-    from preflight.probes.plan import build_plan
-
-    choice = ses.decide_backend(options.backend, world, pstore, options.probe_timeout_s)
-    plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
-    return choice, plan, ses.open_session(world, plan, pstore, choice.backend, options.probe_timeout_s)
 
 
 def backend_findings(outcome: ProbeOutcome, requested: str, facts: Sequence[RankFacts]) -> list[Finding]:
@@ -246,6 +266,34 @@ def _follow_localization(session: Any, status: Any) -> None:
         session.store.set(f"pair/{rank}", json.dumps({str(k): v for k, v in mine.items()}))
 
 
+def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapsed_s: float,
+                reason: str = "") -> ProbeOutcome:
+    """Setup overran its deadline, or timed out waiting inside torch (reason): rank 0 names the ranks
+    furthest behind (BW002); nobody tears anything down."""
+    outcome = ProbeOutcome(backend=choice.backend, backend_reason=choice.reason, left_pending=True)
+    if world.rank != 0:
+        return outcome
+    stages, hosts = setup.read_stages(store, world.world_size)
+    found = setup.blame(stages, world.world_size)
+    if found.common_stage:
+        reason = "; ".join(filter(None, [f"every rank is inside setup stage '{found.common_stage}': "
+                                         "they could not connect to each other", reason]))
+    hang = Hang(dim=WORLD_DIM, op="setup", size_bytes=0, group_index=-1, ranks=list(range(world.world_size)),
+                step=-1, waiting=found.waiting, culprits=found.culprits, phase="setup", elapsed_s=elapsed_s,
+                failed=bool(reason) and not found.common_stage, reason=reason)
+    outcome.findings += probe_hang.report(hang, hosts=hosts, timeout_s=deadline_s, reported_after_s=elapsed_s)
+    return outcome
+
+
+def _gave_up(world: World, exc: BaseException, watch: liveness.Watch,
+             hosts: Mapping[int, str] | None) -> ProbeOutcome:
+    """The probes could not start: RUN008 for each rank known dead, else could-not-run (BW009)."""
+    outcome = _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}", watch.dead(), hosts)
+    outcome.left_pending = isinstance(exc, setup.SetupTimeout)  # its thread is inside the group's set-up
+    outcome.dead = sorted(watch.dead()) if world.rank == 0 else []
+    return outcome
+
+
 def _could_not_run(world: World, reason: str, dead: Mapping[int, str] | None = None,
                    hosts: Mapping[int, str] | None = None) -> ProbeOutcome:
     if world.rank != 0:
@@ -259,9 +307,17 @@ def _could_not_run(world: World, reason: str, dead: Mapping[int, str] | None = N
     return ProbeOutcome(findings=probes_could_not_run.report(reason=reason))
 
 
-def _teardown(clean: bool) -> None:
-    """Destroy the process group after a clean run; after a hang leave it (destroy would block)."""
+def _teardown(session: Any, clean: bool) -> None:
+    """Destroy what preflight made after a clean run; after a hang leave it (destroy would block).
+
+    On the job's own groups (preflight.check) only the groups made here go; the job's stay.
+    """
     import torch.distributed as dist
 
-    if clean and dist.is_initialized():
-        dist.destroy_process_group()
+    if not clean or not dist.is_initialized():
+        return
+    if session.owner == "job":
+        for group in session.owned:
+            dist.destroy_process_group(group)
+        return
+    dist.destroy_process_group()

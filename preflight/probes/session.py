@@ -19,7 +19,7 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -44,6 +44,9 @@ PROBE_NCCL_ENV = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
     "TORCH_NCCL_BLOCKING_WAIT": "0",
     "TORCH_NCCL_ENABLE_MONITORING": "0",
+    # Eager init serialises unbatched send/recv with the group's other ops; the probes run one op
+    # at a time anyway, so torch's warning about it (once per rank, seen on an H100) is noise.
+    "TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING": "false",
 }
 PROBE_NCCL_UNSET = ("NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT")  # legacy names of the above
 
@@ -112,6 +115,10 @@ class Session:
     bound: BoundDevice | None = None
     cuda: Any = None
     world_group: Any = None  # the default process group, on the probe backend
+    # Whose groups these are: "preflight" (made here, torn down here) or "job" (the job's own,
+    # handed in by preflight.check: never destroyed here). `owned` lists what was made here anyway.
+    owner: str = "preflight"
+    owned: list[Any] = field(default_factory=list)
 
     def localization(self) -> dict[str, Any]:
         """Keyword arguments of pairwise.run_rounds: the probe's own backend and device."""
@@ -239,8 +246,12 @@ def init_kwargs(backend: str, bound: BoundDevice | None, timeout_s: float,
 
 
 def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeout_s: float,
-                 cuda: Any = None) -> Session:
-    """Bind the GPU, init the process group on the run's store and build the DeviceMesh (raises on failure)."""
+                 cuda: Any = None, mark: Callable[[str], None] | None = None) -> Session:
+    """Bind the GPU, init the process group on the run's store and build the DeviceMesh (raises on failure).
+
+    mark(stage) is called as each stage of setup.STAGES begins (probes/setup.py runs this
+    under its own deadline and names the ranks furthest behind when it expires).
+    """
     import torch
     import torch.distributed as dist
     from torch.distributed import PrefixStore
@@ -248,17 +259,22 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
 
     device = "cuda" if backend == "nccl" else "cpu"
     bound = None
+    mark = mark or (lambda stage: None)
     env = probe_nccl_env() if device == "cuda" else contextlib.nullcontext()
     with env:
         if device == "cuda":
+            mark("bind GPU")
             cuda = cuda or _torch_cuda()
             bound = bind_device(world, cuda)  # BindError names rank, host, visible devices, LOCAL_RANK
+        mark("process group")
         dist.init_process_group(backend, store=PrefixStore("pg", store), rank=world.rank, world_size=world.world_size,
                                 **init_kwargs(backend, bound, timeout_s))
+        mark("control group")
         control = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
         layout = {}
         mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
         if mesh_dims:
+            mark("DeviceMesh")
             mesh = init_device_mesh(device, tuple(d.size for d in mesh_dims),
                                     mesh_dim_names=tuple(d.name for d in mesh_dims))
             for name, groups in dim_groups(mesh_dims).items():
@@ -267,6 +283,7 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
                 layout[name] = (pg, sorted(dist.get_process_group_ranks(pg)), index)
         if any(dim == WORLD_DIM for dim, _, _ in plan.steps()):
             # Its own group: a hang in it must not share a communicator with the control barriers.
+            mark("world group")
             layout[WORLD_DIM] = (dist.new_group(backend=backend), list(range(world.world_size)), 0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     # Rank 0 reads every rank's backend and bound device from the store (collect.devices).
@@ -274,6 +291,50 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
                                                "device": asdict(bound) if bound else None}))
     return Session(world, plan, store, device, dtype, control, layout, timeout_s, backend, bound, cuda,
                    dist.group.WORLD)
+
+
+@dataclass
+class JobGroups:
+    """Process groups the job already made (preflight.check): the probes use these, never new ones.
+
+    dims maps each dimension (the mesh's names, and WORLD_DIM for the default group) to
+    (process group, its global ranks, the group's index in dim_groups' row-major order).
+    """
+
+    backend: str  # "gloo" or "nccl": what the job's groups run on for `device`
+    device: str  # "cpu" or "cuda"
+    dims: dict[str, tuple[Any, list[int], int]]
+    world_group: Any  # the job's default process group
+
+
+def adopt_session(world: World, plan: ProbePlan, store: Any, job: JobGroups, timeout_s: float) -> Session:
+    """A session on the job's own groups: nothing is initialised or rebuilt.
+
+    The barriers between steps need a CPU-capable group: the default group when it is gloo,
+    else one new gloo group, which teardown destroys (the job's groups it never touches).
+    """
+    import torch
+    import torch.distributed as dist
+
+    owned: list[Any] = []
+    if job.backend == "gloo":
+        control = job.world_group
+    else:
+        control = dist.new_group(backend="gloo")
+        owned.append(control)
+    bound = None
+    cuda = None
+    if job.device == "cuda":
+        cuda = _torch_cuda()
+        index = int(cuda.current_device())  # the job bound its device; preflight does not rebind it
+        props = cuda.get_device_properties(index)
+        bound = BoundDevice(index, str(getattr(props, "name", "")), _bus_id(props), _uuid(props))
+    dtype = torch.bfloat16 if job.device == "cuda" else torch.float32
+    store.set(f"dev/{world.rank}", json.dumps({"host": world.host, "backend": job.backend,
+                                               "device": asdict(bound) if bound else None}))
+    layout = {name: job.dims[name] for name in {dim for dim, _, _ in plan.steps()}}
+    return Session(world, plan, store, job.device, dtype, control, layout, timeout_s, job.backend, bound, cuda,
+                   job.world_group, owner="job", owned=owned)
 
 
 def run_steps(session: Session) -> tuple[list[StepRecord], Status]:

@@ -20,6 +20,7 @@ itself started (minus a small clock skew).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -37,8 +38,8 @@ from preflight.checks.run_findings import foreign_findings_dropped, unreadable_p
 from preflight.lib.errors import one_line
 from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import MAX_POLL_S, wait_until
-from preflight.model import CheckOutcome, Finding, RankFacts, World
-from preflight.model.codec import BadPayload
+from preflight.model import CheckOutcome, Finding, JobReport, RankFacts, World
+from preflight.model.codec import BadPayload, decode, encode
 from preflight.steps import run_auth
 from preflight.steps.heartbeat import Heartbeat, Liveness
 from preflight.steps.store_join import ForeignStore, join_store, mark_store, run_prefix
@@ -106,11 +107,14 @@ def own_findings_only(payload: RankPayload) -> list[Finding]:
 class Exchange:
     """Rank-to-rank-0 reporting over a TCPStore, with a shared-directory fallback."""
 
-    def __init__(self, world: World, timeout_s: float, out_dir: str | None = None) -> None:
+    def __init__(self, world: World, timeout_s: float, out_dir: str | None = None, job_store: Any = None) -> None:
         self.world = world
         self.timeout_s = timeout_s
         self.prefix = run_prefix(world)
         self.store: Any = None
+        # The job's own store (preflight.check: its default process group's), used as it is:
+        # no second port, and its timeout is the job's, left untouched.
+        self.job_store = job_store
         self.store_error = ""  # why the store could not form, when it could not
         self.foreign = False  # MASTER_PORT answered, but not as this run's store
         self.out_dir = Path(out_dir, _safe(world.run_id)) if out_dir else None
@@ -123,6 +127,11 @@ class Exchange:
 
     def open(self) -> None:
         """Host or join the store. On failure, store_error says why and the dir is the channel."""
+        if self.job_store is not None:
+            from torch.distributed import PrefixStore
+
+            self.store = PrefixStore(self.prefix, self.job_store)
+            return
         # c10d prints a C++ stack trace per failed connection attempt; the failure is one line here.
         with quiet_cpp_logs():
             self._host_or_join()
@@ -370,6 +379,23 @@ class Exchange:
             _atomic_write(self.out_dir / f"{name}.json", text)
         if self.store is not None:
             self.store.set(name, text)
+
+    def publish_report(self, report: JobReport) -> None:
+        """Rank 0, before the verdict (preflight.check only): the report every rank raises with.
+
+        Without the per-rank facts: those stay in rank 0's report files; every rank gets the
+        verdict, the findings and the probe results, O(findings) not O(N) per rank."""
+        if self.store is not None:
+            self.store.set("report", encode(dataclasses.replace(report, ranks=[])))
+
+    def read_report(self) -> JobReport | None:
+        """Another rank, after the verdict: the report rank 0 published (None when none arrived)."""
+        try:
+            if self.store is None or not self.store.check(["report"]):
+                return None
+            return decode(self.store.get("report"), JobReport)
+        except Exception:  # the store went away, or a payload that is not a report: the caller reports alone
+            return None
 
     def wait_for_acknowledgements(self, expected: int, timeout_s: float) -> None:
         """Rank 0: keep the store up until `expected` ranks read the verdict, or the deadline."""

@@ -49,6 +49,7 @@ class RunRecord:
     probes: ProbeOutcome | None = None  # step 8's outcome, where it ran
     interrupted: str = ""
     nonce: str = ""  # the run's identity agreed through the store (steps/exchange.py)
+    report: JobReport | None = None  # step 9's verdict, once built (or, in preflight.check, read from rank 0)
 
 
 def build_report(record: RunRecord) -> JobReport:
@@ -171,7 +172,7 @@ def report_alone(record: RunRecord, out_dir: Path | None, reason: str) -> int:
     world = record.world
     record.findings += rank_zero_lost.report(rank=world.rank, master=f"{world.master_addr}:{world.master_port}",
                                              reason=reason[:300])
-    report = build_report(record)
+    report = record.report = build_report(record)
     if out_dir is not None:
         json_report.write(report, str(out_dir / f"rank-{world.rank}-report.json"))
     return report.exit_code

@@ -25,7 +25,17 @@ from typing import Any
 import msgspec
 
 from preflight.lib.env_drift import is_per_rank
-from preflight.model import CheckOutcome, Finding, GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
+from preflight.model import (
+    CheckOutcome,
+    Finding,
+    GpuFacts,
+    HealthFacts,
+    NetworkFacts,
+    RankFacts,
+    SystemLimits,
+    Versions,
+    World,
+)
 from preflight.model.codec import BadPayload, decode, encode
 
 
@@ -52,6 +62,7 @@ class _WireFacts:
     system: msgspec.Raw
     network: msgspec.Raw
     gpus: msgspec.Raw
+    health: HealthFacts = field(default_factory=HealthFacts)  # per rank: its own GPU and counters
     gather_errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -110,6 +121,7 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
                             versions=shared.get("versions", facts.versions),
                             system=shared.get("system", facts.system),
                             network=shared.get("network", facts.network), gpus=shared.get("gpus", facts.gpus),
+                            health=facts.health,
                             gather_errors=facts.gather_errors),
             findings=wire.findings, outcomes=wire.outcomes,
         )

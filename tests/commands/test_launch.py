@@ -107,9 +107,14 @@ def test_a_rank_killed_mid_probe_under_launch_is_named_dead_not_the_ranks_stoppe
 def test_a_rank_killed_during_the_exchange_under_launch_is_named_and_the_stopped_ranks_are_not_missing(
         tmp_path) -> None:
     planted = plant_env(tmp_path, {2: """
-        import signal
+        import signal, time
         from preflight.steps import exchange
         def publish(self, payload):
+            # Once the other three have published (rank 0 is collecting), die without publishing.
+            for _ in range(600):
+                if self.store.add("reported", 0) >= 3:
+                    break
+                time.sleep(0.05)
             os.kill(os.getpid(), signal.SIGKILL)
         exchange.Exchange.publish = publish
     """})

@@ -9,16 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from preflight.model import Finding, GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
+from preflight.model import Finding, GpuFacts, HealthFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
 from preflight.model.codec import from_builtins
 from preflight.registry import CheckContext, JobView, get_check
 
-_SECTIONS = {"versions": Versions, "system": SystemLimits, "network": NetworkFacts, "gpus": list[GpuFacts]}
+_SECTIONS = {"versions": Versions, "system": SystemLimits, "network": NetworkFacts, "gpus": list[GpuFacts],
+             "health": HealthFacts}
 
 
 def rank_facts(rank: int, host: str = "node01", *, env: dict[str, str] | None = None, world_size: int = 1,
                local_rank: int | None = None, local_world_size: int = 1, **sections: Any) -> RankFacts:
-    """One rank's facts; `sections` fills versions / system / network / gpus; world fields via world_*."""
+    """One rank's facts; `sections` fills versions / system / network / gpus / health; world fields via world_*."""
     world_fields = {k[len("world_"):]: sections.pop(k) for k in list(sections) if k.startswith("world_")}
     world = World(launcher=world_fields.pop("launcher", "env"), rank=rank, world_size=world_size,
                   local_rank=rank % local_world_size if local_rank is None else local_rank,

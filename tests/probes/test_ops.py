@@ -17,6 +17,14 @@ def test_bus_factors_per_nccl_tests() -> None:
     assert ops.bus_factor("send_recv", 2) == 1.0
 
 
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"])
+def test_a_group_of_one_rank_has_no_bus_bandwidth(op: str) -> None:
+    # Seen on an H100: a one-rank broadcast of 256 MiB "ran" at 6,690 GB/s, a local no-op.
+    assert ops.busbw_gbps(op, 1, 256 << 20, 40e-6) == 0.0
+    with pytest.raises(ValueError):
+        ops.bus_factor("gather", 1)
+
+
 def test_bandwidth_hand_computed() -> None:
     # 256 MB in 10 ms = 25.6 GB/s; all_reduce on 8 ranks: x 1.75 = 44.8 GB/s
     assert ops.algbw_gbps(256_000_000, 0.010) == pytest.approx(25.6)

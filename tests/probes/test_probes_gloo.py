@@ -31,7 +31,8 @@ def _findings(report: dict, check_id: str) -> list[dict]:
 ])
 def test_every_group_of_every_dimension_is_measured_and_verified(tmp_path: Path, n: int, mesh: str,
                                                                   dims: dict[str, int]) -> None:
-    code, report = _launch(tmp_path, n, ["--mesh", mesh, *SMALL])
+    # --backend auto with no GPU visible (launch alone asks for gloo): auto's vote, on any host.
+    code, report = _launch(tmp_path, n, ["--mesh", mesh, *SMALL, "--backend", "auto"], {"CUDA_VISIBLE_DEVICES": ""})
     assert code in (0, 1), report["why"]
     assert not [f for f in report["findings"] if f["severity"] in ("error", "could-not-run")]
     probes = report["probes"]
@@ -49,6 +50,11 @@ def test_every_group_of_every_dimension_is_measured_and_verified(tmp_path: Path,
     assert {p["op"] for p in world} == {"all_reduce"} and all(p["ranks"] == list(range(n)) for p in world)
     assert all(p["busbw_gbps"] > 0 and len(p["rank_times_s"]) == len(p["ranks"]) for p in probes)
     assert {(s["dim"], s["op"]) for s in report["probe_summary"]} >= {(d, "all_reduce") for d in dims}
+    # The report says the backend really used and why, never "auto", and every rank's own.
+    assert report["meta"]["backend"] == "gloo"
+    assert report["meta"]["backend_reason"].startswith(f"auto: {n} of {n} rank(s) cannot use a GPU, e.g. rank ")
+    devices = report["probe_devices"]
+    assert [(d["rank"], d["backend"], d["index"]) for d in devices] == [(r, "gloo", None) for r in range(n)]
 
 
 def test_sleeping_rank_flags_its_groups_and_is_named(tmp_path: Path) -> None:
@@ -153,3 +159,25 @@ def test_an_op_that_raises_typeerror_is_could_not_run(tmp_path: Path) -> None:
     code, report = _launch(tmp_path, 2, ["--ops", "all_to_all", *SMALL, "--probe-timeout", "4"], plant)
     assert [f["severity"] for f in report["findings"] if f["check_id"] in ("BW002", "BW009")] == ["could-not-run"]
     assert code == 4
+
+
+def test_a_rank_stuck_creating_its_groups_communicators_is_named_at_the_connect_step(tmp_path: Path) -> None:
+    # Rank 1's first collective on the group blocks past the deadline, as ncclCommInitRank does when
+    # a peer never joins: the connect step, under its own deadline, names it, not the first measured op.
+    plant = plant_env(tmp_path, {1: """
+        import time, torch.distributed as dist
+        real, calls = dist.all_reduce, []
+        def all_reduce(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                time.sleep(5)
+            return real(*args, **kwargs)
+        dist.all_reduce = all_reduce
+    """})
+    code, report = _launch(tmp_path, 2, ["--ops", "all_reduce", "--sizes", "64KiB", "--warmup", "1", "--iters", "2",
+                                         "--probe-timeout", "3"], plant)
+    assert code == report["exit_code"] == 3, report["why"]
+    (hang,) = _findings(report, "BW002")
+    assert hang["data"]["op"] == "connect" and hang["data"]["dim"] == "world", hang
+    assert "communicators" in hang["message"] and 1 in hang["ranks"], hang
+    assert not report["probes"]  # nothing was measured on a group that never connected

@@ -100,6 +100,7 @@ def test_probe_process_groups_keep_the_process_and_never_block_past_the_deadline
     with ses.probe_nccl_env():
         assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"  # clean up only: the process stays
         assert os.environ["TORCH_NCCL_BLOCKING_WAIT"] == "0" and "NCCL_BLOCKING_WAIT" not in os.environ
+        assert os.environ["TORCH_NCCL_ENABLE_MONITORING"] == "0"  # its heartbeat kill would pre-empt the report
     assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3" and os.environ["TORCH_NCCL_BLOCKING_WAIT"] == "1"
     assert os.environ["NCCL_BLOCKING_WAIT"] == "1"
 

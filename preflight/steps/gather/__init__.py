@@ -14,11 +14,13 @@ from preflight.lib.deadline import call_with_deadline
 from preflight.model import Finding, RankFacts, World
 from preflight.steps.gather import (
     env_vars,
+    gpu_health,
     gpus,
     interfaces,
     links,
     master_addr,
     master_port,
+    nic_health,
     system_limits,
     versions,
 )
@@ -44,6 +46,8 @@ GATHERERS: list[tuple[str, Gatherer]] = [
     ("gpus", gpus.gather),
     ("network", links.gather),  # after "interfaces": reads its list, replaces ib_devices with ports
     ("ports", master_port.gather),
+    ("gpu health", gpu_health.gather),  # the bound GPU, through nvml_source.py
+    ("nic health", nic_health.gather),  # after "network": reads its ib_ports
 ]
 
 

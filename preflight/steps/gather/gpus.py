@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from preflight.model import GpuFacts, RankFacts
+from preflight.steps.gather import nvml_source
 
 if TYPE_CHECKING:
     from preflight.steps.gather import GatherOptions
@@ -91,9 +92,8 @@ def describe_gpus(nvml: Any) -> tuple[tuple[str, str], list[GpuFacts]]:
 def gather(facts: RankFacts, options: GatherOptions, nvml: Any = None) -> None:
     """Fill facts.gpus and the driver versions, or leave them empty where NVML is absent."""
     if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
+        nvml = nvml_source.module()  # pynvml, or the test replay fake (PREFLIGHT_NVML_REPLAY)
+        if nvml is None:
             return
     try:
         nvml.nvmlInit()

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Every run of the "Measured on GPU" README section, on one NVIDIA GPU with CUDA torch, NCCL and
+# nvidia-ml-py already installed (the device machine: no network, so missing pure-Python deps
+# travel as wheels in .whl/). Results land in $OUT (default /tmp/preflight-gpu):
+#     bash benchmarks/gpu_session.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/preflight-gpu}
+RES=/tmp/preflight-gpu-results
+mkdir -p "$OUT" "$RES"
+export PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || { echo "install failed"; exit 2; }
+log() { echo "=== $* ($(date +%T))"; }
+{
+  log device; nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total --format=csv
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
+} 2>&1 | tee "$RES/device.txt"
+
+log "pytest -m gpu"
+timeout 420 python3 -m pytest -m gpu -v -p no:cacheprovider -p no:randomly tests/probes/test_probes_gpu.py \
+  2>&1 | tee "$RES/pytest-gpu.txt" | tail -40
+
+OPS=all_reduce,all_gather,reduce_scatter,all_to_all,broadcast
+log "world size 1, nccl, 1MiB and 256MiB"
+timeout 120 python3 -m preflight run --backend nccl --ops $OPS --sizes 1MiB,256MiB --json "$RES/world1.json" \
+  --text "$RES/world1.txt"; echo "exit $?"
+
+two_ranks() {  # env:// by hand: two ranks on GPU 0, a NCCL host id each, NCCL over lo
+  local port=$((20000 + RANDOM % 10000)) r
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      NCCL_HOSTID=gpu-session-$r NCCL_SOCKET_IFNAME=lo CUDA_VISIBLE_DEVICES=0 \
+      timeout 180 python3 -m preflight run "$@" &
+  done
+  wait %1; local rc=$?; wait; echo "exit (rank 0) $rc"
+}
+log "world size 2 on one GPU, --mesh tp2"
+two_ranks --backend nccl --mesh tp2 --ops $OPS --sizes 1MiB,256MiB --json "$RES/tp2.json" --text "$RES/tp2.txt"
+log "world size 2 on one GPU, --mesh pp2 --ops send_recv"
+two_ranks --backend nccl --mesh pp2 --ops send_recv --sizes 1MiB,256MiB --json "$RES/pp2.json" --text "$RES/pp2.txt"
+log "facts only"
+timeout 120 python3 -m preflight run --skip probe --json "$RES/facts.json" --text "$RES/facts.txt"; echo "exit $?"
+
+log "fidelity"
+for size in 1MiB 256MiB; do
+  timeout 240 python3 benchmarks/probe_fidelity.py --backend nccl --ranks 2 --size $size --iters 20 --rounds 5
+done 2>&1 | tee "$RES/fidelity.txt"
+log done
+tar czf "$OUT/results.tgz" -C "$RES" .

@@ -1,0 +1,104 @@
+"""GPU and RDMA-port health facts: what NVML and the InfiniBand counters say about fitness for a long job.
+
+Filled by preflight/steps/gather/gpu_health.py (NVML, through the one boundary
+preflight/steps/gather/nvml_source.py) and nic_health.py (sysfs under `--sysfs-root`), read by
+checks/gpu_health.py and checks/nic_health.py. `None` on a field means NVML did not give it:
+`GpuHealth.unavailable` names the reads NVML answered NotSupported / NoPermission (a fact of that
+GPU, reported as info), `GpuHealth.errors` the reads that failed otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class NvLinkHealth:
+    """One NVLink of a GPU: its state and the data-link error counters NVML keeps."""
+
+    link: int
+    active: bool = False
+    replay: int | None = None
+    recovery: int | None = None
+    crc_flit: int | None = None
+    crc_data: int | None = None
+
+
+@dataclass
+class GpuProcess:
+    """A process NVML sees on a GPU (a compute context)."""
+
+    pid: int
+    name: str = ""
+    used_bytes: int | None = None
+
+
+@dataclass
+class GpuHealth:
+    """One GPU's health reads, for the device this rank is bound to."""
+
+    index: int
+    pci_bus_id: str = ""
+    lost: bool = False  # NVML said GPU_IS_LOST: it fell off the bus
+    unavailable: list[str] = field(default_factory=list)  # reads NVML answered NotSupported / NoPermission
+    errors: list[str] = field(default_factory=list)  # reads that failed otherwise
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_volatile: int | None = None
+    ecc_enabled: bool | None = None
+    ecc_pending: bool | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    retired_pages_pending: bool | None = None
+    recovery_action: int | None = None  # NVML_GPU_RECOVERY_ACTION_*: 0 none, 1 reset, 2 reboot, 3/4 drain
+    clock_event_reasons: int | None = None  # nvmlClocksEventReason bitmask
+    pcie_width: int | None = None
+    pcie_max_width: int | None = None
+    pcie_gen: int | None = None
+    pcie_max_gen: int | None = None
+    nvlinks_read: int = 0  # NVLinks NVML reported on (18 on an H100 SXM; 0 without NVLink)
+    # Only the links worth a look (inactive, or with an error count): a healthy GPU's 18 links would
+    # otherwise be most of a 16k-rank report.
+    nvlinks: list[NvLinkHealth] = field(default_factory=list)
+    fabric_state: int | None = None  # NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 done
+    fabric_status: int | None = None  # an nvmlReturn_t: 0 success
+    persistence_mode: bool | None = None
+    compute_mode: int | None = None  # 0 default, 2 prohibited, 3 exclusive process
+    mig_enabled: bool | None = None
+    processes: list[GpuProcess] | None = None
+    memory_used_bytes: int | None = None
+    temperature_c: int | None = None
+    slowdown_c: int | None = None
+    power_limit_mw: int | None = None
+    power_default_mw: int | None = None
+    vbios: str = ""
+
+
+def port_key(device: str, port: int | str) -> str:
+    """How an RDMA port is named in facts and findings: mlx5_0/1."""
+    return f"{device}/{port}"
+
+
+@dataclass
+class IbCounters:
+    """The error counters of one RDMA port under `ports/N/counters`, read once."""
+
+    device: str
+    port: int | str
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class HealthFacts:
+    """GPU and NIC health of one rank: its bound GPU, its host's NCCL ports and their counters."""
+
+    nvml: str = ""  # "ok"; "unavailable: <why>" (no driver); "" when the gatherer did not run
+    nvidia_device_nodes: bool = False  # /dev/nvidiactl exists: this host has (or had) an NVIDIA driver loaded
+    bound_index: int | None = None  # the NVML index of the GPU this rank will use
+    bound_reason: str = ""  # how it was chosen, or why none could be
+    visible_gpus: int | None = None  # GPUs this rank may use (CUDA_VISIBLE_DEVICES applied)
+    gpus: list[GpuHealth] = field(default_factory=list)  # the bound GPU (empty without one)
+    xid_watch: str = ""  # "watching": critical XID events of the bound GPU are collected until after the probes
+    nccl_ports: list[str] = field(default_factory=list)  # "mlx5_0/1": the RDMA ports NCCL would use here
+    nccl_ports_source: str = ""  # "NCCL_IB_HCA=..." or "every active port"
+    ib_counters: list[IbCounters] = field(default_factory=list)  # read at facts time
+    peermem: bool | None = None  # nvidia_peermem (or nv_peer_mem) loaded; None when unknown

@@ -1,0 +1,104 @@
+"""Communicator setup under a deadline of its own, and who held it up.
+
+With `device_id` (eager init) `init_process_group` and every `new_group` block in NCCL's
+ncclCommInitRank until all ranks of the group have connected. No torch timeout covers that
+wait: the process-group timeout bounds the store exchange of the NCCL id, not NCCL's own
+bootstrap. A GPU that hangs in context creation (cuda.set_device) is just as unbounded.
+So session.open_session runs in a helper thread, joined until the deadline; when it is not
+back by then, this rank stops waiting and reports, and its process leaves by os._exit
+once the verdict is out (the thread may never return).
+
+Each rank records in the store which setup stage it has reached. A rank has no record when
+it never reached setup. When setup times out, rank 0 blames the ranks furthest behind. When
+every rank is inside the same stage, nobody is singled out: NCCL's bootstrap could not
+connect them, which is a network finding, not a rank's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+# Stages of session.open_session in order; "done" is set by open_bounded once it returned.
+STAGES = ("started", "bind GPU", "process group", "control group", "DeviceMesh", "world group", "done")
+# Beyond the process-group timeout (probe timeout + 5 s): a store wait's own error, which
+# says what it waited for, comes first where there is one; this deadline catches the rest.
+SETUP_GRACE_S = 10.0
+MAX_BLAMED_LOOKUPS = 4096  # store lookups rank 0 makes to name laggards (one per rank)
+
+T = TypeVar("T")
+
+
+class SetupTimeout(Exception):
+    """Communicator setup was not back before its deadline (the helper thread may still be inside it)."""
+
+
+def stage_key(rank: int) -> str:
+    """The store key holding the setup stage a rank has reached."""
+    return f"setup/{rank}"
+
+
+def marker(store: Any, rank: int, host: str) -> Callable[[str], None]:
+    """A function that records this rank's setup stage (and its host, for the report) in the store."""
+    def mark(stage: str) -> None:
+        store.set(stage_key(rank), f"{stage}\t{host}")
+    return mark
+
+
+def open_bounded(body: Callable[[], T], deadline_s: float, name: str = "preflight-probe-setup") -> T:
+    """body() in a daemon thread, waited on for at most deadline_s; its result, its exception, or SetupTimeout."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = body()
+        except BaseException as exc:  # handed back to the caller's thread as is
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    if thread.is_alive():
+        raise SetupTimeout(f"communicator setup was not done within {deadline_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@dataclass
+class SetupBlame:
+    """Who held setup up: ranks blamed with why, ranks that were waiting, and the stage all were in."""
+
+    culprits: dict[int, str]
+    waiting: list[int]
+    common_stage: str = ""  # every unfinished rank inside this one stage: nobody singled out
+
+
+def read_stages(store: Any, world_size: int) -> tuple[dict[int, str], dict[int, str]]:
+    """Each rank's recorded setup stage and host; ranks with none are left out (bounded lookups)."""
+    stages: dict[int, str] = {}
+    hosts: dict[int, str] = {}
+    for rank in range(min(world_size, MAX_BLAMED_LOOKUPS)):
+        key = stage_key(rank)
+        if store.check([key]):
+            stage, _, host = store.get(key).decode(errors="replace").partition("\t")
+            stages[rank], hosts[rank] = stage, host
+    return stages, hosts
+
+
+def blame(stages: dict[int, str], world_size: int) -> SetupBlame:
+    """The ranks furthest behind in setup are blamed; every other unfinished or finished rank was waiting."""
+    order = {stage: i for i, stage in enumerate(STAGES)}
+    position = {r: order.get(stages.get(r, ""), -1) for r in range(min(world_size, MAX_BLAMED_LOOKUPS))}
+    unfinished = [r for r, p in position.items() if p < order["done"]]
+    if not unfinished:
+        return SetupBlame({}, [])
+    behind = min(position[r] for r in unfinished)
+    laggards = [r for r in unfinished if position[r] == behind]
+    others = sorted(r for r in position if r not in laggards)
+    if not others:  # every rank inside the same stage: the ranks could not connect to each other
+        return SetupBlame({}, laggards, common_stage=STAGES[behind] if behind >= 0 else "")
+    why = "never reached communicator setup" if behind < 0 else f"still in setup stage '{STAGES[behind]}'"
+    return SetupBlame({r: why for r in laggards}, others)

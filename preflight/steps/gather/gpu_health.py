@@ -1,0 +1,207 @@
+"""The health of the GPU this rank will use, read through NVML (nvml_source.py, the one boundary).
+
+Fills `facts.health`: whether NVML is there at all (`nvml`), which GPU this rank is bound to
+(`bound_index`, by the rule the probes bind with: one visible GPU is the rank's; at least as
+many visible as local ranks, LOCAL_RANK's; CUDA_VISIBLE_DEVICES as indices or UUIDs mapped onto
+NVML's indices), and that GPU's health reads (`gpus`, one GpuHealth). A read NVML answers
+NotSupported / NoPermission is listed in `GpuHealth.unavailable`; a GPU_IS_LOST marks the
+device lost. Host-wide facts every rank of a host shares (NVLink counts of every GPU, names,
+bus ids) are in `facts.gpus` (gpus.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from preflight.model import GpuHealth, GpuProcess, NvLinkHealth, RankFacts
+from preflight.steps.gather import nvml_source
+from preflight.steps.gather.nvml_source import Nvml, NvmlError
+
+if TYPE_CHECKING:
+    from preflight.steps.gather import GatherOptions
+
+NVLINK_MAX_LINKS = 18
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def visible_indices(nvml: Nvml, spec: str | None) -> tuple[list[int], str]:
+    """The NVML indices CUDA_VISIBLE_DEVICES lets this process use, in CUDA's order, and a note."""
+    count = nvml.count()
+    if spec is None:
+        return list(range(count)), ""
+    chosen: list[int] = []
+    uuids: dict[str, int] | None = None
+    for entry in (part.strip() for part in spec.split(",")):
+        if not entry:
+            break
+        if entry.isdigit():
+            index = int(entry)
+            if index >= count:
+                break  # CUDA stops at the first invalid entry
+            chosen.append(index)
+            continue
+        if uuids is None:
+            uuids = {}
+            for index in range(count):
+                try:
+                    uuids[_text(nvml.read(nvml.handle(index), "uuid"))] = index
+                except NvmlError:
+                    continue
+        prefix = entry if entry.startswith("GPU-") else f"GPU-{entry}"
+        match = [i for uuid, i in uuids.items() if uuid.startswith(prefix)]
+        if len(match) != 1:
+            return chosen, f"CUDA_VISIBLE_DEVICES entry {entry[:40]!r} names no single GPU NVML sees"
+        chosen.append(match[0])
+    return chosen, ""
+
+
+def bind(visible: list[int], local_rank: int, local_world_size: int) -> tuple[int | None, str]:
+    """The NVML index this rank will use (session.bind_device's rule) and why; None when none fits."""
+    if not visible:
+        return None, "no GPU visible"
+    if len(visible) == 1:
+        return visible[0], "the one visible GPU"
+    if len(visible) >= local_world_size and local_rank < len(visible):
+        return visible[local_rank], f"LOCAL_RANK={local_rank} of {len(visible)} visible GPUs"
+    return None, (f"{len(visible)} GPUs visible for {local_world_size} local ranks: neither one per task "
+                  "nor one per local rank")
+
+
+class _Reader:
+    """Reads of one device, each classified: value, unavailable on this GPU, lost, or failed."""
+
+    def __init__(self, nvml: Nvml, handle: Any, health: GpuHealth) -> None:
+        self.nvml, self.handle, self.health = nvml, handle, health
+
+    def __call__(self, what: str, *args: Any) -> Any:
+        if self.health.lost:
+            return None
+        try:
+            return self.nvml.read(self.handle, what, *args)
+        except NvmlError as exc:
+            label = what + (f"[{args[0]}]" if args else "")
+            if exc.lost:
+                self.health.lost = True
+                self.health.errors.append(f"{label}: {exc}")
+            elif exc.unavailable:
+                if what not in self.health.unavailable:
+                    self.health.unavailable.append(what)
+            else:
+                self.health.errors.append(f"{label}: {exc}")
+            return None
+
+
+def _nvlinks(read: _Reader) -> list[NvLinkHealth]:
+    links = []
+    for link in range(NVLINK_MAX_LINKS):
+        state = read("nvlink_state", link)
+        if state is None:
+            if link == 0 and "nvlink_state" in read.health.unavailable:
+                read.health.unavailable.remove("nvlink_state")  # no NVLink on this GPU: nothing to report
+            break
+        counters = read("nvlink_errors", link) if state else None
+        replay, recovery, crc_flit, crc_data = counters if counters else (None, None, None, None)
+        links.append(NvLinkHealth(link, bool(state), replay, recovery, crc_flit, crc_data))
+    return links
+
+
+def read_health(nvml: Nvml, index: int) -> GpuHealth:
+    """Every health read of NVML device `index`, each on its own: one failure never hides the rest."""
+    health = GpuHealth(index=index)
+    try:
+        handle = nvml.handle(index)
+    except NvmlError as exc:
+        health.lost = exc.lost
+        health.errors.append(f"handle: {exc}")
+        return health
+    read = _Reader(nvml, handle, health)
+    health.pci_bus_id = _text(read("pci_bus_id") or "")
+    health.ecc_uncorrected_volatile = read("ecc_errors", "uncorrected")
+    health.ecc_corrected_volatile = read("ecc_errors", "corrected")
+    mode = read("ecc_mode")
+    if mode:
+        health.ecc_enabled, health.ecc_pending = bool(mode[0]), bool(mode[1]) != bool(mode[0])
+    rows = read("remapped_rows")
+    if rows:
+        health.remap_pending, health.remap_failure = bool(rows[2]), bool(rows[3])
+    pending = read("retired_pages_pending")
+    health.retired_pages_pending = None if pending is None else bool(pending)
+    if rows and "retired_pages_pending" in health.unavailable:
+        # Ampere and later replaced page retirement by row remapping (NotSupported on a real H100): not a gap
+        health.unavailable.remove("retired_pages_pending")
+    health.recovery_action = read("recovery_action")
+    health.clock_event_reasons = read("clock_event_reasons")
+    health.pcie_width, health.pcie_max_width = read("pcie_width"), read("pcie_max_width")
+    health.pcie_gen, health.pcie_max_gen = read("pcie_gen"), read("pcie_max_gen")
+    links = _nvlinks(read)
+    health.nvlinks_read = len(links)
+    health.nvlinks = [link for link in links if not link.active or link.replay or link.recovery or link.crc_flit
+                      or link.crc_data]
+    fabric = read("fabric")
+    if fabric:
+        health.fabric_state, health.fabric_status = int(fabric[0]), int(fabric[1])
+    persistence = read("persistence_mode")
+    health.persistence_mode = None if persistence is None else bool(persistence)
+    health.compute_mode = read("compute_mode")
+    mig = read("mig_mode")
+    health.mig_enabled = None if mig is None else bool(mig)
+    procs = read("processes")
+    if procs is not None:
+        health.processes = [GpuProcess(int(pid), _text(name)[:200], used) for pid, name, used in procs[:64]]
+    health.memory_used_bytes = read("memory_used")
+    health.temperature_c, health.slowdown_c = read("temperature"), read("slowdown_threshold")
+    health.power_limit_mw, health.power_default_mw = read("power_limit"), read("power_default")
+    health.vbios = _text(read("vbios") or "")
+    return health
+
+
+def gather(facts: RankFacts, options: GatherOptions) -> None:
+    """Fill facts.health's NVML part: availability, the bound GPU, and its health reads."""
+    health = facts.health
+    nvml, why = nvml_source.open_nvml(deadline_s=options.timeout_s * 0.9)
+    if nvml is None:
+        health.nvml = f"unavailable: {why}"
+        health.nvidia_device_nodes = os.path.exists("/dev/nvidiactl")  # a driver that NVML cannot reach
+        return
+    try:
+        health.nvml = "ok"
+        visible, note = visible_indices(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        health.visible_gpus = len(visible)
+        index, reason = bind(visible, facts.world.local_rank, facts.world.local_world_size)
+        health.bound_index, health.bound_reason = index, note or reason
+        if index is not None:
+            health.gpus = [read_health(nvml, index)]
+            _watch(facts, health.gpus[0])
+    finally:
+        nvml.shutdown()
+
+
+# This process's XID watch, by rank: opened with the facts, drained after the probes by
+# steps/recheck.py (`take_xid_watch`). A dict, not one global, so in-process test ranks never share one.
+_WATCHES: dict[int, nvml_source.XidWatch] = {}
+
+
+def _watch(facts: RankFacts, gpu: GpuHealth) -> None:
+    """Register for the bound GPU's critical XID events, for the run's duration."""
+    if gpu.lost:
+        return
+    watch, error = nvml_source.watch_xids(gpu.index)
+    if watch is not None:
+        old = _WATCHES.pop(facts.rank, None)
+        if old is not None:
+            old.close()
+        _WATCHES[facts.rank] = watch
+        facts.health.xid_watch = "watching"
+    elif error is not None and error.unavailable:
+        gpu.unavailable.append("xid_events")
+    elif error is not None:
+        gpu.errors.append(f"xid_events: {error}")
+
+
+def take_xid_watch(rank: int) -> nvml_source.XidWatch | None:
+    """The XID watch this rank's facts opened (the caller drains and closes it), or None."""
+    return _WATCHES.pop(rank, None)
