@@ -114,3 +114,41 @@ def rank_zero_lost(rank: int, master: str, reason: str) -> Iterable[Problem]:
     """
     yield Problem(f"rank 0 ({master}) gave no verdict to rank {rank}: {reason}", ranks=[0],
                   data={"reporting_rank": rank})
+
+
+@engine_check(
+    "RUN008",
+    tag=Tags.RUN,
+    severity=Severity.ERROR,
+    hint="Look at the named rank's log and host (an OOM kill, a segfault, a node or driver failure, "
+    "someone's kill); the ranks stopped after it are not at fault.",
+    blames_host=True,
+)
+def rank_died(rank: int, host: str, how: str, when: str) -> Iterable[Problem]:
+    """A rank died during the run: killed, crashed, or stopped answering.
+
+    Told by the launcher where it knows (`preflight launch`: the signal or exit code), else by
+    the rank's heartbeat stopping while the probes ran. Ranks that a launcher stopped after
+    the death are not blamed; the dead rank is.
+    """
+    where = f" on {host}" if host else ""
+    yield Problem(f"rank {rank}{where} died {when}: {how}", ranks=[rank], hosts=[host] if host else [],
+                  data={"how": how, "when": when})
+
+
+@engine_check(
+    "RUN009",
+    tag=Tags.RUN,
+    severity=Severity.INFO,
+    hint="Files of an earlier (or concurrent) run in the same --out-dir were ignored; give each run "
+    "its own folder, or clean it, to keep the folder readable.",
+)
+def stale_files_ignored(folder: str, files: list[str]) -> Iterable[Problem]:
+    """Payload files of another run in --out-dir were ignored.
+
+    Each run's ranks agree on a random nonce through the store and name their --out-dir files
+    with it, so files left by an earlier run in a reused folder are never read as this run's
+    (which would hide a rank that never started).
+    """
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    yield Problem(f"{len(files)} file(s) of another run in {folder} ignored: {shown}", data={"files": files[:100]})

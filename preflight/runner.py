@@ -30,8 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from preflight.checks.ports import foreign_store
-from preflight.checks.run_findings import probes_not_started, run_interrupted, store_did_not_form
+from preflight.checks.run_findings import (
+    probes_not_started,
+    run_interrupted,
+    stale_files_ignored,
+    store_did_not_form,
+)
 from preflight.lib import secrets
+from preflight.lib.deadline import abandoned_alive
 from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode, RankFacts, Severity, World
@@ -43,7 +49,7 @@ from preflight.probes.session import JobGroups
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable
-from preflight.steps import recheck, tcp_reach
+from preflight.steps import recheck, run_auth, tcp_reach
 from preflight.steps.exchange import Exchange, RankPayload
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
 from preflight.steps.launchers import node_level, resolve_world
@@ -118,9 +124,11 @@ def _leave(record: RunRecord, code: int) -> int:
 
     The reports and the verdict are out by now. A process group with a pending collective
     cannot be torn down (gloo's destructor joins the thread still inside it, NCCL's blocks),
-    so interpreter exit would hang the job preflight was meant to protect.
+    so interpreter exit would hang the job preflight was meant to protect. Likewise after a
+    call given up on while inside C++ (a store join's handshake, lib/deadline.abandoned_alive):
+    returning during interpreter shutdown, it can abort the process (std::terminate).
     """
-    if record.probes is not None and record.probes.left_pending:
+    if (record.probes is not None and record.probes.left_pending) or abandoned_alive():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -139,9 +147,12 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
         record.outcomes += outcomes
     with phases.step("exchange"):  # 4
         exchange.open()
+        record.nonce = exchange.nonce
         # Secrets get their digests only now, keyed by a random key the ranks share through the
         # store and no report ever holds (see preflight/lib/secrets.py).
-        secrets.seal(record.facts.env, os.environ, secrets.agree_on_key(exchange.store))
+        # With a run secret from the launcher the key derives from it, and nobody reads it from the store.
+        key = run_auth.digest_key(exchange.secret) if exchange.secret else secrets.agree_on_key(exchange.store)
+        secrets.seal(record.facts.env, os.environ, key)
         if exchange.store_error:
             store_failed = foreign_store if exchange.foreign else store_did_not_form
             record.findings += store_failed.report(rank=world.rank, host=world.host, reason=exchange.store_error)
@@ -159,6 +170,8 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.findings += findings + gather_failures(record.all_facts)
         record.outcomes += outcomes
         record.missing = collected.missing(record.world.world_size, record.world.rank)
+        if collected.stale_files:
+            record.findings += stale_files_ignored.report(folder=str(exchange.out_dir), files=collected.stale_files)
     with phases.step("reachability"):  # 5
         record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
     with phases.step("cross checks"):  # 6
@@ -176,7 +189,8 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         if not go:
             record.findings += probes_not_started.report(reason=reason)
             return
-        outcome = probes.run_probes(record.world, options, exchange.store, groups)
+        outcome = probes.run_probes(record.world, options, exchange.store, groups,
+                                    hosts={f.rank: f.host for f in record.all_facts})
         annotate_nominal_rates(outcome.results, record.all_facts, outcome.device_ids, outcome.backend)
         outcome.findings += judge_profiles(outcome.results, record.all_facts, outcome.device_ids, outcome.backend,
                                            options.expect, strict=options.strict_bandwidth)
@@ -238,7 +252,8 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
         exchange.publish_report(report)  # preflight.check: every rank raises with the same report
     exchange.announce("verdict", {"exit_code": report.exit_code, "verdict": report.verdict})
     try:
-        exchange.wait_for_acknowledgements(len(record.all_facts) - 1, timeout_s=ACKNOWLEDGE_S)
+        dead = len(record.probes.dead) if record.probes is not None else 0  # a dead rank never acknowledges
+        exchange.wait_for_acknowledgements(len(record.all_facts) - 1 - dead, timeout_s=ACKNOWLEDGE_S)
     except Interrupted:
         pass  # the verdict is out and the reports are written; a launcher stopping us now changes nothing
     return report.exit_code

@@ -100,3 +100,17 @@ def test_rank_0_killed_before_the_verdict_each_rank_reports_alone_in_the_shared_
         [lost] = [f for f in report.findings if f.check_id == "RUN007"]
         assert lost.ranks == [0] and report.exit_code == int(ExitCode.INCOMPLETE)
         assert [f.rank for f in report.ranks] == [rank]
+
+
+def test_a_reused_out_dir_is_not_read_as_this_run_and_the_rank_that_never_started_is_missing(tmp_path) -> None:
+    """Two env:// runs without a job id share the run id `env`; their nonces tell their files apart."""
+    shared = tmp_path / "shared"
+    first = spawn_env_ranks(3, [*FAST, "--timeout", "30", "--out-dir", str(shared)])
+    assert {r.returncode for r in first.values()} == {0}
+    assert len(list(shared.rglob("rank-2.*.json"))) == 1  # rank 2's payload, named by the first run's nonce
+    runs = spawn_env_ranks(3, [*FAST, "--timeout", "4", "--out-dir", str(shared), "--json", str(tmp_path / "r.json")],
+                           absent=[2])
+    report = load_report(tmp_path / "r.json")
+    assert report.missing_ranks == [2] and runs[0].returncode == int(ExitCode.FAILED)
+    [stale] = [f for f in report.findings if f.check_id == "RUN009"]
+    assert "rank-2." in stale.message and report.meta.run_nonce and report.meta.run_nonce not in stale.message

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import sys
 import tempfile
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
 from preflight.options import RunOptions
+from preflight.steps.run_auth import SECRET_VAR
 
 
 def _forwarded_args(argv: Sequence[str]) -> list[str]:
@@ -52,6 +55,9 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions) -> int:
         args += ["--backend", "gloo"]  # the CPU smoke check: gloo unless asked otherwise
     # 8 ranks x 2 OpenMP threads on 2 cores run 2x slower; torchrun sets 1 as well.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # A per-run secret every worker inherits (the agent passes its environment on): the store's
+    # values are then proven to come from this run's ranks (steps/run_auth.py).
+    os.environ.setdefault(SECRET_VAR, secrets.token_hex(16))
     # The agent logs each non-zero worker exit as an error; the verdict already says why.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     config = LaunchConfig(
@@ -66,10 +72,18 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="preflight-launch-") as folder:
         verdict_file = Path(folder, "verdict")
+        # Rank 0's JSON, always: a rank that dies makes the agent stop the others, and the
+        # report is then amended here (_name_the_dead).
+        report_json = options.reports.json or str(Path(folder, "report.json"))
+        if not options.reports.json:
+            args += ["--json", report_json]
         try:
             program, *prefix = worker_command()
             elastic_launch(config, program)(*prefix, "run", *args, "--verdict-file", str(verdict_file))
         except ChildFailedError as failed:
+            dead = _dead_ranks(failed)
+            if dead:
+                return _name_the_dead(dead, Path(report_json), verdict_file, options)
             return _verdict(verdict_file, failed)
         except SignalException as stop:  # SIGTERM / SIGINT to the launcher (scancel, a time limit)
             # The agent stops the workers; rank 0 writes its partial report and verdict on the way.
@@ -108,3 +122,48 @@ def _verdict_or(verdict_file: Path, fallback: int) -> int:
         return int(verdict_file.read_text())
     except (OSError, ValueError):
         return fallback
+
+
+def _dead_ranks(failed: Any) -> dict[int, str]:
+    """The rank whose death made the agent stop the others: rank -> how it ended; {} when none died.
+
+    The agent's first failure, when it is no preflight exit (0-4): a signal (SIGKILL from the
+    OOM killer or a user, SIGSEGV) or another exit code (a crash). Ranks the agent stopped
+    afterwards fail later and are not blamed; a rank that exited with a verdict's code did not die.
+    """
+    try:
+        rank, first = failed.get_first_failure()
+    except Exception:  # no failure recorded: nothing to name
+        return {}
+    code = int(first.exitcode)
+    if code in {int(c) for c in ExitCode}:
+        return {}
+    if code < 0:
+        try:
+            how = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"killed by signal {-code}"
+    else:
+        how = f"exited with code {code}"
+    return {int(rank): f"{how} (pid {first.pid})"}
+
+
+def _name_the_dead(dead: dict[int, str], report_json: Path, verdict_file: Path, options: RunOptions) -> int:
+    """Say which rank died; amend rank 0's report files so they name it (RUN008), not the ranks stopped after it."""
+    from preflight.reports import json as json_report
+    from preflight.reports import write_reports
+    from preflight.steps.verdict import amend_for_dead
+
+    for rank, how in sorted(dead.items()):
+        print(f"preflight launch: rank {rank} died: {how}; the launcher then stopped the other ranks",
+              file=sys.stderr)
+    if not report_json.is_file():
+        return int(ExitCode.FAILED)  # a dead rank fails the run, whatever rank 0 managed to write
+    try:
+        report = amend_for_dead(json_report.load(report_json), dead, strict=options.strict)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"preflight launch: rank 0's report could not be amended: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return _verdict_or(verdict_file, int(ExitCode.FAILED))
+    write_reports(report, replace(options.reports, quiet=True))  # the user's files; stdout had rank 0's
+    print(f"preflight launch: verdict {report.verdict}: {report.why}", file=sys.stderr)
+    return report.exit_code

@@ -7,6 +7,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+# Threads given up on while still running. One inside C++ (a c10d store client's handshake, a
+# process group's set-up) that returns while the interpreter shuts down can abort the process
+# (std::terminate, "terminate called without an active exception": not the verdict's code),
+# so the runner leaves by os._exit while any of them is alive (runner._leave).
+_ABANDONED: list[threading.Thread] = []
+
+
+def abandon(thread: threading.Thread) -> None:
+    """Record a daemon thread nobody waits for any more."""
+    _ABANDONED[:] = [t for t in _ABANDONED if t.is_alive()] + [thread]
+
+
+def abandoned_alive() -> bool:
+    """Whether a thread given up on still runs (the process must then leave by os._exit)."""
+    return any(t.is_alive() for t in _ABANDONED)
+
 
 @dataclass
 class Outcome:
@@ -46,5 +62,6 @@ def call_with_deadline(func: Callable[..., Any], timeout_s: float, *args: Any) -
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
+        abandon(thread)
         return Outcome(timed_out=True)
     return outcome

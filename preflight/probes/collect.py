@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ class Gathered:
     payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
     positions: dict[int, int] = field(default_factory=dict)  # last step each rank started
     bound: dict[int, dict[str, Any]] = field(default_factory=dict)  # what each rank's session bound
+    dead: dict[int, str] = field(default_factory=dict)  # ranks whose heartbeat stopped (probes/liveness.py)
 
     def hosts(self) -> dict[int, str]:
         """Rank -> host, for the ranks that reported."""
@@ -54,13 +56,15 @@ class Gathered:
         return {r: p["status"] for r, p in self.payloads.items() if p["status"]["state"] != "done"}
 
 
-def gather(store: Any, world_size: int, timeout_s: float, *, early: bool = False) -> Gathered:
+def gather(store: Any, world_size: int, timeout_s: float, *, early: bool = False,
+           dead: Callable[[], dict[int, str]] | None = None) -> Gathered:
     """Wait for every rank's `res/<rank>` until the deadline.
 
     early: rank 0 itself already stopped on a hang; the others stop within about the same
     deadline, so a short wait (EARLY_GRACE_S) is enough and a rank that never answers is
     named by position. Otherwise the wait is cut short the same way once any rank has
-    reported that it stopped.
+    reported that it stopped. dead: the ranks known dead (their heartbeat stopped): nobody
+    waits for them.
     """
     got = Gathered()
     grace_until: float | None = time.monotonic() + EARLY_GRACE_S if early else None
@@ -72,6 +76,10 @@ def gather(store: Any, world_size: int, timeout_s: float, *, early: bool = False
                 got.payloads[rank] = json.loads(store.get(f"res/{rank}"))
         if len(got.payloads) == world_size:
             return True
+        if dead is not None:
+            got.dead = {r: why for r, why in dead().items() if r not in got.payloads}
+            if got.dead and len(got.payloads) + len(got.dead) == world_size:
+                return True  # every living rank answered
         if grace_until is None and got.stopped():
             grace_until = time.monotonic() + EARLY_GRACE_S  # another rank stopped: the rest follow
         return grace_until is not None and time.monotonic() >= grace_until
@@ -94,7 +102,8 @@ def diagnose_hang(got: Gathered, steps: list[tuple[str, str, int]], groups: dict
     if not stopped:  # some ranks never reported at all
         missing = [r for r in range(world_size) if r not in got.payloads]
         return Hang("", "", 0, -1, missing, step=-1, waiting=[],
-                    culprits={r: "sent no probe results" for r in missing}, phase="", elapsed_s=0.0)
+                    culprits={r: f"died ({got.dead[r]})" if r in got.dead else "sent no probe results"
+                              for r in missing}, phase="", elapsed_s=0.0)
     first_step = min(s["step"] for s in stopped.values())
     dim, op, size = steps[first_step]
     stuck = sorted(r for r, s in stopped.items() if s["step"] == first_step)
@@ -138,6 +147,8 @@ def _where(rank: int, got: Gathered, step: int, in_op: bool) -> str:
         if status["phase"] == "barrier" and in_op:
             return "left the collective without completing it with its group (skipped or returned early)"
         return ""
+    if rank in got.dead:
+        return f"died (no results; {got.dead[rank]})"
     if position is None or position < step:
         return "never reached this step (no results; last seen at step "\
                f"{position if position is not None else 'none'})"

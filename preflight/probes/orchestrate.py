@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +28,14 @@ from preflight.checks.probe_findings import (
     straggler_group,
     wrong_result,
 )
+from preflight.checks.run_findings import rank_died
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.waiting import wait_until
 from preflight.model import Finding, ProbeDevice, ProbeResult, RankFacts, World
 from preflight.model.probe_faults import Hang
 from preflight.options import RunOptions
-from preflight.probes import setup
+from preflight.probes import liveness, setup
 
 MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
 
@@ -49,17 +50,21 @@ class ProbeOutcome:
     backend_reason: str = ""  # why auto chose it (a GPU job on gloo says which rank could not bind a GPU)
     devices: list[ProbeDevice] = field(default_factory=list)  # rank 0: every rank's backend and bound GPU
     device_ids: dict[int, str] = field(default_factory=dict)  # rank 0: rank -> its GPU's PCI bus id or UUID
+    dead: list[int] = field(default_factory=list)  # rank 0: ranks whose heartbeat stopped (probes/liveness.py)
     # A collective of this rank never finished: its communicator must not be destroyed, and the
     # process must leave by os._exit once the verdict is out (a gloo group's destructor would
     # join the thread still inside it and hang the process at interpreter exit).
     left_pending: bool = False
 
 
-def run_probes(world: World, options: RunOptions, store: Any, job: Any = None) -> ProbeOutcome:
+def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
+               hosts: Mapping[int, str] | None = None) -> ProbeOutcome:
     """Measure the collectives on every rank; rank 0 returns results and findings.
 
     job: the job's own groups (session.JobGroups, from preflight.check), probed as they are;
     None: preflight makes its process group and DeviceMesh on the run's store and destroys them.
+    hosts: rank -> host as rank 0 knows them, to name the host of a rank that dies before it
+    sent any probe result.
     """
     from torch.distributed import PrefixStore
 
@@ -69,40 +74,49 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None) -
     timeout_s = options.probe_timeout_s
     if store is None:
         return _could_not_run(world, "the c10d store did not form, so no process group can")
-    pstore = PrefixStore("probe", store)
-    try:
-        if job is not None:
-            choice = ses.BackendChoice(job.backend, "the job's own process groups")
-            plan = build_plan(options, job.device)
+    pstore = liveness.probe_store(world, store)  # its own connection (see liveness.probe_store)
+    # A rank that dies is named, not waited for (beats on the run's client, not the probes').
+    with liveness.Watch(world, PrefixStore(liveness.PROBE_PREFIX, store)) as watch:
+        try:
+            if job is not None:
+                choice = ses.BackendChoice(job.backend, "the job's own process groups")
+                plan = build_plan(options, job.device)
+            else:
+                choice = liveness.bounded(lambda: ses.decide_backend(options.backend, world, pstore, timeout_s),
+                                          timeout_s + 10, watch)
+                plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
+        except Exception as exc:  # no NCCL, no GPU, a rank that died: nothing to measure
+            return _gave_up(world, exc, watch, hosts)
+        mark = setup.marker(pstore, world.rank, world.host)
+        mark("started")
+        setup_began = time.monotonic()
+        deadline_s = timeout_s + setup.SETUP_GRACE_S + 5  # beyond the process-group timeout (timeout_s + 5)
+        try:
+            session = liveness.bounded(
+                (lambda: ses.adopt_session(world, plan, pstore, job, timeout_s)) if job is not None else
+                (lambda: ses.open_session(world, plan, pstore, choice.backend, timeout_s, mark=mark)), deadline_s,
+                watch)
+        except setup.SetupTimeout as exc:  # a rank died, or stuck in ncclCommInitRank / a GPU's context creation
+            if watch.dead():
+                return _gave_up(world, exc, watch, hosts)
+            return _setup_hung(world, pstore, choice, deadline_s, time.monotonic() - setup_began)
+        except Exception as exc:  # a rank that never joined, a mesh the world cannot hold
+            if watch.dead():
+                return _gave_up(world, exc, watch, hosts)
+            if time.monotonic() - setup_began >= timeout_s:  # the process-group timeout: it waited for someone
+                return _setup_hung(world, pstore, choice, timeout_s + 5, time.monotonic() - setup_began,
+                                   reason=f"{type(exc).__name__}: {one_line(exc)}")
+            return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
+        mark("done")
+        records, status = ses.run_steps(session)
+        stopped_at = time.monotonic()
+        ses.publish(pstore, world.rank, world.host, records, status)
+        if world.rank == 0:
+            outcome = _judge_on_rank_zero(session, status, options, stopped_at, watch)
+            outcome.dead = sorted(watch.dead())
         else:
-            choice = ses.decide_backend(options.backend, world, pstore, timeout_s)
-            plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
-    except Exception as exc:  # no NCCL, no GPU: nothing to measure
-        return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
-    mark = setup.marker(pstore, world.rank, world.host)
-    mark("started")
-    setup_began = time.monotonic()
-    deadline_s = timeout_s + setup.SETUP_GRACE_S + 5  # beyond the process-group timeout (timeout_s + 5)
-    try:
-        session = setup.open_bounded(
-            (lambda: ses.adopt_session(world, plan, pstore, job, timeout_s)) if job is not None else
-            (lambda: ses.open_session(world, plan, pstore, choice.backend, timeout_s, mark=mark)), deadline_s)
-    except setup.SetupTimeout:  # stuck in ncclCommInitRank or a GPU's context creation
-        return _setup_hung(world, pstore, choice, deadline_s, time.monotonic() - setup_began)
-    except Exception as exc:  # a rank that never joined, a mesh the world cannot hold
-        if time.monotonic() - setup_began >= timeout_s:  # the process-group timeout: it waited for someone
-            return _setup_hung(world, pstore, choice, timeout_s + 5, time.monotonic() - setup_began,
-                               reason=f"{type(exc).__name__}: {one_line(exc)}")
-        return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
-    mark("done")
-    records, status = ses.run_steps(session)
-    stopped_at = time.monotonic()
-    ses.publish(pstore, world.rank, world.host, records, status)
-    if world.rank == 0:
-        outcome = _judge_on_rank_zero(session, status, options, stopped_at)
-    else:
-        outcome = ProbeOutcome()
-        _follow_localization(session, status)
+            outcome = ProbeOutcome()
+            _follow_localization(session, status)
     outcome.backend, outcome.backend_reason = choice.backend, choice.reason
     outcome.left_pending = status.state != "done" or outcome_has_hang(outcome)
     _teardown(session, clean=not outcome.left_pending)
@@ -131,11 +145,13 @@ def _wrong_by_group(results: list[ProbeResult]) -> list[list[ProbeResult]]:
     return list(grouped.values())
 
 
-def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float) -> ProbeOutcome:
+def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float,
+                        watch: liveness.Watch) -> ProbeOutcome:
     from preflight.probes import collect, confirm, judge
 
     world, plan = session.world, session.plan
-    got = collect.gather(session.store, world.world_size, session.timeout_s, early=status.state != "done")
+    got = collect.gather(session.store, world.world_size, session.timeout_s, early=status.state != "done",
+                         dead=watch.dead)
     hosts = got.hosts()
     mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
     groups = {**dim_groups(mesh_dims), WORLD_DIM: [list(range(world.world_size))]}
@@ -281,9 +297,25 @@ def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapse
     return outcome
 
 
-def _could_not_run(world: World, reason: str) -> ProbeOutcome:
+def _gave_up(world: World, exc: BaseException, watch: liveness.Watch,
+             hosts: Mapping[int, str] | None) -> ProbeOutcome:
+    """The probes could not start: RUN008 for each rank known dead, else could-not-run (BW009)."""
+    outcome = _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}", watch.dead(), hosts)
+    outcome.left_pending = isinstance(exc, setup.SetupTimeout)  # its thread is inside the group's set-up
+    outcome.dead = sorted(watch.dead()) if world.rank == 0 else []
+    return outcome
+
+
+def _could_not_run(world: World, reason: str, dead: Mapping[int, str] | None = None,
+                   hosts: Mapping[int, str] | None = None) -> ProbeOutcome:
     if world.rank != 0:
         return ProbeOutcome()
+    if dead:  # the probes could not start because a rank died: that rank is the finding
+        findings = []
+        for rank, why in sorted(dead.items()):
+            host = (hosts or {}).get(rank, "")
+            findings += rank_died.report(rank=rank, host=host, how=why, when="while the probes were starting")
+        return ProbeOutcome(findings=findings)
     return ProbeOutcome(findings=probes_could_not_run.report(reason=reason))
 
 

@@ -1,6 +1,9 @@
 """Timing collectives under a deadline, as nccl-tests does: perf_counter on CPU, CUDA events on GPU.
 
 A deadline expiring raises ProbeTimeout; the stuck communicator is never waited on again.
+A wait longer than SLICE_S asks, between slices, whether a peer is known dead
+(probes/liveness.py sets `abort_check`): then it ends at once with PeerDied, instead of
+running out the deadline on a collective that can never finish.
 """
 
 from __future__ import annotations
@@ -13,6 +16,12 @@ from typing import Any
 
 from preflight.lib.errors import one_line
 
+SLICE_S = 1.0  # a long wait looks for dead peers this often
+
+# Set while a probe session runs (probes/liveness.py): the reason the probes must stop now (a
+# peer is dead), or "" to go on. Module state because every wait of the probes shares it.
+abort_check: Callable[[], str] | None = None
+
 
 class ProbeTimeout(Exception):
     """A collective or barrier did not finish before its deadline."""
@@ -22,6 +31,17 @@ class ProbeTimeout(Exception):
 
 class ProbeFailed(Exception):
     """A collective raised (a peer closed the connection, the backend reported an error)."""
+
+
+class PeerDied(ProbeFailed):
+    """A peer of this collective is known dead (its heartbeat stopped): it can never finish."""
+
+
+def check_abort() -> None:
+    """Raise PeerDied when rank 0 has published a dead rank."""
+    reason = abort_check() if abort_check is not None else ""
+    if reason:
+        raise PeerDied(reason)
 
 
 def remaining(deadline: float) -> float:
@@ -41,12 +61,17 @@ def wait_works(works: list[Any], deadline: float) -> None:
     for work in works:
         if work is None:  # a completed synchronous call
             continue
-        try:
-            work.wait(timeout=timedelta(seconds=remaining(deadline)))
-        except RuntimeError as exc:
-            if "timed out" in str(exc).lower() or "timeout" in str(exc).lower():
-                raise ProbeTimeout(str(exc)) from exc
-            raise ProbeFailed(one_line(exc)) from exc
+        while True:
+            left = remaining(deadline)
+            try:
+                work.wait(timeout=timedelta(seconds=min(left, SLICE_S)))
+                break
+            except RuntimeError as exc:
+                if "timed out" not in str(exc).lower() and "timeout" not in str(exc).lower():
+                    raise ProbeFailed(one_line(exc)) from exc
+                if left <= SLICE_S:
+                    raise ProbeTimeout(str(exc)) from exc
+                check_abort()  # a slice passed: wait on, unless a peer is known dead
 
 
 def timed_loop(start: Callable[[], list[Any]], iters: int, deadline: float, device: str, *,
@@ -82,8 +107,12 @@ def timed_loop(start: Callable[[], list[Any]], iters: int, deadline: float, devi
         if per_iteration:
             events[i + 1].record()
     events[-1].record()
+    next_check = time.monotonic() + SLICE_S
     while not events[-1].query():  # the one synchronisation, bounded by the deadline
         remaining(deadline)
+        if time.monotonic() >= next_check:
+            check_abort()
+            next_check = time.monotonic() + SLICE_S
         time.sleep(0.0002)
     if per_iteration:
         return [a.elapsed_time(b) / 1e3 for a, b in pairwise(events)]

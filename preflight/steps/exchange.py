@@ -8,6 +8,14 @@ is the fallback when the store cannot form; rank 0 merges what it finds in both.
 
 Keys live under `preflight/<run id>/`, so a stale run's keys are never read. Every wait has
 a deadline; a rank that did not report is the caller's finding, never a hang.
+
+Run identity: a run id is not unique (two env:// jobs without a job id are both `env`), so
+the ranks also agree on a random nonce through the store, first writer wins (`agree_nonce`).
+Every file a rank writes into --out-dir names it (`rank-<r>.<nonce>.json`; go and verdict
+carry it inside), so a reused folder's files from an earlier run are never read as this
+run's: rank 0 ignores them and says so (RUN009). A rank that could not reach the store has no
+nonce and writes `rank-<r>.json`, which rank 0 accepts only when it was written after rank 0
+itself started (minus a small clock skew).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import dataclasses
 import gc
 import json
 import os
+import secrets
 import socket
 import tempfile
 import time
@@ -31,11 +40,14 @@ from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import MAX_POLL_S, wait_until
 from preflight.model import CheckOutcome, Finding, JobReport, RankFacts, World
 from preflight.model.codec import BadPayload, decode, encode
+from preflight.steps import run_auth
 from preflight.steps.heartbeat import Heartbeat, Liveness
-from preflight.steps.store_join import ForeignStore, join_store, mark_store
+from preflight.steps.store_join import ForeignStore, join_store, mark_store, run_prefix
 from preflight.steps.wire import RankPayload, SharedSections, from_wire, to_wire
 
 MULTI_GET_CHUNK = 1024  # keys per multi_get
+NONCE_KEY = "nonce"
+CLOCK_SKEW_S = 5.0  # a nonce-less file written this long before rank 0 started may still be this run's
 
 
 def follower_poll_s(world_size: int) -> float:
@@ -52,6 +64,7 @@ class Collected:
     payloads: dict[int, RankPayload] = field(default_factory=dict)
     bad_payloads: dict[int, str] = field(default_factory=dict)  # rank -> why it was rejected
     duplicates: dict[int, list[str]] = field(default_factory=dict)  # rank -> hosts of every claimant
+    stale_files: list[str] = field(default_factory=list)  # --out-dir files of another run, ignored
     shared: SharedSections = field(default_factory=SharedSections, repr=False)  # sections decoded once
 
     def merged_with(self, own: RankPayload) -> tuple[list[RankFacts], list[Finding], list[CheckOutcome]]:
@@ -97,7 +110,7 @@ class Exchange:
     def __init__(self, world: World, timeout_s: float, out_dir: str | None = None, job_store: Any = None) -> None:
         self.world = world
         self.timeout_s = timeout_s
-        self.prefix = f"preflight/{world.run_id}"
+        self.prefix = run_prefix(world)
         self.store: Any = None
         # The job's own store (preflight.check: its default process group's), used as it is:
         # no second port, and its timeout is the job's, left untouched.
@@ -107,6 +120,8 @@ class Exchange:
         self.out_dir = Path(out_dir, _safe(world.run_id)) if out_dir else None
         self.started = time.time()
         self.heartbeat: Heartbeat | None = None  # rank 0's, from lead_heartbeat()
+        self.nonce = ""  # this run's identity, agreed through the store; "" without one
+        self.secret = run_auth.run_secret()  # the launcher's per-run secret, if any (steps/run_auth.py)
 
     # -- forming the channel -------------------------------------------------------------
 
@@ -148,6 +163,7 @@ class Exchange:
                 store = join_store(self.world, connect_s)
                 store.set_timeout(timedelta(seconds=self.timeout_s))
             self.store = PrefixStore(self.prefix, store)
+            self.nonce = agree_nonce(self.store)
         except Exception as exc:  # DistNetworkError, DistStoreError, RuntimeError: all mean "no store"
             self.store_error = _one_line(exc)
             self.foreign = isinstance(exc, ForeignStore)
@@ -160,12 +176,15 @@ class Exchange:
         """Send this rank's facts and findings to rank 0 (store and, if given, the dir)."""
         text = to_wire(payload)
         if self.out_dir is not None:
-            _atomic_write(self.out_dir / f"rank-{self.world.rank}.json", text)
+            _atomic_write(self.out_dir / _rank_file(self.world.rank, self.nonce), text)
         if self.store is not None:
             # A second process claiming the same rank leaves its host where rank 0 can find it.
             claim = self.store.add(f"claims/{self.world.rank}", 1)
             self.store.set(f"claimant/{self.world.rank}/{claim}", self.world.host)
             if claim == 1:
+                if self.secret:  # before the payload: rank 0 reads both once the arrival is listed
+                    self.store.set(f"auth/{self.world.rank}",
+                                   run_auth.payload_proof(self.secret, self.nonce, self.world.rank, text))
                 self.store.set(f"rank/{self.world.rank}", text)
                 # The arrival list lets rank 0 fetch only new payloads: O(new ranks) per poll.
                 self.store.append("arrivals", f"{self.world.rank},")
@@ -197,17 +216,31 @@ class Exchange:
         if self.store is not None:
             try:
                 if self.store.check([name]):
-                    return json.loads(self.store.get(name))
+                    value = json.loads(self.store.get(name))
+                    if self._proven_decision(name, value):
+                        return value
             except Exception:
                 self.store = None  # rank 0 went away; the dir may still answer
         if self.out_dir is not None:
             path = self.out_dir / f"{name}.json"
             try:
                 if path.stat().st_mtime >= self.started - 1:
-                    return json.loads(path.read_text())
-            except (OSError, ValueError):
+                    value = json.loads(path.read_text())
+                    # Knowing this run's nonce, a decision of another run (a reused folder) is not ours.
+                    if (not self.nonce or value.get(NONCE_KEY) == self.nonce) and self._proven_decision(name, value):
+                        return value
+            except (OSError, ValueError, AttributeError):
                 return None
         return None
+
+    def _proven_decision(self, name: str, value: Any) -> bool:
+        """Without a run secret, any decision; with one, only one whose proof holds (else a forgery, ignored)."""
+        if not self.secret:
+            return True
+        if not isinstance(value, dict):
+            return False
+        unproven = {k: v for k, v in value.items() if k != run_auth.PROOF_KEY}
+        return run_auth.valid(self.secret, value.get(run_auth.PROOF_KEY), name, json.dumps(unproven, sort_keys=True))
 
     def acknowledge(self) -> None:
         """Tell rank 0 this rank has read the verdict, so it may take the store down."""
@@ -231,6 +264,7 @@ class Exchange:
 
         wait_until(everyone_reported, timeout_s, stop_if=lambda: not self.has_channel())
         self._find_duplicates(collected)
+        self._note_stale(collected)
         return collected
 
     def _take_from_store(self, collected: Collected) -> None:
@@ -242,7 +276,26 @@ class Exchange:
         # In chunks: one multi_get of 100k keys resets the connection; 1,024 per call is as fast.
         for start in range(0, len(new), MULTI_GET_CHUNK):
             chunk = new[start:start + MULTI_GET_CHUNK]
-            self.accept_many(collected, chunk, self.store.multi_get([f"rank/{r}" for r in chunk]))
+            raws = self.store.multi_get([f"rank/{r}" for r in chunk])
+            if self.secret:
+                chunk, raws = self._proven(collected, chunk, raws)
+            self.accept_many(collected, chunk, raws)
+
+    def _proven(self, collected: Collected, ranks: list[int], raws: list[bytes]) -> tuple[list[int], list[bytes]]:
+        """The payloads whose proof of the run secret holds; the others are RUN002, not read."""
+        assert self.secret is not None
+        keys = [f"auth/{r}" for r in ranks]
+        proofs = (self.store.multi_get(keys) if self.store.check(keys) else
+                  [self.store.get(k) if self.store.check([k]) else b"" for k in keys])
+        kept: tuple[list[int], list[bytes]] = ([], [])
+        for rank, raw, claimed in zip(ranks, raws, proofs, strict=True):
+            if run_auth.valid_payload(self.secret, bytes(claimed).decode(errors="replace"), self.nonce, rank, raw):
+                kept[0].append(rank)
+                kept[1].append(raw)
+            else:
+                collected.bad_payloads[rank] = (f"no valid proof of {run_auth.SECRET_VAR}: not from this run's rank "
+                                                "(a foreign process, or a rank with another secret)")
+        return kept
 
     def _find_duplicates(self, collected: Collected) -> None:
         if self.store is None or self.store.add("reported", 0) <= len(collected.payloads):
@@ -260,14 +313,31 @@ class Exchange:
         for rank in range(self.world.world_size):
             if rank in collected.payloads or rank in collected.bad_payloads:
                 continue
-            path = self.out_dir / f"rank-{rank}.json"
+            ours = self.out_dir / _rank_file(rank, self.nonce)
+            bare = self.out_dir / _rank_file(rank, "")  # a rank that never reached the store
             try:
-                # A file older than this run's start belongs to an earlier run of the same id.
-                if path.stat().st_mtime < self.started - self.timeout_s:
-                    continue
-                self._accept(collected, rank, path.read_bytes())
+                if self.nonce and ours.is_file():
+                    self._accept(collected, rank, ours.read_bytes())
+                elif bare.is_file() and bare.stat().st_mtime >= self.started - CLOCK_SKEW_S:
+                    self._accept(collected, rank, bare.read_bytes())
             except OSError:
                 continue
+
+    def _note_stale(self, collected: Collected) -> None:
+        """--out-dir payload files of another run (another nonce, or bare and older than this run)."""
+        if self.out_dir is None or not self.out_dir.is_dir():
+            return
+        stale = []
+        for path in self.out_dir.glob("rank-*.json"):
+            parts = path.name.split(".")
+            if path.name.endswith("-report.json") or len(parts) not in (2, 3):
+                continue  # a rank's own report (rank 0 was lost), read by people, not by rank 0
+            try:
+                if parts[1] != self.nonce if len(parts) == 3 else path.stat().st_mtime < self.started - CLOCK_SKEW_S:
+                    stale.append(path.name)
+            except OSError:
+                continue
+        collected.stale_files = sorted(stale)
 
     @staticmethod
     def accept_many(collected: Collected, ranks: Sequence[int], raws: Sequence[bytes]) -> None:
@@ -298,7 +368,10 @@ class Exchange:
         collected.payloads[rank] = payload
 
     def announce(self, name: str, value: dict[str, Any]) -> None:
-        """Rank 0: publish a decision (go, verdict) to every rank."""
+        """Rank 0: publish a decision (go, verdict) to every rank, naming this run's nonce."""
+        value = {**value, NONCE_KEY: self.nonce}
+        if self.secret:  # a rank adopts only a decision proven by this run's secret
+            value[run_auth.PROOF_KEY] = run_auth.proof(self.secret, name, json.dumps(value, sort_keys=True))
         text = json.dumps(value)
         if name == "verdict" and self.heartbeat is not None:
             self.heartbeat.stop()
@@ -329,6 +402,16 @@ class Exchange:
         if self.store is None or expected <= 0:
             return
         wait_until(lambda: self.store.add("done", 0) >= expected, timeout_s)
+
+
+def agree_nonce(store: Any) -> str:
+    """This run's random identity: the first rank to ask sets it, every other rank reads that one."""
+    return bytes(store.compare_set(NONCE_KEY, "", secrets.token_hex(8))).decode()
+
+
+def _rank_file(rank: int, nonce: str) -> str:
+    """A rank's payload in --out-dir: named by the run's nonce, bare when the rank has none."""
+    return f"rank-{rank}.{nonce}.json" if nonce else f"rank-{rank}.json"
 
 
 def _safe(text: str) -> str:

@@ -11,10 +11,18 @@ opens a budget sized to N (`stage_budget_s`), and a stage that overruns its budg
 check, a stuck filesystem) stops the beat. A follower's deadline is its usual one, pushed to
 at least `STALL_S` after the last beat it saw: it waits as long as rank 0 is alive and working,
 and gives up `STALL_S` after it stopped.
+
+The same beat, the other way round, during the probes: every other rank beats under its own
+key (`peer_key`) and rank 0 watches them (`DeadPeers`). A rank whose beat stopped for
+`PEER_STALL_S` is dead (killed, crashed, or frozen): rank 0 publishes it under `DEAD_KEY`, and
+every rank's probe waits end early instead of running out --probe-timeout
+(probes/liveness.py).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 import time
 from typing import Any
@@ -22,6 +30,17 @@ from typing import Any
 HEARTBEAT_KEY = "heartbeat"
 BEAT_S = 2.0  # rank 0 beats this often
 STALL_S = 30.0  # a follower gives up this long after the last beat it saw (well above BEAT_S)
+PEER_BEAT_S = 1.0  # a probing rank beats this often
+# A probing rank silent this long is dead. Well above PEER_BEAT_S: a daemon thread on a loaded
+# 2-core machine, or a follower that saw the "go" a little late, must not be declared dead.
+PEER_STALL_S = 10.0
+DEAD_KEY = "dead"  # rank 0 publishes {rank: why} here once a probing rank stopped beating
+CHUNK = 1024  # keys per multi_get / multi_set (one call of 65,536 keys resets the connection)
+
+
+def peer_key(rank: int) -> str:
+    """The store key a probing rank beats under."""
+    return f"alive/{rank}"
 
 
 def stage_budget_s(world_size: int) -> float:
@@ -35,9 +54,10 @@ def stage_budget_s(world_size: int) -> float:
 class Heartbeat:
     """Rank 0's beat: a daemon thread adding 1 to HEARTBEAT_KEY while the current stage is in budget."""
 
-    def __init__(self, store: Any, world_size: int, beat_s: float = BEAT_S) -> None:
-        self.store, self.beat_s = store, beat_s
-        self.budget_s = stage_budget_s(world_size)
+    def __init__(self, store: Any, world_size: int, beat_s: float = BEAT_S, *, key: str = HEARTBEAT_KEY,
+                 budget_s: float | None = None) -> None:
+        self.store, self.beat_s, self.key = store, beat_s, key
+        self.budget_s = stage_budget_s(world_size) if budget_s is None else budget_s
         self.stage_started = time.monotonic()
         self.stage_name = "collect"
         self._stop = threading.Event()
@@ -58,13 +78,93 @@ class Heartbeat:
         self._stop.set()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.beat_s):
-            if time.monotonic() - self.stage_started > self.budget_s:
-                continue  # a stage past its budget: let the followers' deadline run out
+        while True:  # the first beat at once: a rank that dies a moment later has beaten
+            if time.monotonic() - self.stage_started <= self.budget_s:  # past it: let the deadline run out
+                try:
+                    self.store.add(self.key, 1)
+                except Exception:
+                    return  # the store is gone; followers will see no more beats
+            if self._stop.wait(self.beat_s):
+                return
+
+
+def peer_heartbeat(store: Any, rank: int) -> Heartbeat:
+    """A probing rank's beat: under its own key, for as long as the process lives (no stage budget).
+
+    A rank stuck inside a collective is alive and keeps beating (the collective's wait releases
+    the GIL); only a dead or frozen process stops."""
+    return Heartbeat(store, 0, PEER_BEAT_S, key=peer_key(rank), budget_s=math.inf)
+
+
+class DeadPeers:
+    """Rank 0's watch over the probing ranks' beats: who stopped, published under DEAD_KEY.
+
+    A daemon thread reads every watched rank's counter (multi_get in chunks; rank 0 creates
+    the keys first, so a rank that never beat is read as 0, never waited for) every poll_s,
+    and declares dead a rank whose counter did not move for stall_s.
+    """
+
+    def __init__(self, store: Any, ranks: list[int], stall_s: float = PEER_STALL_S,
+                 poll_s: float = PEER_BEAT_S) -> None:
+        self.store, self.ranks, self.stall_s, self.poll_s = store, list(ranks), stall_s, poll_s
+        self.dead: dict[int, str] = {}
+        self._seen: dict[int, tuple[bytes, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="preflight-dead-peers")
+
+    def start(self) -> DeadPeers:
+        """Create every beat key (one multi_set per 1,024 ranks), then watch.
+
+        A counter a rank already advanced is set back to 0: harmless, a change is a change."""
+        for i in range(0, len(self.ranks), CHUNK):
+            chunk = [peer_key(r) for r in self.ranks[i:i + CHUNK]]
+            self.store.multi_set(chunk, ["0"] * len(chunk))
+        now = time.monotonic()
+        self._seen = {r: (b"", now) for r in self.ranks}
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """The probes are over: stop watching."""
+        self._stop.set()
+
+    def look(self, now: float | None = None) -> dict[int, str]:
+        """One look at every counter; the dead ranks so far (published under DEAD_KEY when new)."""
+        now = time.monotonic() if now is None else now
+        alive = [r for r in self.ranks if r not in self.dead]
+        newly = {}
+        for i in range(0, len(alive), CHUNK):
+            chunk = alive[i:i + CHUNK]
+            for rank, value in zip(chunk, self.store.multi_get([peer_key(r) for r in chunk]), strict=True):
+                last, since = self._seen[rank]
+                if value != last:
+                    self._seen[rank] = (value, now)
+                elif now - since >= self.stall_s:
+                    newly[rank] = (f"its heartbeat stopped {now - since:.0f}s ago (the process was killed, "
+                                   "crashed or froze)" if value not in (b"", b"0") else
+                                   f"never sent a heartbeat in {now - since:.0f}s (the process was killed, "
+                                   "crashed or froze)")
+        if newly:
+            self.dead.update(newly)
+            self.store.set(DEAD_KEY, json.dumps({str(r): why for r, why in self.dead.items()}))
+        return dict(self.dead)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
             try:
-                self.store.add(HEARTBEAT_KEY, 1)
+                self.look()
             except Exception:
-                return  # the store is gone; followers will see no more beats
+                return  # the store is gone (rank 0 is its host): nothing left to watch
+
+
+def read_dead(store: Any) -> dict[int, str]:
+    """The dead ranks rank 0 published (DEAD_KEY), rank -> why; {} while there are none."""
+    try:
+        if not store.check([DEAD_KEY]):
+            return {}
+        return {int(r): str(why) for r, why in json.loads(store.get(DEAD_KEY)).items()}
+    except Exception:
+        return {}
 
 
 STORE_LOST_GRACE_S = 10.0

@@ -24,6 +24,7 @@ from typing import Any
 from preflight.lib.deadline import call_with_deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import World
+from preflight.steps import run_auth
 
 OWNER_KEY = "preflight/owner"
 HANDSHAKE_S = 5.0  # the least a store gets to answer; a third of the join's deadline when that is more
@@ -34,8 +35,16 @@ class ForeignStore(Exception):
 
 
 def owner_mark(world: World) -> dict[str, Any]:
-    """What rank 0 writes into the store it hosts, so clients can tell it is theirs."""
-    return {"run_id": world.run_id, "world_size": world.world_size, "host": world.host, "pid": os.getpid()}
+    """What rank 0 writes into the store it hosts, so clients can tell it is theirs.
+
+    With a run secret (steps/run_auth.py) the mark carries its proof, so a rank of another
+    job with another secret refuses the store even when run id and world size agree."""
+    mark: dict[str, Any] = {"run_id": world.run_id, "world_size": world.world_size, "host": world.host,
+                            "pid": os.getpid()}
+    secret = run_auth.run_secret()
+    if secret:
+        mark[run_auth.PROOF_KEY] = run_auth.proof(secret, "owner", world.run_id, str(world.world_size))
+    return mark
 
 
 def mark_store(store: Any, world: World) -> None:
@@ -90,6 +99,24 @@ def join_store(world: World, timeout_s: float) -> Any:
     return store
 
 
+def run_prefix(world: World) -> str:
+    """The prefix of every key of this run in the store (a stale run's keys are never read)."""
+    return f"preflight/{world.run_id}"
+
+
+def side_client(world: World, timeout_s: float) -> Any:
+    """A second client of this run's (already formed) store, under the run's prefix; None when it cannot join.
+
+    A c10d client has one connection and serializes its calls: while one thread blocks in a
+    store wait (a process group forming, waiting for a rank that died), another thread's call
+    on the same client waits too. A heartbeat needs its own connection."""
+    from torch.distributed import PrefixStore, TCPStore
+
+    outcome = call_with_deadline(
+        lambda: TCPStore(world.master_addr, world.master_port, None, False, timedelta(seconds=timeout_s)), timeout_s)
+    return PrefixStore(run_prefix(world), outcome.value) if outcome.ok else None
+
+
 def _verify_owner(store: Any, world: World, timeout_s: float) -> None:
     if not wait_until(lambda: store.check([OWNER_KEY]), timeout_s):
         raise ForeignStore(
@@ -97,6 +124,15 @@ def _verify_owner(store: Any, world: World, timeout_s: float) -> None:
             f"{timeout_s:g}s: it is not this run's rank 0 (another job's rendezvous on the same port?)"
         )
     mark = json.loads(store.get(OWNER_KEY))
+    secret, claimed = run_auth.run_secret(), mark.get(run_auth.PROOF_KEY)
+    if (secret is None) != (claimed is None) or (
+            secret and not run_auth.valid(secret, claimed, "owner", world.run_id, str(world.world_size))):
+        why = ("differs from this rank's" if secret and claimed else
+               "is set and this rank's is not" if claimed else "is unset and this rank's is set")
+        raise ForeignStore(
+            f"the store at {world.master_addr}:{world.master_port} is not this run's: its owner's "
+            f"{run_auth.SECRET_VAR} {why} (another job on the same port, or the secret set on some ranks only)"
+        )
     if mark.get("run_id") != world.run_id or mark.get("world_size") != world.world_size:
         raise ForeignStore(
             f"the store at {world.master_addr}:{world.master_port} belongs to another run "

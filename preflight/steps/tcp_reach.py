@@ -160,14 +160,16 @@ class Reachability:
     def publish_roster(self, hosts: list[str], timeout_s: float) -> list[dict[str, Any]]:
         """Rank 0: wait for the listeners of the hosts that reported, then publish the roster."""
         roster: dict[str, Any] = {}
+        keys = {f"reach/listener/{host}": host for host in hosts}
 
-        def all_listed() -> bool:
-            for host in hosts:
-                if host not in roster and self.store.check([f"reach/listener/{host}"]):
-                    roster[host] = json.loads(self.store.get(f"reach/listener/{host}"))
+        def all_listed(final: bool = False) -> bool:
+            pending = [key for key, host in keys.items() if host not in roster]
+            for key, value in fetch_json(self.store, pending, final).items():
+                roster[keys[key]] = value
             return len(roster) == len(hosts)
 
-        wait_until(all_listed, timeout_s)
+        if not wait_until(all_listed, timeout_s):
+            all_listed(final=True)  # the stragglers, key by key, once
         for host in hosts:
             roster.setdefault(host, {"host": host, "address": "", "interface": "", "port": 0,
                                      "error": "published no listener in time"})
@@ -209,15 +211,16 @@ class Reachability:
     def collect(self, roster: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
         """Rank 0: every host's published result, and which hosts published none in time."""
         results: dict[str, Any] = {}
+        keys = {f"reach/result/{entry['host']}": entry["host"] for entry in roster}
 
-        def all_reported() -> bool:
-            for entry in roster:
-                key = f"reach/result/{entry['host']}"
-                if entry["host"] not in results and self.store.check([key]):
-                    results[entry["host"]] = json.loads(self.store.get(key))["results"]
+        def all_reported(final: bool = False) -> bool:
+            pending = [key for key, host in keys.items() if host not in results]
+            for key, value in fetch_json(self.store, pending, final).items():
+                results[keys[key]] = value["results"]
             return len(results) == len(roster)
 
-        wait_until(all_reported, timeout_s)
+        if not wait_until(all_reported, timeout_s):
+            all_reported(final=True)
         return {
             "roster": roster,
             "results": results,
@@ -238,6 +241,27 @@ class Reachability:
 
         value = wait_until(published, timeout_s)
         return None if value is gone else value
+
+
+FETCH_CHUNK = 1024  # keys per check / multi_get (one multi_get of 65,536 keys resets the connection)
+
+
+def fetch_json(store: Any, keys: list[str], final: bool = False) -> dict[str, Any]:
+    """The JSON under each of keys that is in the store: rank 0's batched read of per-host keys.
+
+    Per chunk of FETCH_CHUNK keys, one `check` (true only when every key is there) and then one
+    `multi_get`: two store calls per 1,024 hosts per look, not two per host. A chunk with a
+    key still missing is skipped (multi_get would block on it) until the final look at the
+    deadline, which reads the stragglers key by key once.
+    """
+    found: dict[str, Any] = {}
+    for start in range(0, len(keys), FETCH_CHUNK):
+        chunk = keys[start:start + FETCH_CHUNK]
+        if store.check(chunk):
+            found.update(zip(chunk, (json.loads(raw) for raw in store.multi_get(chunk)), strict=True))
+        elif final:
+            found.update((key, json.loads(store.get(key))) for key in chunk if store.check([key]))
+    return found
 
 
 # One TCP connect's deadline (at most --check-timeout), and each wait for peers.

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from preflight.checks.run_findings import rank_zero_lost
+from preflight.checks.run_findings import rank_died, rank_zero_lost
 from preflight.lib.mesh_shape import mesh_text
 from preflight.model import (
     CheckOutcome,
@@ -48,6 +48,7 @@ class RunRecord:
     reachability: dict[str, Any] | None = None  # step 5's outcome, on rank 0
     probes: ProbeOutcome | None = None  # step 8's outcome, where it ran
     interrupted: str = ""
+    nonce: str = ""  # the run's identity agreed through the store (steps/exchange.py)
     report: JobReport | None = None  # step 9's verdict, once built (or, in preflight.check, read from rank 0)
 
 
@@ -80,6 +81,7 @@ def build_report(record: RunRecord) -> JobReport:
         versions=record.facts.versions.known() if record.facts else {},
         phases=dict(record.phases),
         expected_busbw_gbps=dict(options.expect),
+        run_nonce=record.nonce,
     )
     return JobReport(
         meta=meta,
@@ -174,3 +176,35 @@ def report_alone(record: RunRecord, out_dir: Path | None, reason: str) -> int:
     if out_dir is not None:
         json_report.write(report, str(out_dir / f"rank-{world.rank}-report.json"))
     return report.exit_code
+
+
+def amend_for_dead(report: JobReport, dead: dict[int, str], *, strict: bool = False) -> JobReport:
+    """Rank 0's report once the launcher said which rank died (rank -> how: a signal, an exit code).
+
+    A launcher that sees one worker die stops the others (torch's agent does), so rank 0's
+    report was cut short: the ranks it was still waiting for were stopped, not faulty. The
+    dead rank is named (RUN008); ranks the report calls missing other than the dead one are
+    no longer blamed (RANK001 and missing_ranks keep only the dead); the verdict, exit code and
+    bad hosts are decided again.
+    """
+    hosts = {facts.rank: facts.host for facts in report.ranks}
+    findings = [f for f in report.findings if f.check_id != rank_missing_id()]
+    for rank, how in sorted(dead.items()):
+        findings += rank_died.report(rank=rank, host=hosts.get(rank, ""), how=how,
+                                     when="under the launcher, which then stopped the other ranks")
+    code = decide_exit_code(findings, strict=strict)
+    report.findings = findings
+    report.missing_ranks = [r for r in report.missing_ranks if r in dead]
+    report.exit_code = int(code)
+    report.verdict = verdict_text(code, findings)
+    report.why = explain_verdict(code, findings)
+    report.bad_hosts = bad_hosts(findings, sorted(set(hosts.values()) | {hosts.get(r, "") for r in dead} - {""}))
+    return report
+
+
+def rank_missing_id() -> str:
+    """RANK001's id, by reference (the engine names no check id as a string)."""
+    from preflight.checks.rank_roster import missing_ranks
+    from preflight.registry import all_checks
+
+    return next(spec.id for spec in all_checks() if spec.func is missing_ranks)

@@ -2,7 +2,7 @@
 
 Every output is searched for every planted value: each rank's stdout/stderr (the terminal
 text), the JSON report, --text, --html, the rich terminal rendering of the report, and every
-file under --out-dir, whose rank-N.json files hold exactly the payload each rank published to
+file under --out-dir, whose rank-N.<nonce>.json files hold exactly the payload each rank published to
 the c10d store. Besides the secrets under secret-looking names, every value shape of
 tests/helpers/secret_shapes.py (issue 17's leaks included) is planted under an innocuous name,
 and a 120 KB value that must be neither printed nor slow to scan.
@@ -69,7 +69,8 @@ def test_no_output_contains_any_planted_secret(tmp_path: Path, monkeypatch) -> N
     terminal.render(json_report.load(str(json_path)), rich)
     outputs["rich terminal"] = rich.getvalue()
     rank_files = sorted(out_dir.rglob("*.json"))
-    assert {p.name for p in rank_files} >= {f"rank-{r}.json" for r in range(WORLD)}
+    nonce = json.loads(json_path.read_text())["meta"]["run_nonce"]
+    assert {p.name for p in rank_files} >= {f"rank-{r}.{nonce}.json" for r in range(WORLD)}
     for path in sorted(out_dir.rglob("*")):
         if path.is_file():
             outputs[str(path.relative_to(tmp_path))] = path.read_text()
@@ -97,7 +98,7 @@ def test_no_output_contains_any_planted_secret(tmp_path: Path, monkeypatch) -> N
         assert tag.startswith("<redacted>:")
         guess = hmac.new(public_salt.encode(), f"hunter{rank}".encode(), hashlib.sha256).hexdigest()[:12]
         assert tag != f"<redacted>:{guess}"
-    payload = json.loads((next(p for p in rank_files if p.name == "rank-1.json")).read_text())
+    payload = json.loads((next(p for p in rank_files if p.name == f"rank-1.{nonce}.json")).read_text())
     assert payload["facts"]["env"]["HF_TOKEN"] == digests_of(report, "HF_TOKEN")[1]
 
 

@@ -99,3 +99,50 @@ def test_two_torchrun_agents_on_one_host_are_two_nodes_with_a_warning(tmp_path) 
     [shared] = [f for f in report.findings if f.check_id == "LAYOUT005"]
     assert shared.severity.value == "warn" and shared.hosts == [socket.gethostname()]
     assert "share the host name" in shared.message and "on one machine" in shared.message
+
+
+def test_a_rank_killed_mid_probe_under_launch_is_named_dead_not_the_ranks_stopped_after_it(tmp_path) -> None:
+    """The agent stops every rank once one dies: the launcher names the dead one, with its signal."""
+    planted = plant_env(tmp_path, {3: """
+        import signal, torch.distributed as dist
+        real, calls = dist.all_to_all_single, [0]
+        def all_to_all_single(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(*args, **kwargs)
+        dist.all_to_all_single = all_to_all_single
+    """})
+    result = run_cli(["launch", "-n", "4", "--ops", "all_to_all", "--sizes", "64KiB", "--iters", "2",
+                      "--warmup", "1", "--json", str(tmp_path / "r.json"), "--text", str(tmp_path / "r.txt")],
+                     env=planted, timeout=240)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "rank 3 died: killed by SIGKILL" in result.stderr
+    report = load_report(tmp_path / "r.json")
+    [dead] = [f for f in report.findings if f.check_id == "RUN008"]
+    assert dead.ranks == [3] and "SIGKILL" in dead.message
+    assert report.exit_code == 3 and report.missing_ranks in ([], [3])
+    assert not [f for f in report.findings if f.check_id in ("RANK001", "BW002") and set(f.ranks) - {3}]
+    assert "RUN008" in (tmp_path / "r.txt").read_text()  # every file the user asked for is amended
+
+
+def test_a_rank_killed_during_the_exchange_under_launch_is_named_and_the_stopped_ranks_are_not_missing(
+        tmp_path) -> None:
+    planted = plant_env(tmp_path, {2: """
+        import signal, time
+        from preflight.steps import exchange
+        def publish(self, payload):
+            # Once the other three have published (rank 0 is collecting), die without publishing.
+            for _ in range(600):
+                if self.store.add("reported", 0) >= 3:
+                    break
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGKILL)
+        exchange.Exchange.publish = publish
+    """})
+    result = run_cli(["launch", "-n", "4", "--skip", "probe", "--timeout", "60", "--json", str(tmp_path / "r.json")],
+                     env=planted, timeout=240)
+    assert result.returncode == 3, result.stdout + result.stderr
+    report = load_report(tmp_path / "r.json")
+    assert [f.ranks for f in report.findings if f.check_id == "RUN008"] == [[2]]
+    assert not [f for f in report.findings if f.check_id == "RANK001"] and report.missing_ranks in ([], [2])

@@ -58,3 +58,28 @@ def test_exchange_wait_gives_up_on_time_and_sees_a_late_value() -> None:
     assert exchange.wait_for("verdict", 0.3) is None and time.monotonic() - started < 1.5
     exchange.store.set("verdict", '{"exit_code": 3}')
     assert exchange.wait_for("verdict", 5.0) == {"exit_code": 3}
+
+
+def test_rank_zero_names_a_probing_rank_whose_beat_stopped_and_only_that_one() -> None:
+    from preflight.steps.heartbeat import DeadPeers, peer_heartbeat, read_dead
+
+    server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
+    beating = Heartbeat(server, 0, 0.05, key="alive/1", budget_s=float("inf")).start()
+    silent = peer_heartbeat(server, 2)  # created, never started: a rank killed before its first beat
+    watch = DeadPeers(server, [1, 2], stall_s=0.5, poll_s=0.05).start()
+    assert wait_until_true(lambda: 2 in watch.dead, 10.0)
+    assert 1 not in watch.dead and "heartbeat" in watch.dead[2]
+    assert set(read_dead(server)) == {2}  # published for every rank's waits
+    beating.stop()
+    assert wait_until_true(lambda: 1 in watch.dead, 10.0)  # its beat stopped too: now dead as well
+    watch.stop()
+    silent.stop()
+
+
+def wait_until_true(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False

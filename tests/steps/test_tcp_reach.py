@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -34,3 +35,39 @@ def test_small_worlds(count: int) -> None:
     plan = plan_probes(count, 2, seed="s")
     for index, targets in enumerate(plan):
         assert sorted(targets) == sorted(set(range(count)) - {index})
+
+
+class CountingStore:
+    """A real TCPStore, with its calls counted."""
+
+    def __init__(self, store) -> None:
+        self.store, self.calls = store, 0
+
+    def __getattr__(self, name):
+        method = getattr(self.store, name)
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return method(*args, **kwargs)
+        return counted
+
+
+def test_rank_0_reads_every_hosts_key_in_two_calls_per_chunk_not_two_per_host() -> None:
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from preflight.steps.tcp_reach import FETCH_CHUNK, fetch_json
+
+    server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
+    keys = [f"reach/listener/h{i}" for i in range(FETCH_CHUNK + 10)]
+    for i, key in enumerate(keys):
+        server.set(key, json.dumps({"host": f"h{i}"}))
+    store = CountingStore(server)
+    found = fetch_json(store, keys)
+    assert len(found) == len(keys) and found[keys[-1]] == {"host": f"h{len(keys) - 1}"}
+    assert store.calls == 4  # a check and a multi_get per chunk of 1,024
+    store.calls = 0
+    missing = [*keys[:5], "reach/listener/absent"]
+    assert fetch_json(store, missing) == {} and store.calls == 1  # a chunk still incomplete waits, unread
+    assert set(fetch_json(store, missing, final=True)) == set(keys[:5])  # at the deadline: the present ones

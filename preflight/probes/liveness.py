@@ -1,0 +1,116 @@
+"""A rank that dies during the probes is named as dead, without waiting out --probe-timeout.
+
+A collective with a dead member can never finish: on NCCL it hangs until the deadline, and on
+any backend the process group's creation waits in the store for a rank that will never come.
+So while the probes run every rank beats under its own key and rank 0 watches the beats
+(steps/heartbeat.py: `peer_heartbeat`, `DeadPeers`). Once a rank has been silent for
+PEER_STALL_S, rank 0 publishes it under DEAD_KEY; every rank's long waits (timing.wait_works
+between slices, and `bounded` around the process group's creation) read that key and end at
+once. Rank 0 names the dead rank: BW002 when it died inside a measured step, RUN008 when the
+probes could not start without it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from preflight.lib import deadline
+from preflight.lib.waiting import wait_until
+from preflight.model import World
+from preflight.probes import setup, timing
+from preflight.steps import store_join
+from preflight.steps.heartbeat import PEER_BEAT_S, DeadPeers, Heartbeat, peer_heartbeat, read_dead
+
+T = TypeVar("T")
+PROBE_PREFIX = "probe"  # the probes' keys, under the run's prefix (orchestrate.run_probes)
+SIDE_JOIN_S = 10.0  # joining the store a second time: it is up, this only bounds a sick one
+
+
+def probe_store(world: World, run_store: Any) -> Any:
+    """The store the probes' process group forms on: a connection of its own where one can be made.
+
+    A c10d client serializes its calls, and the process group's set-up blocks in store waits
+    (for a rank that may be dead). Abandoned there, it would hold the run's own client, and
+    with it the verdict, until the process group's timeout."""
+    from torch.distributed import PrefixStore  # torch only once the probes run (bad input stays a fast exit 2)
+
+    own = store_join.side_client(world, SIDE_JOIN_S)
+    return PrefixStore(PROBE_PREFIX, own if own is not None else run_store)
+
+
+class StillRunning(setup.SetupTimeout):
+    """A bounded call was abandoned while it still runs (a dead peer, or the deadline)."""
+
+
+class Watch:
+    """This rank's part while the probes run: its own beat, and on rank 0 the watch over the others."""
+
+    def __init__(self, world: World, store: Any) -> None:
+        # The run's own client: the probes' process group forms on a connection of its own
+        # (probe_store), so a set-up blocked on a dead rank never stalls a beat or a look.
+        self.world, self.store = world, store
+        self.beat: Heartbeat | None = None
+        self.peers: DeadPeers | None = None
+        self._cached: dict[int, str] = {}
+        self._read_at = 0.0
+
+    def __enter__(self) -> Watch:
+        if self.world.world_size > 1:
+            if self.world.rank == 0:
+                self.peers = DeadPeers(self.store, list(range(1, self.world.world_size))).start()
+            else:
+                self.beat = peer_heartbeat(self.store, self.world.rank).start()
+        timing.abort_check = self.abort_reason
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        timing.abort_check = None
+        if self.beat is not None:
+            self.beat.stop()
+        if self.peers is not None:
+            self.peers.stop()
+
+    def dead(self) -> dict[int, str]:
+        """The ranks known dead, rank -> why (read from the store at most once per beat)."""
+        if self.peers is not None:
+            return dict(self.peers.dead)
+        now = time.monotonic()
+        if not self._cached and now - self._read_at >= PEER_BEAT_S:
+            self._read_at = now
+            self._cached = read_dead(self.store)
+        return dict(self._cached)
+
+    def abort_reason(self) -> str:
+        """Why the probes must stop now ("" to go on): a dead rank, named."""
+        dead = self.dead()
+        return "; ".join(f"rank {r} is dead: {why}" for r, why in sorted(dead.items()))
+
+
+def bounded(call: Callable[[], T], timeout_s: float, watch: Watch) -> T:
+    """call() in a daemon thread, given up when a peer is known dead or after timeout_s (StillRunning).
+
+    For the probes' set-up (backend vote, process group, DeviceMesh), whose store waits
+    cannot be interrupted from Python: a rank that never joins would hold every other rank
+    until the process group's own timeout. An abandoned call keeps its thread; the caller must
+    then leave the process by os._exit (runner._leave), never tear the group down.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True, name="preflight-probe-setup")
+    thread.start()
+    wait_until(lambda: not thread.is_alive(), timeout_s, stop_if=lambda: bool(watch.dead()), max_poll_s=0.1)
+    if thread.is_alive():
+        deadline.abandon(thread)
+        raise StillRunning(watch.abort_reason() or f"did not finish within {timeout_s:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -1,0 +1,56 @@
+"""A per-run secret (PREFLIGHT_SECRET) proves what is in the store comes from this run (steps/run_auth.py).
+
+Real Exchange objects on a real loopback TCPStore; the foreign process is a plain store client
+that knows the run's prefix and nonce (anyone connected can read both) but not the secret.
+"""
+
+from __future__ import annotations
+
+from torch.distributed import PrefixStore, TCPStore
+
+from preflight.model import RankFacts, World
+from preflight.steps.exchange import Exchange, RankPayload
+
+
+def _world(rank: int, port: int) -> World:
+    return World(launcher="env", rank=rank, world_size=3, host=f"node{rank}", master_addr="127.0.0.1",
+                 master_port=port, run_id="env")
+
+
+def _payload(rank: int, port: int) -> RankPayload:
+    return RankPayload(rank, RankFacts(rank=rank, host=f"node{rank}", world=_world(rank, port)))
+
+
+def test_with_a_run_secret_a_foreign_payload_and_a_forged_verdict_are_refused(monkeypatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_SECRET", "this-run")
+    lead = Exchange(_world(0, 0), timeout_s=10.0)
+    lead.open()
+    port = lead.world.master_port
+    member = Exchange(_world(1, port), timeout_s=10.0)
+    member.open()
+    assert member.store is not None and member.nonce == lead.nonce
+    member.publish(_payload(1, port))
+
+    # A foreign process: its own client, the run's prefix and nonce, another secret.
+    foreign = Exchange(_world(2, port), timeout_s=10.0)
+    foreign.store = PrefixStore(lead.prefix, TCPStore("127.0.0.1", port, None, False))
+    foreign.nonce, foreign.secret = lead.nonce, b"guessed"
+    foreign.publish(_payload(2, port))  # stands in for the absent rank 2
+    foreign.store.set("verdict", '{"exit_code": 0, "verdict": "passed"}')  # tries to end the run with 0
+
+    collected = lead.collect(timeout_s=2.0)
+    assert sorted(collected.payloads) == [1]
+    assert "PREFLIGHT_SECRET" in collected.bad_payloads[2]  # RUN002, never counted present
+    assert member.wait_for("verdict", 0.5) is None  # the forged verdict is not adopted
+    lead.announce("verdict", {"exit_code": 3, "verdict": "failed"})
+    assert member.wait_for("verdict", 5.0)["exit_code"] == 3
+
+
+def test_a_rank_with_another_secret_refuses_the_store_instead_of_publishing_into_it(monkeypatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_SECRET", "first-job")
+    lead = Exchange(_world(0, 0), timeout_s=10.0)
+    lead.open()
+    monkeypatch.setenv("PREFLIGHT_SECRET", "second-job")  # another job's rank, same port, same run id "env"
+    other = Exchange(_world(1, lead.world.master_port), timeout_s=10.0)
+    other.open()
+    assert other.store is None and other.foreign and "PREFLIGHT_SECRET" in other.store_error
