@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from preflight.lib.ib_hca import HcaFilter
 from preflight.model import GpuFacts, IbPort, ProbeResult, RankFacts
 
 # GB/s per link, one direction, by NVLink generation (GpuFacts.nvlink_version; gpus.py maps
@@ -65,35 +66,13 @@ def nvlink_of(facts: RankFacts, device_id: str = "") -> Link | None:
     return Link(links * per_link, f"NVLink{generation} x{links}")
 
 
-def _hca_filter(spec: str) -> tuple[bool, bool, list[tuple[str, str]]]:
-    """NCCL_IB_HCA: (exclude, exact, [(device, port)]): `^` excludes, `=` matches names exactly, else prefixes."""
-    spec = spec.strip()
-    exclude = spec.startswith("^")
-    spec = spec.lstrip("^")
-    exact = spec.startswith("=")
-    spec = spec.lstrip("=")
-    entries = []
-    for item in filter(None, (x.strip() for x in spec.split(","))):
-        device, _, port = item.partition(":")
-        entries.append((device, port))
-    return exclude, exact, entries
-
-
 def nccl_ports(facts: RankFacts) -> list[IbPort]:
     """The RDMA ports NCCL would use here: ACTIVE, filtered by NCCL_IB_HCA; none with NCCL_IB_DISABLE=1."""
     if facts.env.get("NCCL_IB_DISABLE", "").strip() == "1":
         return []
     active = [p for p in facts.network.ib_ports if p.state.upper().endswith("ACTIVE") and p.rate_gbps]
-    spec = facts.env.get("NCCL_IB_HCA", "")
-    if not spec.strip():
-        return active
-    exclude, exact, entries = _hca_filter(spec)
-
-    def listed(port: IbPort) -> bool:
-        return any((port.device == d if exact else port.device.startswith(d)) and (not p or str(port.port) == p)
-                   for d, p in entries)
-
-    return [p for p in active if listed(p) != exclude]
+    hca = HcaFilter.parse(facts.env.get("NCCL_IB_HCA"))
+    return active if hca is None else [p for p in active if hca.allows(p.device, p.port)]
 
 
 def network_link_of(facts: RankFacts, backend: str = "") -> Link | None:

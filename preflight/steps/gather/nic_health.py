@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from preflight.lib.ib_hca import HcaFilter
 from preflight.model import IbCounters, IbPort, RankFacts
 from preflight.model.health_facts import port_key
 
@@ -36,24 +37,10 @@ PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
 def select_ports(spec: str | None, ports: Sequence[IbPort]) -> list[IbPort]:
     """The ports NCCL_IB_HCA selects (NCCL's rules), or every ACTIVE one when it is unset or empty."""
-    if not spec or not spec.strip():
+    hca = HcaFilter.parse(spec)
+    if hca is None:
         return [p for p in ports if p.state == "ACTIVE"]
-    text = spec.strip()
-    exclude = text.startswith("^")
-    text = text.lstrip("^")
-    exact = text.startswith("=")
-    text = text.lstrip("=")
-    wanted = []
-    for entry in (part.strip() for part in text.split(",")):
-        if entry:
-            name, _, port = entry.partition(":")
-            wanted.append((name, port))
-
-    def matches(p: IbPort) -> bool:
-        return any((p.device == name if exact else p.device.startswith(name)) and (not port or str(p.port) == port)
-                   for name, port in wanted)
-
-    return [p for p in ports if matches(p) != exclude]
+    return [p for p in ports if hca.allows(p.device, p.port)]
 
 
 def read_counters(sysfs_root: str, ports: Sequence[IbPort]) -> list[IbCounters]:
