@@ -176,6 +176,8 @@ class Liveness:
     def __init__(self, store: Any, timeout_s: float, stall_s: float = STALL_S) -> None:
         self.store, self.stall_s = store, stall_s
         self.deadline = time.monotonic() + timeout_s
+        if store is None:  # already lost (rank 0 is gone): only --out-dir can answer, for a short grace
+            self.deadline = min(self.deadline, time.monotonic() + STORE_LOST_GRACE_S)
         self.last_beat = -1
         self.last_beat = self._beat()  # beats before the wait began do not count
 

@@ -51,13 +51,13 @@ def test_held_master_port_fails_fast_on_every_rank(held_port, tmp_path: Path) ->
     port, holder = held_port
     report = tmp_path / "r.json"
     # A long --timeout, so "did not wait it out" can have generous headroom on a loaded machine.
-    runs = spawn_env_ranks(2, ["--timeout", "120", "--skip", "probe", "--json", str(report)], port=port,
-                           common_env={"PREFLIGHT_JOB_ID": "4242"}, timeout=180)
+    runs = spawn_env_ranks(2, ["--timeout", "60", "--skip", "probe", "--json", str(report)], port=port,
+                           common_env={"PREFLIGHT_JOB_ID": "4242"}, timeout=120)
     zero, one = runs[0], runs[1]
     assert zero.returncode == 3, zero.stdout + zero.stderr
-    # Rank 0 exits 3 naming the port and the holder's pid without waiting out --timeout (120 s);
+    # Rank 0 exits 3 naming the port and the holder's pid without waiting out --timeout (60 s);
     # the phases show it did not wait at all.
-    assert zero.elapsed_s < 60, zero.elapsed_s
+    assert zero.elapsed_s < 50, zero.elapsed_s
     assert sum(read_json(report)["meta"]["phases"].values()) < 5.0
     assert f"MASTER_PORT {port}" in zero.stdout and f"pid {holder.pid}" in zero.stdout, zero.stdout
     found = {f["check_id"]: f for f in read_json(report)["findings"]}
@@ -65,7 +65,7 @@ def test_held_master_port_fails_fast_on_every_rank(held_port, tmp_path: Path) ->
     suggested = found["PORT001"]["data"]["suggested_port"]
     assert suggested and suggested != port and not port_in_use(suggested)
     # The other rank reached a listener that is no store: it gives up, non-zero, well within --timeout.
-    assert one.returncode != 0 and one.elapsed_s < 60, one.stdout + one.stderr
+    assert one.returncode != 0 and one.elapsed_s < 50, one.stdout + one.stderr
     assert "did not answer as a c10d store" in one.stdout, one.stdout
 
 
@@ -77,10 +77,10 @@ def test_second_job_on_the_same_port_gets_a_clear_error(tmp_path: Path) -> None:
     try:
         deadline_ok = _wait_listening(port, 30)
         assert deadline_ok, "the first job never listened"
-        runs = spawn_env_ranks(2, ["--timeout", "120", "--skip", "probe"], port=port,
-                               common_env={"PREFLIGHT_JOB_ID": "second"}, timeout=180)
+        runs = spawn_env_ranks(2, ["--timeout", "60", "--skip", "probe"], port=port,
+                               common_env={"PREFLIGHT_JOB_ID": "second"}, timeout=120)
         assert runs[0].returncode == 3 and f"pid {first.pid}" in runs[0].stdout, runs[0].stdout
-        assert runs[1].returncode != 0 and runs[1].elapsed_s < 60  # well within --timeout (120 s)
+        assert runs[1].returncode != 0 and runs[1].elapsed_s < 50  # within --timeout (60 s)
         assert "belongs to another run" in runs[1].stdout and "env-first" in runs[1].stdout, runs[1].stdout
     finally:
         first.kill()

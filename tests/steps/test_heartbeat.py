@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from torch.distributed import TCPStore
 
-from preflight.steps.heartbeat import HEARTBEAT_KEY, Heartbeat, Liveness, stage_budget_s
+from preflight.steps.heartbeat import HEARTBEAT_KEY, STORE_LOST_GRACE_S, Heartbeat, Liveness, stage_budget_s
 
 
 class CountingStore:
@@ -83,3 +83,9 @@ def wait_until_true(condition, timeout_s: float) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def test_a_wait_that_starts_after_the_store_was_lost_gets_only_the_grace() -> None:
+    # Seen with rank 0 killed during the probes: the followers' verdict wait began with the store
+    # already gone and ran out the whole --timeout + --probe-timeout + margin instead of the grace.
+    assert Liveness(None, 600).time_left() <= STORE_LOST_GRACE_S
