@@ -9,6 +9,7 @@ rank that never reaches setup.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 import torch.distributed as dist
 
 from preflight.probes import setup
-from tests.helpers.ranks import Placement, free_port, plant_env, read_json, spawn_env_ranks
+from tests.helpers.ranks import Placement, free_port, plant_env, read_json, start_rank, wait_for_ranks
 
 
 def test_a_body_that_returns_or_raises_is_handed_back() -> None:
@@ -69,12 +70,18 @@ EXIT_BOUND_S = 60  # "does not hang": the 2 s probe deadline + 5 s process-group
 
 def test_a_rank_that_never_reaches_setup_is_named_and_rank_0_exits_3(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    runs = spawn_env_ranks(2, ["--ops", "all_reduce", "--sizes", "64KiB", "--probe-timeout", "2",
-                               "--json", str(out)],
-                           place={1: Placement(env=plant_env(tmp_path, {1: HELD_UP_BEFORE_SETUP.format(seconds=12)}))},
-                           timeout=EXIT_BOUND_S + 30)
+    args = ["run", "--ops", "all_reduce", "--sizes", "64KiB", "--probe-timeout", "2", "--json", str(out)]
+    port, started = free_port(), time.monotonic()
+    held = Placement(env=plant_env(tmp_path, {1: HELD_UP_BEFORE_SETUP.format(seconds=12)}))
+    procs = {rank: start_rank(rank, 2, args, placement=held if rank == 1 else Placement(), port=port)
+             for rank in range(2)}
+    try:
+        runs = wait_for_ranks({0: procs[0]}, started, EXIT_BOUND_S)  # rank 1's own ending is not the point
+    finally:
+        procs[1].kill()
+        procs[1].communicate()
     report = read_json(out)
     (hang,) = [f for f in report["findings"] if f["check_id"] == "BW002"]
     assert hang["ranks"] == [1] and hang["data"]["culprits"] == {"1": "never reached communicator setup"}, hang
     assert "communicator setup" in hang["message"] and hang["data"]["waiting"] == [0]
-    assert runs[0].returncode == 3 and runs[0].elapsed_s < EXIT_BOUND_S, (runs[0].elapsed_s, runs[0].stderr[-1500:])
+    assert runs[0].returncode == 3 and "killed after timeout" not in runs[0].stderr, runs[0].stderr[-1500:]
