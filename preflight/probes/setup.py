@@ -4,9 +4,10 @@ With `device_id` (eager init) `init_process_group` and every `new_group` block i
 ncclCommInitRank until all ranks of the group have connected. No torch timeout covers that
 wait: the process-group timeout bounds the store exchange of the NCCL id, not NCCL's own
 bootstrap. A GPU that hangs in context creation (cuda.set_device) is just as unbounded.
-So session.open_session runs in a helper thread, joined until the deadline; when it is not
-back by then, this rank stops waiting and reports, and its process leaves by os._exit
-once the verdict is out (the thread may never return).
+So session.open_session runs in a helper thread (liveness.bounded, which also gives up at
+once when a peer is known dead), joined until the deadline; when it is not back by then, this
+rank stops waiting and reports, and its process leaves by os._exit once the verdict is out
+(the thread may never return).
 
 Each rank records in the store which setup stage it has reached. A rank has no record when
 it never reached setup. When setup times out, rank 0 blames the ranks furthest behind. When
@@ -16,23 +17,24 @@ connect them, which is a network finding, not a rank's.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-# Stages of session.open_session in order; "done" is set by open_bounded once it returned.
+# Stages of session.open_session in order; "done" is set by the caller once it returned.
 STAGES = ("started", "bind GPU", "process group", "control group", "DeviceMesh", "world group", "done")
 # Beyond the process-group timeout (probe timeout + 5 s): a store wait's own error, which
 # says what it waited for, comes first where there is one; this deadline catches the rest.
 SETUP_GRACE_S = 10.0
 MAX_BLAMED_LOOKUPS = 4096  # store lookups rank 0 makes to name laggards (one per rank)
 
-T = TypeVar("T")
 
 
 class SetupTimeout(Exception):
-    """Communicator setup was not back before its deadline (the helper thread may still be inside it)."""
+    """Communicator setup was not back before its deadline (the helper thread may still be inside it).
+
+    Raised as liveness.StillRunning, its subclass, by liveness.bounded.
+    """
 
 
 def stage_key(rank: int) -> str:
@@ -45,26 +47,6 @@ def marker(store: Any, rank: int, host: str) -> Callable[[str], None]:
     def mark(stage: str) -> None:
         store.set(stage_key(rank), f"{stage}\t{host}")
     return mark
-
-
-def open_bounded(body: Callable[[], T], deadline_s: float, name: str = "preflight-probe-setup") -> T:
-    """body() in a daemon thread, waited on for at most deadline_s; its result, its exception, or SetupTimeout."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = body()
-        except BaseException as exc:  # handed back to the caller's thread as is
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    thread.join(deadline_s)
-    if thread.is_alive():
-        raise SetupTimeout(f"communicator setup was not done within {deadline_s:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 @dataclass

@@ -16,20 +16,26 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from preflight.probes import setup
+from preflight.model import World
+from preflight.probes import liveness, setup
 from tests.helpers.ranks import Placement, free_port, plant_env, read_json, start_rank, wait_for_ranks
 
 
+def _alone() -> liveness.Watch:
+    """A one-rank watch: no peer can die, so only the deadline ends a bounded call."""
+    return liveness.Watch(World("test", 0, 1), dist.HashStore())
+
+
 def test_a_body_that_returns_or_raises_is_handed_back() -> None:
-    assert setup.open_bounded(lambda: 42, 30) == 42
+    assert liveness.bounded(lambda: 42, 30, _alone()) == 42
     with pytest.raises(KeyError):
-        setup.open_bounded(lambda: {}["missing"], 30)
+        liveness.bounded(lambda: {}["missing"], 30, _alone())
 
 
 def test_a_body_that_never_returns_ends_in_setup_timeout() -> None:
     never = threading.Event()
-    with pytest.raises(setup.SetupTimeout, match=r"not done within 0\.5 s"):
-        setup.open_bounded(never.wait, 0.5)
+    with pytest.raises(setup.SetupTimeout, match=r"did not finish within 0\.5s"):
+        liveness.bounded(never.wait, 0.5, _alone())
     never.set()  # let the helper thread go
 
 
