@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import site
 import subprocess
 import sys
@@ -24,7 +25,11 @@ def test_fresh_venv_install_runs_outside_the_source_tree(tmp_path: Path) -> None
     # torch and the other dependencies come from the test environment (a second copy of torch
     # would cost a minute and 900 MB); preflight itself is installed, not editable, with --no-deps.
     (Path(purelib) / "deps-from-test-env.pth").write_text(site.getsitepackages()[0] + "\n")
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(REPO)], check=True, timeout=300,
+    # From a copy without build outputs: setuptools reuses a checkout's stale build/lib.
+    source = tmp_path / "source"
+    skipped = shutil.ignore_patterns(".*", "build", "*.egg-info", "artifacts", "__pycache__")
+    shutil.copytree(REPO, source, ignore=skipped)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(source)], check=True, timeout=300,
                    capture_output=True)
     installed = sorted(p.name for p in Path(purelib).iterdir())
     assert "preflight" in installed and "checks" not in installed and "reports" not in installed

@@ -132,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     launch = commands.add_parser("launch", help="spawn N local ranks with torch's elastic launcher",
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     launch.add_argument("-n", "--nproc", type=_local_ranks, default=4, help="local ranks to spawn (default 4)")
+    launch.add_argument("--start-method", choices=("forkserver", "exec"), default="forkserver",
+                        help="forkserver (default): ranks fork from one process that imported torch once; "
+                             "exec: every rank is a new `preflight run` process, as torchrun starts a "
+                             "training script (each imports torch; per-interpreter hooks such as "
+                             "sitecustomize run in every rank)")
     add_run_options(launch)
 
     listing = commands.add_parser("list", help="list every check with its id, tag, scope and severity")
@@ -229,7 +234,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "launch":
         from preflight.commands.launch import launch
 
-        return launch(args.nproc, argv[1:], options)
+        return launch(args.nproc, argv[1:], options, args.start_method)
     from preflight.runner import run
 
     with interrupts_raised():

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
 import subprocess
 import sys
 
+import psutil
+
 from preflight.reports.json import load as load_report
-from tests.helpers.ranks import base_env, free_port, plant_env, run_cli
+from tests.helpers.ranks import EXEC, base_env, free_port, plant_env, run_cli
 
 
 def test_launch_four_ranks_passes(tmp_path) -> None:
@@ -23,9 +26,32 @@ def test_launch_four_ranks_passes(tmp_path) -> None:
     assert {f.env.get("OMP_NUM_THREADS") for f in report.ranks} == {"1"}
 
 
+
+TWO_LAUNCHES = """
+import os, sys
+from preflight.commands.cli import main
+os.environ["NCCL_DEBUG"] = "WARN"
+first = main(["launch", "-n", "2", "--skip", "probe", "--json", "first.json", "--quiet"])
+os.environ["NCCL_DEBUG"] = "INFO"
+second = main(["launch", "-n", "2", "--skip", "probe", "--json", "second.json", "--quiet"])
+sys.exit(10 * first + second)
+"""
+
+
+def test_forked_ranks_run_in_each_launchs_own_environment_and_folder(tmp_path) -> None:
+    """The ranks fork from one forkserver per process, started with the first launch's environment:
+    a second launch from the same process must still hand its ranks its own variables and folder."""
+    done = subprocess.run([sys.executable, "-c", TWO_LAUNCHES], cwd=tmp_path, env=base_env(), capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name, value in (("first.json", "WARN"), ("second.json", "INFO")):
+        report = load_report(tmp_path / name)  # a relative --json lands in the launch's folder
+        assert [f.rank for f in report.ranks] == [0, 1]
+        assert {f.env.get("NCCL_DEBUG") for f in report.ranks} == {value}, name
+
 def test_launch_exits_3_naming_the_rank_with_async_error_handling_off(tmp_path) -> None:
     planted = plant_env(tmp_path, {3: 'os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"'})
-    result = run_cli(["launch", "-n", "4", "--skip", "probe", "--json", str(tmp_path / "r.json")], planted,
+    result = run_cli(["launch", "-n", "4", *EXEC, "--skip", "probe", "--json", str(tmp_path / "r.json")], planted,
                      timeout=180)
     assert result.returncode == 3, result.stdout + result.stderr
     report = load_report(tmp_path / "r.json")
@@ -50,7 +76,7 @@ def test_torchrun_workers_resolve_and_join_the_agent_store(tmp_path) -> None:
 def test_sigterm_to_launch_ends_in_exit_4_with_rank_0s_partial_report(tmp_path) -> None:
     """scancel or a Slurm time limit: one line, exit 4 (incomplete), rank 0's report written; no traceback."""
     planted = plant_env(tmp_path, {1: "import time\ntime.sleep(300)"})  # rank 1 never reports
-    proc = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", "2", "--skip", "probe",
+    proc = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", "2", *EXEC, "--skip", "probe",
                              "--timeout", "120", "--json", str(tmp_path / "r.json")],
                             env=base_env(planted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
@@ -102,27 +128,29 @@ def test_two_torchrun_agents_on_one_host_are_two_nodes_with_a_warning(tmp_path) 
 
 
 def test_a_rank_killed_mid_probe_under_launch_is_named_dead_not_the_ranks_stopped_after_it(tmp_path) -> None:
-    """The agent stops every rank once one dies: the launcher names the dead one, with its signal."""
-    planted = plant_env(tmp_path, {3: """
-        import signal, torch.distributed as dist
-        real, calls = dist.all_to_all_single, [0]
-        def all_to_all_single(*args, **kwargs):
-            calls[0] += 1
-            if calls[0] == 3:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return real(*args, **kwargs)
-        dist.all_to_all_single = all_to_all_single
-    """})
-    result = run_cli(["launch", "-n", "4", "--ops", "all_to_all", "--sizes", "64KiB", "--iters", "2",
-                      "--warmup", "1", "--json", str(tmp_path / "r.json"), "--text", str(tmp_path / "r.txt")],
-                     env=planted, timeout=240)
-    assert result.returncode == 3, result.stdout + result.stderr
-    assert "rank 3 died: killed by SIGKILL" in result.stderr
+    """The OOM killer's way: SIGKILL from outside to one forked worker while the probes run. The agent
+    stops every rank once one dies: the launcher names the dead one, with its signal and pid."""
+    proc = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", "4", "--ops", "all_reduce",
+                             "--sizes", "4MiB", "--iters", "5000", "--probe-timeout", "120",
+                             "--json", str(tmp_path / "r.json"), "--text", str(tmp_path / "r.txt")],
+                            env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # rank 0's phase lines: the probes start after the cross checks
+        if "cross checks done" in line:
+            break
+    [forkserver] = [child for child in psutil.Process(proc.pid).children() if "forkserver" in " ".join(child.cmdline())]
+    workers = sorted(forkserver.children(), key=lambda worker: worker.pid)
+    assert len(workers) == 4
+    victim = workers[-1].pid  # forked last: not rank 0, which must live to write the report
+    os.kill(victim, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 3, stdout + stderr
     report = load_report(tmp_path / "r.json")
     [dead] = [f for f in report.findings if f.check_id == "RUN008"]
-    assert dead.ranks == [3] and "SIGKILL" in dead.message
-    assert report.exit_code == 3 and report.missing_ranks in ([], [3])
-    assert not [f for f in report.findings if f.check_id in ("RANK001", "BW002") and set(f.ranks) - {3}]
+    assert "SIGKILL" in dead.message and f"(pid {victim})" in dead.message and len(dead.ranks) == 1
+    assert f"rank {dead.ranks[0]} died: killed by SIGKILL (pid {victim})" in stderr
+    assert report.exit_code == 3 and report.missing_ranks in ([], dead.ranks)
+    assert not [f for f in report.findings if f.check_id in ("RANK001", "BW002") and set(f.ranks) - set(dead.ranks)]
     assert "RUN008" in (tmp_path / "r.txt").read_text()  # every file the user asked for is amended
 
 
@@ -140,8 +168,8 @@ def test_a_rank_killed_during_the_exchange_under_launch_is_named_and_the_stopped
             os.kill(os.getpid(), signal.SIGKILL)
         exchange.Exchange.publish = publish
     """})
-    result = run_cli(["launch", "-n", "4", "--skip", "probe", "--timeout", "60", "--json", str(tmp_path / "r.json")],
-                     env=planted, timeout=240)
+    result = run_cli(["launch", "-n", "4", *EXEC, "--skip", "probe", "--timeout", "60",
+                      "--json", str(tmp_path / "r.json")], env=planted, timeout=240)
     assert result.returncode == 3, result.stdout + result.stderr
     report = load_report(tmp_path / "r.json")
     assert [f.ranks for f in report.findings if f.check_id == "RUN008"] == [[2]]

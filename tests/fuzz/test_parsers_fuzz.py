@@ -204,7 +204,8 @@ def stub_run(monkeypatch: pytest.MonkeyPatch) -> list:
 
     calls: list = []
     monkeypatch.setattr(preflight.runner, "run", lambda options: calls.append(options) or 0)
-    monkeypatch.setattr(preflight.commands.launch, "launch", lambda n, argv, options: calls.append(options) or 0)
+    monkeypatch.setattr(preflight.commands.launch, "launch",
+                        lambda n, argv, options, start_method: calls.append(options) or 0)
     monkeypatch.setattr(preflight.commands.rerender, "rerender", lambda args: 0)
     for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PET_NNODES"):
         monkeypatch.delenv(name, raising=False)

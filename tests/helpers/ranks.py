@@ -163,6 +163,11 @@ def wait_for_ranks(procs: Mapping[int, subprocess.Popen[str]], started: float, t
     return results
 
 
+# `preflight launch` forks its ranks from a forkserver unless told otherwise, and a fork runs no
+# sitecustomize: a launch whose ranks carry plants must start each rank as its own interpreter.
+EXEC = ["--start-method", "exec"]
+
+
 def plant_env(folder: Path, plants: Mapping[int, str]) -> dict[str, str]:
     """Env that makes each rank in `plants` run its code at interpreter start, nobody else.
 
@@ -171,6 +176,7 @@ def plant_env(folder: Path, plants: Mapping[int, str]) -> dict[str, str]:
     launcher's own process has none, so it runs nothing). Pass every rank's plant in one call:
     Python imports only the first sitecustomize.py on its path, so a second one would
     silently never run; this refuses to write one where one already is on PYTHONPATH.
+    Under `preflight launch`, pass EXEC so that every rank starts an interpreter of its own.
     """
     existing = os.environ.get("PYTHONPATH", "")
     shadowed = [entry for entry in existing.split(os.pathsep) if entry and Path(entry, "sitecustomize.py").exists()]

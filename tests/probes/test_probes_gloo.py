@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 
 from preflight.lib.mesh_shape import dim_groups, resolve_mesh
-from tests.helpers.ranks import plant_env, read_json, run_cli
+from tests.helpers.ranks import EXEC, plant_env, read_json, run_cli
 
 SMALL = ["--sizes", "64KiB,256KiB", "--warmup", "1", "--iters", "3"]
 
 
 def _launch(tmp_path: Path, n: int, args: list[str], env: dict[str, str] | None = None) -> tuple[int, dict]:
     out = tmp_path / "report.json"
+    if env and "PYTHONPATH" in env:  # plants run at interpreter start: every rank its own interpreter
+        args = [*EXEC, *args]
     proc = run_cli(["launch", "-n", str(n), *args, "--json", str(out)], env=env, timeout=240)
     assert out.exists(), proc.stdout + proc.stderr
     return proc.returncode, read_json(out)
