@@ -7,6 +7,7 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -214,6 +215,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInput as exc:
         print(f"preflight: error: {exc}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
+    except BrokenPipeError:
+        return _reader_gone(args.command)
+
+
+def _reader_gone(command: str) -> int:
+    """stdout's reader left (`preflight list | head`): no traceback, now or at exit.
+
+    Listing and explaining printed what the reader wanted; anything else lost output on the way,
+    which is an incomplete run (the reports written to files are unaffected).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+    return int(ExitCode.PASSED if command in ("list", "explain") else ExitCode.INCOMPLETE)
 
 
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from tests.helpers.ranks import run_cli
+from tests.helpers.ranks import base_env, run_cli
 
 
 @pytest.mark.parametrize(
@@ -44,3 +47,14 @@ def test_list_and_explain() -> None:
     assert listing.returncode == 0 and "NCCL001" in listing.stdout and "RANK001" in listing.stdout
     explained = run_cli(["explain", "nccl001"])
     assert explained.returncode == 0 and "watchdog" in explained.stdout and "What to do" in explained.stdout
+
+
+@pytest.mark.parametrize("command", [["list", "--markdown"], ["explain", "BW011"]])
+def test_a_reader_that_leaves_early_gets_no_traceback(command: list[str]) -> None:
+    """`preflight list | head -1`: the pipe closes before preflight writes; exit 0, no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "preflight", *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=base_env())
+    assert proc.stdout is not None
+    proc.stdout.close()  # before the interpreter is even up: every write meets a closed pipe
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in stderr, stderr
