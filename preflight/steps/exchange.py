@@ -94,7 +94,12 @@ class Exchange:
 
     def _claim(self) -> None:
         """Claim this rank in the store (steps/roster.py); a second claimant stops here (RankTaken, exit 2)."""
-        if roster.claim(self.store, self.world.rank, self.world.host) > 1:
+        try:
+            first = roster.claim(self.store, self.world.rank, self.world.host) == 1
+        except Exception as exc:  # the store went away as this rank joined: the dir may still answer
+            self.store, self.store_error = None, _one_line(exc)
+            return
+        if not first:
             raise roster.taken(self.store, self.world)
         if self.world.rank != 0:  # rank 0 collects; every other rank shows it is alive until the go
             self.beat = roster.start_beat(self.store, self.world.rank, self.world.world_size)
