@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from preflight.checks.run_findings import foreign_findings_dropped, rank_died, unreadable_payload
 from preflight.model import CheckOutcome, Finding, RankFacts
 from preflight.model.codec import BadPayload
-from preflight.steps.wire import RankPayload, SharedSections, from_wire
+from preflight.steps.wire import RankPayload, SharedSections, from_wire, merged_outcomes
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Collected:
         for rank in sorted(payloads):
             if rank != own.rank:
                 findings += own_findings_only(payloads[rank])
-        outcomes = [o for rank in sorted(payloads) if rank != own.rank for o in payloads[rank].outcomes]
+        outcomes = merged_outcomes(payloads[rank] for rank in sorted(payloads) if rank != own.rank)
         for rank, reason in sorted(self.bad_payloads.items()):
             findings += unreadable_payload.report(rank=rank, reason=reason)
         for rank, dead in sorted(self.dead.items()):
