@@ -53,7 +53,8 @@ def missing_ranks(job: JobView) -> Iterable[Problem]:
     Where the launcher says where the rank should run (Slurm's nodelist and task layout, or
     a torchrun node whose other ranks did report), the finding names that host.
     """
-    present = {facts.rank for facts in job.ranks}
+    # A rank claimed twice is RANK002's, one that died after joining RUN008's: not "did not report".
+    present = {facts.rank for facts in job.ranks} | set(job.duplicate_ranks) | set(job.dead_ranks)
     missing = [rank for rank in range(job.world_size) if rank not in present]
     if not missing:
         return
@@ -83,10 +84,13 @@ def duplicate_ranks(job: JobView) -> Iterable[Problem]:
     Duplicates come from exporting RANK in a job script (every task inherits the same value)
     or from two launches sharing one MASTER_PORT.
     """
-    # Rank 0 keeps one payload per rank, so duplicates show as a rank whose pid/host differs
-    # from what it claims; the runner records those in job.duplicate_ranks.
-    for rank, hosts in sorted(job.duplicate_ranks.items()):
-        yield Problem(f"rank {rank} is claimed by more than one process", ranks=[int(rank)], hosts=hosts)
+    # Every process claims its rank in the store (preflight/steps/roster.py); rank 0 counts
+    # neither claimant of a rank claimed twice (it cannot tell which is its job's own).
+    for rank, claimants in sorted(job.duplicate_ranks.items()):
+        who = ", ".join(f"{host} pid {pid}" for host, pid in claimants[:8]) or "processes not named in time"
+        yield Problem(f"rank {rank} was claimed by {max(2, len(claimants))} processes ({who}): two jobs share "
+                      "MASTER_ADDR:MASTER_PORT, or several processes have the same RANK; neither is counted as "
+                      f"rank {rank}", ranks=[int(rank)], hosts=sorted({host for host, _ in claimants}))
 
 
 _AGREED_FIELDS = ("world_size", "master_addr", "master_port")

@@ -128,7 +128,8 @@ def rank_died(rank: int, host: str, how: str, when: str) -> Iterable[Problem]:
     """A rank died during the run: killed, crashed, or stopped answering.
 
     Told by the launcher where it knows (`preflight launch`: the signal or exit code), else by
-    the rank's heartbeat stopping while the probes ran. Ranks that a launcher stopped after
+    the rank's heartbeat stopping: while the probes ran, or during the exchange, after the rank
+    joined the store and before its facts arrived. Ranks that a launcher stopped after
     the death are not blamed; the dead rank is.
     """
     where = f" on {host}" if host else ""

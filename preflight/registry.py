@@ -87,12 +87,14 @@ class JobView(CheckContext):
     """What a cross check receives, on rank 0: the whole job as one typed object.
 
     Every reporting rank's facts, the run settings, and what rank 0 learned while collecting:
-    ranks claimed by more than one process, and the reachability step's outcome
+    ranks claimed by more than one process (counted as neither), ranks that died after joining
+    the store, and the reachability step's outcome
     (preflight/steps/tcp_reach.py; None when the step did not run).
     """
 
     ranks: list[RankFacts] = field(default_factory=list)
-    duplicate_ranks: dict[int, list[str]] = field(default_factory=dict)  # rank -> every claimant's host
+    duplicate_ranks: dict[int, list[tuple[str, int]]] = field(default_factory=dict)  # rank -> each claimant (host, pid)
+    dead_ranks: list[int] = field(default_factory=list)  # died during the exchange (RUN008 names them)
     reachability: dict[str, Any] | None = None
 
 

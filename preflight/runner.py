@@ -176,7 +176,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
     with phases.step("cross checks"):  # 6
         job = JobView(**vars(ctx), ranks=record.all_facts, duplicate_ranks=collected.duplicates,
-                      reachability=record.reachability)
+                      dead_ranks=sorted(collected.dead), reachability=record.reachability)
         found, outcomes = run_checks(select_checks(CROSS, options.only, options.skip), job, ctx,
                                      options.check_timeout_s, rank=0, host=record.world.host)
         record.findings += found

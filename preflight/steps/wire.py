@@ -1,6 +1,6 @@
 """A rank's payload on the wire: O(1) in N per rank, and cheap for rank 0 to read 16,384 of.
 
-What crosses the store (or the --out-dir file) is the RankPayload, with two changes that keep
+What crosses the store (or the --out-dir file) is the RankPayload, with three changes that keep
 the exchange linear and rank 0's decode fast:
 
 - nothing world-sized: the launcher's layout (World.expected_hosts, every rank's host under
@@ -8,10 +8,13 @@ the exchange linear and rank 0's decode fast:
   made the exchange O(N^2) (5.7 GB at 16,384 ranks);
 - the environment in two parts: `facts.env` holds the variables that are the same on most
   ranks (sorted, so equal environments are equal bytes) and `own_env` those a launcher sets
-  per rank (RANK, SLURM_PROCID, ...; preflight.lib.env_drift.is_per_rank).
+  per rank (RANK, SLURM_PROCID, ...; preflight.lib.env_drift.is_per_rank);
+- the local checks' outcomes without their durations, which travel apart (`outcome_s`): the
+  outcomes were 44% of a payload's bytes and differed between ranks only by their durations.
+  Rank 0 merges them per distinct list (`merged_outcomes`), as the report merges them anyway.
 
-Rank 0 decodes each section that ranks share (environment, versions, limits, network, GPUs)
-once per distinct value, validated by the model's codec like everything else, and gives
+Rank 0 decodes each section that ranks share (environment, versions, limits, network, GPUs,
+outcomes) once per distinct value, validated by the model's codec like everything else, and gives
 every rank with that value the same object: 8x fewer network and GPU sections to decode (one
 per host), one environment for most of the job. Those shared objects are read-only.
 """
@@ -19,6 +22,7 @@ per host), one environment for most of the job. Those shared objects are read-on
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +52,9 @@ class RankPayload:
     findings: list[Finding] = field(default_factory=list)
     outcomes: list[CheckOutcome] = field(default_factory=list)
     own_env: dict[str, str] = field(default_factory=dict)  # on the wire only: see the module docstring
+    # The outcomes' durations, in order: on the wire the outcomes travel without them (see the
+    # module docstring); as rank 0 reads them, `outcomes` is shared by the ranks that sent the same list.
+    outcome_s: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -70,13 +77,14 @@ class _WireFacts:
 class _WirePayload:
     rank: int
     facts: _WireFacts
+    outcomes: msgspec.Raw  # list[CheckOutcome], decoded once per distinct value
     findings: list[Finding] = field(default_factory=list)
-    outcomes: list[CheckOutcome] = field(default_factory=list)
     own_env: dict[str, str] = field(default_factory=dict)
+    outcome_s: list[float] = field(default_factory=list)
 
 
 _SECTIONS: dict[str, Any] = {"env": dict[str, str], "versions": Versions, "system": SystemLimits,
-                             "network": NetworkFacts, "gpus": list[GpuFacts]}
+                             "network": NetworkFacts, "gpus": list[GpuFacts], "outcomes": list[CheckOutcome]}
 
 
 def to_wire(payload: RankPayload) -> bytes:
@@ -86,8 +94,10 @@ def to_wire(payload: RankPayload) -> bytes:
         world = dataclasses.replace(world, expected_hosts={})
     shared = dict(sorted((k, v) for k, v in facts.env.items() if not is_per_rank(k)))
     own = {k: v for k, v in facts.env.items() if is_per_rank(k)}
+    outcomes = [dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes]
     return encode(dataclasses.replace(payload, facts=dataclasses.replace(facts, world=world, env=shared),
-                                      own_env=own))
+                                      own_env=own, outcomes=outcomes,
+                                      outcome_s=[o.duration_s for o in payload.outcomes]))
 
 
 class SharedSections:
@@ -123,7 +133,35 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
                             network=shared.get("network", facts.network), gpus=shared.get("gpus", facts.gpus),
                             health=facts.health,
                             gather_errors=facts.gather_errors),
-            findings=wire.findings, outcomes=wire.outcomes,
+            findings=wire.findings, outcomes=_outcomes(shared, wire), outcome_s=wire.outcome_s,
         )
     except (TypeError, ValueError) as exc:
         raise BadPayload(str(exc)[:300]) from None
+
+
+def _outcomes(shared: SharedSections, wire: _WirePayload) -> list[CheckOutcome]:
+    outcomes = shared.get("outcomes", wire.outcomes)
+    if len(wire.outcome_s) != len(outcomes):
+        raise BadPayload(f"{len(wire.outcome_s)} check durations for {len(outcomes)} check outcomes")
+    return outcomes
+
+
+def merged_outcomes(payloads: Iterable[RankPayload]) -> list[CheckOutcome]:
+    """The check outcomes of these payloads, as merge_outcomes would merge them, in O(N + checks).
+
+    Ranks that sent the same outcomes share one list (decoded once); each such list is returned
+    once, with each check's longest duration over those ranks. A payload whose durations do not
+    match its outcomes (built in-process, not read from the wire) gives its outcomes as they are."""
+    longest: dict[int, tuple[list[CheckOutcome], list[float]]] = {}
+    loose: list[CheckOutcome] = []
+    for payload in payloads:
+        if len(payload.outcome_s) != len(payload.outcomes):
+            loose += payload.outcomes
+            continue
+        known = longest.get(id(payload.outcomes))
+        if known is None:
+            longest[id(payload.outcomes)] = (payload.outcomes, list(payload.outcome_s))
+        else:
+            known[1][:] = map(max, known[1], payload.outcome_s)
+    return loose + [dataclasses.replace(o, duration_s=s) for outcomes, durations in longest.values()
+                    for o, s in zip(outcomes, durations, strict=True)]

@@ -1,0 +1,149 @@
+"""Who is in this run's store during step 4: each rank's claim, and the beat of each rank that joined.
+
+Claims. Every rank claims its rank number as soon as it has joined the store, with an atomic
+counter (`claims/<rank>`, store.add), and leaves who it is (`claimant/<rank>/<n>`: host and
+pid). The first claimant goes on; a second one (two env:// jobs without a job id on one
+MASTER_PORT, or a RANK a job script exported to every task) is listed under `contested` and
+stops there with one line and exit 2 (`RankTaken`). Rank 0 counts neither process as that rank
+(it cannot tell which is its own job's) and names both (RANK002). Rank 0 claims rank 0 when it
+hosts the store; a rank 0 that finds MASTER_PORT held by a store carrying this run's mark
+(another job's rank 0) claims rank 0 there, so the job owning the port learns that a second
+job shares it.
+
+Beats. From its claim until it reads the go, a rank beats under `alive/<rank>` (the probes'
+peer beat, steps/heartbeat.py) and is listed under `claimed`. Rank 0's collect watches the
+beats of the ranks that claimed but have not published (`JoinedWatch`) and stops waiting for
+one silent for `stall_s(N)`: it died (killed, crashed or frozen) and is named by RUN008, long
+before --timeout. A rank that never joined cannot be told from a slow one: RANK001 after
+--timeout, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from preflight.lib.errors import BadInput
+from preflight.steps.collected import Collected, DeadRank
+from preflight.steps.heartbeat import CHUNK, PEER_BEAT_S, PEER_STALL_S, Heartbeat, peer_key
+
+CLAIMED_KEY = "claimed"  # "r," once per rank whose first claimant is in
+CONTESTED_KEY = "contested"  # "r," once per second (third, ...) claimant
+
+
+class RankTaken(BadInput):
+    """Another process already claimed this rank in this run's store: this one is not counted."""
+
+
+def beat_s(world_size: int) -> float:
+    """How often a joined rank beats: every second up to 4,096 ranks, then slower (the store's load)."""
+    return max(PEER_BEAT_S, world_size / 4096)
+
+
+def stall_s(world_size: int) -> float:
+    """How long a joined rank may be silent before rank 0 calls it dead: 10 beats, at least 10 s."""
+    return max(PEER_STALL_S, 10 * beat_s(world_size))
+
+
+def claim(store: Any, rank: int, host: str) -> int:
+    """Claim `rank` for this process; 1 when it is the first claimant (then it is listed as joined)."""
+    n = int(store.add(f"claims/{rank}", 1))
+    store.set(f"claimant/{rank}/{n}", json.dumps({"host": host, "pid": os.getpid()}))
+    if n == 1:
+        store.add(peer_key(rank), 1)  # the beat key exists before the rank is listed: rank 0 never waits on it
+        store.append(CLAIMED_KEY, f"{rank},")
+    else:
+        store.append(CONTESTED_KEY, f"{rank},")
+    return n
+
+
+def start_beat(store: Any, rank: int, world_size: int) -> Heartbeat:
+    """A joined rank's beat under `alive/<rank>`, until stopped (at the go) or the process ends."""
+    return Heartbeat(store, 0, beat_s(world_size), key=peer_key(rank), budget_s=float("inf")).start()
+
+
+def claimants(store: Any, rank: int) -> list[tuple[str, int]]:
+    """Every process that claimed `rank`, as (host, pid), first first (one not yet written is left out)."""
+    found = []
+    for n in range(1, int(store.add(f"claims/{rank}", 0)) + 1):
+        key = f"claimant/{rank}/{n}"
+        if store.check([key]):
+            found.append(_parse(store.get(key)))
+    return found
+
+
+def taken(store: Any, world: Any) -> RankTaken:
+    """What a second claimant is told: who holds the rank, and what that means."""
+    holders = claimants(store, world.rank)
+    first = f"{holders[0][0]} pid {holders[0][1]}" if holders else "another process"
+    return RankTaken(
+        f"rank {world.rank} of run {world.run_id!r} at {world.master_addr}:{world.master_port} is already claimed "
+        f"by {first}: two jobs share MASTER_ADDR:MASTER_PORT (give each its own port, PREFLIGHT_JOB_ID or "
+        "--run-id), or several processes were started with the same RANK; this process is not counted as "
+        f"rank {world.rank}")
+
+
+def listed(store: Any, key: str, world_size: int) -> set[int]:
+    """The ranks appended under `key` (CLAIMED_KEY, CONTESTED_KEY); nothing outside 0..N-1."""
+    if not store.check([key]):
+        return set()
+    ranks = {int(r) for r in bytes(store.get(key)).decode().split(",") if r.isascii() and r.isdigit()}
+    return {r for r in ranks if r < world_size}
+
+
+def take_contested(store: Any, collected: Collected, world_size: int) -> None:
+    """Rank 0: a rank claimed twice counts as neither claimant; its claimants are named."""
+    for rank in listed(store, CONTESTED_KEY, world_size) - collected.duplicates.keys():
+        collected.drop(rank)
+        collected.duplicates[rank] = []  # who, once the collect is over (a late claimant is named too)
+
+
+def name_claimants(store: Any, collected: Collected) -> None:
+    """Rank 0, at the end of the collect: every claimant of every contested rank."""
+    for rank in collected.duplicates:
+        collected.duplicates[rank] = claimants(store, rank)
+
+
+class JoinedWatch:
+    """Rank 0's watch, during the collect, over ranks that joined but have not published.
+
+    One look per beat at most: the joined list, then the beat counters of the ranks still
+    awaited (multi_get in chunks). A rank whose counter did not move for stall_s is dead.
+    """
+
+    def __init__(self, store: Any, world_size: int, own_rank: int = 0) -> None:
+        self.store, self.world_size, self.own_rank = store, world_size, own_rank
+        self.stall_s, self.poll_s = stall_s(world_size), beat_s(world_size)
+        self._seen: dict[int, tuple[bytes, float]] = {}
+        self._looked = 0.0
+
+    def look(self, collected: Collected, now: float | None = None) -> None:
+        """Record in `collected.dead` each awaited rank that stopped beating."""
+        now = time.monotonic() if now is None else now
+        if now - self._looked < self.poll_s:
+            return
+        self._looked = now
+        awaited = sorted(listed(self.store, CLAIMED_KEY, self.world_size) - collected.heard(self.own_rank))
+        for start in range(0, len(awaited), CHUNK):
+            chunk = awaited[start:start + CHUNK]
+            for rank, value in zip(chunk, self.store.multi_get([peer_key(r) for r in chunk]), strict=True):
+                last, since = self._seen.get(rank, (b"", now))
+                if value != last:
+                    self._seen[rank] = (bytes(value), now)
+                elif now - since >= self.stall_s:
+                    holders = claimants(self.store, rank)
+                    host = holders[0][0] if holders else ""
+                    collected.dead[rank] = DeadRank(host, f"it joined the store, then its heartbeat stopped for "
+                                                          f"{now - since:.0f}s before it published its facts "
+                                                          "(killed, crashed or frozen)")
+
+
+def _parse(raw: bytes) -> tuple[str, int]:
+    """A claimant record (a peer's bytes): (host, pid); ("?", 0) when it does not read as one."""
+    try:
+        who = json.loads(raw)
+        return str(who["host"])[:255], int(who["pid"])
+    except (ValueError, KeyError, TypeError):
+        return "?", 0

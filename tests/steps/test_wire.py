@@ -1,0 +1,35 @@
+"""A payload on the wire (steps/wire.py): the outcomes travel without their durations, merged on rank 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.model import CheckOutcome, RankFacts, Severity, World
+from preflight.model.codec import BadPayload
+from preflight.registry import merge_outcomes
+from preflight.steps.wire import RankPayload, SharedSections, from_wire, merged_outcomes, to_wire
+
+
+def _payload(rank: int, durations: tuple[float, float], status: Severity = Severity.OK) -> RankPayload:
+    world = World(launcher="env", rank=rank, world_size=3, host="node", run_id="env")
+    outcomes = [CheckOutcome("ENV001", "env", "local", "one", status, durations[0]),
+                CheckOutcome("ENV002", "env", "local", "two", Severity.OK, durations[1])]
+    return RankPayload(rank, RankFacts(rank=rank, host="node", world=world), outcomes=outcomes)
+
+
+def test_outcomes_are_decoded_once_per_distinct_list_and_merge_as_the_report_merges_them() -> None:
+    sent = [_payload(0, (0.1, 0.7)), _payload(1, (0.5, 0.2)), _payload(2, (0.3, 0.1), Severity.WARN)]
+    shared = SharedSections()
+    read = [from_wire(to_wire(p), shared) for p in sent]
+    assert read[0].outcomes is read[1].outcomes and read[2].outcomes is not read[0].outcomes
+    assert [r.outcome_s for r in read] == [[0.1, 0.7], [0.5, 0.2], [0.3, 0.1]]
+    expected = merge_outcomes(o for p in sent for o in p.outcomes)
+    assert merge_outcomes(merged_outcomes(read)) == expected
+    assert [(o.check_id, o.status, o.duration_s) for o in expected] == [
+        ("ENV001", Severity.WARN, 0.5), ("ENV002", Severity.OK, 0.7)]
+
+
+def test_durations_that_do_not_match_the_outcomes_are_a_bad_payload() -> None:
+    raw = to_wire(_payload(1, (0.1, 0.2))).replace(b'"outcome_s":[0.1,0.2]', b'"outcome_s":[0.1]')
+    with pytest.raises(BadPayload, match="1 check durations for 2 check outcomes"):
+        from_wire(raw, SharedSections())
