@@ -20,11 +20,15 @@ from tests.helpers.ranks import read_json, spawn_env_ranks, spread
 pytestmark = pytest.mark.netns
 
 ARGS = ["--mesh", "dp2,tp2", "--sizes", "256KiB,1MiB", "--warmup", "1", "--iters", "5", "--probe-timeout", "60"]
+# The shaped runs need one op at one size (the judgment and the localization use the largest
+# size only) and none of the GPU or NIC checks: about a second less per run than ARGS.
+SHAPED_ARGS = ["--mesh", "dp2,tp2", "--ops", "all_reduce", "--sizes", "1MiB", "--warmup", "1", "--iters", "5",
+               "--probe-timeout", "60", "--skip", "gpu,nic"]
 RUNS = 10
 
 
-def _run_on_hosts(hosts: FakeNetwork, out: Path) -> dict:
-    runs = spawn_env_ranks(len(hosts), [*ARGS, "--json", str(out)], place=spread(hosts, 1),
+def _run_on_hosts(hosts: FakeNetwork, out: Path, args: list[str] = ARGS) -> dict:
+    runs = spawn_env_ranks(len(hosts), [*args, "--json", str(out)], place=spread(hosts, 1),
                            master_addr=hosts[0].address, common_env={"GLOO_SOCKET_IFNAME": "ib0"}, timeout=240)
     assert out.exists(), "\n".join(run.stdout + run.stderr for run in runs.values())
     return read_json(out)
@@ -42,7 +46,7 @@ def test_shaped_host_is_named_in_every_run_and_no_other_host_is(netns_hosts, tmp
     hosts: FakeNetwork = netns_hosts(4, prefix="pfv")
     hosts[3].shape("ib0", rate="400mbit", burst="256kb", latency="100ms")
     for attempt in range(RUNS):
-        report = _run_on_hosts(hosts, tmp_path / f"shaped-{attempt}.json")
+        report = _run_on_hosts(hosts, tmp_path / f"shaped-{attempt}.json", SHAPED_ARGS)
         found = _ids(report)
         why = (attempt, report["why"])
         assert all(p["verified"] for p in report["probes"])
@@ -68,7 +72,45 @@ def test_unshaped_hosts_have_no_straggler_over_repeated_runs(netns_hosts, tmp_pa
         report = _run_on_hosts(hosts, tmp_path / f"clean-{attempt}.json")
         found = _ids(report)
         assert len(report["probes"]) == 2 * 2 * 2 * 2 + 2  # (dp, tp) x 2 groups x 2 ops x 2 sizes + world
-        assert not {"BW003", "BW004", "BW005", "BW006"} & set(found), [f["message"] for f in report["findings"]]
+        assert not {"BW003", "BW004", "BW005", "BW006", "BW012", "BW013"} & set(found), \
+            [f["message"] for f in report["findings"]]
         # Groups spanning hosts run over ib0, a veth whose speed (10000 Mb/s) is the nominal rate.
         spanning = [p for p in report["probes"] if len(set(p["hosts"])) > 1]
         assert spanning and all(p["nominal_gbps"] == 1.25 and "ib0" in p["nominal_source"] for p in spanning)
+
+
+TWO_SHAPED_RUNS = 3
+
+
+@pytest.mark.timeout(600)  # TWO_SHAPED_RUNS whole runs of four ranks on 2 shared cores; a does-not-hang bound
+def test_two_shaped_hosts_are_named_by_group_testing_and_no_other_host_is(netns_hosts, tmp_path: Path) -> None:
+    # Hosts 3 and 4 (ranks 2 and 3, one tp group) shaped: their tp group is the straggler while both
+    # dp groups are equally slow. The round robin over ranks 0-3 then judges every rank against a
+    # median that is itself slow and names nobody, so group testing runs over the suspect hosts
+    # (3 and 4) with the known-good hosts 1 and 2 as partners, over real sub-communicators.
+    hosts: FakeNetwork = netns_hosts(4, prefix="pfv")
+    for host in (hosts[2], hosts[3]):
+        host.shape("ib0", rate="400mbit", burst="256kb", latency="100ms")
+    shaped = sorted([hosts[2].hostname, hosts[3].hostname])
+    for attempt in range(TWO_SHAPED_RUNS):
+        report = _run_on_hosts(hosts, tmp_path / f"two-{attempt}.json", SHAPED_ARGS)
+        found = _ids(report)
+        why = (attempt, [(f["check_id"], f["message"]) for f in report["findings"] if f["check_id"] != "BW008"])
+        assert {(f["data"]["dim"], tuple(f["ranks"])) for f in found.get("BW003", [])} == {("tp", (2, 3))}, why
+        # Both shaped hosts named, each slow alone twice against a known-good partner.
+        assert sorted(h for f in found.get("BW012", []) for h in f["hosts"]) == shaped, why
+        for f in found["BW012"]:
+            assert len(f["data"]["fractions"]) == 2 and max(f["data"]["fractions"]) < 0.5, why
+            assert set(f["data"]["partners"]) <= {hosts[0].hostname, hosts[1].hostname}, why
+        # No other host named by any localization finding.
+        named = {h for check in ("BW004", "BW005", "BW006", "BW012") for f in found.get(check, []) for h in f["hosts"]}
+        assert named == set(shaped), why
+        # The summary says how it was found and what it cost: rounds (reference + two tests + two
+        # confirmations at least) and seconds, in the data every report format shows.
+        [summary] = found["BW013"]
+        assert summary["data"]["method"] in ("pairwise, then grouptest", "grouptest"), why
+        assert summary["data"]["named"] == shaped
+        assert summary["data"]["suspects"] == shaped
+        assert summary["data"]["good"] == [hosts[0].hostname, hosts[1].hostname]
+        assert summary["data"]["rounds"] >= 5 and summary["data"]["seconds"] > 0
+        assert report["bad_hosts"] == []  # warnings never exclude a host
