@@ -325,9 +325,10 @@ def slow_host_group_tested(host: str, ranks: list[int], fractions: list[float], 
 
     When the confirmed slow groups span hosts and two or more hosts sit in no slow group,
     the suspect hosts are split and each half measured (an all_reduce over a sub-communicator
-    of its hosts plus one known-good host) until single hosts remain; a pool is slow when its
-    median busbw is below --straggler-ratio times a reference all_reduce over two known-good
-    hosts and every iteration is below every reference iteration. A host is named only when
+    of its hosts plus one known-good host) until single hosts remain; a pool is slow when every
+    one of its iterations is below --straggler-ratio times the median of a reference
+    all_reduce over two known-good hosts, measured in the same round, its iterations
+    alternating with the pool's. A host is named only when
     it tests slow alone twice, the second time with another known-good partner where there
     is one (preflight/probes/hosttest.py). The finding says how many rounds and seconds the
     search took.

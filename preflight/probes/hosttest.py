@@ -4,16 +4,17 @@ When the confirmed slow groups span several hosts and at least two hosts sit in 
 group (the known-good hosts), rank 0 runs grouptest.locate over the suspect hosts for real:
 each test is an all_reduce at the plan's largest size over a sub-communicator made of the
 pool's hosts (every rank on them) plus one known-good partner host. A reference all_reduce
-over two known-good hosts is measured first, alone. A pool is slow when its median busbw is
-below --straggler-ratio x the reference's and every iteration of it is below every reference
-iteration (the complete separation of judge.py); anything less is fast, so noise clears
-rather than blames. A single host is named only when it tests slow twice, the second time
-with another partner where there is one (grouptest.locate's confirmation).
+over two known-good hosts is measured in every round, its iterations alternating with the
+pools' (each after a control barrier), so load that comes and goes on a shared machine
+weighs on both alike. A pool is slow when every one of its iterations is below
+--straggler-ratio x that round's reference median; one iteration as fast clears it, so
+noise clears rather than blames. A single host is named only when it tests slow twice, the
+second time with another partner where there is one (grouptest.locate's confirmation).
 
 Rounds. Rank 0 decides each round from the last one's outcome and publishes its pools in the
-store (`gt/<round>`); every rank reads them and creates every pool's group with
-dist.new_group, in the same order (torch requires every rank to create every group, members
-or not), then all meet at a control barrier, the members measure, and rank 0 reads their
+store (`gt/<round>`); every rank reads them and creates every group it has not made yet
+with dist.new_group, in the same order (torch requires every rank to create every group,
+members or not; the reference's is made once), the members measure, and rank 0 reads their
 per-iteration times from the store. `gt/<round>` = {"done": true} ends it. On CPU (gloo) the
 pools of a round share the machine's cores, so one pool is measured per round; on GPUs every
 pool of a round runs at once, each with its own partner (as many pools as known-good hosts).
@@ -111,10 +112,15 @@ def pool_gbps(member_times: list[list[float]], nbytes: int) -> list[float]:
 
 
 def is_slow(samples: list[float], reference: list[float], ratio: float) -> bool:
-    """Below ratio x the reference's median, and every iteration below every reference iteration."""
+    """Every iteration of the pool below ratio x the reference's median (its own round's reference).
+
+    One iteration as fast as that clears the pool: noise can slow a healthy pool, never speed
+    up a slow one. The reference's median, not its slowest iteration, so one stalled reference
+    iteration does not hide a slow pool.
+    """
     if not samples or not reference:
         return False
-    return statistics.median(samples) < ratio * statistics.median(reference) and max(samples) < min(reference)
+    return max(samples) < ratio * statistics.median(reference)
 
 
 @dataclass
@@ -129,7 +135,7 @@ class HostVerdict:
 
 @dataclass
 class GroupTestOutcome:
-    """What group testing found and cost (rounds include the reference's)."""
+    """What group testing found and cost."""
 
     named: list[HostVerdict]
     suspects: list[str]
@@ -138,7 +144,7 @@ class GroupTestOutcome:
     tests: int
     cleared: int
     seconds: float
-    reference_gbps: float
+    reference_gbps: float  # the median of the rounds' reference medians
     reference_hosts: list[str]
     history: list[list[tuple[int, bool]]] = field(default_factory=list)
 
@@ -146,26 +152,30 @@ class GroupTestOutcome:
 class _Rounds:
     """Rank 0's side of the rounds: publish a round, take part, read the members' times."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, reference: list[int]) -> None:
         self.session = session
+        self.reference = reference
         self.index = 0
+        self.groups: dict[tuple[int, ...], Any] = {}
 
-    def run(self, pools: list[list[int]]) -> list[list[float]]:
-        """Measure `pools` (global ranks) at once; per pool, its per-iteration busbw ([] if a member is silent)."""
+    def run(self, pools: list[list[int]]) -> tuple[list[float], list[list[float]]]:
+        """Measure the reference, then `pools` (global ranks) at once, iteration by iteration:
+        the reference's per-iteration busbw and, per pool, its own ([] if a member is silent)."""
         store, r = self.session.store, self.index
         self.index += 1
-        store.set(f"{PREFIX}/{r}", json.dumps({"pools": pools}))
-        nbytes = take_part(self.session, r, pools)
-        out = []
-        for pool in pools:
-            times = []
-            for rank in pool:
-                key = f"{PREFIX}/{r}/t/{rank}"
-                if not wait_until(lambda key=key: store.check([key]), self.session.timeout_s):
-                    raise ProbeTimeout(f"group testing: rank {rank} did not report round {r}")
-                times.append(json.loads(store.get(key)))
-            out.append(pool_gbps(times, nbytes))
-        return out
+        store.set(f"{PREFIX}/{r}", json.dumps({"reference": self.reference, "pools": pools}))
+        nbytes = take_part(self.session, r, self.reference, pools, self.groups)
+        return self._figures(r, "reference", self.reference, nbytes), \
+            [self._figures(r, "pool", pool, nbytes) for pool in pools]
+
+    def _figures(self, r: int, phase: str, members: list[int], nbytes: int) -> list[float]:
+        store, times = self.session.store, []
+        for rank in members:
+            key = f"{PREFIX}/{r}/t/{rank}"
+            if not wait_until(lambda key=key: store.check([key]), self.session.timeout_s):
+                raise ProbeTimeout(f"group testing: rank {rank} did not report round {r}")
+            times.append(json.loads(store.get(key)).get(phase, []))
+        return pool_gbps(times, nbytes)
 
     def finish(self) -> None:
         """Release every rank from the rounds."""
@@ -180,42 +190,42 @@ def skip(session: Any) -> None:
 def lead(session: Any, sets: HostSets, ratio: float) -> GroupTestOutcome | None:
     """Rank 0: group testing over the suspects against the known-good hosts; None when it could not finish."""
     began = time.monotonic()
-    rounds = _Rounds(session)
     ranks_of = sets.ranks
     reference_hosts = sets.good[:2]
+    rounds = _Rounds(session, sorted(r for h in reference_hosts for r in ranks_of[h]))
     per_round = 1 if session.device == "cpu" else len(sets.good)
     singles: dict[str, list[tuple[float, str]]] = {}
     last_partner: dict[str, str] = {}
-    try:
-        reference = rounds.run([sorted(r for h in reference_hosts for r in ranks_of[h])])[0]
+    references: list[float] = []
+
+    def test(pools: list[list[str]]) -> list[bool]:
+        used: set[str] = set()
+        members = []
+        partners = []
+        for pool in pools:
+            avoid = last_partner.get(pool[0]) if len(pool) == 1 else None
+            free = [g for g in sets.good if g not in used]
+            partner = next((g for g in free if g != avoid), free[0])
+            used.add(partner)
+            partners.append(partner)
+            members.append(sorted(r for h in [*pool, partner] for r in ranks_of[h]))
+        reference, figures = rounds.run(members)
         if not reference:
-            return None
-        ref_median = statistics.median(reference)
+            raise ProbeFailed("group testing: no figures for the reference")
+        references.append(statistics.median(reference))
+        slow = []
+        for pool, partner, samples in zip(pools, partners, figures):
+            if not samples:
+                raise ProbeFailed(f"group testing: no figures for hosts {pool}")
+            verdict = is_slow(samples, reference, ratio)
+            if len(pool) == 1:
+                last_partner[pool[0]] = partner
+                if verdict:
+                    singles.setdefault(pool[0], []).append((statistics.median(samples) / references[-1], partner))
+            slow.append(verdict)
+        return slow
 
-        def test(pools: list[list[str]]) -> list[bool]:
-            used: set[str] = set()
-            members = []
-            partners = []
-            for pool in pools:
-                avoid = last_partner.get(pool[0]) if len(pool) == 1 else None
-                free = [g for g in sets.good if g not in used]
-                partner = next((g for g in free if g != avoid), free[0])
-                used.add(partner)
-                partners.append(partner)
-                members.append(sorted(r for h in [*pool, partner] for r in ranks_of[h]))
-            figures = rounds.run(members)
-            slow = []
-            for pool, partner, samples in zip(pools, partners, figures):
-                if not samples:
-                    raise ProbeFailed(f"group testing: no figures for hosts {pool}")
-                verdict = is_slow(samples, reference, ratio)
-                if len(pool) == 1:
-                    last_partner[pool[0]] = partner
-                    if verdict:
-                        singles.setdefault(pool[0], []).append((statistics.median(samples) / ref_median, partner))
-                slow.append(verdict)
-            return slow
-
+    try:
         found = grouptest.locate(sets.suspects, per_round, test, known_slow=True)
     except ABORTS:
         return None
@@ -223,14 +233,16 @@ def lead(session: Any, sets: HostSets, ratio: float) -> GroupTestOutcome | None:
         rounds.finish()
     named = [HostVerdict(h, ranks_of[h], [f for f, _ in singles.get(h, [])], [p for _, p in singles.get(h, [])])
              for h in found.bad]
-    return GroupTestOutcome(named, list(sets.suspects), list(sets.good), found.rounds + 1, found.tests + 1,
-                            found.cleared, time.monotonic() - began, ref_median, reference_hosts, found.history)
+    reference_gbps = statistics.median(references) if references else 0.0
+    return GroupTestOutcome(named, list(sets.suspects), list(sets.good), found.rounds, found.tests, found.cleared,
+                            time.monotonic() - began, reference_gbps, reference_hosts, found.history)
 
 
 def follow(session: Any) -> None:
     """A non-zero rank: take part in every round rank 0 publishes, until it says done (or goes silent)."""
     store = session.store
     wait_s = 2 * session.timeout_s + 10
+    groups: dict[tuple[int, ...], Any] = {}
     r = 0
     while True:
         key = f"{PREFIX}/{r}"
@@ -240,49 +252,65 @@ def follow(session: Any) -> None:
         if plan.get("done"):
             return
         try:
-            take_part(session, r, [list(p) for p in plan["pools"]])
+            take_part(session, r, list(plan["reference"]), [list(p) for p in plan["pools"]], groups)
         except ABORTS:
             return
         r += 1
 
 
-def take_part(session: Any, r: int, pools: list[list[int]]) -> int:
-    """Every rank: create round r's groups (all of them, in order), measure this rank's pool, report.
-
-    Returns the bytes each all_reduce moved (what rank 0 needs for busbw).
-    """
+def _groups_for(session: Any, wanted: list[list[int]], groups: dict[tuple[int, ...], Any]) -> None:
+    """Create the groups not made yet, in the order given: every rank sees the same rounds, so every
+    rank creates the same groups in the same order (torch requires it of members and non-members)."""
     import contextlib
 
     import torch.distributed as dist
 
     from preflight.probes.session import probe_nccl_env
 
-    rank, plan = session.world.rank, session.plan
     env = probe_nccl_env() if session.device == "cuda" else contextlib.nullcontext()
     with env:
-        groups = [dist.new_group(ranks=pool, backend=session.backend) for pool in pools]
-    mine = next((i for i, pool in enumerate(pools) if rank in pool), None)
-    if mine is not None and session.owner == "job":
-        session.owned.append(groups[mine])  # preflight.check: torn down with preflight's own groups
-    size = max(plan.sizes)
-    deadline = time.monotonic() + session.timeout_s
-    barrier(session.control, deadline)
+        for ranks in wanted:
+            key = tuple(ranks)
+            if key in groups:
+                continue
+            groups[key] = dist.new_group(ranks=ranks, backend=session.backend)
+            if session.owner == "job" and session.world.rank in ranks:
+                session.owned.append(groups[key])  # preflight.check: torn down with preflight's own groups
+
+
+def take_part(session: Any, r: int, reference: list[int], pools: list[list[int]],
+              groups: dict[tuple[int, ...], Any]) -> int:
+    """Every rank: round r. The reference and the pools alternate, one iteration each, after a
+    control barrier each: load that comes and goes on shared machines weighs on both alike.
+    A member reports its per-iteration seconds ({"reference": [...], "pool": [...]}).
+
+    Returns the bytes each all_reduce moved (what rank 0 needs for busbw).
+    """
     import torch
 
+    rank, plan = session.world.rank, session.plan
+    _groups_for(session, [reference, *pools], groups)
+    size = max(plan.sizes)
+    deadline = time.monotonic() + session.timeout_s
     elem = torch.tensor([], dtype=session.dtype).element_size()
     nbytes = ops.element_counts("all_reduce", size, 2, elem)[1]
-    if mine is not None:
-        pool = pools[mine]
-        me, n = pool.index(rank), len(pool)
-        buffers = ops.make_buffers("all_reduce", size, me, n, session.dtype, session.device)
-        nbytes = buffers.nbytes
-
-        def start() -> list[Any]:
-            return ops.launch(buffers, groups[mine], pool, me)
-
-        if plan.warmup:
-            timed_loop(start, plan.warmup, deadline, session.device, cuda=session.cuda)
-        times = timed_loop(start, plan.iters, deadline, session.device, cuda=session.cuda, per_iteration=True)
+    phases = [("reference", reference), *[("pool", pool) for pool in pools if rank in pool][:1]]
+    starts = {}
+    for phase, members in phases:
+        if rank in members:
+            me = members.index(rank)
+            buffers = ops.make_buffers("all_reduce", size, me, len(members), session.dtype, session.device)
+            group = groups[tuple(members)]
+            starts[phase] = lambda b=buffers, g=group, m=members, i=me: ops.launch(b, g, m, i)
+    times: dict[str, list[float]] = {phase: [] for phase in starts}
+    for i in range(plan.warmup + plan.iters):
+        for phase in ("reference", "pool"):
+            barrier(session.control, deadline)
+            if phase in starts:
+                took = timed_loop(starts[phase], 1, deadline, session.device, cuda=session.cuda, per_iteration=True)
+                if i >= plan.warmup:
+                    times[phase] += took
+    if times:
         session.store.set(f"{PREFIX}/{r}/t/{rank}", json.dumps(times))
     barrier(session.control, time.monotonic() + session.timeout_s)
     return nbytes

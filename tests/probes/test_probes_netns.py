@@ -1,8 +1,10 @@
 """Four fake hosts (network namespaces, tests/helpers/netns.py), one rank each, over ib0.
 
 One host's ib0 is shaped with tbf to about a tenth of the unshaped rate: its groups are
-stragglers and the pairwise round robin, confirmed pair by pair against a known-good host,
-names that host, and only that host, in each of RUNS runs. Unshaped, nothing is flagged over
+stragglers and the pairwise round robin, confirmed pair by pair against a known-good host (or
+group testing, probes/hosttest.py, when the round robin names nothing), names that host, and
+only that host, in each of RUNS runs. Two hosts shaped: the round robin's yardstick is slow
+and group testing over real sub-communicators names both, and only them. Unshaped, nothing is flagged over
 repeated runs. Both with the default --straggler-ratio (0.8): four ranks share two CPU cores
 here, and the straggler rule's spread test and the confirming pass (probes/judge.py,
 probes/confirm.py) are what keep scheduler noise from naming anyone.
@@ -48,7 +50,7 @@ def test_shaped_host_is_named_in_every_run_and_no_other_host_is(netns_hosts, tmp
     for attempt in range(RUNS):
         report = _run_on_hosts(hosts, tmp_path / f"shaped-{attempt}.json", SHAPED_ARGS)
         found = _ids(report)
-        why = (attempt, report["why"])
+        why = (attempt, [(f["check_id"], f["message"][:160]) for f in report["findings"] if f["check_id"] != "BW008"])
         assert all(p["verified"] for p in report["probes"])
         # The shaped host's groups (tp 2,3 and dp 1,3) are the stragglers; under a heavily loaded
         # machine the confirming pass may keep only one of them, never a group without host 3.
@@ -57,9 +59,15 @@ def test_shaped_host_is_named_in_every_run_and_no_other_host_is(netns_hosts, tmp
         # Confirmed: both passes' figures are in the finding.
         assert all(f["data"]["confirm_busbw_gbps"] < 0.8 * f["data"]["confirm_siblings_median_gbps"]
                    for f in found["BW003"])
-        # The host named, in every run, and no other.
-        assert [f["hosts"] for f in found.get("BW005", [])] == [[hosts[3].hostname]], why
-        assert found["BW005"][0]["data"]["partner"] in (0, 1, 2) and found["BW005"][0]["data"]["fraction"] < 0.5
+        # The host named, in every run, and no other: by the round robin (BW005) when both of its
+        # groups were confirmed, or, when only one was (then two hosts are known-good), by the round
+        # robin or group testing after it (BW012).
+        named = found.get("BW005", []) + found.get("BW012", [])
+        assert [f["hosts"] for f in named] == [[hosts[3].hostname]], why
+        if named[0]["check_id"] == "BW005":
+            assert named[0]["data"]["partner"] in (0, 1, 2) and named[0]["data"]["fraction"] < 0.5
+        else:
+            assert max(named[0]["data"]["fractions"]) < 0.5 and hosts[3].hostname not in named[0]["data"]["partners"]
         assert [f["ranks"] for f in found.get("BW004", [])] in ([], [[3]]), why
         assert "BW006" not in found, why
         assert "BW008" in found  # tp groups span hosts here: warned
@@ -105,12 +113,14 @@ def test_two_shaped_hosts_are_named_by_group_testing_and_no_other_host_is(netns_
         # No other host named by any localization finding.
         named = {h for check in ("BW004", "BW005", "BW006", "BW012") for f in found.get(check, []) for h in f["hosts"]}
         assert named == set(shaped), why
-        # The summary says how it was found and what it cost: rounds (reference + two tests + two
-        # confirmations at least) and seconds, in the data every report format shows.
+        # The summary says how it was found and what it cost: rounds (two tests and two
+        # confirmations at least, plus the round robin's) and seconds, in the data every report
+        # format shows; each BW012 carries group testing's own.
         [summary] = found["BW013"]
         assert summary["data"]["method"] in ("pairwise, then grouptest", "grouptest"), why
         assert summary["data"]["named"] == shaped
         assert summary["data"]["suspects"] == shaped
         assert summary["data"]["good"] == [hosts[0].hostname, hosts[1].hostname]
-        assert summary["data"]["rounds"] >= 5 and summary["data"]["seconds"] > 0
+        assert all(f["data"]["rounds"] >= 4 and f["data"]["seconds"] > 0 for f in found["BW012"]), why
+        assert summary["data"]["rounds"] >= found["BW012"][0]["data"]["rounds"] and summary["data"]["seconds"] > 0
         assert report["bad_hosts"] == []  # warnings never exclude a host
