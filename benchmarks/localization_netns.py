@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
             if summary is None:
                 print(f"run {run}: no localization (no confirmed slow group); probes {probes_s:.2f} s")
                 continue
-            print(f"run {run}: {summary['method']}: {summary['rounds']} rounds, {summary['tests']} tests, "
+            parts = ", ".join(f"{k.replace('_', ' ')} {summary[k]}" for k in
+                              ("round_robin_rounds", "grouptest_rounds", "grouptest_seconds") if k in summary)
+            print(f"run {run}: {summary['method']}: {summary['rounds']} rounds ({parts}), {summary['tests']} tests, "
                   f"{summary['seconds']:.2f} s; named {', '.join(named) or 'nobody'}; probes {probes_s:.2f} s")
     finally:
         hosts.close()

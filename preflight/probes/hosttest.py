@@ -71,7 +71,7 @@ def host_sets(slow_ranks: set[int], hosts: dict[int, str], world_size: int) -> H
 
 def rounds_bound(suspect_hosts: int) -> int:
     """Rounds group testing needs for one bad host, one pool per round: both halves of every
-    level, the confirmation and the reference."""
+    level, the confirmation, and one round of slack (a retest after noise)."""
     return 2 * math.ceil(math.log2(max(2, suspect_hosts))) + 2
 
 

@@ -237,25 +237,29 @@ def _localize(session: Any, ranks: list[int], sets: Any, hosts: dict[int, str], 
     findings: list[Finding] = []
     rounds = tests = 0
     method = "pairwise" if ranks else "grouptest"
-    trusted = True
+    extra: dict[str, object] = {}
     if ranks:
         good_ranks = {r for h in sets.good for r in sets.ranks[h]}
         findings, rounds, tests, trusted = _round_robin(session, ranks, hosts, ratio, good_ranks)
+        extra.update(round_robin_rounds=rounds, round_robin_trusted=trusted)
     if group_test and not findings:
         found = hosttest.lead(session, sets, ratio)
         method = "pairwise, then grouptest" if ranks else "grouptest"
         if found is not None:
             rounds, tests = rounds + found.rounds, tests + found.tests
+            extra.update(grouptest_rounds=found.rounds, grouptest_seconds=round(found.seconds, 3))
             for v in found.named:
                 findings += slow_host_group_tested.report(
                     host=v.host, ranks=v.ranks, fractions=v.fractions, partners=v.partners,
                     reference_gbps=found.reference_gbps, rounds=found.rounds, seconds=found.seconds)
+        else:
+            extra["grouptest"] = "did not finish: a rank failed or timed out"
     elif group_test:
         hosttest.skip(session)
     named = sorted({h for f in findings for h in f.hosts if h})
     return findings + localization_summary.report(
         method=method, suspects=sets.suspects, good=sets.good, rounds=rounds, tests=tests,
-        seconds=time.monotonic() - began, named=named, extra={"round_robin_trusted": trusted} if ranks else None)
+        seconds=time.monotonic() - began, named=named, extra=extra)
 
 
 def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: float,
