@@ -355,9 +355,12 @@ def localization_summary(method: str, suspects: list[str], good: list[str], roun
 
     `pairwise`: the round robin over the slow groups' ranks (n-1 rounds) plus its confirming
     pass (one round per pair). `grouptest`: adaptive group testing among hosts over
-    sub-communicators (a reference round plus about 2 log2 h rounds per slow host among h
-    suspects). `pairwise, then grouptest`: the round robin named nothing, so group testing
-    ran after it. Rounds, tests and seconds are rank 0's.
+    sub-communicators (about 2 log2 h rounds per slow host among h suspects, each round
+    also measuring a reference pair of known-good hosts), chosen when the round robin would
+    take more rounds than that. `pairwise, then grouptest`: the round robin named nothing, or
+    fewer than half of its pairs were healthy so its yardstick could not be trusted, and
+    group testing ran after it. The data splits the rounds between the two; rounds, tests
+    and seconds are rank 0's.
     """
     who = ", ".join(named) if named else "nobody"
     yield Problem(f"localization by {method} over {len(suspects)} suspect host(s) with {len(good)} known-good: "
