@@ -80,10 +80,15 @@ def possible(sets: HostSets) -> bool:
     return len(sets.suspects) >= 2 and len(sets.good) >= 2
 
 
-def choose(sets: HostSets, pairwise_ranks: int) -> str:
+def choose(sets: HostSets, pairwise_ranks: int, mode: str = "auto") -> str:
     """"grouptest" when it can run and the round robin over `pairwise_ranks` ranks would take more
-    rounds than rounds_bound; else "pairwise" (group testing follows it only if it names nothing)."""
-    if possible(sets) and pairwise_ranks - 1 > rounds_bound(len(sets.suspects)):
+    rounds than rounds_bound; else "pairwise" (group testing follows it only if it names nothing).
+
+    mode (--localize): "pairwise" never group tests, "grouptest" group tests whenever it can run.
+    """
+    if not possible(sets) or mode == "pairwise":
+        return "pairwise"
+    if mode == "grouptest" or pairwise_ranks - 1 > rounds_bound(len(sets.suspects)):
         return "grouptest"
     return "pairwise"
 

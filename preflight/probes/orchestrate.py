@@ -190,8 +190,8 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
             sets = hosttest.host_sets({r for s in slow for r in s.ranks}, hosts, world.world_size)
     else:
         session.store.set(confirm.AGAIN, json.dumps({"steps": []}))
-    method = hosttest.choose(sets, len(localize)) if sets else "pairwise"
-    group_test = sets is not None and hosttest.possible(sets)
+    method = hosttest.choose(sets, len(localize), options.localize) if sets else "pairwise"
+    group_test = sets is not None and hosttest.possible(sets) and options.localize != "pairwise"
     # Followers learn what follows: the round robin over these ranks, and whether group testing may.
     session.store.set("localize", json.dumps({"ranks": localize if method == "pairwise" else [],
                                               "hosts": group_test}))

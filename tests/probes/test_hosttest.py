@@ -84,3 +84,19 @@ def test_the_rounds_and_seconds_are_in_the_findings_data_and_every_report_format
         assert "5 rounds" in rendered and "0.6 s" in rendered and "named n3" in rendered
     written = json.loads(dumps(report))["findings"]
     assert written[1]["data"]["rounds"] == 5 and written[1]["data"]["seconds"] == 0.64
+
+
+def test_localize_pairwise_never_group_tests_and_grouptest_does_whenever_it_can() -> None:
+    assert hosttest.choose(_sets(4, 4, per_host=8), pairwise_ranks=64, mode="pairwise") == "pairwise"
+    assert hosttest.choose(_sets(2, 2), pairwise_ranks=4, mode="grouptest") == "grouptest"
+    assert hosttest.choose(_sets(2, 1), pairwise_ranks=4, mode="grouptest") == "pairwise"  # no reference pair
+
+
+def test_a_bad_localize_value_is_one_clear_line() -> None:
+    import pytest
+
+    from preflight.lib.errors import BadInput
+    from preflight.options import RunOptions
+
+    with pytest.raises(BadInput, match="--localize 'binary'"):
+        RunOptions(localize="binary")
