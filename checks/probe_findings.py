@@ -308,3 +308,63 @@ def below_profile(result: ProbeResult, expected_gbps: float, source: str) -> Ite
                   f"GB/s its hardware should reach ({source})", ranks=r.ranks, hosts=r.hosts,
                   data={"dim": r.dim, "op": r.op, "busbw_gbps": r.busbw_gbps, "expected_busbw_gbps": expected_gbps,
                         "expected_source": source})
+
+
+@engine_check(
+    "BW012",
+    tag=Tags.PROBE,
+    severity=Severity.WARN,
+    hint="This host stays slow against known-good hosts: check its NIC (link speed, errors, MTU, "
+    "traffic shaping, cabling) and, on GPU hosts, its GPUs' PCIe/NVLink paths; exclude the host "
+    "if it stays slow.",
+    blames_host=True,
+)
+def slow_host_group_tested(host: str, ranks: list[int], fractions: list[float], partners: list[str],
+                           reference_gbps: float, rounds: int, seconds: float) -> Iterable[Problem]:
+    """A host that adaptive group testing found slow, tested alone twice against known-good hosts.
+
+    When the confirmed slow groups span hosts and two or more hosts sit in no slow group,
+    the suspect hosts are split and each half measured (an all_reduce over a sub-communicator
+    of its hosts plus one known-good host) until single hosts remain; a pool is slow when every
+    one of its iterations is below --straggler-ratio times the median of a reference
+    all_reduce over two known-good hosts, measured in the same round, its iterations
+    alternating with the pool's. A host is named only when
+    it tests slow alone twice, the second time with another known-good partner where there
+    is one (preflight/probes/hosttest.py). The finding says how many rounds and seconds the
+    search took.
+    """
+    shown = ", ".join(f"{f:.0%} with {p}" for f, p in zip(fractions, partners))
+    yield Problem(f"group testing: host {host} (ranks {_ranks(ranks)}) is slow against known-good hosts: "
+                  f"{shown} of the known-good reference {reference_gbps:.3g} GB/s "
+                  f"(found in {rounds} rounds, {seconds:.1f} s)",
+                  ranks=ranks, hosts=[host],
+                  data={"fractions": fractions, "partners": partners, "reference_gbps": reference_gbps,
+                        "method": "grouptest", "rounds": rounds, "seconds": round(seconds, 3)})
+
+
+@engine_check(
+    "BW013",
+    tag=Tags.PROBE,
+    severity=Severity.INFO,
+    hint="Nothing to do: this says how the slow groups were localized and what it cost; the "
+    "hosts and links it found are their own findings.",
+)
+def localization_summary(method: str, suspects: list[str], good: list[str], rounds: int, tests: int,
+                         seconds: float, named: list[str], extra: dict[str, object] | None = None) -> Iterable[Problem]:
+    """How the confirmed slow groups were localized, and what it cost.
+
+    `pairwise`: the round robin over the slow groups' ranks (n-1 rounds) plus its confirming
+    pass (one round per pair). `grouptest`: adaptive group testing among hosts over
+    sub-communicators (about 2 log2 h rounds per slow host among h suspects, each round
+    also measuring a reference pair of known-good hosts), chosen when the round robin would
+    take more rounds than that. `pairwise, then grouptest`: the round robin named nothing, or
+    fewer than half of its pairs were healthy so its yardstick could not be trusted, and
+    group testing ran after it. The data splits the rounds between the two; rounds, tests
+    and seconds are rank 0's.
+    """
+    who = ", ".join(named) if named else "nobody"
+    yield Problem(f"localization by {method} over {len(suspects)} suspect host(s) with {len(good)} known-good: "
+                  f"{rounds} rounds, {tests} tests, {seconds:.1f} s; named {who}",
+                  hosts=[],
+                  data={"method": method, "suspects": suspects, "good": good, "rounds": rounds, "tests": tests,
+                        "seconds": round(seconds, 3), "named": named, **(extra or {})})

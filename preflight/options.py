@@ -22,6 +22,7 @@ from preflight.registry import Tags
 from preflight.reports.targets import ReportTargets
 
 BACKENDS = ("auto", "nccl", "gloo")
+LOCALIZE = ("auto", "pairwise", "grouptest")  # how slow groups are localized (probes/hosttest.choose)
 OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "send_recv", "broadcast")
 
 _UNITS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "KB": 10**3, "MB": 10**6, "GB": 10**9,
@@ -67,6 +68,7 @@ class RunOptions:
     probe_timeout_s: float = 30.0
     straggler_ratio: float = 0.8
     strict_bandwidth: bool = False  # a group below its hardware profile is an error (BW007), not a warning (BW011)
+    localize: str = "auto"  # auto | pairwise (never group testing) | grouptest (whenever it can run)
     expect: dict[str, float] = field(default_factory=dict)  # expected busbw per dimension, GB/s
     # facts
     sysfs_root: str = "/sys"
@@ -76,6 +78,8 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise BadInput(f"--backend {self.backend!r}: one of {', '.join(BACKENDS)}")
+        if self.localize not in LOCALIZE:
+            raise BadInput(f"--localize {self.localize!r}: one of {', '.join(LOCALIZE)}")
         self.silence = [check_id.upper() for check_id in self.silence]
         if self.world_size is not None:
             self.mesh = resolve_dims(self.mesh, self.world_size)

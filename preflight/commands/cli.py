@@ -19,7 +19,7 @@ from preflight import __version__
 from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.numbers import ascii_decimal, ascii_int
 from preflight.model import ExitCode
-from preflight.options import BACKENDS, ReportTargets, RunOptions
+from preflight.options import BACKENDS, LOCALIZE, ReportTargets, RunOptions
 
 SUBCOMMANDS = ("run", "launch", "list", "explain", "report")
 
@@ -110,6 +110,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                        help="deadline of one collective (default 30 s)")
     probe.add_argument("--straggler-ratio", type=_positive_float, default=0.8)
     probe.add_argument("--expect", default="", help="expected busbw per dimension, e.g. tp=300GB/s")
+    probe.add_argument("--localize", choices=LOCALIZE, default="auto",
+                       help="how slow groups are localized: auto (default; see docs/probes.md), pairwise "
+                            "(the round robin only), grouptest (group testing among hosts whenever it can run)")
     probe.add_argument("--strict-bandwidth", action="store_true",
                        help="a group below its hardware profile (docs/expectations.md) is an error, not a warning")
 
@@ -182,6 +185,7 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         probe_timeout_s=args.probe_timeout_s,
         straggler_ratio=args.straggler_ratio,
         strict_bandwidth=args.strict_bandwidth,
+        localize=args.localize,
         sysfs_root=args.sysfs_root,
         verdict_file=args.verdict_file,
         command_line=shlex.join(["preflight", *argv]),

@@ -3,8 +3,9 @@
 `run_probes` is called on every rank once rank 0 gave the go. Every rank builds the process
 group and DeviceMesh on the run's store and runs the plan's steps (session.py); rank 0
 gathers the measurements through the store (collect.py), judges them (judge.py), has the
-slow groups localized by a pairwise round robin (pairwise.py), and returns the results and
-findings. Other ranks return an empty outcome.
+slow groups localized by a pairwise round robin (pairwise.py) or by group testing among hosts
+over sub-communicators (hosttest.py, which also says when each runs), and returns the results
+and findings. Other ranks return an empty outcome.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from preflight.checks.probe_findings import (
     cross_dim_suspect,
     dim_spans_hosts,
     gpu_job_probed_on_gloo,
+    localization_summary,
     probe_hang,
     probes_could_not_run,
     slow_host,
+    slow_host_group_tested,
     slow_link,
     straggler_group,
     wrong_result,
@@ -147,7 +150,7 @@ def _wrong_by_group(results: list[ProbeResult]) -> list[list[ProbeResult]]:
 
 def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float,
                         watch: liveness.Watch) -> ProbeOutcome:
-    from preflight.probes import collect, confirm, judge
+    from preflight.probes import collect, confirm, hosttest, judge
 
     world, plan = session.world, session.plan
     got = collect.gather(session.store, world.world_size, session.timeout_s, early=status.state != "done",
@@ -171,6 +174,7 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
         outcome.findings += wrong_result.report(wrong)
     outcome.findings += _spans_hosts(mesh_dims, groups, hosts)
     localize: list[int] = []
+    sets: hosttest.HostSets | None = None
     if hang is None:
         # Candidates, then only those a second measurement finds again (confirm.py).
         slow = confirm.lead_groups(session, judge.stragglers(outcome.results, options.straggler_ratio),
@@ -182,11 +186,18 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
         for b in judge.below_expected(outcome.results, plan.expect):
             outcome.findings += below_expected.report(b.result, expected_gbps=b.expected_gbps)
         localize = _localization_set(slow, outcome.results)
+        if slow:
+            sets = hosttest.host_sets({r for s in slow for r in s.ranks}, hosts, world.world_size)
     else:
         session.store.set(confirm.AGAIN, json.dumps({"steps": []}))
-    session.store.set("localize", json.dumps({"ranks": localize}))
-    if localize:
-        outcome.findings += _localize(session, localize, hosts, options.straggler_ratio)
+    method = hosttest.choose(sets, len(localize), options.localize) if sets else "pairwise"
+    group_test = sets is not None and hosttest.possible(sets) and options.localize != "pairwise"
+    # Followers learn what follows: the round robin over these ranks, and whether group testing may.
+    session.store.set("localize", json.dumps({"ranks": localize if method == "pairwise" else [],
+                                              "hosts": group_test}))
+    if sets is not None and (localize or group_test):
+        outcome.findings += _localize(session, localize if method == "pairwise" else [], sets, hosts,
+                                      options.straggler_ratio, group_test)
     return outcome
 
 
@@ -216,18 +227,57 @@ def _localization_set(slow: list[Any], results: list[ProbeResult]) -> list[int]:
     return sorted(chosen)[:MAX_LOCALIZE_RANKS]
 
 
-def _localize(session: Any, ranks: list[int], hosts: dict[int, str], ratio: float) -> list[Finding]:
-    """Rank 0's part of the round robin, then the verdict on hosts and links."""
-    from preflight.probes import confirm, pairwise
+def _localize(session: Any, ranks: list[int], sets: Any, hosts: dict[int, str], ratio: float,
+              group_test: bool) -> list[Finding]:
+    """Rank 0: the round robin over `ranks` (when given), then group testing among hosts when it may
+    run and the round robin was skipped or named nothing (hosttest.choose); then a summary (BW013)."""
+    from preflight.probes import hosttest
+
+    began = time.monotonic()
+    findings: list[Finding] = []
+    rounds = tests = 0
+    method = "pairwise" if ranks else "grouptest"
+    extra: dict[str, object] = {}
+    if ranks:
+        good_ranks = {r for h in sets.good for r in sets.ranks[h]}
+        findings, rounds, tests, trusted = _round_robin(session, ranks, hosts, ratio, good_ranks)
+        extra.update(round_robin_rounds=rounds, round_robin_trusted=trusted)
+    if group_test and not findings:
+        found = hosttest.lead(session, sets, ratio)
+        method = "pairwise, then grouptest" if ranks else "grouptest"
+        if found is not None:
+            rounds, tests = rounds + found.rounds, tests + found.tests
+            extra.update(grouptest_rounds=found.rounds, grouptest_seconds=round(found.seconds, 3))
+            for v in found.named:
+                findings += slow_host_group_tested.report(
+                    host=v.host, ranks=v.ranks, fractions=v.fractions, partners=v.partners,
+                    reference_gbps=found.reference_gbps, rounds=found.rounds, seconds=found.seconds)
+        else:
+            extra["grouptest"] = "did not finish: a rank failed or timed out"
+    elif group_test:
+        hosttest.skip(session)
+    named = sorted({h for f in findings for h in f.hosts if h})
+    return findings + localization_summary.report(
+        method=method, suspects=sets.suspects, good=sets.good, rounds=rounds, tests=tests,
+        seconds=time.monotonic() - began, named=named, extra=extra)
+
+
+def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: float,
+                 good_ranks: set[int]) -> tuple[list[Finding], int, int, bool]:
+    """Rank 0's part of the round robin, then the verdict on hosts and links:
+    (findings, rounds, tests, whether its yardstick could be trusted: hosttest.round_robin_trusted)."""
+    from preflight.probes import confirm, hosttest, pairwise
     from preflight.probes.timing import ProbeFailed, ProbeTimeout
 
     size = max(session.plan.sizes)
+    schedule = pairwise.round_robin(ranks)
+    rounds, tests = len(schedule), sum(len(pairs) for pairs in schedule)
     try:
         mine = pairwise.run_rounds(0, ranks, size, session.plan.iters, session.control, session.timeout_s,
                                    **session.localization())
     except (ProbeTimeout, ProbeFailed, RuntimeError):
         session.store.set(confirm.CONFIRM, json.dumps({"pairs": []}))  # nothing to confirm: release the others
-        return []
+        return [], rounds, tests, True
     session.store.set("pair/0", json.dumps({str(k): v for k, v in mine.items()}))
     times: dict[tuple[int, int], float] = {}
     deadline = time.monotonic() + session.timeout_s
@@ -241,6 +291,9 @@ def _localize(session: Any, ranks: list[int], hosts: dict[int, str], ratio: floa
     per_direction = max(1, size // 4) * 4
     pair_gbps = {pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}
     found = pairwise.judge_pairs(pair_gbps, ratio)
+    trusted = hosttest.round_robin_trusted(pair_gbps, good_ranks, ratio)
+    if not trusted:  # its yardstick is slow: nothing it says is confirmed or reported; group testing decides
+        found = pairwise.Localized({}, {}, found.median_gbps)
     # Candidates only: each is measured again alone against a known-good partner (confirm.py).
     kept = confirm.lead_pairs(session, found, pair_gbps, ranks, ratio)
     findings = []
@@ -250,13 +303,13 @@ def _localize(session: Any, ranks: list[int], hosts: dict[int, str], ratio: floa
                                      partner_host=hosts.get(partner, ""), median_gbps=found.median_gbps)
     for (a, b), c in kept.slow_links.items():
         findings += slow_link.report(ranks=[a, b], hosts=[hosts.get(a, ""), hosts.get(b, "")], confirmed=c)
-    return findings
+    return findings, rounds + len(kept.pairs), tests + len(kept.pairs), trusted
 
 
 def _follow_localization(session: Any, status: Any) -> None:
-    """A non-zero rank: measure again, then take part in the round robin and its confirmation when asked."""
-    from preflight.probes import confirm, pairwise
-    from preflight.probes.timing import ProbeFailed, ProbeTimeout
+    """A non-zero rank: measure again, then take part in the round robin and its confirmation, and in
+    group testing, when asked."""
+    from preflight.probes import confirm, hosttest
 
     if status.state != "done":
         return  # a hang: rank 0 will not ask; nothing more goes through the communicators
@@ -264,18 +317,28 @@ def _follow_localization(session: Any, status: Any) -> None:
         return
     if not wait_until(lambda: session.store.check(["localize"]), 2 * session.timeout_s + 10):
         return
-    ranks = json.loads(session.store.get("localize"))["ranks"]
-    if not ranks:
-        return
+    told = json.loads(session.store.get("localize"))
+    ranks = told["ranks"]
+    if ranks and _follow_round_robin(session, ranks):
+        confirm.follow_pairs(session)
+    if told.get("hosts"):
+        hosttest.follow(session)  # rank 0 says done at once when the round robin named someone
+
+
+def _follow_round_robin(session: Any, ranks: list[int]) -> bool:
+    """A non-zero rank's part of the round robin; False when it broke off."""
+    from preflight.probes import pairwise
+    from preflight.probes.timing import ProbeFailed, ProbeTimeout
+
     rank = session.world.rank
     try:
         mine = pairwise.run_rounds(rank, ranks, max(session.plan.sizes), session.plan.iters, session.control,
                                    session.timeout_s, **session.localization())
     except (ProbeTimeout, ProbeFailed, RuntimeError):
-        return
+        return False
     if rank in ranks:
         session.store.set(f"pair/{rank}", json.dumps({str(k): v for k, v in mine.items()}))
-    confirm.follow_pairs(session)
+    return True
 
 
 def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapsed_s: float,
