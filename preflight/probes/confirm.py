@@ -65,6 +65,7 @@ def _remeasure(session: Any, steps: list[int]) -> None:
             records.append(ses._measure(session, index, dim, op, size, deadline))
     except Exception as exc:  # any failure of the second pass leaves the first pass's verdict unconfirmed
         status = ses.Status("failed", -1, "op", str(exc)[:200])
+        session.abandoned = True
     ses.publish(PrefixStore("second", session.store), session.world.rank, session.world.host, records, status)
 
 
@@ -205,5 +206,6 @@ def _run_serial(session: Any, pairs: list[tuple[int, int]]) -> dict[tuple[int, i
         times = pairwise.run_rounds(rank, [], size, session.plan.iters, session.control, session.timeout_s,
                                     rounds=[[tuple(p)] for p in pairs], **session.localization())
     except ABORTS:
+        session.abandoned = True
         return None
     return _gbps_samples(times, rank, size)

@@ -233,6 +233,7 @@ def lead(session: Any, sets: HostSets, ratio: float) -> GroupTestOutcome | None:
     try:
         found = grouptest.locate(sets.suspects, per_round, test, known_slow=True)
     except ABORTS:
+        session.abandoned = True
         return None
     finally:
         rounds.finish()
@@ -259,6 +260,7 @@ def follow(session: Any) -> None:
         try:
             take_part(session, r, list(plan["reference"]), [list(p) for p in plan["pools"]], groups)
         except ABORTS:
+            session.abandoned = True
             return
         r += 1
 

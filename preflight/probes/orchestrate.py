@@ -121,7 +121,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
             outcome = ProbeOutcome()
             _follow_localization(session, status)
     outcome.backend, outcome.backend_reason = choice.backend, choice.reason
-    outcome.left_pending = status.state != "done" or outcome_has_hang(outcome)
+    outcome.left_pending = status.state != "done" or outcome_has_hang(outcome) or session.abandoned
     _teardown(session, clean=not outcome.left_pending)
     return outcome
 
@@ -276,6 +276,7 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
         mine = pairwise.run_rounds(0, ranks, size, session.plan.iters, session.control, session.timeout_s,
                                    **session.localization())
     except (ProbeTimeout, ProbeFailed, RuntimeError):
+        session.abandoned = True
         session.store.set(confirm.CONFIRM, json.dumps({"pairs": []}))  # nothing to confirm: release the others
         return [], rounds, tests, True
     session.store.set("pair/0", json.dumps({str(k): v for k, v in mine.items()}))
@@ -335,6 +336,7 @@ def _follow_round_robin(session: Any, ranks: list[int]) -> bool:
         mine = pairwise.run_rounds(rank, ranks, max(session.plan.sizes), session.plan.iters, session.control,
                                    session.timeout_s, **session.localization())
     except (ProbeTimeout, ProbeFailed, RuntimeError):
+        session.abandoned = True
         return False
     if rank in ranks:
         session.store.set(f"pair/{rank}", json.dumps({str(k): v for k, v in mine.items()}))

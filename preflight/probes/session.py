@@ -119,6 +119,9 @@ class Session:
     # handed in by preflight.check: never destroyed here). `owned` lists what was made here anyway.
     owner: str = "preflight"
     owned: list[Any] = field(default_factory=list)
+    # A localization step (second pass, round robin, group testing) gave up on a collective: it may
+    # still be in flight, so the groups must not be torn down (the process leaves by os._exit).
+    abandoned: bool = False
 
     def localization(self) -> dict[str, Any]:
         """Keyword arguments of pairwise.run_rounds: the probe's own backend and device."""

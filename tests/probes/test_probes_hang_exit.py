@@ -44,3 +44,38 @@ def test_ranks_waiting_on_a_rank_stuck_for_good_exit_3_after_the_report(tmp_path
     for rank in (0, 1, 2):
         assert runs[rank].returncode == 3, (rank, runs[rank].stdout[-800:], runs[rank].stderr[-800:])
         assert "killed after timeout" not in runs[rank].stderr, (rank, runs[rank].elapsed_s)
+
+
+# Rank 3 is slow in every all_reduce (its tp group becomes a straggler, confirmed by the second
+# pass), then never enters the point-to-point localization: its partners give up on a recv that
+# stays posted, which a clean teardown of their groups would wait on for good.
+SLOW_THEN_GONE_IN_LOCALIZATION = """
+import time, torch.distributed as dist
+real_all_reduce = dist.all_reduce
+def all_reduce(*args, **kwargs):
+    time.sleep(0.05)
+    return real_all_reduce(*args, **kwargs)
+def stuck(*args, **kwargs):
+    time.sleep(3600)
+dist.all_reduce, dist.isend, dist.irecv = all_reduce, stuck, stuck
+"""
+
+
+def test_ranks_whose_localization_partner_is_stuck_for_good_still_exit(tmp_path: Path) -> None:
+    report_path = tmp_path / "r.json"
+    args = ["run", "--mesh", "dp2,tp2", "--ops", "all_reduce", "--sizes", "64KiB", "--iters", "5", "--warmup", "1",
+            "--straggler-ratio", "0.5", "--probe-timeout", str(PROBE_TIMEOUT_S), "--json", str(report_path)]
+    port, started = free_port(), time.monotonic()
+    stuck = Placement(env=plant_env(tmp_path, {3: SLOW_THEN_GONE_IN_LOCALIZATION}))
+    procs = {rank: start_rank(rank, 4, args, placement=stuck if rank == 3 else Placement(),
+                              common_env={"OMP_NUM_THREADS": "1"}, port=port) for rank in range(4)}
+    try:
+        runs = wait_for_ranks({rank: procs[rank] for rank in (0, 1, 2)}, started, 2 * EXIT_BOUND_S)
+    finally:
+        procs[3].kill()
+        procs[3].communicate()
+    report = read_json(report_path)
+    assert any(3 in f["ranks"] for f in report["findings"] if f["check_id"].startswith("BW")), report["findings"]
+    for rank in (0, 1, 2):
+        assert "killed after timeout" not in runs[rank].stderr, (rank, runs[rank].elapsed_s, runs[rank].stderr[-1500:])
+        assert runs[rank].returncode == report["exit_code"], (rank, runs[rank].stderr[-800:])
