@@ -350,7 +350,8 @@ def slow_host_group_tested(host: str, ranks: list[int], fractions: list[float], 
     "hosts and links it found are their own findings.",
 )
 def localization_summary(method: str, suspects: list[str], good: list[str], rounds: int, tests: int,
-                         seconds: float, named: list[str], extra: dict[str, object] | None = None) -> Iterable[Problem]:
+                         seconds: float, named: list[str], extra: dict[str, object] | None = None,
+                         unfinished: str = "") -> Iterable[Problem]:
     """How the confirmed slow groups were localized, and what it cost.
 
     `pairwise`: the round robin over the slow groups' ranks (n-1 rounds) plus its confirming
@@ -360,11 +361,13 @@ def localization_summary(method: str, suspects: list[str], good: list[str], roun
     take more rounds than that. `pairwise, then grouptest`: the round robin named nothing, or
     fewer than half of its pairs were healthy so its yardstick could not be trusted, and
     group testing ran after it. The data splits the rounds between the two; rounds, tests
-    and seconds are rank 0's.
+    and seconds are rank 0's. `unfinished` says which step was cut short (a collective that did
+    not complete within --probe-timeout, or failed): what it would have named is unknown.
     """
     who = ", ".join(named) if named else "nobody"
+    cut = f"; cut short: {unfinished}" if unfinished else ""
     yield Problem(f"localization by {method} over {len(suspects)} suspect host(s) with {len(good)} known-good: "
-                  f"{rounds} rounds, {tests} tests, {seconds:.1f} s; named {who}",
+                  f"{rounds} rounds, {tests} tests, {seconds:.1f} s; named {who}{cut}",
                   hosts=[],
                   data={"method": method, "suspects": suspects, "good": good, "rounds": rounds, "tests": tests,
-                        "seconds": round(seconds, 3), "named": named, **(extra or {})})
+                        "seconds": round(seconds, 3), "named": named, "unfinished": unfinished, **(extra or {})})

@@ -233,7 +233,7 @@ def _localize(session: Any, ranks: list[int], sets: Any, hosts: dict[int, str], 
     run and the round robin was skipped or named nothing (hosttest.choose); then a summary (BW013)."""
     from preflight.probes import hosttest
 
-    began = time.monotonic()
+    began, abandoned_before = time.monotonic(), session.abandoned
     findings: list[Finding] = []
     rounds = tests = 0
     method = "pairwise" if ranks else "grouptest"
@@ -252,14 +252,14 @@ def _localize(session: Any, ranks: list[int], sets: Any, hosts: dict[int, str], 
                 findings += slow_host_group_tested.report(
                     host=v.host, ranks=v.ranks, fractions=v.fractions, partners=v.partners,
                     reference_gbps=found.reference_gbps, rounds=found.rounds, seconds=found.seconds)
-        else:
-            extra["grouptest"] = "did not finish: a rank failed or timed out"
     elif group_test:
         hosttest.skip(session)
     named = sorted({h for f in findings for h in f.hosts if h})
+    unfinished = f"{method}: a collective did not complete within --probe-timeout, or failed" \
+        if session.abandoned and not abandoned_before else ""
     return findings + localization_summary.report(
         method=method, suspects=sets.suspects, good=sets.good, rounds=rounds, tests=tests,
-        seconds=time.monotonic() - began, named=named, extra=extra)
+        seconds=time.monotonic() - began, named=named, extra=extra, unfinished=unfinished)
 
 
 def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: float,
