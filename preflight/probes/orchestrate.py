@@ -3,15 +3,13 @@
 `run_probes` is called on every rank once rank 0 gave the go. Every rank builds the process
 group and DeviceMesh on the run's store and runs the plan's steps (session.py); rank 0
 gathers the measurements through the store (collect.py), judges them (judge.py), has the
-slow groups localized by a pairwise round robin (pairwise.py) or by group testing among hosts
-over sub-communicators (hosttest.py, which also says when each runs), and returns the results
-and findings. Other ranks return an empty outcome.
+slow groups localized (localize.py: a pairwise round robin, or group testing among hosts over
+sub-communicators), and returns the results and findings. Other ranks return an empty outcome.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,25 +20,18 @@ from preflight.checks.probe_findings import (
     cross_dim_suspect,
     dim_spans_hosts,
     gpu_job_probed_on_gloo,
-    localization_summary,
     probe_hang,
     probes_could_not_run,
-    slow_host,
-    slow_host_group_tested,
-    slow_link,
     straggler_group,
     wrong_result,
 )
 from preflight.checks.run_findings import rank_died
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
-from preflight.lib.waiting import wait_until
 from preflight.model import Finding, ProbeDevice, ProbeResult, RankFacts, World
 from preflight.model.probe_faults import Hang
 from preflight.options import RunOptions
-from preflight.probes import liveness, setup
-
-MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
+from preflight.probes import liveness, localize, setup
 
 
 @dataclass
@@ -119,7 +110,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
             outcome.dead = sorted(watch.dead())
         else:
             outcome = ProbeOutcome()
-            _follow_localization(session, status)
+            localize.follow(session, status)
     outcome.backend, outcome.backend_reason = choice.backend, choice.reason
     outcome.left_pending = status.state != "done" or outcome_has_hang(outcome) or session.abandoned
     _teardown(session, clean=not outcome.left_pending)
@@ -150,7 +141,7 @@ def _wrong_by_group(results: list[ProbeResult]) -> list[list[ProbeResult]]:
 
 def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float,
                         watch: liveness.Watch) -> ProbeOutcome:
-    from preflight.probes import collect, confirm, hosttest, judge
+    from preflight.probes import collect, confirm, judge
 
     world, plan = session.world, session.plan
     got = collect.gather(session.store, world.world_size, session.timeout_s, early=status.state != "done",
@@ -173,8 +164,7 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     for wrong in _wrong_by_group(outcome.results):
         outcome.findings += wrong_result.report(wrong)
     outcome.findings += _spans_hosts(mesh_dims, groups, hosts)
-    localize: list[int] = []
-    sets: hosttest.HostSets | None = None
+    slow: list[Any] = []
     if hang is None:
         # Candidates, then only those a second measurement finds again (confirm.py).
         slow = confirm.lead_groups(session, judge.stragglers(outcome.results, options.straggler_ratio),
@@ -185,19 +175,9 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
             outcome.findings += cross_dim_suspect.report(rank=rank, host=hosts.get(rank, ""), dims=dims)
         for b in judge.below_expected(outcome.results, plan.expect):
             outcome.findings += below_expected.report(b.result, expected_gbps=b.expected_gbps)
-        localize = _localization_set(slow, outcome.results)
-        if slow:
-            sets = hosttest.host_sets({r for s in slow for r in s.ranks}, hosts, world.world_size)
     else:
         session.store.set(confirm.AGAIN, json.dumps({"steps": []}))
-    method = hosttest.choose(sets, len(localize), options.localize) if sets else "pairwise"
-    group_test = sets is not None and hosttest.possible(sets) and options.localize != "pairwise"
-    # Followers learn what follows: the round robin over these ranks, and whether group testing may.
-    session.store.set("localize", json.dumps({"ranks": localize if method == "pairwise" else [],
-                                              "hosts": group_test}))
-    if sets is not None and (localize or group_test):
-        outcome.findings += _localize(session, localize if method == "pairwise" else [], sets, hosts,
-                                      options.straggler_ratio, group_test)
+    outcome.findings += localize.lead(session, slow, outcome.results, hosts, options)
     return outcome
 
 
@@ -213,134 +193,6 @@ def _spans_hosts(mesh_dims: list[Any], groups: dict[str, list[list[int]]], hosts
     _, ranks, names = spanning[0]
     return dim_spans_hosts.report(dim=name, groups=len(spanning), total=len(groups[name]),
                                   example_ranks=ranks, example_hosts=names)
-
-
-def _localization_set(slow: list[Any], results: list[ProbeResult]) -> list[int]:
-    """The slow groups' ranks plus the fastest healthy sibling of each, as a reference."""
-    chosen: set[int] = set()
-    for s in slow:
-        chosen |= set(s.ranks)
-        siblings = [r for r in results if r.dim == s.dim and r.op == s.op and r.size_bytes == s.size_bytes
-                    and r.group_index != s.group_index and not set(r.ranks) & set(s.ranks)]
-        if siblings:
-            chosen |= set(max(siblings, key=lambda r: r.busbw_gbps).ranks)
-    return sorted(chosen)[:MAX_LOCALIZE_RANKS]
-
-
-def _localize(session: Any, ranks: list[int], sets: Any, hosts: dict[int, str], ratio: float,
-              group_test: bool) -> list[Finding]:
-    """Rank 0: the round robin over `ranks` (when given), then group testing among hosts when it may
-    run and the round robin was skipped or named nothing (hosttest.choose); then a summary (BW013)."""
-    from preflight.probes import hosttest
-
-    began, abandoned_before = time.monotonic(), session.abandoned
-    findings: list[Finding] = []
-    rounds = tests = 0
-    method = "pairwise" if ranks else "grouptest"
-    extra: dict[str, object] = {}
-    if ranks:
-        good_ranks = {r for h in sets.good for r in sets.ranks[h]}
-        findings, rounds, tests, trusted = _round_robin(session, ranks, hosts, ratio, good_ranks)
-        extra.update(round_robin_rounds=rounds, round_robin_trusted=trusted)
-    if group_test and not findings:
-        found = hosttest.lead(session, sets, ratio)
-        method = "pairwise, then grouptest" if ranks else "grouptest"
-        if found is not None:
-            rounds, tests = rounds + found.rounds, tests + found.tests
-            extra.update(grouptest_rounds=found.rounds, grouptest_seconds=round(found.seconds, 3))
-            for v in found.named:
-                findings += slow_host_group_tested.report(
-                    host=v.host, ranks=v.ranks, fractions=v.fractions, partners=v.partners,
-                    reference_gbps=found.reference_gbps, rounds=found.rounds, seconds=found.seconds)
-    elif group_test:
-        hosttest.skip(session)
-    named = sorted({h for f in findings for h in f.hosts if h})
-    unfinished = f"{method}: a collective did not complete within --probe-timeout, or failed" \
-        if session.abandoned and not abandoned_before else ""
-    return findings + localization_summary.report(
-        method=method, suspects=sets.suspects, good=sets.good, rounds=rounds, tests=tests,
-        seconds=time.monotonic() - began, named=named, extra=extra, unfinished=unfinished)
-
-
-def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: float,
-                 good_ranks: set[int]) -> tuple[list[Finding], int, int, bool]:
-    """Rank 0's part of the round robin, then the verdict on hosts and links:
-    (findings, rounds, tests, whether its yardstick could be trusted: hosttest.round_robin_trusted)."""
-    from preflight.probes import confirm, hosttest, pairwise
-    from preflight.probes.timing import ProbeFailed, ProbeTimeout
-
-    size = max(session.plan.sizes)
-    schedule = pairwise.round_robin(ranks)
-    rounds, tests = len(schedule), sum(len(pairs) for pairs in schedule)
-    try:
-        mine = pairwise.run_rounds(0, ranks, size, session.plan.iters, session.control, session.timeout_s,
-                                   **session.localization())
-    except (ProbeTimeout, ProbeFailed, RuntimeError):
-        session.abandoned = True
-        session.store.set(confirm.CONFIRM, json.dumps({"pairs": []}))  # nothing to confirm: release the others
-        return [], rounds, tests, True
-    session.store.set("pair/0", json.dumps({str(k): v for k, v in mine.items()}))
-    times: dict[tuple[int, int], float] = {}
-    deadline = time.monotonic() + session.timeout_s
-    for rank in ranks:
-        key = f"pair/{rank}"
-        if not wait_until(lambda key=key: session.store.check([key]), deadline - time.monotonic()):
-            continue
-        for peer, seconds in json.loads(session.store.get(f"pair/{rank}")).items():
-            key = (min(rank, int(peer)), max(rank, int(peer)))
-            times[key] = max(times.get(key, 0.0), statistics.median(seconds))
-    per_direction = max(1, size // 4) * 4
-    pair_gbps = {pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}
-    found = pairwise.judge_pairs(pair_gbps, ratio)
-    trusted = hosttest.round_robin_trusted(pair_gbps, good_ranks, ratio)
-    if not trusted:  # its yardstick is slow: nothing it says is confirmed or reported; group testing decides
-        found = pairwise.Localized({}, {}, found.median_gbps)
-    # Candidates only: each is measured again alone against a known-good partner (confirm.py).
-    kept = confirm.lead_pairs(session, found, pair_gbps, ranks, ratio)
-    findings = []
-    for rank, c in kept.slow_ranks.items():
-        partner = c.pair[0] if c.pair[1] == rank else c.pair[1]
-        findings += slow_host.report(rank=rank, host=hosts.get(rank, ""), confirmed=c, partner=partner,
-                                     partner_host=hosts.get(partner, ""), median_gbps=found.median_gbps)
-    for (a, b), c in kept.slow_links.items():
-        findings += slow_link.report(ranks=[a, b], hosts=[hosts.get(a, ""), hosts.get(b, "")], confirmed=c)
-    return findings, rounds + len(kept.pairs), tests + len(kept.pairs), trusted
-
-
-def _follow_localization(session: Any, status: Any) -> None:
-    """A non-zero rank: measure again, then take part in the round robin and its confirmation, and in
-    group testing, when asked."""
-    from preflight.probes import confirm, hosttest
-
-    if status.state != "done":
-        return  # a hang: rank 0 will not ask; nothing more goes through the communicators
-    if not confirm.follow_groups(session):
-        return
-    if not wait_until(lambda: session.store.check(["localize"]), 2 * session.timeout_s + 10):
-        return
-    told = json.loads(session.store.get("localize"))
-    ranks = told["ranks"]
-    if ranks and _follow_round_robin(session, ranks):
-        confirm.follow_pairs(session)
-    if told.get("hosts"):
-        hosttest.follow(session)  # rank 0 says done at once when the round robin named someone
-
-
-def _follow_round_robin(session: Any, ranks: list[int]) -> bool:
-    """A non-zero rank's part of the round robin; False when it broke off."""
-    from preflight.probes import pairwise
-    from preflight.probes.timing import ProbeFailed, ProbeTimeout
-
-    rank = session.world.rank
-    try:
-        mine = pairwise.run_rounds(rank, ranks, max(session.plan.sizes), session.plan.iters, session.control,
-                                   session.timeout_s, **session.localization())
-    except (ProbeTimeout, ProbeFailed, RuntimeError):
-        session.abandoned = True
-        return False
-    if rank in ranks:
-        session.store.set(f"pair/{rank}", json.dumps({str(k): v for k, v in mine.items()}))
-    return True
 
 
 def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapsed_s: float,
