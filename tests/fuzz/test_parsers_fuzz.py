@@ -18,8 +18,9 @@ from preflight.lib.errors import BadInput
 from preflight.lib.hostlist import MAX_HOSTS, compress_hostlist, count_hostlist, expand_hostlist, host_ranges
 from preflight.lib.mesh_shape import parse_mesh_syntax, resolve_mesh
 from preflight.lib.numbers import ascii_int
+from preflight.lib.slurm_layout import parse_tasks_per_node
 from preflight.options import parse_expect, parse_ops, parse_rate, parse_sizes
-from preflight.steps.launchers import parse_tasks_per_node, resolve_world
+from preflight.steps.launchers import resolve_world
 from tests.fuzz.strategies import FUZZ, FUZZ_CLI, TRICKY, any_text
 
 hostlist_text = st.one_of(

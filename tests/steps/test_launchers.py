@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from preflight.lib.errors import BadInput
-from preflight.steps.launchers import DERIVED_PORT_BASE, derive_port, parse_tasks_per_node, resolve_world
+from preflight.steps.launchers import DERIVED_PORT_BASE, derive_port, resolve_world
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "abc", "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
@@ -71,10 +71,6 @@ def test_slurm_port_same_within_job_different_across_jobs() -> None:
 def test_slurm_cyclic_distribution() -> None:
     world = resolve_world({**SLURM, "SLURM_DISTRIBUTION": "cyclic"}, host="x")
     assert [world.expected_hosts[r] for r in range(4)] == ["gpu001", "gpu002", "gpu001", "gpu002"]
-
-
-def test_slurm_uneven_tasks() -> None:
-    assert parse_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
 
 
 def test_open_mpi_wins_over_inherited_slurm() -> None:
