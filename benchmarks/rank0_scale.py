@@ -7,7 +7,7 @@ Each (N, world) runs in a fresh process: a child generates N payloads (written t
 file, so generating them costs the measured process neither time nor memory), then the
 measured process drives the project's own code, stage by stage:
 
-  decode        every payload through the exchange's own validation (Exchange._accept, the
+  decode        every payload through the exchange's own validation (steps/collected.accept_many, the
                 model's msgspec codec), read in chunks of 1,024 as the store collect does,
                 then Collected.merged_with and the gatherer-failure findings
   cross checks  registry.run_checks over every registered cross check, with one JobView
@@ -180,7 +180,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
     from preflight.registry import CROSS, CheckContext, JobView, run_checks, select_checks
     from preflight.reports import exclude, html, junit, text
     from preflight.reports import json as json_report
-    from preflight.steps.exchange import Collected, Exchange
+    from preflight.steps.collected import Collected, accept_many
     from preflight.steps.gather import gather_failures
     from preflight.steps.verdict import RunRecord, build_report
 
@@ -193,11 +193,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
         return value
 
     def accept(collected, ranks, raws):  # what the store collect does with each multi_get's answer
-        if hasattr(Exchange, "accept_many"):
-            Exchange.accept_many(collected, ranks, raws)
-        else:  # before issue 16
-            for rank, raw in zip(ranks, raws):
-                Exchange._accept(collected, rank, raw)
+        accept_many(collected, ranks, raws)
 
     def decode_all():
         collected = Collected()

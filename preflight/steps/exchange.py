@@ -27,7 +27,6 @@ import json
 import secrets
 import socket
 import time
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -37,7 +36,7 @@ from preflight.lib.waiting import MAX_POLL_S, wait_until
 from preflight.model import JobReport, World
 from preflight.model.codec import decode, encode
 from preflight.steps import rank_files, roster, run_auth
-from preflight.steps.collected import Collected, accept, accept_many, own_findings_only
+from preflight.steps.collected import Collected, accept_many, own_findings_only
 from preflight.steps.heartbeat import Heartbeat, Liveness
 from preflight.steps.store_join import ForeignStore, join_store, mark_store, run_prefix
 from preflight.steps.wire import RankPayload, to_wire
@@ -284,16 +283,6 @@ class Exchange:
                 collected.bad_payloads[rank] = (f"no valid proof of {run_auth.SECRET_VAR}: not from this run's rank "
                                                 "(a foreign process, or a rank with another secret)")
         return kept
-
-    # Kept as the benchmarks call them (benchmarks/rank0_scale.py): the decode is steps/collected.py's.
-    @staticmethod
-    def accept_many(collected: Collected, ranks: Sequence[int], raws: Sequence[bytes]) -> None:
-        """Decode a chunk of payloads (collected.accept_many)."""
-        accept_many(collected, ranks, raws)
-
-    @staticmethod
-    def _accept(collected: Collected, rank: int, raw: bytes) -> None:
-        accept(collected, rank, raw)
 
     def announce(self, name: str, value: dict[str, Any]) -> None:
         """Rank 0: publish a decision (go, verdict) to every rank, naming this run's nonce."""
