@@ -96,6 +96,25 @@ def peer_heartbeat(store: Any, rank: int) -> Heartbeat:
     return Heartbeat(store, 0, PEER_BEAT_S, key=peer_key(rank), budget_s=math.inf)
 
 
+def stalled_beats(store: Any, ranks: list[int], seen: dict[int, tuple[bytes, float]], now: float,
+                  stall_s: float) -> dict[int, tuple[bytes, float]]:
+    """One look at `ranks`' beat counters (one multi_get per CHUNK ranks).
+
+    `seen` (rank -> (last value, since when)) is updated with every counter that moved; the
+    answer is each rank whose counter has not moved for stall_s: rank -> (its value, seconds silent).
+    """
+    stalled: dict[int, tuple[bytes, float]] = {}
+    for i in range(0, len(ranks), CHUNK):
+        chunk = ranks[i:i + CHUNK]
+        for rank, value in zip(chunk, store.multi_get([peer_key(r) for r in chunk]), strict=True):
+            last, since = seen.get(rank, (b"", now))
+            if value != last:
+                seen[rank] = (bytes(value), now)
+            elif now - since >= stall_s:
+                stalled[rank] = (bytes(value), now - since)
+    return stalled
+
+
 class DeadPeers:
     """Rank 0's watch over the probing ranks' beats: who stopped, published under DEAD_KEY.
 
@@ -133,17 +152,11 @@ class DeadPeers:
         now = time.monotonic() if now is None else now
         alive = [r for r in self.ranks if r not in self.dead]
         newly = {}
-        for i in range(0, len(alive), CHUNK):
-            chunk = alive[i:i + CHUNK]
-            for rank, value in zip(chunk, self.store.multi_get([peer_key(r) for r in chunk]), strict=True):
-                last, since = self._seen[rank]
-                if value != last:
-                    self._seen[rank] = (value, now)
-                elif now - since >= self.stall_s:
-                    newly[rank] = (f"its heartbeat stopped {now - since:.0f}s ago (the process was killed, "
-                                   "crashed or froze)" if value not in (b"", b"0") else
-                                   f"never sent a heartbeat in {now - since:.0f}s (the process was killed, "
-                                   "crashed or froze)")
+        for rank, (value, silent_s) in stalled_beats(self.store, alive, self._seen, now, self.stall_s).items():
+            newly[rank] = (f"its heartbeat stopped {silent_s:.0f}s ago (the process was killed, "
+                           "crashed or froze)" if value not in (b"", b"0") else
+                           f"never sent a heartbeat in {silent_s:.0f}s (the process was killed, "
+                           "crashed or froze)")
         if newly:
             self.dead.update(newly)
             self.store.set(DEAD_KEY, json.dumps({str(r): why for r, why in self.dead.items()}))

@@ -27,7 +27,7 @@ from typing import Any
 
 from preflight.lib.errors import BadInput
 from preflight.steps.collected import Collected, DeadRank
-from preflight.steps.heartbeat import CHUNK, PEER_BEAT_S, PEER_STALL_S, Heartbeat, peer_key
+from preflight.steps.heartbeat import PEER_BEAT_S, PEER_STALL_S, Heartbeat, peer_key, stalled_beats
 
 CLAIMED_KEY = "claimed"  # "r," once per rank whose first claimant is in
 CONTESTED_KEY = "contested"  # "r," once per second (third, ...) claimant
@@ -110,7 +110,8 @@ class JoinedWatch:
     """Rank 0's watch, during the collect, over ranks that joined but have not published.
 
     One look per beat at most: the joined list, then the beat counters of the ranks still
-    awaited (multi_get in chunks). A rank whose counter did not move for stall_s is dead.
+    awaited (heartbeat.stalled_beats, as the probes' DeadPeers reads them). A rank whose
+    counter did not move for stall_s is dead.
     """
 
     def __init__(self, store: Any, world_size: int, own_rank: int = 0) -> None:
@@ -126,18 +127,12 @@ class JoinedWatch:
             return
         self._looked = now
         awaited = sorted(listed(self.store, CLAIMED_KEY, self.world_size) - collected.heard(self.own_rank))
-        for start in range(0, len(awaited), CHUNK):
-            chunk = awaited[start:start + CHUNK]
-            for rank, value in zip(chunk, self.store.multi_get([peer_key(r) for r in chunk]), strict=True):
-                last, since = self._seen.get(rank, (b"", now))
-                if value != last:
-                    self._seen[rank] = (bytes(value), now)
-                elif now - since >= self.stall_s:
-                    holders = claimants(self.store, rank)
-                    host = holders[0][0] if holders else ""
-                    collected.dead[rank] = DeadRank(host, f"it joined the store, then its heartbeat stopped for "
-                                                          f"{now - since:.0f}s before it published its facts "
-                                                          "(killed, crashed or frozen)")
+        for rank, (_, silent_s) in stalled_beats(self.store, awaited, self._seen, now, self.stall_s).items():
+            holders = claimants(self.store, rank)
+            host = holders[0][0] if holders else ""
+            collected.dead[rank] = DeadRank(host, f"it joined the store, then its heartbeat stopped for "
+                                                  f"{silent_s:.0f}s before it published its facts "
+                                                  "(killed, crashed or frozen)")
 
 
 def _parse(raw: bytes) -> tuple[str, int]:
