@@ -223,12 +223,16 @@ def below_expected(result: ProbeResult, expected_gbps: float, source: str = "--e
 
     Also a group below its hardware profile (BW011) when --strict-bandwidth makes that an error.
     """
-    r = result
-    yield Problem(f"{r.op} on {r.dim} group {r.group_index} (ranks {_ranks(r.ranks)}) at {human_bytes(r.size_bytes)}: "
-                  f"busbw {r.busbw_gbps:.3g} GB/s is {r.busbw_gbps / expected_gbps:.0%} of the expected "
-                  f"{expected_gbps:.3g} GB/s ({source})", ranks=r.ranks, hosts=r.hosts,
-                  data={"dim": r.dim, "op": r.op, "busbw_gbps": r.busbw_gbps, "expected_busbw_gbps": expected_gbps,
-                        "expected_source": source})
+    yield _short_of(result, expected_gbps, source, f"the expected {expected_gbps:.3g} GB/s")
+
+
+def _short_of(r: ProbeResult, expected_gbps: float, source: str, expectation: str) -> Problem:
+    """A group below what it should reach (BW007: --expect; BW011: its hardware profile), as both say it."""
+    return Problem(f"{r.op} on {r.dim} group {r.group_index} (ranks {_ranks(r.ranks)}) at {human_bytes(r.size_bytes)}: "
+                   f"busbw {r.busbw_gbps:.3g} GB/s is {r.busbw_gbps / expected_gbps:.0%} of {expectation} ({source})",
+                   ranks=r.ranks, hosts=r.hosts,
+                   data={"dim": r.dim, "op": r.op, "busbw_gbps": r.busbw_gbps, "expected_busbw_gbps": expected_gbps,
+                         "expected_source": source})
 
 
 @engine_check(
@@ -302,12 +306,7 @@ def below_profile(result: ProbeResult, expected_gbps: float, source: str) -> Ite
     docs/expectations.md). Siblings that are all equally slow (a whole node at half NVLink
     speed) pass the straggler rule but not this one. On gloo no profile applies.
     """
-    r = result
-    yield Problem(f"{r.op} on {r.dim} group {r.group_index} (ranks {_ranks(r.ranks)}) at {human_bytes(r.size_bytes)}: "
-                  f"busbw {r.busbw_gbps:.3g} GB/s is {r.busbw_gbps / expected_gbps:.0%} of the {expected_gbps:.3g} "
-                  f"GB/s its hardware should reach ({source})", ranks=r.ranks, hosts=r.hosts,
-                  data={"dim": r.dim, "op": r.op, "busbw_gbps": r.busbw_gbps, "expected_busbw_gbps": expected_gbps,
-                        "expected_source": source})
+    yield _short_of(result, expected_gbps, source, f"the {expected_gbps:.3g} GB/s its hardware should reach")
 
 
 @engine_check(
