@@ -256,10 +256,10 @@ class Exchange:
         return collected
 
     def _take_from_store(self, collected: Collected) -> None:
-        if self.store is None or not self.store.check(["arrivals"]):
+        if self.store is None:
             return
-        arrived = {int(r) for r in self.store.get("arrivals").decode().split(",") if r}
-        new = sorted(r for r in arrived - collected.heard(self.world.rank) if 0 <= r < self.world.world_size)
+        # Read as the claims are: any client can append to the list, so only ASCII ranks of this world count.
+        new = sorted(roster.listed(self.store, "arrivals", self.world.world_size) - collected.heard(self.world.rank))
         # In chunks: one multi_get of 100k keys resets the connection; 1,024 per call is as fast.
         for start in range(0, len(new), MULTI_GET_CHUNK):
             chunk = new[start:start + MULTI_GET_CHUNK]

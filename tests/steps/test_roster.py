@@ -106,3 +106,15 @@ def test_rank_0_names_a_joined_rank_whose_beat_stopped_and_not_one_that_beats() 
     watch.look(collected, now=100.0 + watch.stall_s)
     assert sorted(collected.dead) == [2] and collected.dead[2].host == "node2"
     assert "heartbeat stopped" in collected.dead[2].how and collected.complete(3) is False
+
+
+def test_garbage_a_foreign_client_appends_to_the_arrivals_list_is_ignored_by_the_collect() -> None:
+    """The arrivals list is read as roster.listed reads the claims: only ASCII ranks of this world."""
+    lead = Exchange(_world(0, 0), timeout_s=10.0)
+    lead.open()
+    first = Exchange(_world(1, lead.world.master_port), timeout_s=10.0)
+    first.open()
+    first.publish(RankPayload(1, RankFacts(rank=1, host="node1", world=first.world)))
+    lead.store.append("arrivals", "x,²,-3,99,")
+    collected = lead.collect(timeout_s=0.5)
+    assert sorted(collected.payloads) == [1] and collected.missing(3) == [2]
