@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec
 
 from preflight.lib.deadline import call_with_deadline
-from preflight.lib.errors import BadInput
 from preflight.model import CheckOutcome, Finding, RankFacts, Severity
 
 LOCAL = "local"  # a pure function of one rank's facts, run on every rank
@@ -226,15 +225,7 @@ def load_builtin_checks() -> None:
     import importlib
     import pkgutil
 
-    try:
-        import preflight.checks as package
-    except ModuleNotFoundError:
-        import preflight
-
-        raise BadInput(
-            f"preflight was imported from the source folder {preflight.__path__[0]}, which lacks the "
-            "installed layout's checks/reports subpackages; run from another directory, or `pip install -e .`"
-        ) from None
+    import preflight.checks as package
 
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{package.__name__}.{module.name}")

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Source folder -> the import package it installs as (pyproject.toml's package-dir).
-PACKAGES = {"preflight": "preflight", "checks": "preflight.checks", "reports": "preflight.reports"}
+PACKAGES = {"preflight": "preflight"}
 CHECK_ID = re.compile(r"^[A-Z]{2,6}\d{3}$")
 
 
@@ -97,7 +97,7 @@ def test_the_engine_names_no_check_id_as_a_string() -> None:
 
 def test_the_rule_walker_sees_a_violation() -> None:
     """The walker itself: a planted import of the runner from a check module is caught."""
-    planted = ROOT / "checks" / "_planted_for_test.py"
+    planted = ROOT / "preflight" / "checks" / "_planted_for_test.py"
     planted.write_text("from preflight.runner import run\n")
     try:
         assert "preflight.runner" in imports_of(planted, "preflight.checks._planted_for_test")

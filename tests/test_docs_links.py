@@ -1,15 +1,18 @@
-"""Nothing in the README or docs/ refers to a file the repository does not have.
+"""Nothing in the README, docs/ or a docstring refers to a file the repository does not have.
 
 Checked in README.md and docs/*.md:
 - every relative markdown link or image, and its #anchor where it points into a markdown file;
 - every repository path named in the text, code blocks included, that starts with one of the
-  repository's folders (`docs/`, `benchmarks/`, `sbatch/`, `tests/`, `preflight/`, `checks/`,
-  `reports/`, `.ci/`);
+  repository's folders (`docs/`, `benchmarks/`, `sbatch/`, `tests/`, `preflight/`, `.ci/`) or
+  with one of the package's own folders (`checks/`, `steps/`, ...), which resolve under
+  `preflight/` as the code cites them;
 - every `*.md` file named anywhere (a design document the repository lacks is the classic).
+Checked in every docstring of preflight/, benchmarks/ and tests/: the same repository paths.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -17,7 +20,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-FOLDERS = ("docs", "benchmarks", "sbatch", "tests", "preflight", "checks", "reports", ".ci")
+PACKAGE = REPO / "preflight"
+PACKAGE_FOLDERS = tuple(sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()))
+FOLDERS = ("docs", "benchmarks", "sbatch", "tests", "preflight", ".ci", *PACKAGE_FOLDERS)
+SOURCES = sorted(path for folder in ("preflight", "benchmarks", "tests") for path in (REPO / folder).rglob("*.py"))
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*([^)\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 FOLDER_NAMES = "|".join(re.escape(folder) for folder in FOLDERS)
@@ -46,8 +52,34 @@ def _anchors(markdown: str) -> set[str]:
 
 
 def _exists(name: str, doc: Path) -> bool:
-    """A path named in doc exists, relative to the doc's folder or to the repository root."""
-    return (doc.parent / name).exists() or (REPO / name).exists()
+    """A path named in doc exists, relative to the doc's folder, the repository root or the package.
+
+    `tests/helpers/ranks.plant_env` (a module's path, then a name in it) exists when the module
+    does and defines that name.
+    """
+    if any((base / name).exists() for base in (doc.parent, REPO, PACKAGE)):
+        return True
+    module, _, attribute = name.rpartition(".")
+    if not module or not attribute.isidentifier():
+        return False
+    for base in (doc.parent, REPO, PACKAGE):
+        path = base / f"{module}.py"
+        if path.is_file():
+            defined = rf"^\s*(?:def|class)\s+{attribute}\b|^{attribute}\s*[:=]"
+            return re.search(defined, path.read_text(), re.MULTILINE) is not None
+    return False
+
+
+def _docstrings(source: Path) -> list[tuple[int, str]]:
+    """Every docstring of a module (the module's, its classes' and functions'), with its line."""
+    tree = ast.parse(source.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            text = ast.get_docstring(node, clean=False)
+            if text:
+                found.append((node.body[0].lineno, text))
+    return found
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
@@ -73,6 +105,15 @@ def test_named_repository_paths_exist(doc: Path) -> None:
     assert not missing, f"{doc.relative_to(REPO)} names files the repository does not have: {missing}"
 
 
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(REPO)))
+def test_paths_cited_in_docstrings_exist(source: Path) -> None:
+    missing = []
+    for line, text in _docstrings(source):
+        named = set(REPO_PATH.findall(text)) | set(MD_FILE.findall(text))
+        missing += [f"line {line}: {name}" for name in sorted(named) if not _exists(name.rstrip("."), source)]
+    assert not missing, f"{source.relative_to(REPO)} cites files the repository does not have: {missing}"
+
+
 def test_the_scanners_find_what_they_should() -> None:
     text = ("see [x](docs/a.md#b), ![p](report.png), `benchmarks/y.py --n 1`, run tests/helpers/x.py;"
             " DESIGN.md; not https://h/tests/z.py, not /sys/class/x, not `preflight/<run id>/`")
@@ -80,3 +121,9 @@ def test_the_scanners_find_what_they_should() -> None:
     assert set(REPO_PATH.findall(text)) == {"docs/a.md", "benchmarks/y.py", "tests/helpers/x.py"}
     assert set(MD_FILE.findall(text)) == {"docs/a.md", "DESIGN.md"}
     assert {"step-1-world", "the-model", "a-b"} <= _anchors("## Step 1: World\n### The model\n# A: b\n")
+    cited = _docstrings(Path(__file__))
+    assert any("checks/" in text for _, text in cited)  # this module's own docstring is scanned
+    assert _exists("checks/registry_is_not_here.py", Path(__file__)) is False
+    assert _exists("checks/nccl.py", Path(__file__)) and _exists("steps/verdict.py", Path(__file__))
+    assert _exists("tests/helpers/ranks.spawn_env_ranks", Path(__file__))
+    assert not _exists("tests/helpers/ranks.no_such_helper", Path(__file__))

@@ -121,8 +121,8 @@ def start_forkserver() -> None:
 
     `import torch` is ~1.9 CPU-seconds, paid once per launch instead of once per rank (8 ranks
     on 2 cores: 18 s -> 6 s for `launch -n 8 --mesh pp2,tp4`). Started from `/`: Python 3.11's
-    forkserver runs with its working directory first on sys.path, and from a preflight source
-    checkout it would import the source folder `preflight/` (see worker_command).
+    forkserver runs with its working directory first on sys.path, where a user's own modules
+    could shadow torch's or ours for every rank.
     """
     multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
     here = os.getcwd()
@@ -154,16 +154,7 @@ def run_worker(argv: list[str], launch_env: dict[str, str], launch_cwd: str) -> 
 
 
 def worker_command() -> list[str]:
-    """How exec'd workers start preflight: the installed console script, else `python -m preflight`.
-
-    `python -m` puts the working directory first on sys.path, so run from a preflight source
-    checkout it would import the source folder `preflight/`, which lacks the `checks` and
-    `reports` subpackages that only the installed layout maps into it. The console script's
-    own folder comes first instead.
-    """
-    script = Path(sys.executable).with_name("preflight")
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
+    """How exec'd workers start preflight: `python -m preflight` with this interpreter."""
     return [sys.executable, "-m", "preflight"]
 
 

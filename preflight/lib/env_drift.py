@@ -1,6 +1,6 @@
 """Which environment variables differ across ranks: one definition for checks and reports.
 
-ENV003/ENV004 (checks/drift.py) judge the drift; the text and HTML reports show it as a
+ENV003/ENV004 (checks/env_agreement.py) judge the drift; the text and HTML reports show it as a
 table. Both read it from here, so they agree on what is expected to differ (variables a
 launcher sets per rank) and on how a redacted value is shown (a numbered placeholder, never
 its digest).

@@ -1,4 +1,4 @@
-"""Step 7: collective probes on every DeviceMesh dimension.
+"""Step 8: collective probes on every DeviceMesh dimension.
 
 `run_probes` is called on every rank once rank 0 gave the go. Every rank builds the process
 group and DeviceMesh on the run's store and runs the plan's steps (session.py); rank 0

@@ -1,4 +1,4 @@
-"""NCCL's interface-name syntax (preflight/ifname.py)."""
+"""NCCL's interface-name syntax (preflight/lib/ifname.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rank's environment, redacted before it leaves the process (see preflight/secrets.py).
+"""The rank's environment, redacted before it leaves the process (see lib/secrets.py).
 
 Secret-looking variables become `<redacted>` here; the runner later appends a keyed digest
 (`secrets.seal`) once the ranks share a private key through the store, so rank 0 can tell

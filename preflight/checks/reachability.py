@@ -1,4 +1,4 @@
-"""Reachability checks over the results of the reachability step (preflight/reachability.py).
+"""Reachability checks over the results of the reachability step (steps/tcp_reach.py).
 
 The step's outcome reaches the cross checks as `ctx.reachability`:
 `{"roster": [{"host", "address", "port", "interface", "error"}], "results": {prober host:

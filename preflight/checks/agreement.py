@@ -1,6 +1,6 @@
 """Do all ranks belong to the same job? Launcher, job id, MASTER_ADDR's address, restarts.
 
-RANK003 (checks/world.py) already compares WORLD_SIZE, MASTER_ADDR and MASTER_PORT as text;
+RANK003 (checks/rank_roster.py) already compares WORLD_SIZE, MASTER_ADDR and MASTER_PORT as text;
 these checks add what it does not: the launcher and job id, and what MASTER_ADDR *resolves*
 to on each rank.
 """
