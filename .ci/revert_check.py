@@ -6,7 +6,7 @@
 
 Each named revert undoes (or minimally breaks) one fix by exact string replacement in the
 working tree, runs the tests listed for it, records which failed, and restores the files with
-`git checkout`. It refuses to start when preflight/ or checks/ has uncommitted changes (they
+`git checkout`. It refuses to start when preflight/ has uncommitted changes (they
 would be lost). A revert whose tests all pass is a fix no test guards: exit 1. The results
 are tabled in docs/testing.md ("Issue 10: each fix and the test that fails without it").
 Never commit a tree with a revert applied.
@@ -162,13 +162,13 @@ rev("5b-cpu", "preflight/probes/timing.py",
         return [(marks[-1] - marks[0]) / iters]""", """        return [b - a for a, b in pairwise(marks)]""")
 
 # 3c: NCCL001/NCCL002 texts as before the fix (mode 3 "keeps the process")
-rev("3c-texts", "checks/nccl.py",
+rev("3c-texts", "preflight/checks/nccl.py",
     """hint="Unset TORCH_NCCL_ASYNC_ERROR_HANDLING or set it to 3 (the default: a timed-out collective "
     "kills the process, so the launcher ends the job); 2 aborts the communicator but keeps the process, "
     "only for code that handles the error itself. With 0 a stuck collective hangs the job until the "
     "scheduler kills it.",""", """hint="Unset TORCH_NCCL_ASYNC_ERROR_HANDLING or set it to 3 (the default): with 0 a stuck "
     "collective hangs the job until the scheduler kills it.",""")
-rev("3c-texts", "checks/nccl.py",
+rev("3c-texts", "preflight/checks/nccl.py",
     """hint="Set TORCH_NCCL_ASYNC_ERROR_HANDLING to 0-3, or unset it (3, the default, kills the process "
     "on a timeout; 2 keeps it).",""", """hint="Set TORCH_NCCL_ASYNC_ERROR_HANDLING to 0-3, or unset it (3 is the default).",""")
 
@@ -207,15 +207,15 @@ def apply(name: str) -> None:
 
 def restore() -> None:
     """The committed production code back."""
-    subprocess.run(["git", "-C", str(ROOT), "checkout", "-q", "--", "preflight", "checks"], check=True)
+    subprocess.run(["git", "-C", str(ROOT), "checkout", "-q", "--", "preflight"], check=True)
 
 
 def main(names: list[str]) -> int:
     """Run each revert's tests with the revert applied; 1 when some revert fails no test."""
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "preflight", "checks"],
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "preflight"],
                            capture_output=True, text=True, check=True).stdout
     if dirty:
-        print("revert_check: preflight/ or checks/ has uncommitted changes; commit them first", file=sys.stderr)
+        print("revert_check: preflight/ has uncommitted changes; commit them first", file=sys.stderr)
         return 2
     unguarded = []
     for name in names or list(R):
