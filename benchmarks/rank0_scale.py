@@ -100,11 +100,11 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
     )
     from preflight.model.codec import encode
     from preflight.registry import LOCAL, CheckContext, run_checks, select_checks
-    from preflight.steps.exchange import RankPayload
+    from preflight.channel.exchange import RankPayload
     from preflight.steps.launchers import resolve_world
 
     try:  # what Exchange.publish sends
-        from preflight.steps.wire import to_wire
+        from preflight.channel.wire import to_wire
     except ImportError:  # before issue 16: the payload as it is
         to_wire = encode
 
@@ -180,7 +180,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
     from preflight.registry import CROSS, CheckContext, JobView, run_checks, select_checks
     from preflight.reports import exclude, html, junit, text
     from preflight.reports import json as json_report
-    from preflight.steps.collected import Collected, accept_many
+    from preflight.channel.collected import Collected, accept_many
     from preflight.steps.gather import gather_failures
     from preflight.steps.verdict import RunRecord, build_report
 

@@ -3,7 +3,7 @@
 1. world          where this rank sits, from the launcher's variables (steps/launchers.py)
 2. facts          what this rank sees, every gatherer under a deadline (steps/gather/)
 3. local checks   checks of this rank's facts (registry.py, checks/)
-4. exchange       every rank publishes its payload; rank 0 collects them (steps/exchange.py)
+4. exchange       every rank publishes its payload; rank 0 collects them (channel/exchange.py)
 5. reachability   hosts connect to each other's chosen address, bounded fan-out (steps/tcp_reach.py)
 6. cross checks   checks over all ranks' facts, on rank 0
 7. go/no-go       rank 0 tells every rank whether the probes may start
@@ -49,15 +49,16 @@ from preflight.probes.session import JobGroups
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable
-from preflight.steps import recheck, run_auth, tcp_reach
-from preflight.steps.exchange import Exchange, RankPayload
+from preflight.channel import run_auth
+from preflight.steps import recheck, tcp_reach
+from preflight.channel.exchange import Exchange, RankPayload
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
 from preflight.steps.launchers import node_level, resolve_world
 from preflight.steps.phases import Phases, phase_display
 from preflight.steps.verdict import RunRecord, build_report, report_alone
 
 # Seconds a non-zero rank waits for rank 0 beyond rank 0's own deadlines (skew); rank 0's
-# heartbeat extends the wait while it works (steps/heartbeat.py).
+# heartbeat extends the wait while it works (channel/liveness.py).
 VERDICT_MARGIN_S = 30.0
 # Seconds rank 0 keeps the store up for the other ranks to read the verdict.
 ACKNOWLEDGE_S = 5.0
@@ -163,7 +164,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
           ctx: CheckContext, groups: JobGroups | None) -> None:
     """Rank 0, steps 4-8: collect every payload, lead reachability, cross-check, decide, probe."""
     options = record.options
-    phases.on_step = exchange.lead_heartbeat().stage  # followers wait while rank 0 works (steps/heartbeat.py)
+    phases.on_step = exchange.lead_heartbeat().stage  # followers wait while rank 0 works (channel/liveness.py)
     with phases.step("collect"):  # 4
         collected = exchange.collect(options.timeout_s)
         record.all_facts, findings, outcomes = collected.merged_with(_own_payload(record))

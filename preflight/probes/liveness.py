@@ -3,7 +3,7 @@
 A collective with a dead member can never finish: on NCCL it hangs until the deadline, and on
 any backend the process group's creation waits in the store for a rank that will never come.
 So while the probes run every rank beats under its own key and rank 0 watches the beats
-(steps/heartbeat.py: `peer_heartbeat`, `DeadPeers`). Once a rank has been silent for
+(channel/liveness.py: `peer_heartbeat`, `DeadPeers`). Once a rank has been silent for
 PEER_STALL_S, rank 0 publishes it under DEAD_KEY; every rank's long waits (timing.wait_works
 between slices, and `bounded` around the process group's creation) read that key and end at
 once. Rank 0 names the dead rank: BW002 when it died inside a measured step, RUN008 when the
@@ -21,8 +21,8 @@ from preflight.lib import deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import World
 from preflight.probes import setup, timing
-from preflight.steps import store_join
-from preflight.steps.heartbeat import PEER_BEAT_S, DeadPeers, Heartbeat, peer_heartbeat, read_dead
+from preflight.channel import store_join
+from preflight.channel.liveness import PEER_BEAT_S, DeadPeers, Heartbeat, peer_heartbeat, read_dead
 
 T = TypeVar("T")
 PROBE_PREFIX = "probe"  # the probes' keys, under the run's prefix (orchestrate.run_probes)

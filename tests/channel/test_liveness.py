@@ -1,4 +1,4 @@
-"""Rank 0's heartbeat keeps followers waiting while it works, and only then (steps/heartbeat.py)."""
+"""Rank 0's heartbeat keeps followers waiting while it works, and only then (channel/liveness.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from torch.distributed import TCPStore
 
-from preflight.steps.heartbeat import HEARTBEAT_KEY, STORE_LOST_GRACE_S, Heartbeat, Liveness, stage_budget_s
+from preflight.channel.liveness import HEARTBEAT_KEY, STORE_LOST_GRACE_S, Heartbeat, Liveness, stage_budget_s
 
 
 class CountingStore:
@@ -48,7 +48,7 @@ def test_rank_zero_beats_while_its_stage_is_in_budget_only() -> None:
 
 def test_exchange_wait_gives_up_on_time_and_sees_a_late_value() -> None:
     from preflight.model import World
-    from preflight.steps.exchange import Exchange
+    from preflight.channel.exchange import Exchange
 
     server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
     world = World(launcher="env", rank=1, world_size=2, master_port=server.port, run_id="hb")
@@ -61,7 +61,7 @@ def test_exchange_wait_gives_up_on_time_and_sees_a_late_value() -> None:
 
 
 def test_rank_zero_names_a_probing_rank_whose_beat_stopped_and_only_that_one() -> None:
-    from preflight.steps.heartbeat import DeadPeers, peer_heartbeat, read_dead
+    from preflight.channel.liveness import DeadPeers, peer_heartbeat, read_dead
 
     server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
     beating = Heartbeat(server, 0, 0.05, key="alive/1", budget_s=float("inf")).start()

@@ -11,7 +11,7 @@ hosts the store; a rank 0 that finds MASTER_PORT held by a store carrying this r
 job shares it.
 
 Beats. From its claim until it reads the go, a rank beats under `alive/<rank>` (the probes'
-peer beat, steps/heartbeat.py) and is listed under `claimed`. Rank 0's collect watches the
+peer beat, channel/liveness.py) and is listed under `claimed`. Rank 0's collect watches the
 beats of the ranks that claimed but have not published (`JoinedWatch`) and stops waiting for
 one silent for `stall_s(N)`: it died (killed, crashed or frozen) and is named by RUN008, long
 before --timeout. A rank that never joined cannot be told from a slow one: RANK001 after
@@ -26,8 +26,8 @@ import time
 from typing import Any
 
 from preflight.lib.errors import BadInput
-from preflight.steps.collected import Collected, DeadRank
-from preflight.steps.heartbeat import PEER_BEAT_S, PEER_STALL_S, Heartbeat, peer_key, stalled_beats
+from preflight.channel.collected import Collected, DeadRank
+from preflight.channel.liveness import PEER_BEAT_S, PEER_STALL_S, Heartbeat, peer_key, stalled_beats
 
 CLAIMED_KEY = "claimed"  # "r," once per rank whose first claimant is in
 CONTESTED_KEY = "contested"  # "r," once per second (third, ...) claimant
@@ -110,7 +110,7 @@ class JoinedWatch:
     """Rank 0's watch, during the collect, over ranks that joined but have not published.
 
     One look per beat at most: the joined list, then the beat counters of the ranks still
-    awaited (heartbeat.stalled_beats, as the probes' DeadPeers reads them). A rank whose
+    awaited (liveness.stalled_beats, as the probes' DeadPeers reads them). A rank whose
     counter did not move for stall_s is dead.
     """
 

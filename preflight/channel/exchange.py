@@ -11,13 +11,13 @@ a deadline; a rank that did not report is the caller's finding, never a hang.
 
 Run identity: a run id is not unique (two env:// jobs without a job id are both `env`), so
 the ranks also agree on a random nonce through the store, first writer wins (`agree_nonce`),
-which names their --out-dir files (steps/rank_files.py). And every rank claims its rank in
-the store as it joins (steps/roster.py): a rank claimed by two processes counts as neither,
+which names their --out-dir files (channel/rank_files.py). And every rank claims its rank in
+the store as it joins (channel/roster.py): a rank claimed by two processes counts as neither,
 and a rank that joined and then stopped beating is dead, not waited for.
 
 The parts: this module is the channel and the hand-offs (open, publish, collect, announce,
-wait); steps/collected.py what rank 0 received and the payload's decode boundary;
-steps/rank_files.py the --out-dir side; steps/roster.py claims and beats in the store.
+wait); channel/collected.py what rank 0 received and the payload's decode boundary;
+channel/rank_files.py the --out-dir side; channel/roster.py claims and beats in the store.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import MAX_POLL_S, wait_until
 from preflight.model import JobReport, World
 from preflight.model.codec import decode, encode
-from preflight.steps import rank_files, roster, run_auth
-from preflight.steps.collected import Collected, accept_many, own_findings_only
-from preflight.steps.heartbeat import Heartbeat, Liveness
-from preflight.steps.store_join import ForeignStore, join_store, mark_store, run_prefix
-from preflight.steps.wire import RankPayload, to_wire
+from preflight.channel import rank_files, roster, run_auth
+from preflight.channel.collected import Collected, accept_many, own_findings_only
+from preflight.channel.liveness import Heartbeat, Liveness
+from preflight.channel.store_join import ForeignStore, join_store, mark_store, run_prefix
+from preflight.channel.wire import RankPayload, to_wire
 
 __all__ = ["Collected", "Exchange", "RankPayload", "agree_nonce", "own_findings_only"]
 
@@ -71,10 +71,10 @@ class Exchange:
         self.out_dir = rank_files.run_folder(out_dir, world.run_id) if out_dir else None
         self.started = time.time()
         self.heartbeat: Heartbeat | None = None  # rank 0's, from lead_heartbeat()
-        self.beat: Heartbeat | None = None  # a follower's, from its claim until the go (steps/roster.py)
+        self.beat: Heartbeat | None = None  # a follower's, from its claim until the go (channel/roster.py)
         self.uncounted_followers = 0  # rank 0: first claimants of ranks claimed twice, not in the report
         self.nonce = ""  # this run's identity, agreed through the store; "" without one
-        self.secret = run_auth.run_secret()  # the launcher's per-run secret, if any (steps/run_auth.py)
+        self.secret = run_auth.run_secret()  # the launcher's per-run secret, if any (channel/run_auth.py)
 
     # -- forming the channel -------------------------------------------------------------
 
@@ -92,7 +92,7 @@ class Exchange:
             self._claim()
 
     def _claim(self) -> None:
-        """Claim this rank in the store (steps/roster.py); a second claimant stops here (RankTaken, exit 2)."""
+        """Claim this rank in the store (channel/roster.py); a second claimant stops here (RankTaken, exit 2)."""
         try:
             first = roster.claim(self.store, self.world.rank, self.world.host) == 1
         except Exception as exc:  # the store went away as this rank joined: the dir may still answer
@@ -173,7 +173,7 @@ class Exchange:
     def wait_for(self, name: str, timeout_s: float) -> dict[str, Any] | None:
         """Wait for a value rank 0 publishes (go, verdict); None when the deadline passes.
 
-        The deadline is pushed on while rank 0's heartbeat advances (steps/heartbeat.py). The
+        The deadline is pushed on while rank 0's heartbeat advances (channel/liveness.py). The
         poll backs off to a ceiling that grows with N (`follower_poll_s`), so thousands of
         waiting ranks ask the store a bounded number of times per second. (The store's own
         server-side wait was tried: each wait that times out logs a c10d warning on every rank.)
