@@ -13,10 +13,10 @@ import gc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes
 from preflight.checks.run_findings import foreign_findings_dropped, rank_died, unreadable_payload
 from preflight.model import CheckOutcome, Finding, RankFacts
 from preflight.model.codec import BadPayload
-from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes
 
 
 @dataclass

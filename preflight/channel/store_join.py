@@ -21,10 +21,10 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from preflight.channel import run_auth
 from preflight.lib.deadline import call_with_deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import World
-from preflight.channel import run_auth
 
 OWNER_KEY = "preflight/owner"
 HANDSHAKE_S = 5.0  # the least a store gets to answer; a third of the join's deadline when that is more

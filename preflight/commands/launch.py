@@ -23,10 +23,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from preflight.channel.run_auth import SECRET_VAR
 from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
 from preflight.options import RunOptions
-from preflight.channel.run_auth import SECRET_VAR
 
 # What the forkserver imports once for every worker (see launch).
 WORKER_PRELOAD = ("torch", "torch.distributed", "preflight.commands.cli", "preflight.runner", __name__)

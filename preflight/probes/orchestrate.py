@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.channel.liveness import RankLiveness
 from preflight.checks.probe_findings import (
     below_expected,
     cross_dim_suspect,
@@ -52,15 +53,15 @@ class ProbeOutcome:
 
 
 def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
-               hosts: Mapping[int, str] | None = None) -> ProbeOutcome:
+               hosts: Mapping[int, str] | None = None, alive: RankLiveness | None = None) -> ProbeOutcome:
     """Measure the collectives on every rank; rank 0 returns results and findings.
 
     job: the job's own groups (session.JobGroups, from preflight.check), probed as they are;
     None: preflight makes its process group and DeviceMesh on the run's store and destroys them.
     hosts: rank -> host as rank 0 knows them, to name the host of a rank that dies before it
-    sent any probe result.
+    sent any probe result. alive: this rank's liveness owner (the exchange's), whose beat goes
+    on after the probes; None: the probes beat and watch on their own.
     """
-    from torch.distributed import PrefixStore
 
     from preflight.probes import session as ses
     from preflight.probes.plan import build_plan
@@ -70,7 +71,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
         return _could_not_run(world, "the c10d store did not form, so no process group can")
     pstore = liveness.probe_store(world, store)  # its own connection (see liveness.probe_store)
     # A rank that dies is named, not waited for (beats on the run's client, not the probes').
-    with liveness.Watch(world, PrefixStore(liveness.PROBE_PREFIX, store)) as watch:
+    with liveness.Watch(world, store, alive) as watch:
         try:
             if job is not None:
                 choice = ses.BackendChoice(job.backend, "the job's own process groups")

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from preflight.model import ExitCode, RankFacts, World
-from preflight.reports.json import load as load_report
 from preflight.channel import roster
 from preflight.channel.collected import Collected
 from preflight.channel.exchange import Exchange, RankPayload
 from preflight.channel.liveness import peer_key
+from preflight.model import ExitCode, RankFacts, World
+from preflight.reports.json import load as load_report
 from tests.helpers.ranks import free_port, start_rank, wait_for_ranks
 
 FAST = ["run", "--skip", "probe", "--timeout", "30"]

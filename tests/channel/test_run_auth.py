@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from torch.distributed import PrefixStore, TCPStore
 
-from preflight.model import RankFacts, World
 from preflight.channel.exchange import Exchange, RankPayload
+from preflight.model import RankFacts, World
 
 
 def _world(rank: int, port: int) -> World:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes, to_wire
 from preflight.model import CheckOutcome, RankFacts, Severity, World
 from preflight.model.codec import BadPayload
 from preflight.registry import merge_outcomes
-from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes, to_wire
 
 
 def _payload(rank: int, durations: tuple[float, float], status: Severity = Severity.OK) -> RankPayload:
