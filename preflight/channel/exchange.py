@@ -190,7 +190,8 @@ class Exchange:
 
     def lead_heartbeat(self) -> Heartbeat:
         """Rank 0: beat while it works, so followers wait for it (stopped by announcing the verdict)."""
-        assert self.liveness is not None
+        if self.liveness is None:  # no store: nothing beats (the --out-dir is the only channel)
+            self.liveness = RankLiveness(self.store, self.world.world_size, self.world.rank)
         self.heartbeat = self.liveness.lead()
         return self.heartbeat
 

@@ -11,14 +11,14 @@ a collective marks the session abandoned (the groups are then never torn down).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from typing import Any
 
+from preflight.channel import keys
 from preflight.checks.probe_findings import localization_summary, slow_host, slow_host_group_tested, slow_link
-from preflight.lib.waiting import wait_until
 from preflight.model import Finding, ProbeResult
+from preflight.model.messages import ConfirmPairs, LocalizePlan, PairTimes
 from preflight.options import RunOptions
 
 MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
@@ -35,7 +35,7 @@ def lead(session: Any, slow: list[Any], results: list[ProbeResult], hosts: dict[
     method = hosttest.choose(sets, len(ranks), options.localize) if sets else "pairwise"
     group_test = sets is not None and hosttest.possible(sets) and options.localize != "pairwise"
     # Followers learn what follows: the round robin over these ranks, and whether group testing may.
-    session.store.set("localize", json.dumps({"ranks": ranks if method == "pairwise" else [], "hosts": group_test}))
+    session.board.put(keys.LOCALIZE_KEY, LocalizePlan(ranks if method == "pairwise" else [], group_test))
     if sets is None or not (ranks or group_test):
         return []
     return _run(session, ranks if method == "pairwise" else [], sets, hosts, options.straggler_ratio, group_test)
@@ -103,17 +103,20 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
                                    **session.localization())
     except (ProbeTimeout, ProbeFailed, RuntimeError):
         session.abandoned = True
-        session.store.set(confirm.CONFIRM, json.dumps({"pairs": []}))  # nothing to confirm: release the others
+        session.board.put(confirm.CONFIRM, ConfirmPairs([]))  # nothing to confirm: release the others
         return [], rounds, tests, True
-    session.store.set("pair/0", json.dumps({str(k): v for k, v in mine.items()}))
+    session.board.put(keys.pair_key(0), PairTimes(dict(mine)))
     times: dict[tuple[int, int], float] = {}
     deadline = time.monotonic() + session.timeout_s
+    among = set(ranks)
     for rank in ranks:
-        key = f"pair/{rank}"
-        if not wait_until(lambda key=key: session.store.check([key]), deadline - time.monotonic()):
+        got = session.kept(session.board.wait(keys.pair_key(rank), PairTimes, rank, deadline - time.monotonic()))
+        if got is None:
             continue
-        for peer, seconds in json.loads(session.store.get(f"pair/{rank}")).items():
-            key = (min(rank, int(peer)), max(rank, int(peer)))
+        for peer, seconds in got.times.items():
+            if peer not in among or peer == rank or not seconds:  # only pairs of this round robin
+                continue
+            key = (min(rank, peer), max(rank, peer))
             times[key] = max(times.get(key, 0.0), statistics.median(seconds))
     per_direction = max(1, size // 4) * 4
     pair_gbps = {pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}
@@ -142,13 +145,13 @@ def follow(session: Any, status: Any) -> None:
         return  # a hang: rank 0 will not ask; nothing more goes through the communicators
     if not confirm.follow_groups(session):
         return
-    if not wait_until(lambda: session.store.check(["localize"]), 2 * session.timeout_s + 10):
+    told = session.kept(session.board.wait(keys.LOCALIZE_KEY, LocalizePlan, 0, 2 * session.timeout_s + 10))
+    if told is None:
         return
-    told = json.loads(session.store.get("localize"))
-    ranks = told["ranks"]
+    ranks = sorted({r for r in told.ranks if 0 <= r < session.world.world_size})
     if ranks and _follow_round_robin(session, ranks):
         confirm.follow_pairs(session)
-    if told.get("hosts"):
+    if told.hosts:
         hosttest.follow(session)  # rank 0 says done at once when the round robin named someone
 
 
@@ -165,5 +168,5 @@ def _follow_round_robin(session: Any, ranks: list[int]) -> bool:
         session.abandoned = True
         return False
     if rank in ranks:
-        session.store.set(f"pair/{rank}", json.dumps({str(k): v for k, v in mine.items()}))
+        session.board.put(keys.pair_key(rank), PairTimes(dict(mine)))
     return True

@@ -22,6 +22,12 @@ import torch
 import torch.distributed as dist
 
 _PATTERN_MOD = 200  # small integers: exact in bf16 (<= 256) and fp32
+NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
+
+
+def known(op: str) -> bool:
+    """Whether `op` is one of the collectives (a name a peer sent may be anything)."""
+    return op in NAMES
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -32,7 +38,7 @@ def bus_factor(op: str, n: int) -> float:
     on an H100 a one-rank 256 MiB broadcast otherwise reads as 6,690 GB/s.
     """
     if n <= 1:
-        if op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"):
+        if not known(op):
             raise ValueError(f"unknown op {op!r}")
         return 0.0
     if op == "all_reduce":

@@ -9,12 +9,12 @@ sub-communicators), and returns the results and findings. Other ranks return an 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.channel.board import Board
 from preflight.channel.liveness import RankLiveness
 from preflight.checks.probe_findings import (
     below_expected,
@@ -26,10 +26,11 @@ from preflight.checks.probe_findings import (
     straggler_group,
     wrong_result,
 )
-from preflight.checks.run_findings import rank_died
+from preflight.checks.run_findings import rank_died, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.model import Finding, ProbeDevice, ProbeResult, RankFacts, World
+from preflight.model.messages import RemeasureSteps
 from preflight.model.probe_faults import Hang
 from preflight.options import RunOptions
 from preflight.probes import liveness, localize, setup
@@ -82,7 +83,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
                 plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
         except Exception as exc:  # no NCCL, no GPU, a rank that died: nothing to measure
             return _gave_up(world, exc, watch, hosts)
-        mark = setup.marker(pstore, world.rank, world.host)
+        mark = setup.marker(Board(pstore), world.rank, world.host)
         mark("started")
         setup_began = time.monotonic()
         deadline_s = timeout_s + setup.SETUP_GRACE_S + 5  # beyond the process-group timeout (timeout_s + 5)
@@ -105,7 +106,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
         mark("done")
         records, status = ses.run_steps(session)
         stopped_at = time.monotonic()
-        ses.publish(pstore, world.rank, world.host, records, status)
+        ses.publish(Board(pstore), world.rank, world.host, records, status)
         if world.rank == 0:
             outcome = _judge_on_rank_zero(session, status, options, stopped_at, watch)
             outcome.dead = sorted(watch.dead())
@@ -145,8 +146,9 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     from preflight.probes import collect, confirm, judge
 
     world, plan = session.world, session.plan
-    got = collect.gather(session.store, world.world_size, session.timeout_s, early=status.state != "done",
+    got = collect.gather(session.board, world.world_size, session.timeout_s, early=status.state != "done",
                          dead=watch.dead)
+    session.bad_values.update({r: bad for r, bad in got.bad.items() if r not in session.bad_values})
     hosts = got.hosts()
     mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
     groups = {**dim_groups(mesh_dims), WORLD_DIM: [list(range(world.world_size))]}
@@ -177,8 +179,11 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
         for b in judge.below_expected(outcome.results, plan.expect):
             outcome.findings += below_expected.report(b.result, expected_gbps=b.expected_gbps)
     else:
-        session.store.set(confirm.AGAIN, json.dumps({"steps": []}))
+        session.board.put(confirm.AGAIN, RemeasureSteps([]))
     outcome.findings += localize.lead(session, slow, outcome.results, hosts, options)
+    # A value under a probe key that did not decode: a finding naming the rank it came from.
+    for rank, bad in sorted(session.bad_values.items()):
+        outcome.findings += unreadable_payload.report(rank=rank, reason=bad.line())
     return outcome
 
 
@@ -203,7 +208,7 @@ def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapse
     outcome = ProbeOutcome(backend=choice.backend, backend_reason=choice.reason, left_pending=True)
     if world.rank != 0:
         return outcome
-    stages, hosts = setup.read_stages(store, world.world_size)
+    stages, hosts = setup.read_stages(Board(store), world.world_size)
     found = setup.blame(stages, world.world_size)
     if found.common_stage:
         reason = "; ".join(filter(None, [f"every rank is inside setup stage '{found.common_stage}': "
