@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from preflight.model import World
 from preflight.channel.board import Board
+from preflight.model import World
 from preflight.probes import liveness, setup
 from tests.helpers.ranks import Placement, free_port, plant_env, read_json, start_rank, wait_for_ranks
 
