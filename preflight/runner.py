@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight.channel import run_auth
-from preflight.channel.exchange import Exchange, RankPayload
+from preflight.channel.exchange import Exchange, RankPayload, agree_on_key
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import (
     probes_not_started,
@@ -150,7 +150,7 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
         # Secrets get their digests only now, keyed by a random key the ranks share through the
         # store and no report ever holds (see preflight/lib/secrets.py).
         # With a run secret from the launcher the key derives from it, and nobody reads it from the store.
-        key = run_auth.digest_key(exchange.secret) if exchange.secret else secrets.agree_on_key(exchange.store)
+        key = run_auth.digest_key(exchange.secret) if exchange.secret else agree_on_key(exchange.store)
         secrets.seal(record.facts.env, os.environ, key)
         if exchange.store_error:
             store_failed = foreign_store if exchange.foreign else store_did_not_form

@@ -71,23 +71,29 @@ def wait_value(store: Any, key: str, into: type[T], rank: int, timeout_s: float,
     return read_value(store, key, into, rank)
 
 
-def fetch_raw(store: Any, keys: Sequence[str]) -> list[bytes | None]:
-    """Every key's raw value (None where absent), FETCH_CHUNK keys per multi_get."""
+def fetch_raw(store: Any, keys: Sequence[str], partial: bool = True) -> list[bytes | None]:
+    """Every key's raw value (None where absent), FETCH_CHUNK keys per multi_get.
+
+    Per chunk, one `check` (true only when every key is there) and then one `multi_get`: two
+    store calls per 1,024 keys. A chunk with a key still missing is read key by key when
+    `partial`, else skipped (all None: a poll that waits for whole chunks costs one call)."""
     out: list[bytes | None] = []
     for start in range(0, len(keys), FETCH_CHUNK):
         chunk = list(keys[start:start + FETCH_CHUNK])
         if store.check(chunk):  # all present: one call
             out += [bytes(v) for v in store.multi_get(chunk)]
-        else:
+        elif partial:
             out += [bytes(store.get(k)) if store.check([k]) else None for k in chunk]
+        else:
+            out += [None] * len(chunk)
     return out
 
 
-def fetch_values(store: Any, keys: Sequence[str], into: type[T], ranks: Sequence[int]
+def fetch_values(store: Any, keys: Sequence[str], into: type[T], ranks: Sequence[int], partial: bool = True
                  ) -> list[T | BadValue | None]:
     """Every key's value as `into` (chunked, see fetch_raw): None where absent, BadValue naming its rank."""
     return [None if raw is None else decode_value(raw, into, key, rank)
-            for key, rank, raw in zip(keys, ranks, fetch_raw(store, keys), strict=True)]
+            for key, rank, raw in zip(keys, ranks, fetch_raw(store, keys, partial), strict=True)]
 
 
 def count(store: Any, key: str, by: int = 1) -> int:
@@ -123,13 +129,22 @@ class Board:
         """Whether `key` has a value."""
         return present(self.store, key)
 
+    def has_all(self, keys: Sequence[str]) -> bool:
+        """Whether every one of `keys` has a value (one store call)."""
+        return bool(self.store.check(list(keys)))
+
     def count(self, key: str, by: int = 1) -> int:
         """Add `by` to the counter under `key` (0 reads it); its new value."""
         return count(self.store, key, by)
 
-    def fetch(self, keys: Sequence[str], into: type[T], ranks: Sequence[int]) -> list[T | BadValue | None]:
-        """Every key's value, chunked; None where absent, BadValue naming its rank."""
-        return fetch_values(self.store, keys, into, ranks)
+    def fetch(self, keys: Sequence[str], into: type[T], ranks: Sequence[int], partial: bool = True
+              ) -> list[T | BadValue | None]:
+        """Every key's value, chunked (see fetch_raw); None where absent, BadValue naming its rank."""
+        return fetch_values(self.store, keys, into, ranks, partial)
+
+    def agree(self, key: str, proposal: str) -> bytes:
+        """First writer wins: the value under `key` after proposing `proposal` (set only when absent)."""
+        return bytes(self.store.compare_set(key, "", proposal))
 
     def under(self, prefix: str) -> Board:
         """The same store under a further key prefix (torch's PrefixStore)."""

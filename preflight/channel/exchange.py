@@ -37,6 +37,7 @@ from preflight.channel.keys import ARRIVALS_KEY, payload_key
 from preflight.channel.liveness import Heartbeat, RankLiveness
 from preflight.channel.store_join import ForeignStore, join_store, mark_store, run_prefix
 from preflight.channel.wire import RankPayload, to_wire
+from preflight.lib import secrets as secrets_lib
 from preflight.lib.errors import one_line
 from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import MAX_POLL_S, wait_until
@@ -324,6 +325,21 @@ class Exchange:
         if self.store is None or self.liveness is None:
             return []
         return self.liveness.await_acknowledgements(known_dead | set(self.dead))
+
+
+def agree_on_key(store: Any) -> bytes | None:
+    """The secrets' digest key every rank of this run gets from the store (first writer wins), or None.
+
+    compare_set with an empty expected value sets the key only when it is absent and returns
+    whatever the store holds, so no rank waits for another and all end with the same key
+    (lib/secrets.py seals each secret with it)."""
+    if store is None:
+        return None
+    try:
+        agreed = store.compare_set(secrets_lib.KEY_NAME, "", secrets.token_hex(32))
+    except Exception:  # a store that went away: no key, secrets stay bare
+        return None
+    return bytes(agreed) if agreed else None
 
 
 def agree_nonce(store: Any) -> str:
