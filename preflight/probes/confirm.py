@@ -176,18 +176,26 @@ def lead_pairs(session: Any, found: pairwise.Localized, pair_gbps: dict[tuple[in
     samples = _run_serial(session, pairs)
     if samples is None:
         return PairVerdict()
-    deadline = time.monotonic() + session.timeout_s
+    if not read_pair_samples(session, pairs, samples, time.monotonic() + session.timeout_s):
+        return PairVerdict()  # a rank did not report (or sent garbage): nothing confirmed, nobody blamed
+    return judge_confirmed(found, samples, references, partners, ratio)
+
+
+def read_pair_samples(session: Any, pairs: list[tuple[int, int]], samples: dict[tuple[int, int], list[float]],
+                      deadline: float) -> bool:
+    """Rank 0: add each rank's `cpair/<rank>` samples of its own measured pairs to `samples`;
+    False when a rank sent none in time or one that does not decode (set aside: session.kept)."""
     measured = set(pairs)
     for rank in sorted({r for pair in pairs for r in pair} - {0}):
         got = session.kept(session.board.wait(keys.confirm_pair_key(rank), PairSamples, rank,
                                               deadline - time.monotonic()))
         if got is None:
-            return PairVerdict()  # a rank did not report (or sent garbage): nothing confirmed, nobody blamed
+            return False
         for a, b, xs in got.samples:
             if (a, b) in measured and rank in (a, b):  # a rank speaks for its own pairs only
                 # Both ends time the same exchange; one end's figures suffice.
                 samples.setdefault((a, b), [x for x in xs if x > 0])
-    return judge_confirmed(found, samples, references, partners, ratio)
+    return True
 
 
 def follow_pairs(session: Any) -> None:

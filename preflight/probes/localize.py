@@ -106,18 +106,7 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
         session.board.put(confirm.CONFIRM, ConfirmPairs([]))  # nothing to confirm: release the others
         return [], rounds, tests, True
     session.board.put(keys.pair_key(0), PairTimes(dict(mine)))
-    times: dict[tuple[int, int], float] = {}
-    deadline = time.monotonic() + session.timeout_s
-    among = set(ranks)
-    for rank in ranks:
-        got = session.kept(session.board.wait(keys.pair_key(rank), PairTimes, rank, deadline - time.monotonic()))
-        if got is None:
-            continue
-        for peer, seconds in got.times.items():
-            if peer not in among or peer == rank or not seconds:  # only pairs of this round robin
-                continue
-            key = (min(rank, peer), max(rank, peer))
-            times[key] = max(times.get(key, 0.0), statistics.median(seconds))
+    times = read_pair_times(session, ranks, time.monotonic() + session.timeout_s)
     per_direction = max(1, size // 4) * 4
     pair_gbps = {pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}
     found = pairwise.judge_pairs(pair_gbps, ratio)
@@ -134,6 +123,23 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
     for (a, b), c in kept.slow_links.items():
         findings += slow_link.report(ranks=[a, b], hosts=[hosts.get(a, ""), hosts.get(b, "")], confirmed=c)
     return findings, rounds + len(kept.pairs), tests + len(kept.pairs), trusted
+
+
+def read_pair_times(session: Any, ranks: list[int], deadline: float) -> dict[tuple[int, int], float]:
+    """Rank 0: each pair's median seconds from the ranks' `pair/<rank>` (the slower end's); a rank
+    that sent none in time is left out, one whose value does not decode is set aside (session.kept)."""
+    times: dict[tuple[int, int], float] = {}
+    among = set(ranks)
+    for rank in ranks:
+        got = session.kept(session.board.wait(keys.pair_key(rank), PairTimes, rank, deadline - time.monotonic()))
+        if got is None:
+            continue
+        for peer, seconds in got.times.items():
+            if peer not in among or peer == rank or not seconds:  # only pairs of this round robin
+                continue
+            key = (min(rank, peer), max(rank, peer))
+            times[key] = max(times.get(key, 0.0), statistics.median(seconds))
+    return times
 
 
 def follow(session: Any, status: Any) -> None:
