@@ -204,7 +204,9 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
     with phases.step("reachability"):  # 5
         tcp_reach.take_part(reach, options.timeout_s)
     if not exchange.has_channel():
-        print(f"preflight: rank {world.rank}: cannot reach rank 0: {exchange.store_error}; "
+        # Its finding's id, as every finding carries one (PORT004: the store is another run's).
+        check_id = f"{foreign_store.id}: " if exchange.foreign else ""
+        print(f"preflight: rank {world.rank}: {check_id}cannot reach rank 0: {exchange.store_error}; "
               f"exit {int(ExitCode.INCOMPLETE)}")
         return int(ExitCode.INCOMPLETE)
     decision = exchange.wait_for("go", options.timeout_s + VERDICT_MARGIN_S)  # 7

@@ -117,7 +117,8 @@ def store_touches(source: str) -> list[tuple[int, str]]:
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        if isinstance(func, ast.Attribute) and func.attr in STORE_METHODS and "store" in ast.unparse(func.value).lower():
+        on_store = isinstance(func, ast.Attribute) and "store" in ast.unparse(func.value).lower()
+        if on_store and isinstance(func, ast.Attribute) and func.attr in STORE_METHODS:
             found.append((node.lineno, ast.unparse(node)[:80]))
         elif ast.unparse(func) in ("json.loads", "int") and any(
                 "store" in ast.unparse(arg).lower() for arg in node.args):
