@@ -20,6 +20,7 @@ from preflight.checks.probe_findings import localization_summary, slow_host, slo
 from preflight.model import Finding, ProbeResult
 from preflight.model.messages import ConfirmPairs, LocalizePlan, PairTimes
 from preflight.options import RunOptions
+from preflight.probes import timing
 
 MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
 
@@ -83,6 +84,9 @@ def _run(session: Any, ranks: list[int], sets: Any, hosts: dict[int, str], ratio
     named = sorted({h for f in findings for h in f.hosts if h})
     unfinished = f"{method}: a collective did not complete within --probe-timeout, or failed" \
         if session.abandoned and not abandoned_before else ""
+    if unfinished:  # who it was stuck with, and any rank the liveness owner knows dead
+        dead = timing.abort_check() if timing.abort_check is not None else ""
+        unfinished += "".join(f" ({why})" for why in (session.stopped_why, dead) if why)
     return findings + localization_summary.report(
         method=method, suspects=sets.suspects, good=sets.good, rounds=rounds, tests=tests,
         seconds=time.monotonic() - began, named=named, extra=extra, unfinished=unfinished)
@@ -101,8 +105,9 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
     try:
         mine = pairwise.run_rounds(0, ranks, size, session.plan.iters, session.control, session.timeout_s,
                                    **session.localization())
-    except (ProbeTimeout, ProbeFailed, RuntimeError):
+    except (ProbeTimeout, ProbeFailed, RuntimeError) as exc:
         session.abandoned = True
+        session.stopped_why = f"rank 0: {str(exc)[:200]}"
         session.board.put(confirm.CONFIRM, ConfirmPairs([]))  # nothing to confirm: release the others
         return [], rounds, tests, True
     session.board.put(keys.pair_key(0), PairTimes(dict(mine)))

@@ -98,6 +98,7 @@ class Session:
     abandoned: bool = False
     # Values under the probes' keys that did not decode (rank -> the first): rank 0 reports them, naming the rank.
     bad_values: dict[int, BadValue] = field(default_factory=dict)
+    stopped_why: str = ""  # rank 0: why a localization step gave up (names the rank it was stuck with)
 
     def kept(self, value: T | BadValue | None) -> T | None:
         """A value read from the store, or None: a bad one is set aside for rank 0's report."""
