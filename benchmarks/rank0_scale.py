@@ -87,6 +87,7 @@ def _launcher_env(world: str, rank: int, size: int, host: str, port: int) -> dic
 
 def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
     """Write every reporting rank's encoded RankPayload to `path` (length-prefixed)."""
+    from preflight.channel.exchange import RankPayload
     from preflight.model import (
         ChosenInterface,
         GpuFacts,
@@ -100,11 +101,10 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
     )
     from preflight.model.codec import encode
     from preflight.registry import LOCAL, CheckContext, run_checks, select_checks
-    from preflight.steps.exchange import RankPayload
     from preflight.steps.launchers import resolve_world
 
     try:  # what Exchange.publish sends
-        from preflight.steps.wire import to_wire
+        from preflight.channel.wire import to_wire
     except ImportError:  # before issue 16: the payload as it is
         to_wire = encode
 
@@ -175,12 +175,12 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
                     "--missing-hosts", str(missing_hosts)], check=True)
     payload_bytes = os.path.getsize(data)
 
+    from preflight.channel.collected import Collected, accept_many
     from preflight.model import World
     from preflight.options import RunOptions
     from preflight.registry import CROSS, CheckContext, JobView, run_checks, select_checks
     from preflight.reports import exclude, html, junit, text
     from preflight.reports import json as json_report
-    from preflight.steps.collected import Collected, accept_many
     from preflight.steps.gather import gather_failures
     from preflight.steps.verdict import RunRecord, build_report
 

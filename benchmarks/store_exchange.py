@@ -12,7 +12,7 @@ facts: ~150 variables, 10 interfaces, 8 IB ports, 8 GPUs, the local checks' find
 every client has published (the store's own `reported` counter), rank 0 runs `Exchange.collect`
 and the figure is its duration: the arrival list, chunked multi_gets of 1,024 keys, decode and
 validation of every payload. Also reported: the publish window (first join to last publish)
-and the largest single value written. Each client stops its liveness beat (steps/roster.py)
+and the largest single value written. Each client stops its liveness beat (channel/roster.py)
 once it has published: on a real job it beats from its own host; the store's side of those
 beats (one add per rank per second) is not in the collect figure.
 """
@@ -46,8 +46,8 @@ def _world(rank: int, size: int, port: int):
 
 def _client_process(ranks: list[int], size: int, port: int, data: str, out: multiprocessing.Queue) -> None:
     """Play `ranks` as threads: join, publish, report the publish time and the largest value."""
-    from preflight.steps.exchange import Exchange
-    from preflight.steps.wire import SharedSections, from_wire
+    from preflight.channel.exchange import Exchange
+    from preflight.channel.wire import SharedSections, from_wire
 
     mine = set(ranks)
     shared = SharedSections()
@@ -81,7 +81,7 @@ def _client_process(ranks: list[int], size: int, port: int, data: str, out: mult
 
 
 def measure(size: int, procs: int) -> dict[str, object]:
-    from preflight.steps.exchange import Exchange
+    from preflight.channel.exchange import Exchange
 
     folder = Path(tempfile.mkdtemp(prefix="pf-store-"))
     data = str(folder / "payloads.bin")
@@ -92,7 +92,7 @@ def measure(size: int, procs: int) -> dict[str, object]:
     lead.open()
     assert lead.store is not None, lead.store_error
     port = lead.world.master_port
-    from preflight.steps.wire import SharedSections, from_wire
+    from preflight.channel.wire import SharedSections, from_wire
 
     lead.publish(from_wire(next(iter(_payloads(data))), SharedSections()))  # rank 0 publishes too
     context = multiprocessing.get_context("spawn")
@@ -131,7 +131,7 @@ def measure_collect_only(size: int, repeats: int = 3) -> dict[str, object]:
 
     from torch.distributed import PrefixStore, TCPStore
 
-    from preflight.steps.exchange import Exchange
+    from preflight.channel.exchange import Exchange
 
     folder = Path(tempfile.mkdtemp(prefix="pf-store-"))
     data = str(folder / "payloads.bin")

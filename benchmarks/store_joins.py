@@ -30,9 +30,9 @@ import time
 
 
 def measure(clients: int, timeout_s: float) -> dict[str, object]:
+    from preflight.channel.exchange import Exchange
+    from preflight.channel.store_join import join_store
     from preflight.model import World
-    from preflight.steps.exchange import Exchange
-    from preflight.steps.store_join import join_store
 
     def world(rank: int, port: int) -> World:
         return World(launcher="env", rank=rank, world_size=clients + 1, host="bench", master_addr="127.0.0.1",

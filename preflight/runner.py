@@ -3,7 +3,7 @@
 1. world          where this rank sits, from the launcher's variables (steps/launchers.py)
 2. facts          what this rank sees, every gatherer under a deadline (steps/gather/)
 3. local checks   checks of this rank's facts (registry.py, checks/)
-4. exchange       every rank publishes its payload; rank 0 collects them (steps/exchange.py)
+4. exchange       every rank publishes its payload; rank 0 collects them (channel/exchange.py)
 5. reachability   hosts connect to each other's chosen address, bounded fan-out (steps/tcp_reach.py)
 6. cross checks   checks over all ranks' facts, on rank 0
 7. go/no-go       rank 0 tells every rank whether the probes may start
@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from preflight.channel import run_auth
+from preflight.channel.exchange import Exchange, RankPayload, agree_on_key
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import (
     probes_not_started,
@@ -49,18 +51,15 @@ from preflight.probes.session import JobGroups
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable
-from preflight.steps import recheck, run_auth, tcp_reach
-from preflight.steps.exchange import Exchange, RankPayload
+from preflight.steps import recheck, tcp_reach
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
 from preflight.steps.launchers import node_level, resolve_world
 from preflight.steps.phases import Phases, phase_display
 from preflight.steps.verdict import RunRecord, build_report, report_alone
 
 # Seconds a non-zero rank waits for rank 0 beyond rank 0's own deadlines (skew); rank 0's
-# heartbeat extends the wait while it works (steps/heartbeat.py).
+# heartbeat extends the wait while it works (channel/liveness.py).
 VERDICT_MARGIN_S = 30.0
-# Seconds rank 0 keeps the store up for the other ranks to read the verdict.
-ACKNOWLEDGE_S = 5.0
 
 
 def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
@@ -151,7 +150,7 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
         # Secrets get their digests only now, keyed by a random key the ranks share through the
         # store and no report ever holds (see preflight/lib/secrets.py).
         # With a run secret from the launcher the key derives from it, and nobody reads it from the store.
-        key = run_auth.digest_key(exchange.secret) if exchange.secret else secrets.agree_on_key(exchange.store)
+        key = run_auth.digest_key(exchange.secret) if exchange.secret else agree_on_key(exchange.store)
         secrets.seal(record.facts.env, os.environ, key)
         if exchange.store_error:
             store_failed = foreign_store if exchange.foreign else store_did_not_form
@@ -163,7 +162,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
           ctx: CheckContext, groups: JobGroups | None) -> None:
     """Rank 0, steps 4-8: collect every payload, lead reachability, cross-check, decide, probe."""
     options = record.options
-    phases.on_step = exchange.lead_heartbeat().stage  # followers wait while rank 0 works (steps/heartbeat.py)
+    phases.on_step = exchange.lead_heartbeat().stage  # followers wait while rank 0 works (channel/liveness.py)
     with phases.step("collect"):  # 4
         collected = exchange.collect(options.timeout_s)
         record.all_facts, findings, outcomes = collected.merged_with(_own_payload(record))
@@ -190,7 +189,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
             record.findings += probes_not_started.report(reason=reason)
             return
         outcome = probes.run_probes(record.world, options, exchange.store, groups,
-                                    hosts={f.rank: f.host for f in record.all_facts})
+                                    hosts={f.rank: f.host for f in record.all_facts}, alive=exchange.liveness)
         annotate_nominal_rates(outcome.results, record.all_facts, outcome.device_ids, outcome.backend)
         outcome.findings += judge_profiles(outcome.results, record.all_facts, outcome.device_ids, outcome.backend,
                                            options.expect, strict=options.strict_bandwidth)
@@ -205,15 +204,19 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
     with phases.step("reachability"):  # 5
         tcp_reach.take_part(reach, options.timeout_s)
     if not exchange.has_channel():
-        print(f"preflight: rank {world.rank}: cannot reach rank 0: {exchange.store_error}; "
+        # Its finding's id, as every finding carries one (PORT004: the store is another run's).
+        check_id = f"{foreign_store.id}: " if exchange.foreign else ""
+        print(f"preflight: rank {world.rank}: {check_id}cannot reach rank 0: {exchange.store_error}; "
               f"exit {int(ExitCode.INCOMPLETE)}")
         return int(ExitCode.INCOMPLETE)
     decision = exchange.wait_for("go", options.timeout_s + VERDICT_MARGIN_S)  # 7
     if decision and decision.get("go") and options.probes_enabled():
-        record.probes = probes.run_probes(world, options, exchange.store, groups)  # 8
+        record.probes = probes.run_probes(world, options, exchange.store, groups, alive=exchange.liveness)  # 8
     recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.check_timeout_s)  # after step 8
+    # This rank beats until here (channel/liveness.py): rank 0 waits for every rank that is alive.
     verdict = exchange.wait_for("verdict", options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9
     exchange.acknowledge()
+    exchange.leave()
     if verdict is None:
         why = exchange.store_error or "rank 0 stopped answering"
         code = report_alone(record, exchange.out_dir, why)  # into --out-dir, where there is one
@@ -252,10 +255,12 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
         exchange.publish_report(report)  # preflight.check: every rank raises with the same report
     exchange.announce("verdict", {"exit_code": report.exit_code, "verdict": report.verdict})
     try:
-        dead = len(record.probes.dead) if record.probes is not None else 0  # a dead rank never acknowledges
-        exchange.wait_for_acknowledgements(len(record.all_facts) - 1 - dead, timeout_s=ACKNOWLEDGE_S)
+        # Every rank that is alive (it beats) reads the verdict before the store goes: not a count
+        # from rank 0's bookkeeping, which leaves out a rank whose payload was refused (RUN002).
+        exchange.wait_for_acknowledgements(set(record.probes.dead) if record.probes is not None else set())
     except Interrupted:
         pass  # the verdict is out and the reports are written; a launcher stopping us now changes nothing
+    exchange.leave()
     return report.exit_code
 
 

@@ -103,3 +103,53 @@ def test_the_rule_walker_sees_a_violation() -> None:
         assert "preflight.runner" in imports_of(planted, "preflight.checks._planted_for_test")
     finally:
         planted.unlink()
+
+
+STORE_METHODS = {"set", "get", "add", "multi_get", "multi_set", "compare_set", "wait", "check", "append",
+                 "delete_key", "num_keys"}
+
+
+def store_touches(source: str) -> list[tuple[int, str]]:
+    """Calls of a c10d store's methods (`store.set(...)`, `self.store.get(...)`, `session.store.add(...)`),
+    and json.loads / int() around anything read from a store, in one module's source."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        on_store = isinstance(func, ast.Attribute) and "store" in ast.unparse(func.value).lower()
+        if on_store and isinstance(func, ast.Attribute) and func.attr in STORE_METHODS:
+            found.append((node.lineno, ast.unparse(node)[:80]))
+        elif ast.unparse(func) in ("json.loads", "int") and any(
+                "store" in ast.unparse(arg).lower() for arg in node.args):
+            found.append((node.lineno, ast.unparse(node)[:80]))
+    return found
+
+
+def test_nothing_outside_the_channel_touches_the_store_or_decodes_a_store_value() -> None:
+    """Every value that crosses the store goes through preflight/channel/ (board.py: typed, bounded,
+    a bad value names its rank): no other module calls a store's methods or decodes what one holds."""
+    offenders = []
+    for name, path in sorted(modules().items()):
+        if within(name, "preflight.channel"):
+            continue
+        offenders += [f"{name}:{line} {text}" for line, text in store_touches(path.read_text())]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_store_walker_sees_a_touch() -> None:
+    """The walker itself: a raw read, a json.loads of one and an int() of a counter are all caught."""
+    planted = ("def f(session, store):\n    session.store.set('k', '1')\n"
+               "    json.loads(store.get('k'))\n    int(self.store.add('n', 0))\n")
+    assert sorted(line for line, _ in store_touches(planted)) == [2, 3, 3, 4, 4]
+
+
+def test_the_probes_and_the_steps_do_not_import_each_other_in_a_cycle() -> None:
+    """The steps (step 8 runs the probes) sit on the probes, both on the channel: the probes import no step."""
+    broken = [f"{name} imports {target}" for name, path in sorted(modules().items())
+              if within(name, "preflight.probes", "preflight.channel")
+              for target in sorted(imports_of(path, name)) if within(target, "preflight.steps", "preflight.runner")]
+    broken += [f"{name} imports {target}" for name, path in sorted(modules().items())
+               if within(name, "preflight.channel")
+               for target in sorted(imports_of(path, name)) if within(target, "preflight.probes")]
+    assert not broken, "\n".join(broken)

@@ -84,7 +84,7 @@ def duplicate_ranks(job: JobView) -> Iterable[Problem]:
     Duplicates come from exporting RANK in a job script (every task inherits the same value)
     or from two launches sharing one MASTER_PORT.
     """
-    # Every process claims its rank in the store (preflight/steps/roster.py); rank 0 counts
+    # Every process claims its rank in the store (preflight/channel/roster.py); rank 0 counts
     # neither claimant of a rank claimed twice (it cannot tell which is its job's own).
     for rank, claimants in sorted(job.duplicate_ranks.items()):
         who = ", ".join(f"{host} pid {pid}" for host, pid in claimants[:8]) or "processes not named in time"

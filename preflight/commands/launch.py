@@ -23,10 +23,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from preflight.channel.run_auth import SECRET_VAR
 from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
 from preflight.options import RunOptions
-from preflight.steps.run_auth import SECRET_VAR
 
 # What the forkserver imports once for every worker (see launch).
 WORKER_PRELOAD = ("torch", "torch.distributed", "preflight.commands.cli", "preflight.runner", __name__)
@@ -73,7 +73,7 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
     # 8 ranks x 2 OpenMP threads on 2 cores run 2x slower; torchrun sets 1 as well.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # A per-run secret every worker inherits (the agent passes its environment on): the store's
-    # values are then proven to come from this run's ranks (steps/run_auth.py).
+    # values are then proven to come from this run's ranks (channel/run_auth.py).
     os.environ.setdefault(SECRET_VAR, secrets.token_hex(16))
     # The agent logs each non-zero worker exit as an error; the verdict already says why.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)

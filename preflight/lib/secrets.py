@@ -16,7 +16,7 @@ in a report, and the keyed digest below still tells whether ranks agree on it).
 
 Ranks still need to tell whether they hold the *same* secret (a drifting HF_TOKEN is worth a
 finding), so once the c10d store has formed, every rank agrees on a random key through it
-(`agree_on_key`: first writer wins, nobody waits) and `seal` appends an HMAC of each secret
+(channel/exchange.agree_on_key: first writer wins, nobody waits) and `seal` appends an HMAC of each secret
 value under that key: `<redacted>:<12 hex>`. The key lives only in the ranks' memory and the
 run's store, never in a report, so a digest in a report or --out-dir file cannot be
 brute-forced back to a weak secret. Without a store (the --out-dir fallback) there is no
@@ -29,9 +29,7 @@ import functools
 import hashlib
 import hmac
 import re
-import secrets
 from collections.abc import Mapping, MutableMapping
-from typing import Any
 
 REDACTED = "<redacted>"
 KEY_NAME = "secret-key"  # store key (under the run's prefix) of the agreed HMAC key
@@ -156,21 +154,6 @@ def redact_command(command: str) -> str:
         else:
             out.append(word)
     return " ".join(out)
-
-
-def agree_on_key(store: Any) -> bytes | None:
-    """A random key every rank of this run gets from the store (first writer wins), or None.
-
-    compare_set with an empty expected value sets the key only when it is absent and returns
-    whatever the store holds, so no rank waits for another and all end with the same key.
-    """
-    if store is None:
-        return None
-    try:
-        agreed = store.compare_set(KEY_NAME, "", secrets.token_hex(32))
-    except Exception:  # a store that went away: no key, secrets stay bare
-        return None
-    return bytes(agreed) if agreed else None
 
 
 def seal(redacted: MutableMapping[str, str], raw: Mapping[str, str], key: bytes | None) -> None:

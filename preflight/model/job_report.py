@@ -32,7 +32,7 @@ class ReportMeta:
     versions: dict[str, str] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # phase name -> seconds
     expected_busbw_gbps: dict[str, float] = field(default_factory=dict)  # --expect, per dimension
-    run_nonce: str = ""  # this run's own identity, agreed through the store ("" without one; steps/exchange.py)
+    run_nonce: str = ""  # this run's own identity, agreed through the store ("" without one; channel/exchange.py)
 
 
 @dataclass

@@ -5,15 +5,16 @@ Nothing here touches a communicator: after a hang the store is the only channel 
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from preflight.channel import keys
+from preflight.channel.board import BadValue, Board
 from preflight.lib.waiting import wait_until
 from preflight.model import ProbeDevice, ProbeResult
+from preflight.model.messages import BoundRecord, ProbeReport, Status, StepRecord
 from preflight.model.probe_faults import Hang
 from preflight.probes import ops
 
@@ -28,35 +29,43 @@ GROUP_PHASES = ("op", "connect")
 class Gathered:
     """Every rank's payload that arrived, keyed by rank."""
 
-    payloads: dict[int, dict[str, Any]] = field(default_factory=dict)
+    payloads: dict[int, ProbeReport] = field(default_factory=dict)
     positions: dict[int, int] = field(default_factory=dict)  # last step each rank started
-    bound: dict[int, dict[str, Any]] = field(default_factory=dict)  # what each rank's session bound
+    bound: dict[int, BoundRecord] = field(default_factory=dict)  # what each rank's session bound
     dead: dict[int, str] = field(default_factory=dict)  # ranks whose heartbeat stopped (probes/liveness.py)
+    bad: dict[int, BadValue] = field(default_factory=dict)  # values that did not decode: rank 0 reports them
 
     def hosts(self) -> dict[int, str]:
         """Rank -> host, for the ranks that reported."""
-        return {rank: str(p.get("host", "")) for rank, p in self.payloads.items()}
+        return {rank: p.host for rank, p in self.payloads.items()}
 
     def devices(self) -> list[ProbeDevice]:
         """Per rank that opened its session: the backend used and the GPU bound (`dev/<rank>`), for the report."""
         out = []
         for rank, entry in sorted(self.bound.items()):
-            device = entry.get("device") or {}
-            out.append(ProbeDevice(rank, str(entry.get("host", "")), str(entry.get("backend", "")),
-                                   device.get("index"), device.get("name", ""), device.get("pci_bus_id", ""),
-                                   device.get("uuid", "")))
+            device = entry.device
+            out.append(ProbeDevice(rank, entry.host, entry.backend, device.index if device else None,
+                                   device.name if device else "", device.pci_bus_id if device else "",
+                                   device.uuid if device else ""))
         return out
 
     def device_ids(self) -> dict[int, str]:
         """Rank -> its GPU's PCI bus id (else UUID), for nominal.annotate's `devices`."""
         return {d.rank: d.pci_bus_id or d.uuid for d in self.devices() if d.pci_bus_id or d.uuid}
 
-    def stopped(self) -> dict[int, dict[str, Any]]:
+    def stopped(self) -> dict[int, Status]:
         """Ranks whose probing ended in a timeout or a failure: rank -> status."""
-        return {r: p["status"] for r, p in self.payloads.items() if p["status"]["state"] != "done"}
+        return {r: p.status for r, p in self.payloads.items() if p.status.state != "done"}
+
+    def take(self, rank: int, value: object, into: dict) -> None:
+        """Keep a value a rank sent: decoded into `into`, or a bad value (rank 0 reports it)."""
+        if isinstance(value, BadValue):
+            self.bad.setdefault(rank, value)
+        elif value is not None:
+            into[rank] = value
 
 
-def gather(store: Any, world_size: int, timeout_s: float, *, early: bool = False,
+def gather(board: Board, world_size: int, timeout_s: float, *, early: bool = False,
            dead: Callable[[], dict[int, str]] | None = None) -> Gathered:
     """Wait for every rank's `res/<rank>` until the deadline.
 
@@ -71,25 +80,26 @@ def gather(store: Any, world_size: int, timeout_s: float, *, early: bool = False
 
     def settled() -> bool:
         nonlocal grace_until
-        for rank in range(world_size):
-            if rank not in got.payloads and store.check([f"res/{rank}"]):
-                got.payloads[rank] = json.loads(store.get(f"res/{rank}"))
-        if len(got.payloads) == world_size:
+        awaited = [r for r in range(world_size) if r not in got.payloads and r not in got.bad]
+        for rank, value in zip(awaited, board.fetch([keys.result_key(r) for r in awaited], ProbeReport, awaited),
+                               strict=True):
+            got.take(rank, value, got.payloads)
+        if len(got.payloads) + len(got.bad) == world_size:
             return True
         if dead is not None:
             got.dead = {r: why for r, why in dead().items() if r not in got.payloads}
-            if got.dead and len(got.payloads) + len(got.dead) == world_size:
+            if got.dead and len(got.payloads) + len(got.bad) + len(got.dead) == world_size:
                 return True  # every living rank answered
         if grace_until is None and got.stopped():
             grace_until = time.monotonic() + EARLY_GRACE_S  # another rank stopped: the rest follow
         return grace_until is not None and time.monotonic() >= grace_until
 
     wait_until(settled, timeout_s)
-    for rank in range(world_size):
-        if store.check([f"pos/{rank}"]):
-            got.positions[rank] = int(store.get(f"pos/{rank}"))
-        if store.check([f"dev/{rank}"]):
-            got.bound[rank] = json.loads(store.get(f"dev/{rank}"))
+    ranks = list(range(world_size))
+    for rank, value in zip(ranks, board.fetch([keys.position_key(r) for r in ranks], int, ranks), strict=True):
+        got.take(rank, value, got.positions)
+    for rank, value in zip(ranks, board.fetch([keys.bound_key(r) for r in ranks], BoundRecord, ranks), strict=True):
+        got.take(rank, value, got.bound)
     return got
 
 
@@ -104,19 +114,19 @@ def diagnose_hang(got: Gathered, steps: list[tuple[str, str, int]], groups: dict
         return Hang("", "", 0, -1, missing, step=-1, waiting=[],
                     culprits={r: f"died ({got.dead[r]})" if r in got.dead else "sent no probe results"
                               for r in missing}, phase="", elapsed_s=0.0)
-    first_step = min(s["step"] for s in stopped.values())
+    first_step = min(s.step for s in stopped.values())
     dim, op, size = steps[first_step]
-    stuck = sorted(r for r, s in stopped.items() if s["step"] == first_step)
+    stuck = sorted(r for r, s in stopped.items() if s.step == first_step)
     # A rank inside the collective (or creating its communicators) points at the hung group;
     # ranks at a barrier only waited. A rank whose step raised unexpectedly could not run it.
-    in_op = [r for r in stuck if stopped[r]["phase"] in GROUP_PHASES]
-    errors = [r for r in stuck if stopped[r]["state"] == "error"]
+    in_op = [r for r in stuck if stopped[r].phase in GROUP_PHASES]
+    errors = [r for r in stuck if stopped[r].state == "error"]
     status = stopped[(errors or in_op or stuck)[0]]
     if in_op:
         group_index, members = next((i, g) for i, g in enumerate(groups[dim]) if in_op[0] in g)
     else:
         group_index, members = -1, list(range(world_size))
-    culprits: dict[int, str] = {r: f"could not run the step ({stopped[r]['reason']})"
+    culprits: dict[int, str] = {r: f"could not run the step ({stopped[r].reason})"
                                 for r in errors if r in members}
     for rank in members:
         if rank in culprits:
@@ -125,12 +135,12 @@ def diagnose_hang(got: Gathered, steps: list[tuple[str, str, int]], groups: dict
         if where:
             culprits[rank] = where
     waiting = [r for r in members if r in stuck and r not in culprits]
-    if not culprits and status["phase"] in GROUP_PHASES:
-        what = "its communicators" if status["phase"] == "connect" else "the rest of its group"
+    if not culprits and status.phase in GROUP_PHASES:
+        what = "its communicators" if status.phase == "connect" else "the rest of its group"
         culprits = {r: f"stuck with {what} (link or peer hang)" for r in members}
     return Hang(dim, op, size, group_index, members, step=first_step, waiting=waiting, culprits=culprits,
-                phase=status["phase"], elapsed_s=float(status.get("elapsed_s", 0.0)),
-                failed=status["state"] in ("failed", "error"), reason=str(status.get("reason", "")),
+                phase=status.phase, elapsed_s=status.elapsed_s,
+                failed=status.state in ("failed", "error"), reason=status.reason,
                 could_not_run=bool(errors))
 
 
@@ -139,12 +149,12 @@ def _where(rank: int, got: Gathered, step: int, in_op: bool) -> str:
     payload = got.payloads.get(rank)
     position = got.positions.get(rank)
     if payload is not None:
-        status = payload["status"]
-        if status["state"] == "done" or status["step"] > step:
+        status = payload.status
+        if status.state == "done" or status.step > step:
             return "moved past this step without completing it with its group (skipped or returned early)"
-        if status["step"] < step:
-            return f"was still stuck in an earlier step ({status['step']})"
-        if status["phase"] == "barrier" and in_op:
+        if status.step < step:
+            return f"was still stuck in an earlier step ({status.step})"
+        if status.phase == "barrier" and in_op:
             return "left the collective without completing it with its group (skipped or returned early)"
         return ""
     if rank in got.dead:
@@ -163,35 +173,36 @@ def results(got: Gathered, hosts: dict[int, str]) -> list[ProbeResult]:
     The median keeps one preempted iteration on a shared CPU from deciding the figure; the
     per-iteration figures are kept too (iter_busbw_gbps), for the straggler rule's spread.
     """
-    by_group: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
+    by_group: dict[tuple[int, int], dict[int, StepRecord]] = {}
     for rank, payload in got.payloads.items():
-        for record in payload["records"]:
-            by_group.setdefault((record["step"], record["group_index"]), {})[rank] = record
+        for record in payload.records:
+            if rank in record.ranks and record.times_s:  # a rank speaks for its own measurements only
+                by_group.setdefault((record.step, record.group_index), {})[rank] = record
     out = []
     for (_, group_index), records in sorted(by_group.items()):
         first = next(iter(records.values()))
-        ranks = first["ranks"]
-        if len(records) < len(ranks):
+        ranks = first.ranks
+        if len(records) < len(ranks) or not ops.known(first.op):
             continue  # a member stopped before finishing: no figure for this group
-        rank_times = {rank: statistics.median(r["times_s"]) for rank, r in sorted(records.items())}
+        rank_times = {rank: statistics.median(r.times_s) for rank, r in sorted(records.items())}
         time_s = max(rank_times.values())
-        op, size, n = first["op"], first["size_bytes"], len(ranks)
+        op, size, n = first.op, first.size_bytes, len(ranks)
         out.append(ProbeResult(
-            dim=first["dim"], op=first["op"], size_bytes=first["size_bytes"], group_index=group_index,
+            dim=first.dim, op=first.op, size_bytes=first.size_bytes, group_index=group_index,
             ranks=ranks, hosts=[hosts.get(r, "") for r in ranks], time_s=time_s,
-            algbw_gbps=ops.algbw_gbps(first["size_bytes"], time_s),
-            busbw_gbps=ops.busbw_gbps(first["op"], len(ranks), first["size_bytes"], time_s),
-            rank_times_s=rank_times, verified=all(r["output_ok"] for r in records.values()),
-            wrong_ranks=sorted(rank for rank, r in records.items() if not r["output_ok"]),
-            bad_sources=sorted({s for r in records.values() for s in r["bad_sources"]}),
+            algbw_gbps=ops.algbw_gbps(first.size_bytes, time_s),
+            busbw_gbps=ops.busbw_gbps(first.op, len(ranks), first.size_bytes, time_s),
+            rank_times_s=rank_times, verified=all(r.output_ok for r in records.values()),
+            wrong_ranks=sorted(rank for rank, r in records.items() if not r.output_ok),
+            bad_sources=sorted({s for r in records.values() for s in r.bad_sources}),
             iter_busbw_gbps=[ops.busbw_gbps(op, n, size, t) for t in iteration_times(records)],
         ))
     return out
 
 
-def iteration_times(records: dict[int, dict[str, Any]]) -> list[float]:
+def iteration_times(records: dict[int, StepRecord]) -> list[float]:
     """The group's time of each timed iteration: its slowest rank's (a collective ends with its last rank)."""
-    lists = [r["times_s"] for r in records.values() if r["times_s"]]
+    lists = [r.times_s for r in records.values() if r.times_s]
     if not lists:
         return []
     return [max(times[i] for times in lists) for i in range(min(len(t) for t in lists))]

@@ -17,19 +17,20 @@ rank sits in the control barriers):
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from preflight.lib.waiting import wait_until
+from preflight.channel import keys
+from preflight.model.messages import ConfirmPairs, PairSamples, RemeasureSteps
 from preflight.model.probe_faults import Confirmed, Straggler
 from preflight.probes import collect, judge, pairwise
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier
 
-AGAIN = "again"  # rank 0 -> all: {"steps": [plan step indices to measure again]}
-CONFIRM = "confirm"  # rank 0 -> all: {"pairs": [[a, b], ...]} measured one at a time
+AGAIN = keys.AGAIN_KEY  # rank 0 -> all: RemeasureSteps, the plan step indices to measure again
+CONFIRM = keys.CONFIRM_KEY  # rank 0 -> all: ConfirmPairs, measured one at a time
+SECOND = "second"  # the second pass's results, under their own prefix
 ABORTS = (ProbeTimeout, ProbeFailed, RuntimeError)
 
 
@@ -50,7 +51,6 @@ def _steps_of(session: Any, slow: list[Straggler]) -> list[int]:
 
 def _remeasure(session: Any, steps: list[int]) -> None:
     """Run the given plan steps again on this rank and publish them under the `second/` prefix."""
-    from torch.distributed import PrefixStore
 
     from preflight.probes import session as ses
 
@@ -66,28 +66,29 @@ def _remeasure(session: Any, steps: list[int]) -> None:
     except Exception as exc:  # any failure of the second pass leaves the first pass's verdict unconfirmed
         status = ses.Status("failed", -1, "op", str(exc)[:200])
         session.abandoned = True
-    ses.publish(PrefixStore("second", session.store), session.world.rank, session.world.host, records, status)
+    ses.publish(session.board.under(SECOND), session.world.rank, session.world.host, records, status)
 
 
 def lead_groups(session: Any, slow: list[Straggler], ratio: float) -> list[Straggler]:
     """Rank 0: have the stragglers' steps measured again by every rank; the stragglers found twice."""
-    from torch.distributed import PrefixStore
 
     steps = _steps_of(session, slow)
-    session.store.set(AGAIN, json.dumps({"steps": steps}))
+    session.board.put(AGAIN, RemeasureSteps(steps))
     if not steps:
         return []
     _remeasure(session, steps)
-    got = collect.gather(PrefixStore("second", session.store), session.world.world_size, session.timeout_s)
+    got = collect.gather(session.board.under(SECOND), session.world.world_size, session.timeout_s)
+    session.bad_values.update({r: bad for r, bad in got.bad.items() if r not in session.bad_values})
     return judge.confirm(slow, collect.results(got, got.hosts()), ratio)
 
 
 def follow_groups(session: Any) -> bool:
     """A non-zero rank: measure again what rank 0 asks for; False when rank 0 never asked."""
-    store = session.store
-    if not wait_until(lambda: store.check([AGAIN]), _follow_wait_s(session)):
+    told = session.kept(session.board.wait(AGAIN, RemeasureSteps, 0, _follow_wait_s(session)))
+    if told is None:
         return False
-    steps = json.loads(store.get(AGAIN))["steps"]
+    count = len(session.plan.steps())
+    steps = [i for i in told.steps if 0 <= i < count]  # only steps of this plan
     if steps:
         _remeasure(session, steps)
     return True
@@ -169,34 +170,47 @@ def lead_pairs(session: Any, found: pairwise.Localized, pair_gbps: dict[tuple[in
                ranks: list[int], ratio: float) -> PairVerdict:
     """Rank 0: measure every candidate again, one pair at a time, and keep what stays slow."""
     pairs, references, partners = plan_pairs(found, pair_gbps, ranks)
-    session.store.set(CONFIRM, json.dumps({"pairs": pairs}))
+    session.board.put(CONFIRM, ConfirmPairs(pairs))
     if not pairs:
         return PairVerdict()
     samples = _run_serial(session, pairs)
     if samples is None:
         return PairVerdict()
-    deadline = time.monotonic() + session.timeout_s
-    for rank in sorted({r for pair in pairs for r in pair} - {0}):
-        key = f"cpair/{rank}"
-        if not wait_until(lambda key=key: session.store.check([key]), deadline - time.monotonic()):
-            return PairVerdict()  # a rank did not report: nothing confirmed, nobody blamed
-        for pair, xs in json.loads(session.store.get(key)).items():
-            a, b = (int(x) for x in pair.split(","))
-            samples.setdefault((a, b), xs)  # both ends time the same exchange; one end's figures suffice
+    if not read_pair_samples(session, pairs, samples, time.monotonic() + session.timeout_s):
+        return PairVerdict()  # a rank did not report (or sent garbage): nothing confirmed, nobody blamed
     return judge_confirmed(found, samples, references, partners, ratio)
+
+
+def read_pair_samples(session: Any, pairs: list[tuple[int, int]], samples: dict[tuple[int, int], list[float]],
+                      deadline: float) -> bool:
+    """Rank 0: add each rank's `cpair/<rank>` samples of its own measured pairs to `samples`;
+    False when a rank sent none in time or one that does not decode (set aside: session.kept)."""
+    measured = set(pairs)
+    for rank in sorted({r for pair in pairs for r in pair} - {0}):
+        got = session.kept(session.board.wait(keys.confirm_pair_key(rank), PairSamples, rank,
+                                              deadline - time.monotonic()))
+        if got is None:
+            return False
+        for a, b, xs in got.samples:
+            if (a, b) in measured and rank in (a, b):  # a rank speaks for its own pairs only
+                # Both ends time the same exchange; one end's figures suffice.
+                samples.setdefault((a, b), [x for x in xs if x > 0])
+    return True
 
 
 def follow_pairs(session: Any) -> None:
     """A non-zero rank: take part in the one-pair-at-a-time pass rank 0 asks for."""
-    store = session.store
-    if not wait_until(lambda: store.check([CONFIRM]), _follow_wait_s(session)):
+    told = session.kept(session.board.wait(CONFIRM, ConfirmPairs, 0, _follow_wait_s(session)))
+    if told is None:
         return
-    pairs = [tuple(p) for p in json.loads(store.get(CONFIRM))["pairs"]]
+    size = session.world.world_size
+    pairs = [(a, b) for a, b in told.pairs if 0 <= a < size and 0 <= b < size and a != b]
     if not pairs:
         return
     samples = _run_serial(session, pairs)
     if samples is not None and any(session.world.rank in p for p in pairs):
-        store.set(f"cpair/{session.world.rank}", json.dumps({f"{a},{b}": xs for (a, b), xs in samples.items()}))
+        session.board.put(keys.confirm_pair_key(session.world.rank),
+                          PairSamples([(a, b, xs) for (a, b), xs in samples.items()]))
 
 
 def _run_serial(session: Any, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], list[float]] | None:

@@ -34,18 +34,19 @@ group testing decides.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from preflight.lib.waiting import wait_until
+from preflight.channel import keys
+from preflight.channel.board import BadValue
+from preflight.model.messages import RoundPlan, RoundTimes
 from preflight.probes import grouptest, ops
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
 
-PREFIX = "gt"  # store keys: gt/<round> (rank 0's plan), gt/<round>/t/<rank> (a member's times)
+PREFIX = keys.GROUP_TEST_PREFIX  # store keys: gt/<round> (rank 0's plan), gt/<round>/t/<rank> (a member's times)
 ABORTS = (ProbeTimeout, ProbeFailed, RuntimeError)
 
 
@@ -166,30 +167,33 @@ class _Rounds:
     def run(self, pools: list[list[int]]) -> tuple[list[float], list[list[float]]]:
         """Measure the reference, then `pools` (global ranks) at once, iteration by iteration:
         the reference's per-iteration busbw and, per pool, its own ([] if a member is silent)."""
-        store, r = self.session.store, self.index
+        r = self.index
         self.index += 1
-        store.set(f"{PREFIX}/{r}", json.dumps({"reference": self.reference, "pools": pools}))
+        self.session.board.put(keys.round_key(r), RoundPlan(self.reference, pools))
         nbytes = take_part(self.session, r, self.reference, pools, self.groups)
         return self._figures(r, "reference", self.reference, nbytes), \
             [self._figures(r, "pool", pool, nbytes) for pool in pools]
 
     def _figures(self, r: int, phase: str, members: list[int], nbytes: int) -> list[float]:
-        store, times = self.session.store, []
+        times = []
         for rank in members:
-            key = f"{PREFIX}/{r}/t/{rank}"
-            if not wait_until(lambda key=key: store.check([key]), self.session.timeout_s):
+            got = self.session.board.wait(keys.round_times_key(r, rank), RoundTimes, rank, self.session.timeout_s)
+            if got is None:
                 raise ProbeTimeout(f"group testing: rank {rank} did not report round {r}")
-            times.append(json.loads(store.get(key)).get(phase, []))
+            if isinstance(got, BadValue):
+                self.session.kept(got)
+                raise ProbeFailed(f"group testing: {got.line()}")
+            times.append(got.reference if phase == "reference" else got.pool)
         return pool_gbps(times, nbytes)
 
     def finish(self) -> None:
         """Release every rank from the rounds."""
-        self.session.store.set(f"{PREFIX}/{self.index}", json.dumps({"done": True}))
+        self.session.board.put(keys.round_key(self.index), RoundPlan(done=True))
 
 
 def skip(session: Any) -> None:
     """Rank 0: no group testing this time (ranks told that it may follow stop waiting)."""
-    session.store.set(f"{PREFIX}/0", json.dumps({"done": True}))
+    session.board.put(keys.round_key(0), RoundPlan(done=True))
 
 
 def lead(session: Any, sets: HostSets, ratio: float) -> GroupTestOutcome | None:
@@ -246,19 +250,18 @@ def lead(session: Any, sets: HostSets, ratio: float) -> GroupTestOutcome | None:
 
 def follow(session: Any) -> None:
     """A non-zero rank: take part in every round rank 0 publishes, until it says done (or goes silent)."""
-    store = session.store
     wait_s = 2 * session.timeout_s + 10
     groups: dict[tuple[int, ...], Any] = {}
+    size = session.world.world_size
     r = 0
     while True:
-        key = f"{PREFIX}/{r}"
-        if not wait_until(lambda key=key: store.check([key]), wait_s):
+        plan = session.kept(session.board.wait(keys.round_key(r), RoundPlan, 0, wait_s))
+        if plan is None or plan.done:
             return
-        plan = json.loads(store.get(key))
-        if plan.get("done"):
-            return
+        if any(not 0 <= m < size for m in [*plan.reference, *(m for p in plan.pools for m in p)]):
+            return  # not rank 0's plan: ranks outside this world
         try:
-            take_part(session, r, list(plan["reference"]), [list(p) for p in plan["pools"]], groups)
+            take_part(session, r, list(plan.reference), [list(p) for p in plan.pools], groups)
         except ABORTS:
             session.abandoned = True
             return
@@ -318,6 +321,6 @@ def take_part(session: Any, r: int, reference: list[int], pools: list[list[int]]
                 if i >= plan.warmup:
                     times[phase] += took
     if times:
-        session.store.set(f"{PREFIX}/{r}/t/{rank}", json.dumps(times))
+        session.board.put(keys.round_times_key(r, rank), RoundTimes(times.get("reference", []), times.get("pool", [])))
     barrier(session.control, time.monotonic() + session.timeout_s)
     return nbytes

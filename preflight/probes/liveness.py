@@ -3,7 +3,7 @@
 A collective with a dead member can never finish: on NCCL it hangs until the deadline, and on
 any backend the process group's creation waits in the store for a rank that will never come.
 So while the probes run every rank beats under its own key and rank 0 watches the beats
-(steps/heartbeat.py: `peer_heartbeat`, `DeadPeers`). Once a rank has been silent for
+(channel/liveness.py: `peer_heartbeat`, `DeadPeers`). Once a rank has been silent for
 PEER_STALL_S, rank 0 publishes it under DEAD_KEY; every rank's long waits (timing.wait_works
 between slices, and `bounded` around the process group's creation) read that key and end at
 once. Rank 0 names the dead rank: BW002 when it died inside a measured step, RUN008 when the
@@ -13,16 +13,15 @@ probes could not start without it.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from preflight.channel import store_join
+from preflight.channel.liveness import RankLiveness
 from preflight.lib import deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import World
 from preflight.probes import setup, timing
-from preflight.steps import store_join
-from preflight.steps.heartbeat import PEER_BEAT_S, DeadPeers, Heartbeat, peer_heartbeat, read_dead
 
 T = TypeVar("T")
 PROBE_PREFIX = "probe"  # the probes' keys, under the run's prefix (orchestrate.run_probes)
@@ -46,42 +45,37 @@ class StillRunning(setup.SetupTimeout):
 
 
 class Watch:
-    """This rank's part while the probes run: its own beat, and on rank 0 the watch over the others."""
+    """This rank's part while the probes run, through the one liveness owner: its beat goes on
+    (the run's, started at its claim; one of its own when the probes run without an exchange),
+    and on rank 0 the watch over the others."""
 
-    def __init__(self, world: World, store: Any) -> None:
+    def __init__(self, world: World, store: Any, owner: RankLiveness | None = None) -> None:
         # The run's own client: the probes' process group forms on a connection of its own
         # (probe_store), so a set-up blocked on a dead rank never stalls a beat or a look.
         self.world, self.store = world, store
-        self.beat: Heartbeat | None = None
-        self.peers: DeadPeers | None = None
-        self._cached: dict[int, str] = {}
-        self._read_at = 0.0
+        self.owned = owner is None
+        self.owner = owner or RankLiveness(store, world.world_size, world.rank)
 
     def __enter__(self) -> Watch:
         if self.world.world_size > 1:
             if self.world.rank == 0:
-                self.peers = DeadPeers(self.store, list(range(1, self.world.world_size))).start()
+                self.owner.watch(list(range(1, self.world.world_size)))
             else:
-                self.beat = peer_heartbeat(self.store, self.world.rank).start()
+                self.owner.beat()  # already beating since its claim, where the run has an exchange
         timing.abort_check = self.abort_reason
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # A follower's beat goes on: it is alive and waits for the verdict (runner._follow stops it).
         timing.abort_check = None
-        if self.beat is not None:
-            self.beat.stop()
-        if self.peers is not None:
-            self.peers.stop()
+        if self.world.rank == 0:
+            self.owner.unwatch()
+        if self.owned:
+            self.owner.stop()
 
     def dead(self) -> dict[int, str]:
-        """The ranks known dead, rank -> why (read from the store at most once per beat)."""
-        if self.peers is not None:
-            return dict(self.peers.dead)
-        now = time.monotonic()
-        if not self._cached and now - self._read_at >= PEER_BEAT_S:
-            self._read_at = now
-            self._cached = read_dead(self.store)
-        return dict(self._cached)
+        """The ranks known dead, rank -> why (on other ranks, read from the store at most once per beat)."""
+        return self.owner.dead()
 
     def abort_reason(self) -> str:
         """Why the probes must stop now ("" to go on): a dead rank, named."""

@@ -11,15 +11,16 @@ a collective marks the session abandoned (the groups are then never torn down).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from typing import Any
 
+from preflight.channel import keys
 from preflight.checks.probe_findings import localization_summary, slow_host, slow_host_group_tested, slow_link
-from preflight.lib.waiting import wait_until
 from preflight.model import Finding, ProbeResult
+from preflight.model.messages import ConfirmPairs, LocalizePlan, PairTimes
 from preflight.options import RunOptions
+from preflight.probes import timing
 
 MAX_LOCALIZE_RANKS = 64  # n-1 rounds each: keep the round robin short on big jobs
 
@@ -35,7 +36,7 @@ def lead(session: Any, slow: list[Any], results: list[ProbeResult], hosts: dict[
     method = hosttest.choose(sets, len(ranks), options.localize) if sets else "pairwise"
     group_test = sets is not None and hosttest.possible(sets) and options.localize != "pairwise"
     # Followers learn what follows: the round robin over these ranks, and whether group testing may.
-    session.store.set("localize", json.dumps({"ranks": ranks if method == "pairwise" else [], "hosts": group_test}))
+    session.board.put(keys.LOCALIZE_KEY, LocalizePlan(ranks if method == "pairwise" else [], group_test))
     if sets is None or not (ranks or group_test):
         return []
     return _run(session, ranks if method == "pairwise" else [], sets, hosts, options.straggler_ratio, group_test)
@@ -83,6 +84,9 @@ def _run(session: Any, ranks: list[int], sets: Any, hosts: dict[int, str], ratio
     named = sorted({h for f in findings for h in f.hosts if h})
     unfinished = f"{method}: a collective did not complete within --probe-timeout, or failed" \
         if session.abandoned and not abandoned_before else ""
+    if unfinished:  # who it was stuck with, and any rank the liveness owner knows dead
+        dead = timing.abort_check() if timing.abort_check is not None else ""
+        unfinished += "".join(f" ({why})" for why in (session.stopped_why, dead) if why)
     return findings + localization_summary.report(
         method=method, suspects=sets.suspects, good=sets.good, rounds=rounds, tests=tests,
         seconds=time.monotonic() - began, named=named, extra=extra, unfinished=unfinished)
@@ -101,20 +105,13 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
     try:
         mine = pairwise.run_rounds(0, ranks, size, session.plan.iters, session.control, session.timeout_s,
                                    **session.localization())
-    except (ProbeTimeout, ProbeFailed, RuntimeError):
+    except (ProbeTimeout, ProbeFailed, RuntimeError) as exc:
         session.abandoned = True
-        session.store.set(confirm.CONFIRM, json.dumps({"pairs": []}))  # nothing to confirm: release the others
+        session.stopped_why = f"rank 0: {str(exc)[:200]}"
+        session.board.put(confirm.CONFIRM, ConfirmPairs([]))  # nothing to confirm: release the others
         return [], rounds, tests, True
-    session.store.set("pair/0", json.dumps({str(k): v for k, v in mine.items()}))
-    times: dict[tuple[int, int], float] = {}
-    deadline = time.monotonic() + session.timeout_s
-    for rank in ranks:
-        key = f"pair/{rank}"
-        if not wait_until(lambda key=key: session.store.check([key]), deadline - time.monotonic()):
-            continue
-        for peer, seconds in json.loads(session.store.get(f"pair/{rank}")).items():
-            key = (min(rank, int(peer)), max(rank, int(peer)))
-            times[key] = max(times.get(key, 0.0), statistics.median(seconds))
+    session.board.put(keys.pair_key(0), PairTimes(dict(mine)))
+    times = read_pair_times(session, ranks, time.monotonic() + session.timeout_s)
     per_direction = max(1, size // 4) * 4
     pair_gbps = {pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}
     found = pairwise.judge_pairs(pair_gbps, ratio)
@@ -133,6 +130,23 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
     return findings, rounds + len(kept.pairs), tests + len(kept.pairs), trusted
 
 
+def read_pair_times(session: Any, ranks: list[int], deadline: float) -> dict[tuple[int, int], float]:
+    """Rank 0: each pair's median seconds from the ranks' `pair/<rank>` (the slower end's); a rank
+    that sent none in time is left out, one whose value does not decode is set aside (session.kept)."""
+    times: dict[tuple[int, int], float] = {}
+    among = set(ranks)
+    for rank in ranks:
+        got = session.kept(session.board.wait(keys.pair_key(rank), PairTimes, rank, deadline - time.monotonic()))
+        if got is None:
+            continue
+        for peer, seconds in got.times.items():
+            if peer not in among or peer == rank or not seconds:  # only pairs of this round robin
+                continue
+            key = (min(rank, peer), max(rank, peer))
+            times[key] = max(times.get(key, 0.0), statistics.median(seconds))
+    return times
+
+
 def follow(session: Any, status: Any) -> None:
     """A non-zero rank: measure again, then take part in the round robin and its confirmation, and in
     group testing, when asked."""
@@ -142,13 +156,13 @@ def follow(session: Any, status: Any) -> None:
         return  # a hang: rank 0 will not ask; nothing more goes through the communicators
     if not confirm.follow_groups(session):
         return
-    if not wait_until(lambda: session.store.check(["localize"]), 2 * session.timeout_s + 10):
+    told = session.kept(session.board.wait(keys.LOCALIZE_KEY, LocalizePlan, 0, 2 * session.timeout_s + 10))
+    if told is None:
         return
-    told = json.loads(session.store.get("localize"))
-    ranks = told["ranks"]
+    ranks = sorted({r for r in told.ranks if 0 <= r < session.world.world_size})
     if ranks and _follow_round_robin(session, ranks):
         confirm.follow_pairs(session)
-    if told.get("hosts"):
+    if told.hosts:
         hosttest.follow(session)  # rank 0 says done at once when the round robin named someone
 
 
@@ -165,5 +179,5 @@ def _follow_round_robin(session: Any, ranks: list[int]) -> bool:
         session.abandoned = True
         return False
     if rank in ranks:
-        session.store.set(f"pair/{rank}", json.dumps({str(k): v for k, v in mine.items()}))
+        session.board.put(keys.pair_key(rank), PairTimes(dict(mine)))
     return True

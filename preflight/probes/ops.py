@@ -10,6 +10,11 @@ Inputs depend on the group rank, so every result has one known value, and a wron
 says whose data it was: in all_reduce and reduce_scatter element j is 1 on exactly one rank
 (its owner, (-j) mod n) and 0 elsewhere, so the sum is all ones and a wrong element names
 its owner; in the data-moving ops a chunk's position names its source.
+
+Each collective is one row of `OPS` (nccl-tests' testColl style): how its size maps to bytes
+(chunked or not), its bus-bandwidth factor, the torch.distributed names it goes by, how its
+buffers start (init), how it runs and how its result is checked (verify). The functions below
+look the op up once and never switch on its name.
 """
 
 from __future__ import annotations
@@ -22,45 +27,6 @@ import torch
 import torch.distributed as dist
 
 _PATTERN_MOD = 200  # small integers: exact in bf16 (<= 256) and fp32
-
-
-def bus_factor(op: str, n: int) -> float:
-    """nccl-tests' bus factor of op on a group of n ranks; 0 for a group of one.
-
-    A one-rank group moves nothing over any link (NCCL turns broadcast and send/recv into a
-    local copy or nothing), so its bus bandwidth is 0 for every op rather than the copy speed:
-    on an H100 a one-rank 256 MiB broadcast otherwise reads as 6,690 GB/s.
-    """
-    if n <= 1:
-        if op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"):
-            raise ValueError(f"unknown op {op!r}")
-        return 0.0
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    if op in ("broadcast", "send_recv"):
-        return 1.0
-    raise ValueError(f"unknown op {op!r}")
-
-
-def algbw_gbps(nbytes: int, time_s: float) -> float:
-    """Algorithm bandwidth in GB/s (1e9 B/s)."""
-    return nbytes / time_s / 1e9 if time_s > 0 else 0.0
-
-
-def busbw_gbps(op: str, n: int, nbytes: int, time_s: float) -> float:
-    """Bus bandwidth in GB/s: algbw times the op's bus factor."""
-    return algbw_gbps(nbytes, time_s) * bus_factor(op, n)
-
-
-def element_counts(op: str, size_bytes: int, n: int, elem: int) -> tuple[int, int]:
-    """(elements per chunk, bytes measured) for a requested size; chunked ops round down to n chunks."""
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        chunk = max(1, size_bytes // (elem * n))
-        return chunk, chunk * n * elem
-    count = max(1, size_bytes // elem)
-    return count, count * elem
 
 
 @dataclass
@@ -84,41 +50,185 @@ def _owned_ones(me: int, n: int, start: int, count: int, dtype: torch.dtype, dev
     return ((index + me) % n == 0).to(dtype)
 
 
+def _zeros(count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    return torch.zeros(count, dtype=dtype, device=device)
+
+
+# -- init: (send, recv) for group rank `me` of `n`, `chunk` elements per chunk ----------------
+Init = Callable[[int, int, int, torch.dtype, str], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _init_all_reduce(me: int, n: int, chunk: int, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    send = _owned_ones(me, n, 0, chunk, dtype, device)
+    return send, send
+
+
+def _init_reduce_scatter(me: int, n: int, chunk: int, dtype: torch.dtype, device: str
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    return _owned_ones(me, n, 0, chunk * n, dtype, device), _zeros(chunk, dtype, device)
+
+
+def _init_all_gather(me: int, n: int, chunk: int, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _pattern(me, chunk, dtype, device), _zeros(chunk * n, dtype, device)
+
+
+def _init_all_to_all(me: int, n: int, chunk: int, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    send = torch.cat([_pattern(7 * me + 3 * k, chunk, dtype, device) for k in range(n)])
+    return send, _zeros(chunk * n, dtype, device)
+
+
+def _init_broadcast(me: int, n: int, chunk: int, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    send = _pattern(0, chunk, dtype, device) if me == 0 else _zeros(chunk, dtype, device)
+    return send, send
+
+
+def _init_send_recv(me: int, n: int, chunk: int, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _pattern(me, chunk, dtype, device), _zeros(chunk, dtype, device)
+
+
+# -- run: start the op asynchronously; its works ------------------------------------------------
+Fns = tuple[Callable[..., Any], ...]  # the torch.distributed function(s) of an op (resolve)
+Run = Callable[[Fns, Buffers, Any, list[int], int], list[Any]]
+
+
+def _run_all_reduce(fns: Fns, b: Buffers, group: Any, ranks: list[int], me: int) -> list[Any]:
+    return [fns[0](b.send, group=group, async_op=True)]
+
+
+def _run_into(fns: Fns, b: Buffers, group: Any, ranks: list[int], me: int) -> list[Any]:
+    return [fns[0](b.recv, b.send, group=group, async_op=True)]  # reduce_scatter, all_gather, all_to_all
+
+
+def _run_broadcast(fns: Fns, b: Buffers, group: Any, ranks: list[int], me: int) -> list[Any]:
+    return [fns[0](b.send, src=ranks[0], group=group, async_op=True)]
+
+
+def _run_send_recv(fns: Fns, b: Buffers, group: Any, ranks: list[int], me: int) -> list[Any]:
+    isend, irecv = fns  # adjacent pipeline stages: stage i sends to i+1, all pairs at once
+    works = []
+    if me + 1 < len(ranks):
+        works.append(isend(b.send, dst=ranks[me + 1], group=group))
+    if me > 0:
+        works.append(irecv(b.recv, src=ranks[me - 1], group=group))
+    return [w for w in works if w is not None]
+
+
+# -- verify: (this rank's output is right, group ranks whose data arrived wrong) ----------------
+Verify = Callable[[Buffers, int, int], tuple[bool, list[int]]]
+
+
+def _verify_ones(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
+    """all_reduce / reduce_scatter: every element 1; a wrong element names its owner."""
+    got = b.send if b.op == "all_reduce" else b.recv
+    start = 0 if b.op == "all_reduce" else me * b.chunk
+    wrong = (got != 1).nonzero().flatten()
+    owners = sorted({int((-(start + int(j))) % n) for j in wrong[:4096].tolist()})
+    return not len(wrong), owners
+
+
+def _verify_send_recv(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
+    if me == 0:
+        return True, []
+    ok = bool(torch.equal(b.recv, _pattern(me - 1, b.chunk, b.send.dtype, b.send.device.type)))
+    return ok, [] if ok else [me - 1]
+
+
+def _verify_broadcast(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
+    ok = bool(torch.equal(b.send, _pattern(0, b.chunk, b.send.dtype, b.send.device.type)))
+    return ok, [] if ok else [0]
+
+
+def _verify_chunks(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
+    """all_gather / all_to_all: chunk `src` of the output is src's pattern."""
+    dtype, device = b.send.dtype, b.send.device.type
+    sources = []
+    for src in range(n):
+        expected = _pattern(src if b.op == "all_gather" else 7 * src + 3 * me, b.chunk, dtype, device)
+        if not torch.equal(b.recv[src * b.chunk:(src + 1) * b.chunk], expected):
+            sources.append(src)
+    return not sources, sources
+
+
+@dataclass(frozen=True)
+class Op:
+    """One collective, one row: bytes (chunked: `size` is the whole buffer, n chunks of it), the
+    bus factor for n > 1 ranks, torch's names for it (newest first), init, run, verify."""
+
+    name: str
+    chunked: bool
+    bus: Callable[[int], float]
+    torch_names: tuple[str, ...]
+    init: Init
+    run: Run
+    verify: Verify
+
+
+# torch 2.4/2.5 have only the older names of the single-tensor all_gather / reduce_scatter.
+OPS: dict[str, Op] = {op.name: op for op in (
+    Op("all_reduce", False, lambda n: 2.0 * (n - 1) / n, ("all_reduce",), _init_all_reduce, _run_all_reduce,
+       _verify_ones),
+    Op("all_gather", True, lambda n: (n - 1) / n, ("all_gather_single", "all_gather_into_tensor"), _init_all_gather,
+       _run_into, _verify_chunks),
+    Op("reduce_scatter", True, lambda n: (n - 1) / n, ("reduce_scatter_single", "reduce_scatter_tensor"),
+       _init_reduce_scatter, _run_into, _verify_ones),
+    Op("all_to_all", True, lambda n: (n - 1) / n, ("all_to_all_single",), _init_all_to_all, _run_into, _verify_chunks),
+    Op("broadcast", False, lambda n: 1.0, ("broadcast",), _init_broadcast, _run_broadcast, _verify_broadcast),
+    Op("send_recv", False, lambda n: 1.0, ("isend", "irecv"), _init_send_recv, _run_send_recv, _verify_send_recv),
+)}
+NAMES = tuple(OPS)
+COMPAT_NAMES: dict[str, tuple[str, ...]] = {name: op.torch_names for name, op in OPS.items()}
+
+
+def known(op: str) -> bool:
+    """Whether `op` is one of the collectives (a name a peer sent may be anything)."""
+    return op in OPS
+
+
+def row(op: str) -> Op:
+    """The op's row; ValueError for a name that is none."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}")
+    return OPS[op]
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus factor of op on a group of n ranks; 0 for a group of one.
+
+    A one-rank group moves nothing over any link (NCCL turns broadcast and send/recv into a
+    local copy or nothing), so its bus bandwidth is 0 for every op rather than the copy speed:
+    on an H100 a one-rank 256 MiB broadcast otherwise reads as 6,690 GB/s.
+    """
+    entry = row(op)
+    return 0.0 if n <= 1 else entry.bus(n)
+
+
+def algbw_gbps(nbytes: int, time_s: float) -> float:
+    """Algorithm bandwidth in GB/s (1e9 B/s)."""
+    return nbytes / time_s / 1e9 if time_s > 0 else 0.0
+
+
+def busbw_gbps(op: str, n: int, nbytes: int, time_s: float) -> float:
+    """Bus bandwidth in GB/s: algbw times the op's bus factor."""
+    return algbw_gbps(nbytes, time_s) * bus_factor(op, n)
+
+
+def element_counts(op: str, size_bytes: int, n: int, elem: int) -> tuple[int, int]:
+    """(elements per chunk, bytes measured) for a requested size; chunked ops round down to n chunks."""
+    if row(op).chunked:
+        chunk = max(1, size_bytes // (elem * n))
+        return chunk, chunk * n * elem
+    count = max(1, size_bytes // elem)
+    return count, count * elem
+
+
 def make_buffers(op: str, size_bytes: int, me: int, n: int, dtype: torch.dtype, device: str) -> Buffers:
     """Fresh, verifiable buffers for group rank `me` of `n`."""
     elem = torch.tensor([], dtype=dtype).element_size()
     chunk, nbytes = element_counts(op, size_bytes, n, elem)
-    if op == "all_reduce":
-        send = _owned_ones(me, n, 0, chunk, dtype, device)
-        return Buffers(op, send, send, chunk, nbytes)
-    if op == "reduce_scatter":
-        send = _owned_ones(me, n, 0, chunk * n, dtype, device)
-        return Buffers(op, send, torch.zeros(chunk, dtype=dtype, device=device), chunk, nbytes)
-    if op == "all_gather":
-        send = _pattern(me, chunk, dtype, device)
-        return Buffers(op, send, torch.zeros(chunk * n, dtype=dtype, device=device), chunk, nbytes)
-    if op == "all_to_all":
-        send = torch.cat([_pattern(7 * me + 3 * k, chunk, dtype, device) for k in range(n)])
-        return Buffers(op, send, torch.zeros(chunk * n, dtype=dtype, device=device), chunk, nbytes)
-    if op == "broadcast":
-        send = _pattern(0, chunk, dtype, device) if me == 0 else torch.zeros(chunk, dtype=dtype, device=device)
-        return Buffers(op, send, send, chunk, nbytes)
-    if op == "send_recv":
-        return Buffers(op, _pattern(me, chunk, dtype, device), torch.zeros(chunk, dtype=dtype, device=device),
-                       chunk, nbytes)
-    raise ValueError(f"unknown op {op!r}")
+    send, recv = row(op).init(me, n, chunk, dtype, device)
+    return Buffers(op, send, recv, chunk, nbytes)
 
 
-# torch.distributed names per op, newest first: torch 2.4/2.5 have only the older names of
-# the single-tensor all_gather / reduce_scatter. Resolved once per process (see resolve()).
-COMPAT_NAMES: dict[str, tuple[str, ...]] = {
-    "all_reduce": ("all_reduce",),
-    "all_gather": ("all_gather_single", "all_gather_into_tensor"),
-    "reduce_scatter": ("reduce_scatter_single", "reduce_scatter_tensor"),
-    "all_to_all": ("all_to_all_single",),
-    "broadcast": ("broadcast",),
-    "send_recv": ("isend", "irecv"),
-}
 _resolved: dict[str, tuple[Callable[..., Any], ...]] = {}
 
 
@@ -127,15 +237,13 @@ class OpUnavailable(Exception):
 
 
 def resolve(op: str) -> tuple[Callable[..., Any], ...]:
-    """The torch.distributed function(s) for op: the first name of COMPAT_NAMES this torch has.
+    """The torch.distributed function(s) for op: the first of its row's names this torch has.
 
     Looked up once, at the op's first launch (after any sitecustomize has run, so a planted
     wrapper is what gets called, as training code would call it); send_recv is (isend, irecv).
     """
     if op not in _resolved:
-        names = COMPAT_NAMES.get(op)
-        if names is None:
-            raise ValueError(f"unknown op {op!r}")
+        names = row(op).torch_names
         if op == "send_recv":
             _resolved[op] = (dist.isend, dist.irecv)
         else:
@@ -148,46 +256,9 @@ def resolve(op: str) -> tuple[Callable[..., Any], ...]:
 
 def launch(buffers: Buffers, group: Any, ranks: list[int], me: int) -> list[Any]:
     """Start the op asynchronously on `group` (global `ranks`, this rank at index `me`); its works."""
-    op, send, recv = buffers.op, buffers.send, buffers.recv
-    fns = resolve(op)
-    if op == "all_reduce":
-        return [fns[0](send, group=group, async_op=True)]
-    if op in ("reduce_scatter", "all_gather", "all_to_all"):
-        return [fns[0](recv, send, group=group, async_op=True)]
-    if op == "broadcast":
-        return [fns[0](send, src=ranks[0], group=group, async_op=True)]
-    if op == "send_recv":  # adjacent pipeline stages: stage i sends to i+1, all pairs at once
-        isend, irecv = fns
-        works = []
-        if me + 1 < len(ranks):
-            works.append(isend(send, dst=ranks[me + 1], group=group))
-        if me > 0:
-            works.append(irecv(recv, src=ranks[me - 1], group=group))
-        return [w for w in works if w is not None]
-    raise ValueError(f"unknown op {op!r}")
+    return row(buffers.op).run(resolve(buffers.op), buffers, group, ranks, me)
 
 
 def verify(buffers: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
     """(this rank's output is right, group ranks whose data arrived wrong) after one fresh call."""
-    op, chunk = buffers.op, buffers.chunk
-    dtype, device = buffers.send.dtype, buffers.send.device.type
-    if op in ("all_reduce", "reduce_scatter"):
-        got = buffers.send if op == "all_reduce" else buffers.recv
-        start = 0 if op == "all_reduce" else me * chunk
-        wrong = (got != 1).nonzero().flatten()
-        owners = sorted({int((-(start + int(j))) % n) for j in wrong[:4096].tolist()})
-        return not len(wrong), owners
-    if op == "send_recv":
-        if me == 0:
-            return True, []
-        ok = bool(torch.equal(buffers.recv, _pattern(me - 1, chunk, dtype, device)))
-        return ok, [] if ok else [me - 1]
-    if op == "broadcast":
-        ok = bool(torch.equal(buffers.send, _pattern(0, chunk, dtype, device)))
-        return ok, [] if ok else [0]
-    sources = []
-    for src in range(n):
-        expected = _pattern(src if op == "all_gather" else 7 * src + 3 * me, chunk, dtype, device)
-        if not torch.equal(buffers.recv[src * chunk:(src + 1) * chunk], expected):
-            sources.append(src)
-    return not sources, sources
+    return row(buffers.op).verify(buffers, me, n)

@@ -9,12 +9,13 @@ sub-communicators), and returns the results and findings. Other ranks return an 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.channel.board import Board
+from preflight.channel.liveness import RankLiveness
 from preflight.checks.probe_findings import (
     below_expected,
     cross_dim_suspect,
@@ -25,10 +26,11 @@ from preflight.checks.probe_findings import (
     straggler_group,
     wrong_result,
 )
-from preflight.checks.run_findings import rank_died
+from preflight.checks.run_findings import rank_died, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.model import Finding, ProbeDevice, ProbeResult, RankFacts, World
+from preflight.model.messages import RemeasureSteps
 from preflight.model.probe_faults import Hang
 from preflight.options import RunOptions
 from preflight.probes import liveness, localize, setup
@@ -52,15 +54,15 @@ class ProbeOutcome:
 
 
 def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
-               hosts: Mapping[int, str] | None = None) -> ProbeOutcome:
+               hosts: Mapping[int, str] | None = None, alive: RankLiveness | None = None) -> ProbeOutcome:
     """Measure the collectives on every rank; rank 0 returns results and findings.
 
     job: the job's own groups (session.JobGroups, from preflight.check), probed as they are;
     None: preflight makes its process group and DeviceMesh on the run's store and destroys them.
     hosts: rank -> host as rank 0 knows them, to name the host of a rank that dies before it
-    sent any probe result.
+    sent any probe result. alive: this rank's liveness owner (the exchange's), whose beat goes
+    on after the probes; None: the probes beat and watch on their own.
     """
-    from torch.distributed import PrefixStore
 
     from preflight.probes import session as ses
     from preflight.probes.plan import build_plan
@@ -70,7 +72,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
         return _could_not_run(world, "the c10d store did not form, so no process group can")
     pstore = liveness.probe_store(world, store)  # its own connection (see liveness.probe_store)
     # A rank that dies is named, not waited for (beats on the run's client, not the probes').
-    with liveness.Watch(world, PrefixStore(liveness.PROBE_PREFIX, store)) as watch:
+    with liveness.Watch(world, store, alive) as watch:
         try:
             if job is not None:
                 choice = ses.BackendChoice(job.backend, "the job's own process groups")
@@ -81,7 +83,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
                 plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
         except Exception as exc:  # no NCCL, no GPU, a rank that died: nothing to measure
             return _gave_up(world, exc, watch, hosts)
-        mark = setup.marker(pstore, world.rank, world.host)
+        mark = setup.marker(Board(pstore), world.rank, world.host)
         mark("started")
         setup_began = time.monotonic()
         deadline_s = timeout_s + setup.SETUP_GRACE_S + 5  # beyond the process-group timeout (timeout_s + 5)
@@ -104,7 +106,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
         mark("done")
         records, status = ses.run_steps(session)
         stopped_at = time.monotonic()
-        ses.publish(pstore, world.rank, world.host, records, status)
+        ses.publish(Board(pstore), world.rank, world.host, records, status)
         if world.rank == 0:
             outcome = _judge_on_rank_zero(session, status, options, stopped_at, watch)
             outcome.dead = sorted(watch.dead())
@@ -144,8 +146,9 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     from preflight.probes import collect, confirm, judge
 
     world, plan = session.world, session.plan
-    got = collect.gather(session.store, world.world_size, session.timeout_s, early=status.state != "done",
+    got = collect.gather(session.board, world.world_size, session.timeout_s, early=status.state != "done",
                          dead=watch.dead)
+    session.bad_values.update({r: bad for r, bad in got.bad.items() if r not in session.bad_values})
     hosts = got.hosts()
     mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
     groups = {**dim_groups(mesh_dims), WORLD_DIM: [list(range(world.world_size))]}
@@ -176,8 +179,11 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
         for b in judge.below_expected(outcome.results, plan.expect):
             outcome.findings += below_expected.report(b.result, expected_gbps=b.expected_gbps)
     else:
-        session.store.set(confirm.AGAIN, json.dumps({"steps": []}))
+        session.board.put(confirm.AGAIN, RemeasureSteps([]))
     outcome.findings += localize.lead(session, slow, outcome.results, hosts, options)
+    # A value under a probe key that did not decode: a finding naming the rank it came from.
+    for rank, bad in sorted(session.bad_values.items()):
+        outcome.findings += unreadable_payload.report(rank=rank, reason=bad.line())
     return outcome
 
 
@@ -202,7 +208,7 @@ def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapse
     outcome = ProbeOutcome(backend=choice.backend, backend_reason=choice.reason, left_pending=True)
     if world.rank != 0:
         return outcome
-    stages, hosts = setup.read_stages(store, world.world_size)
+    stages, hosts = setup.read_stages(Board(store), world.world_size)
     found = setup.blame(stages, world.world_size)
     if found.common_stage:
         reason = "; ".join(filter(None, [f"every rank is inside setup stage '{found.common_stage}': "

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.probes.timing import barrier, timed_loop
+from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
 
 
 def round_robin(ranks: list[int]) -> list[list[tuple[int, int]]]:
@@ -69,8 +69,12 @@ def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control
             buffers = (send, recv) if rank < peer else (recv, send)
             return [first(buffers[0], peer, group=group), second(buffers[1], peer, group=group)]
 
-        timed_loop(exchange, 1, deadline, device, cuda=cuda)  # warm the connection (and create the pair's communicator)
-        times.setdefault(peer, []).extend(timed_loop(exchange, iters, deadline, device, cuda=cuda, per_iteration=True))
+        try:
+            timed_loop(exchange, 1, deadline, device, cuda=cuda)  # warm the connection (and the pair's communicator)
+            times.setdefault(peer, []).extend(timed_loop(exchange, iters, deadline, device, cuda=cuda,
+                                                         per_iteration=True))
+        except (ProbeTimeout, ProbeFailed) as exc:  # name the peer this rank was stuck with
+            raise type(exc)(f"its exchange with rank {peer} did not complete: {exc}") from exc
     barrier(control, time.monotonic() + timeout_s)
     return times
 

@@ -16,19 +16,20 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
+from preflight.channel import keys
+from preflight.channel.board import BadValue, Board
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.waiting import wait_until
 from preflight.model import World
-from preflight.model.probe_results import ProbeStep
+from preflight.model.messages import BoundDevice, BoundRecord, NoGpu, ProbeReport, Status, StepRecord
 from preflight.probes import ops
 from preflight.probes.plan import CONNECT, ProbePlan
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
@@ -51,18 +52,13 @@ PROBE_NCCL_ENV = {
 PROBE_NCCL_UNSET = ("NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT")  # legacy names of the above
 
 
+T = TypeVar("T")
+
+
 class BindError(Exception):
     """This rank cannot be given one GPU the way launchers bind them."""
 
 
-@dataclass
-class BoundDevice:
-    """The GPU a rank's probes run on: CUDA ordinal in this process, and the ids NVML also shows."""
-
-    index: int
-    name: str = ""
-    pci_bus_id: str = ""  # NVML's form, 00000000:18:00.0
-    uuid: str = ""  # NVML's form, GPU-xxxxxxxx-...
 
 
 @dataclass
@@ -73,30 +69,8 @@ class BackendChoice:
     reason: str = ""
 
 
-@dataclass
-class StepRecord(ProbeStep):
-    """What one rank measured in one step (JSON through the store)."""
-
-    step: int
-    times_s: list[float]  # [seconds per op] (elapsed / iters), or one per iteration when asked
-    output_ok: bool = True
-    bad_sources: list[int] = field(default_factory=list)  # global ranks whose data arrived wrong
 
 
-@dataclass
-class Status:
-    """Where a rank's probing ended: done, or the step and phase where it stopped.
-
-    state: done | timeout | failed (the op or backend raised) | error (an unexpected exception
-    inside preflight or torch's Python, e.g. a TypeError: the step could not run, nothing is
-    known about the link). phase: connect | barrier | op | verify.
-    """
-
-    state: str = "done"
-    step: int = -1
-    phase: str = ""
-    reason: str = ""
-    elapsed_s: float = 0.0  # from the step's start to the expiry
 
 
 @dataclass
@@ -122,6 +96,21 @@ class Session:
     # A localization step (second pass, round robin, group testing) gave up on a collective: it may
     # still be in flight, so the groups must not be torn down (the process leaves by os._exit).
     abandoned: bool = False
+    # Values under the probes' keys that did not decode (rank -> the first): rank 0 reports them, naming the rank.
+    bad_values: dict[int, BadValue] = field(default_factory=dict)
+    stopped_why: str = ""  # rank 0: why a localization step gave up (names the rank it was stuck with)
+
+    def kept(self, value: T | BadValue | None) -> T | None:
+        """A value read from the store, or None: a bad one is set aside for rank 0's report."""
+        if isinstance(value, BadValue):
+            self.bad_values.setdefault(value.rank, value)
+            return None
+        return value
+
+    @property
+    def board(self) -> Board:
+        """The probes' keys in the store, typed (channel/board.py)."""
+        return Board(self.store)
 
     def localization(self) -> dict[str, Any]:
         """Keyword arguments of pairwise.run_rounds: the probe's own backend and device."""
@@ -196,21 +185,23 @@ def decide_backend(requested: str, world: World, store: Any, timeout_s: float, c
     import torch.distributed as dist
 
     nccl_available = getattr(cuda, "nccl_available", dist.is_nccl_available)  # a fake boundary answers it too
+    board = Board(store)
     try:
         if not nccl_available():
             raise BindError(f"rank {world.rank} on {world.host or '?'}: this torch has no NCCL")
         bind_device(world, cuda)
-        store.add("gpu_ranks", 1)
+        board.count(keys.GPU_RANKS_KEY)
     except BindError as exc:
-        store.set(f"no_gpu/{world.rank}", str(exc))
-    store.add("backend_votes", 1)
-    if not wait_until(lambda: store.add("backend_votes", 0) >= world.world_size, timeout_s):
+        board.put(keys.no_gpu_key(world.rank), NoGpu(str(exc)))
+    board.count(keys.BACKEND_VOTES_KEY)
+    if not wait_until(lambda: board.count(keys.BACKEND_VOTES_KEY, 0) >= world.world_size, timeout_s):
         raise ProbeTimeout("not every rank voted on the backend in time")
-    gpu_ranks = store.add("gpu_ranks", 0)
+    gpu_ranks = board.count(keys.GPU_RANKS_KEY, 0)
     if gpu_ranks == world.world_size:
         return BackendChoice("nccl", "auto: every rank has a GPU")
-    first = next((r for r in range(world.world_size) if store.check([f"no_gpu/{r}"])), None)
-    why = store.get(f"no_gpu/{first}").decode() if first is not None else "a rank has no GPU"
+    first = next((r for r in range(world.world_size) if board.has(keys.no_gpu_key(r))), None)
+    told = board.read(keys.no_gpu_key(first), NoGpu, first) if first is not None else None
+    why = told.why if isinstance(told, NoGpu) else f"rank {first} cannot" if first is not None else "a rank has no GPU"
     return BackendChoice("gloo", f"auto: {world.world_size - gpu_ranks} of {world.world_size} rank(s) "
                                  f"cannot use a GPU, e.g. {why}")
 
@@ -290,8 +281,7 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
             layout[WORLD_DIM] = (dist.new_group(backend=backend), list(range(world.world_size)), 0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     # Rank 0 reads every rank's backend and bound device from the store (collect.devices).
-    store.set(f"dev/{world.rank}", json.dumps({"host": world.host, "backend": backend,
-                                               "device": asdict(bound) if bound else None}))
+    Board(store).put(keys.bound_key(world.rank), BoundRecord(world.host, backend, bound))
     return Session(world, plan, store, device, dtype, control, layout, timeout_s, backend, bound, cuda,
                    dist.group.WORLD)
 
@@ -333,8 +323,7 @@ def adopt_session(world: World, plan: ProbePlan, store: Any, job: JobGroups, tim
         props = cuda.get_device_properties(index)
         bound = BoundDevice(index, str(getattr(props, "name", "")), _bus_id(props), _uuid(props))
     dtype = torch.bfloat16 if job.device == "cuda" else torch.float32
-    store.set(f"dev/{world.rank}", json.dumps({"host": world.host, "backend": job.backend,
-                                               "device": asdict(bound) if bound else None}))
+    Board(store).put(keys.bound_key(world.rank), BoundRecord(world.host, job.backend, bound))
     layout = {name: job.dims[name] for name in {dim for dim, _, _ in plan.steps()}}
     return Session(world, plan, store, job.device, dtype, control, layout, timeout_s, job.backend, bound, cuda,
                    job.world_group, owner="job", owned=owned)
@@ -349,7 +338,7 @@ def run_steps(session: Session) -> tuple[list[StepRecord], Status]:
     """
     records: list[StepRecord] = []
     for index, (dim, op, size) in enumerate(session.plan.steps()):
-        session.store.set(f"pos/{session.world.rank}", str(index))
+        session.board.put(keys.position_key(session.world.rank), index)
         started = time.monotonic()
         deadline = started + session.timeout_s
         phase = "barrier"
@@ -407,7 +396,6 @@ def _measure(session: Session, index: int, dim: str, op: str, size: int, deadlin
                       bad_sources=[ranks[b] for b in bad])
 
 
-def publish(session_store: Any, rank: int, host: str, records: list[StepRecord], status: Status) -> None:
+def publish(board: Board, rank: int, host: str, records: list[StepRecord], status: Status) -> None:
     """This rank's measurements and end state, for rank 0."""
-    payload = {"host": host, "records": [asdict(r) for r in records], "status": asdict(status)}
-    session_store.set(f"res/{rank}", json.dumps(payload))
+    board.put(keys.result_key(rank), ProbeReport(host, records, status))

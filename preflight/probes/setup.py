@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from preflight.channel import keys
+from preflight.channel.board import Board
+from preflight.model.messages import SetupStage
 
 # Stages of session.open_session in order; "done" is set by the caller once it returned.
 STAGES = ("started", "bind GPU", "process group", "control group", "DeviceMesh", "world group", "done")
@@ -37,15 +40,13 @@ class SetupTimeout(Exception):
     """
 
 
-def stage_key(rank: int) -> str:
-    """The store key holding the setup stage a rank has reached."""
-    return f"setup/{rank}"
+stage_key = keys.setup_key  # the store key holding the setup stage a rank has reached
 
 
-def marker(store: Any, rank: int, host: str) -> Callable[[str], None]:
+def marker(board: Board, rank: int, host: str) -> Callable[[str], None]:
     """A function that records this rank's setup stage (and its host, for the report) in the store."""
     def mark(stage: str) -> None:
-        store.set(stage_key(rank), f"{stage}\t{host}")
+        board.put(stage_key(rank), SetupStage(stage, host))
     return mark
 
 
@@ -58,15 +59,15 @@ class SetupBlame:
     common_stage: str = ""  # every unfinished rank inside this one stage: nobody singled out
 
 
-def read_stages(store: Any, world_size: int) -> tuple[dict[int, str], dict[int, str]]:
-    """Each rank's recorded setup stage and host; ranks with none are left out (bounded lookups)."""
+def read_stages(board: Board, world_size: int) -> tuple[dict[int, str], dict[int, str]]:
+    """Each rank's recorded setup stage and host; ranks with none, or with a value that is no
+    stage, are left out (one chunked fetch of at most MAX_BLAMED_LOOKUPS keys)."""
     stages: dict[int, str] = {}
     hosts: dict[int, str] = {}
-    for rank in range(min(world_size, MAX_BLAMED_LOOKUPS)):
-        key = stage_key(rank)
-        if store.check([key]):
-            stage, _, host = store.get(key).decode(errors="replace").partition("\t")
-            stages[rank], hosts[rank] = stage, host
+    ranks = list(range(min(world_size, MAX_BLAMED_LOOKUPS)))
+    for rank, value in zip(ranks, board.fetch([stage_key(r) for r in ranks], SetupStage, ranks), strict=True):
+        if isinstance(value, SetupStage):
+            stages[rank], hosts[rank] = value.stage, value.host[:255]
     return stages, hosts
 
 

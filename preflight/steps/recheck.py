@@ -18,19 +18,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from preflight.channel.board import BadValue, Board
 from preflight.checks.gpu_health import xid_events
 from preflight.checks.nic_health import nic_counters_increased
 from preflight.lib.deadline import call_with_deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import Finding, IbCounters, RankFacts
-from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.health_facts import port_key
 from preflight.options import RunOptions
 from preflight.registry import Tags
 from preflight.steps.gather.gpu_health import take_xid_watch
 from preflight.steps.gather.nic_health import read_counters
-
-_MAX_BYTES = 1 << 20
 
 
 def _ports(facts: RankFacts) -> list[Any]:
@@ -52,11 +50,12 @@ def publish_after(store: Any, facts: RankFacts, sysfs_root: str, timeout_s: floa
             watch.close()
     if store is None:
         return
+    board = Board(store)
     try:
         if facts.health.xid_watch == "watching" and xids is not None:
-            store.set(f"xid_after/{facts.rank}", encode(xids))
-        if facts.health.ib_counters and store.add(f"nic_after_claim/{facts.host}", 1) == 1:
-            store.set(f"nic_after/{facts.host}", encode(read_counters(sysfs_root, _ports(facts))))
+            board.put(f"xid_after/{facts.rank}", xids)
+        if facts.health.ib_counters and board.count(f"nic_after_claim/{facts.host}") == 1:
+            board.put(f"nic_after/{facts.host}", read_counters(sysfs_root, _ports(facts)))
     except (RuntimeError, OSError):  # the store is gone (rank 0 left): the verdict path reports that
         pass
 
@@ -93,23 +92,26 @@ def _selected(options: RunOptions, tag: str) -> bool:
     return tag not in options.skip and (not options.only or tag in options.only)
 
 
-def _arrived(store: Any, keys: list[str], timeout_s: float) -> dict[str, bytes]:
-    """The values of `keys` that are in the store within timeout_s (all of them, or what came)."""
+def _arrived(store: Any, keys: list[str], into: Any, timeout_s: float) -> dict[str, Any]:
+    """The values of `keys` that are in the store within timeout_s (all of them, or what came), decoded
+    as `into`; one that does not decode is left out (rank 0 then claims nothing about it)."""
+    board = Board(store)
     try:
-        wait_until(lambda: store.check(keys), timeout_s)
-        return {key: store.get(key) for key in keys if store.check([key])}
+        wait_until(lambda: board.has_all(keys), timeout_s)
+        values = board.fetch(keys, into, [-1] * len(keys))
     except (RuntimeError, OSError):
         return {}
+    return {key: value for key, value in zip(keys, values, strict=True) if value is not None
+            and not isinstance(value, BadValue)}
 
 
 def _xid_findings(store: Any, all_facts: Sequence[RankFacts], timeout_s: float) -> list[Finding]:
     watching = [f for f in all_facts if f.health.xid_watch == "watching" and f.health.gpus]
-    arrived = _arrived(store, [f"xid_after/{f.rank}" for f in watching], timeout_s) if watching else {}
+    arrived = _arrived(store, [f"xid_after/{f.rank}" for f in watching], list[int], timeout_s) if watching else {}
     findings: list[Finding] = []
     for facts in sorted(watching, key=lambda f: f.rank):
-        try:
-            xids = decode(arrived[f"xid_after/{facts.rank}"], list[int], max_bytes=_MAX_BYTES)
-        except (KeyError, BadPayload):
+        xids = arrived.get(f"xid_after/{facts.rank}")
+        if xids is None:
             continue
         if xids:
             findings += xid_events.report(rank=facts.rank, host=facts.host, gpu_index=facts.health.gpus[0].index,
@@ -126,12 +128,11 @@ def _counter_findings(store: Any, all_facts: Sequence[RankFacts], timeout_s: flo
             ranks.setdefault(facts.host, []).append(facts.rank)
     if not first:
         return []
-    arrived = _arrived(store, [f"nic_after/{host}" for host in first], timeout_s)
+    arrived = _arrived(store, [f"nic_after/{host}" for host in first], list[IbCounters], timeout_s)
     findings: list[Finding] = []
     for host, facts in sorted(first.items()):
-        try:
-            after = decode(arrived[f"nic_after/{host}"], list[IbCounters], max_bytes=_MAX_BYTES)
-        except (KeyError, BadPayload):
+        after = arrived.get(f"nic_after/{host}")
+        if after is None:
             continue
         grown = increases(facts.health.ib_counters, after)
         if grown:

@@ -15,7 +15,6 @@ Keys, under the run's store prefix: `reach/claim/<host>`, `reach/listener/<host>
 
 from __future__ import annotations
 
-import json
 import random
 import socket
 import threading
@@ -24,8 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.channel.board import BadValue, Board
 from preflight.lib.waiting import wait_until
 from preflight.model import RankFacts
+from preflight.model.codec import from_builtins, to_builtins
+from preflight.model.messages import ReachListener, ReachResult
 from preflight.options import RunOptions
 from preflight.registry import Tags
 
@@ -136,6 +138,7 @@ class Reachability:
     def __init__(self, store: Any, facts: RankFacts, seed: str, connect_timeout_s: float,
                  k: int = RANDOM_PEERS) -> None:
         self.store, self.facts, self.seed, self.k = store, facts, seed, k
+        self.board = Board(store) if store is not None else None
         self.connect_timeout_s = connect_timeout_s
         chosen = facts.network.chosen_interface
         self.listener = Listener(chosen.address, chosen.name) if chosen else Listener("", "")
@@ -149,13 +152,14 @@ class Reachability:
         """
         if self.store is None:
             return
-        self.active = self.store.add(f"reach/claim/{self.facts.host}", 1) == 1
+        assert self.board is not None
+        self.active = self.board.count(f"reach/claim/{self.facts.host}") == 1
         if not self.active:
             return
         self.listener.open()
-        record = {"host": self.facts.host, "rank": self.facts.rank, "address": self.listener.address,
-                  "interface": self.listener.interface, "port": self.listener.port, "error": self.listener.error}
-        self.store.set(f"reach/listener/{self.facts.host}", json.dumps(record))
+        self.board.put(f"reach/listener/{self.facts.host}",
+                       ReachListener(self.facts.host, self.facts.rank, self.listener.address, self.listener.interface,
+                                     self.listener.port or 0, self.listener.error))
 
     def publish_roster(self, hosts: list[str], timeout_s: float) -> list[dict[str, Any]]:
         """Rank 0: wait for the listeners of the hosts that reported, then publish the roster."""
@@ -164,8 +168,9 @@ class Reachability:
 
         def all_listed(final: bool = False) -> bool:
             pending = [key for key, host in keys.items() if host not in roster]
-            for key, value in fetch_json(self.store, pending, final).items():
-                roster[keys[key]] = value
+            for key, value in fetch_typed(self.board, pending, ReachListener, final).items():
+                roster[keys[key]] = value if value["host"] == keys[key] else {
+                    **value, "host": keys[key], "port": 0, "error": "published a listener for another host"}
             return len(roster) == len(hosts)
 
         if not wait_until(all_listed, timeout_s):
@@ -174,16 +179,18 @@ class Reachability:
             roster.setdefault(host, {"host": host, "address": "", "interface": "", "port": 0,
                                      "error": "published no listener in time"})
         ordered = [roster[h] for h in sorted(roster)]
-        self.store.set("reach/roster", json.dumps(ordered))
+        assert self.board is not None
+        self.board.put("reach/roster", [ReachListener(**entry) for entry in ordered])
         return ordered
 
     def probe_peers(self, timeout_s: float) -> None:
         """Wait for the roster, probe this host's targets in parallel, publish the result."""
         if not self.active:
             return
-        roster = self._wait_json("reach/roster", timeout_s)
-        if roster is None:
+        told = self._wait_roster(timeout_s)
+        if told is None:
             return
+        roster = [to_builtins(entry) for entry in told]
         hosts = [entry["host"] for entry in roster]
         if self.facts.host not in hosts:
             return
@@ -193,8 +200,9 @@ class Reachability:
             results = list(pool.map(lambda t: probe(self.listener.address, t, self.connect_timeout_s), targets))
         record = {"host": self.facts.host, "interface": self.listener.interface, "address": self.listener.address,
                   "results": results}
-        self.store.set(f"reach/result/{self.facts.host}", json.dumps(record))
-        self.store.add("reach/done", 1)
+        assert self.board is not None
+        self.board.put(f"reach/result/{self.facts.host}", from_builtins(record, ReachResult))
+        self.board.count("reach/done")
         self._roster_size = len(roster)
 
     def finish(self, timeout_s: float) -> None:
@@ -204,7 +212,7 @@ class Reachability:
         size = getattr(self, "_roster_size", 0)
         try:
             if size:
-                wait_until(lambda: self.store.add("reach/done", 0) >= size, timeout_s)
+                wait_until(lambda: self.board is not None and self.board.count("reach/done", 0) >= size, timeout_s)
         finally:
             self.listener.close()
 
@@ -215,7 +223,7 @@ class Reachability:
 
         def all_reported(final: bool = False) -> bool:
             pending = [key for key, host in keys.items() if host not in results]
-            for key, value in fetch_json(self.store, pending, final).items():
+            for key, value in fetch_typed(self.board, pending, ReachResult, final).items():
                 results[keys[key]] = value["results"]
             return len(results) == len(roster)
 
@@ -229,38 +237,40 @@ class Reachability:
             "connect_timeout_s": self.connect_timeout_s,
         }
 
-    def _wait_json(self, key: str, timeout_s: float) -> Any:
-        """The JSON rank 0 published under key; None at the deadline or once the store is gone."""
+    def _wait_roster(self, timeout_s: float) -> list[ReachListener] | None:
+        """The roster rank 0 published; None at the deadline, once the store is gone, or when it does not decode."""
         gone = object()
+        assert self.board is not None
+        board = self.board
 
         def published() -> Any:
             try:
-                return json.loads(self.store.get(key)) if self.store.check([key]) else None
+                return board.read("reach/roster", list[ReachListener], 0)
             except Exception:
                 return gone  # the store went away (rank 0 exited): nothing more to do
 
         value = wait_until(published, timeout_s)
-        return None if value is gone else value
+        return value if isinstance(value, list) else None
 
 
-FETCH_CHUNK = 1024  # keys per check / multi_get (one multi_get of 65,536 keys resets the connection)
-
-
-def fetch_json(store: Any, keys: list[str], final: bool = False) -> dict[str, Any]:
-    """The JSON under each of keys that is in the store: rank 0's batched read of per-host keys.
-
-    Per chunk of FETCH_CHUNK keys, one `check` (true only when every key is there) and then one
-    `multi_get`: two store calls per 1,024 hosts per look, not two per host. A chunk with a
-    key still missing is skipped (multi_get would block on it) until the final look at the
-    deadline, which reads the stragglers key by key once.
-    """
+def fetch_typed(board: Board | None, keys: list[str], into: Any, final: bool = False) -> dict[str, Any]:
+    """Each of keys that is in the store, decoded as `into` (as plain dicts for the step's outcome):
+    rank 0's batched read of per-host keys (board.fetch_raw: two store calls per 1,024 hosts per
+    look). A chunk with a key still missing waits until the final look at the deadline, which
+    reads the stragglers key by key once. A value that does not decode stands as a record of
+    that host with the reason in `error` (the host could not be probed: NET009), never an exception."""
+    if board is None:
+        return {}
     found: dict[str, Any] = {}
-    for start in range(0, len(keys), FETCH_CHUNK):
-        chunk = keys[start:start + FETCH_CHUNK]
-        if store.check(chunk):
-            found.update(zip(chunk, (json.loads(raw) for raw in store.multi_get(chunk)), strict=True))
-        elif final:
-            found.update((key, json.loads(store.get(key))) for key in chunk if store.check([key]))
+    for key, value in zip(keys, board.fetch(keys, into, [-1] * len(keys), partial=final), strict=True):
+        if isinstance(value, BadValue) and into is ReachResult:
+            continue  # as if none came: the host could not be probed (NET009)
+        if isinstance(value, BadValue):
+            host = key.rsplit("/", 1)[-1]
+            found[key] = {"host": host, "address": "", "interface": "", "port": 0, "results": [],
+                          "error": f"published a value that could not be read ({value.why[:120]})"}
+        elif value is not None:
+            found[key] = to_builtins(value)
     return found
 
 

@@ -48,7 +48,7 @@ class RunRecord:
     reachability: dict[str, Any] | None = None  # step 5's outcome, on rank 0
     probes: ProbeOutcome | None = None  # step 8's outcome, where it ran
     interrupted: str = ""
-    nonce: str = ""  # the run's identity agreed through the store (steps/exchange.py)
+    nonce: str = ""  # the run's identity agreed through the store (channel/exchange.py)
     report: JobReport | None = None  # step 9's verdict, once built (or, in preflight.check, read from rank 0)
 
 

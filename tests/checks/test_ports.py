@@ -82,6 +82,7 @@ def test_second_job_on_the_same_port_gets_a_clear_error(tmp_path: Path) -> None:
         assert runs[0].returncode == 3 and f"pid {first.pid}" in runs[0].stdout, runs[0].stdout
         assert runs[1].returncode != 0 and runs[1].elapsed_s < 50  # within --timeout (60 s)
         assert "belongs to another run" in runs[1].stdout and "env-first" in runs[1].stdout, runs[1].stdout
+        assert "PORT004: cannot reach rank 0" in runs[1].stdout  # the line carries its id, as every finding does
     finally:
         first.kill()
         first.communicate(timeout=10)

@@ -158,7 +158,7 @@ def test_a_rank_killed_during_the_exchange_under_launch_is_named_and_the_stopped
         tmp_path) -> None:
     planted = plant_env(tmp_path, {2: """
         import signal, time
-        from preflight.steps import exchange
+        from preflight.channel import exchange
         def publish(self, payload):
             # Once the other three have published (rank 0 is collecting), die without publishing.
             for _ in range(600):

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from preflight.channel.exchange import RankPayload
 from preflight.model import RankFacts
 from preflight.model.codec import MAX_DEPTH, BadPayload, decode, encode
 from preflight.reports import exclude, html, junit, terminal, text
 from preflight.reports import json as json_report
-from preflight.steps.exchange import RankPayload
 from tests.fuzz.strategies import FUZZ, FUZZ_SLOW, json_value, mutated, to_bytes
 from tests.helpers.synthetic import big_report
 

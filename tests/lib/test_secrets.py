@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from preflight.lib.secrets import REDACTED, agree_on_key, digest, is_secret, redact_environment, seal
+from preflight.channel.exchange import agree_on_key
+from preflight.lib.secrets import REDACTED, digest, is_secret, redact_environment, seal
 
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "MY_PASSWD",

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from preflight.channel.board import BadValue, Board
+from preflight.model.codec import from_builtins
+from preflight.model.messages import ProbeReport
 from preflight.probes.collect import Gathered, diagnose_hang, results
 
 STEPS = [("tp", "all_reduce", 100), ("tp", "all_to_all", 100), ("pp", "all_reduce", 100)]
 GROUPS = {"tp": [[0, 1], [2, 3]], "pp": [[0, 2], [1, 3]]}
 
 
-def _payload(state: str, step: int = -1, phase: str = "") -> dict:
+def _wire(state: str, step: int = -1, phase: str = "") -> dict:
+    """A rank's `res/<rank>` as it crosses the store."""
     return {"host": "h", "records": [], "status": {"state": state, "step": step, "phase": phase, "reason": "",
                                                    "elapsed_s": 3.0}}
+
+
+def _payload(state: str, step: int = -1, phase: str = "") -> ProbeReport:
+    return from_builtins(_wire(state, step, phase), ProbeReport)
 
 
 def test_no_hang_when_everyone_is_done() -> None:
@@ -50,8 +58,8 @@ def test_group_time_is_the_slowest_ranks_median() -> None:
     def rec(rank_times: list[float]) -> dict:
         return {"step": 0, "dim": "tp", "op": "all_reduce", "size_bytes": 1000, "group_index": 0, "ranks": [0, 1],
                 "times_s": rank_times, "output_ok": True, "bad_sources": []}
-    got = Gathered({0: {"host": "a", "records": [rec([1.0, 2.0, 9.0])], "status": {}},
-                    1: {"host": "b", "records": [rec([3.0, 3.0, 3.0])], "status": {}}})
+    got = Gathered({0: from_builtins({"host": "a", "records": [rec([1.0, 2.0, 9.0])], "status": {}}, ProbeReport),
+                    1: from_builtins({"host": "b", "records": [rec([3.0, 3.0, 3.0])], "status": {}}, ProbeReport)})
     (r,) = results(got, got.hosts())
     assert r.rank_times_s == {0: 2.0, 1: 3.0} and r.time_s == 3.0
     assert r.algbw_gbps == 1000 / 3.0 / 1e9 and r.busbw_gbps == r.algbw_gbps  # 2(n-1)/n = 1 for n=2
@@ -60,7 +68,7 @@ def test_group_time_is_the_slowest_ranks_median() -> None:
 
 def test_a_rank_whose_step_raised_could_not_run_it_and_is_named_with_the_op() -> None:
     error = _payload("error", 1, "op")
-    error["status"]["reason"] = "all_to_all: TypeError: all_to_all_single() got an unexpected keyword"
+    error.status.reason = "all_to_all: TypeError: all_to_all_single() got an unexpected keyword"
     got = Gathered({0: _payload("timeout", 1, "op"), 1: error, 2: _payload("done"), 3: _payload("done")})
     hang = diagnose_hang(got, STEPS, GROUPS, 4)
     assert hang is not None and hang.could_not_run and hang.failed
@@ -87,10 +95,10 @@ def test_rank_zero_that_stopped_early_waits_a_grace_not_the_whole_timeout() -> N
 
     store = dist.HashStore()
     for rank in (0, 2):  # rank 1 never answers (hung outside the collective)
-        store.set(f"res/{rank}", json.dumps(_payload("timeout", 0, "op")))
+        store.set(f"res/{rank}", json.dumps(_wire("timeout", 0, "op")))
     store.set("pos/1", "0")
     started = time.monotonic()
-    got = gather(store, 3, 30.0, early=True)
+    got = gather(Board(store), 3, 30.0, early=True)
     assert time.monotonic() - started < EARLY_GRACE_S + 2 and set(got.payloads) == {0, 2} and got.positions == {1: 0}
 
 
@@ -103,11 +111,30 @@ def test_every_ranks_backend_and_bound_gpu_reach_rank_zero() -> None:
 
     store = dist.HashStore()
     for rank in range(2):
-        store.set(f"res/{rank}", json.dumps(_payload("done")))
+        store.set(f"res/{rank}", json.dumps(_wire("done")))
         device = {"index": 0, "name": "NVIDIA H100", "pci_bus_id": f"00000000:{0x18 + rank:02X}:00.0",
                   "uuid": f"GPU-{rank}"}
         store.set(f"dev/{rank}", json.dumps({"host": "g1", "backend": "nccl", "device": device}))
-    got = gather(store, 2, 5.0)
+    got = gather(Board(store), 2, 5.0)
     assert [(d.rank, d.backend, d.index, d.uuid) for d in got.devices()] == [(0, "nccl", 0, "GPU-0"),
                                                                              (1, "nccl", 0, "GPU-1")]
     assert got.device_ids() == {0: "00000000:18:00.0", 1: "00000000:19:00.0"}
+
+
+def test_a_value_that_is_no_probe_report_is_a_bad_value_naming_its_rank_not_an_exception() -> None:
+    """A corrupt rank or a foreign client writes garbage under `res/1` and `pos/2`: rank 0 goes on."""
+    import json
+
+    import torch.distributed as dist
+
+    from preflight.probes.collect import gather
+
+    store = dist.HashStore()
+    store.set("res/0", json.dumps(_wire("done")))
+    store.set("res/1", '{"host": "h", "records": [{"step": "x"}], "status": 7}')
+    store.set("res/2", json.dumps(_wire("done")))
+    store.set("pos/2", "not a number")
+    got = gather(Board(store), 3, 5.0)
+    assert set(got.payloads) == {0, 2} and set(got.bad) == {1, 2}
+    assert isinstance(got.bad[1], BadValue) and got.bad[1].line().startswith("bad value from rank 1 under 'res/1'")
+    assert results(got, got.hosts()) == [] and diagnose_hang(got, STEPS, GROUPS, 3) is not None

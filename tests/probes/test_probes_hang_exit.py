@@ -78,6 +78,8 @@ def test_ranks_whose_localization_partner_is_stuck_for_good_still_exit(tmp_path:
     assert any(3 in f["ranks"] for f in report["findings"] if f["check_id"].startswith("BW")), report["findings"]
     [summary] = [f for f in report["findings"] if f["check_id"] == "BW013"]  # the localization says it was cut short
     assert "cut short" in summary["message"] and summary["data"]["unfinished"], summary
+    # The round robin's first round pairs rank 0 with rank 3: the summary names the rank it was stuck with.
+    assert "exchange with rank 3 did not complete" in summary["data"]["unfinished"], summary
     for rank in (0, 1, 2):
         assert "killed after timeout" not in runs[rank].stderr, (rank, runs[rank].elapsed_s, runs[rank].stderr[-1500:])
         assert runs[rank].returncode == report["exit_code"], (rank, runs[rank].stderr[-800:])

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from preflight.channel.board import Board
 from preflight.model import World
 from preflight.probes import liveness, setup
 from tests.helpers.ranks import Placement, free_port, plant_env, read_json, start_rank, wait_for_ranks
@@ -54,10 +55,10 @@ def test_every_rank_inside_one_stage_singles_nobody_out() -> None:
 
 
 def test_stages_and_hosts_are_read_back_from_a_real_store() -> None:
-    store = dist.TCPStore("127.0.0.1", free_port(), 1, True, timedelta(seconds=10))
-    setup.marker(store, 0, "node-a")("DeviceMesh")
-    setup.marker(store, 2, "node-b")("done")
-    stages, hosts = setup.read_stages(store, 3)
+    board = Board(dist.TCPStore("127.0.0.1", free_port(), 1, True, timedelta(seconds=10)))
+    setup.marker(board, 0, "node-a")("DeviceMesh")
+    setup.marker(board, 2, "node-b")("done")
+    stages, hosts = setup.read_stages(board, 3)
     assert stages == {0: "DeviceMesh", 2: "done"} and hosts == {0: "node-a", 2: "node-b"}
 
 

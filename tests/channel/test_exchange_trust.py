@@ -9,7 +9,7 @@ from tests.helpers.ranks import Placement, plant_env, read_json, spawn_env_ranks
 # Planted from outside the package: rank 2's payload gains a fabricated error about another host.
 FABRICATE = """
 from preflight.model import Finding, Severity
-from preflight.steps import exchange
+from preflight.channel import exchange
 real = exchange.Exchange.publish
 def publish(self, payload):
     payload.findings.append(Finding("NET008", Severity.ERROR, "nodeZ is broken", ranks=[0], hosts=["nodeZ"],

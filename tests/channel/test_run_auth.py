@@ -1,4 +1,4 @@
-"""A per-run secret (PREFLIGHT_SECRET) proves what is in the store comes from this run (steps/run_auth.py).
+"""A per-run secret (PREFLIGHT_SECRET) proves what is in the store comes from this run (channel/run_auth.py).
 
 Real Exchange objects on a real loopback TCPStore; the foreign process is a plain store client
 that knows the run's prefix and nonce (anyone connected can read both) but not the secret.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from torch.distributed import PrefixStore, TCPStore
 
+from preflight.channel.exchange import Exchange, RankPayload
 from preflight.model import RankFacts, World
-from preflight.steps.exchange import Exchange, RankPayload
 
 
 def _world(rank: int, port: int) -> World:

@@ -21,10 +21,10 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from preflight.channel import run_auth
 from preflight.lib.deadline import call_with_deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import World
-from preflight.steps import run_auth
 
 OWNER_KEY = "preflight/owner"
 HANDSHAKE_S = 5.0  # the least a store gets to answer; a third of the join's deadline when that is more
@@ -37,7 +37,7 @@ class ForeignStore(Exception):
 def owner_mark(world: World) -> dict[str, Any]:
     """What rank 0 writes into the store it hosts, so clients can tell it is theirs.
 
-    With a run secret (steps/run_auth.py) the mark carries its proof, so a rank of another
+    With a run secret (channel/run_auth.py) the mark carries its proof, so a rank of another
     job with another secret refuses the store even when run id and world size agree."""
     mark: dict[str, Any] = {"run_id": world.run_id, "world_size": world.world_size, "host": world.host,
                             "pid": os.getpid()}

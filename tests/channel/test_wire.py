@@ -1,13 +1,13 @@
-"""A payload on the wire (steps/wire.py): the outcomes travel without their durations, merged on rank 0."""
+"""A payload on the wire (channel/wire.py): the outcomes travel without their durations, merged on rank 0."""
 
 from __future__ import annotations
 
 import pytest
 
+from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes, to_wire
 from preflight.model import CheckOutcome, RankFacts, Severity, World
 from preflight.model.codec import BadPayload
 from preflight.registry import merge_outcomes
-from preflight.steps.wire import RankPayload, SharedSections, from_wire, merged_outcomes, to_wire
 
 
 def _payload(rank: int, durations: tuple[float, float], status: Severity = Severity.OK) -> RankPayload:

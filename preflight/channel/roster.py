@@ -11,7 +11,7 @@ hosts the store; a rank 0 that finds MASTER_PORT held by a store carrying this r
 job shares it.
 
 Beats. From its claim until it reads the go, a rank beats under `alive/<rank>` (the probes'
-peer beat, steps/heartbeat.py) and is listed under `claimed`. Rank 0's collect watches the
+peer beat, channel/liveness.py) and is listed under `claimed`. Rank 0's collect watches the
 beats of the ranks that claimed but have not published (`JoinedWatch`) and stops waiting for
 one silent for `stall_s(N)`: it died (killed, crashed or frozen) and is named by RUN008, long
 before --timeout. A rank that never joined cannot be told from a slow one: RANK001 after
@@ -25,26 +25,14 @@ import os
 import time
 from typing import Any
 
+from preflight.channel.collected import Collected, DeadRank
+from preflight.channel.keys import CLAIMED_KEY, CONTESTED_KEY, append_rank, beat_key, listed_ranks
+from preflight.channel.liveness import RankLiveness, beat_s, stall_s
 from preflight.lib.errors import BadInput
-from preflight.steps.collected import Collected, DeadRank
-from preflight.steps.heartbeat import PEER_BEAT_S, PEER_STALL_S, Heartbeat, peer_key, stalled_beats
-
-CLAIMED_KEY = "claimed"  # "r," once per rank whose first claimant is in
-CONTESTED_KEY = "contested"  # "r," once per second (third, ...) claimant
 
 
 class RankTaken(BadInput):
     """Another process already claimed this rank in this run's store: this one is not counted."""
-
-
-def beat_s(world_size: int) -> float:
-    """How often a joined rank beats: every second up to 4,096 ranks, then slower (the store's load)."""
-    return max(PEER_BEAT_S, world_size / 4096)
-
-
-def stall_s(world_size: int) -> float:
-    """How long a joined rank may be silent before rank 0 calls it dead: 10 beats, at least 10 s."""
-    return max(PEER_STALL_S, 10 * beat_s(world_size))
 
 
 def claim(store: Any, rank: int, host: str) -> int:
@@ -52,16 +40,11 @@ def claim(store: Any, rank: int, host: str) -> int:
     n = int(store.add(f"claims/{rank}", 1))
     store.set(f"claimant/{rank}/{n}", json.dumps({"host": host, "pid": os.getpid()}))
     if n == 1:
-        store.add(peer_key(rank), 1)  # the beat key exists before the rank is listed: rank 0 never waits on it
-        store.append(CLAIMED_KEY, f"{rank},")
+        store.add(beat_key(rank), 1)  # the beat key exists before the rank is listed: rank 0 never waits on it
+        append_rank(store, CLAIMED_KEY, rank)
     else:
-        store.append(CONTESTED_KEY, f"{rank},")
+        append_rank(store, CONTESTED_KEY, rank)
     return n
-
-
-def start_beat(store: Any, rank: int, world_size: int) -> Heartbeat:
-    """A joined rank's beat under `alive/<rank>`, until stopped (at the go) or the process ends."""
-    return Heartbeat(store, 0, beat_s(world_size), key=peer_key(rank), budget_s=float("inf")).start()
 
 
 def claimants(store: Any, rank: int) -> list[tuple[str, int]]:
@@ -87,10 +70,7 @@ def taken(store: Any, world: Any) -> RankTaken:
 
 def listed(store: Any, key: str, world_size: int) -> set[int]:
     """The ranks appended under `key` (CLAIMED_KEY, CONTESTED_KEY); nothing outside 0..N-1."""
-    if not store.check([key]):
-        return set()
-    ranks = {int(r) for r in bytes(store.get(key)).decode().split(",") if r.isascii() and r.isdigit()}
-    return {r for r in ranks if r < world_size}
+    return listed_ranks(store, key, world_size)
 
 
 def take_contested(store: Any, collected: Collected, world_size: int) -> None:
@@ -109,15 +89,15 @@ def name_claimants(store: Any, collected: Collected) -> None:
 class JoinedWatch:
     """Rank 0's watch, during the collect, over ranks that joined but have not published.
 
-    One look per beat at most: the joined list, then the beat counters of the ranks still
-    awaited (heartbeat.stalled_beats, as the probes' DeadPeers reads them). A rank whose
-    counter did not move for stall_s is dead.
+    One look per beat at most: the joined list, then the beats of the ranks still awaited,
+    through the one liveness owner (RankLiveness.silent). A rank whose beat did not move for
+    stall_s is dead.
     """
 
-    def __init__(self, store: Any, world_size: int, own_rank: int = 0) -> None:
+    def __init__(self, store: Any, world_size: int, own_rank: int = 0, liveness: RankLiveness | None = None) -> None:
         self.store, self.world_size, self.own_rank = store, world_size, own_rank
         self.stall_s, self.poll_s = stall_s(world_size), beat_s(world_size)
-        self._seen: dict[int, tuple[bytes, float]] = {}
+        self.liveness = liveness or RankLiveness(store, world_size, own_rank)
         self._looked = 0.0
 
     def look(self, collected: Collected, now: float | None = None) -> None:
@@ -127,7 +107,7 @@ class JoinedWatch:
             return
         self._looked = now
         awaited = sorted(listed(self.store, CLAIMED_KEY, self.world_size) - collected.heard(self.own_rank))
-        for rank, (_, silent_s) in stalled_beats(self.store, awaited, self._seen, now, self.stall_s).items():
+        for rank, (_, silent_s) in self.liveness.silent(awaited, now, self.stall_s).items():
             holders = claimants(self.store, rank)
             host = holders[0][0] if holders else ""
             collected.dead[rank] = DeadRank(host, f"it joined the store, then its heartbeat stopped for "

@@ -1,4 +1,4 @@
-"""Rank 0's heartbeat keeps followers waiting while it works, and only then (steps/heartbeat.py)."""
+"""Rank 0's heartbeat keeps followers waiting while it works, and only then (channel/liveness.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from torch.distributed import TCPStore
 
-from preflight.steps.heartbeat import HEARTBEAT_KEY, STORE_LOST_GRACE_S, Heartbeat, Liveness, stage_budget_s
+from preflight.channel.liveness import HEARTBEAT_KEY, STORE_LOST_GRACE_S, Heartbeat, LeadDeadline, stage_budget_s
 
 
 class CountingStore:
@@ -24,7 +24,7 @@ class CountingStore:
 def test_a_beat_pushes_the_followers_deadline_and_silence_lets_it_run_out() -> None:
     store = CountingStore()
     store.add(HEARTBEAT_KEY, 5)  # beats before the wait began do not count
-    liveness = Liveness(store, timeout_s=0.0, stall_s=0.3)
+    liveness = LeadDeadline(store, timeout_s=0.0, stall_s=0.3)
     assert liveness.time_left() <= 0
     store.add(HEARTBEAT_KEY, 1)
     assert liveness.time_left() > 0.2  # rank 0 beat: wait on
@@ -47,8 +47,8 @@ def test_rank_zero_beats_while_its_stage_is_in_budget_only() -> None:
 
 
 def test_exchange_wait_gives_up_on_time_and_sees_a_late_value() -> None:
+    from preflight.channel.exchange import Exchange
     from preflight.model import World
-    from preflight.steps.exchange import Exchange
 
     server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
     world = World(launcher="env", rank=1, world_size=2, master_port=server.port, run_id="hb")
@@ -61,7 +61,7 @@ def test_exchange_wait_gives_up_on_time_and_sees_a_late_value() -> None:
 
 
 def test_rank_zero_names_a_probing_rank_whose_beat_stopped_and_only_that_one() -> None:
-    from preflight.steps.heartbeat import DeadPeers, peer_heartbeat, read_dead
+    from preflight.channel.liveness import DeadPeers, peer_heartbeat, read_dead
 
     server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
     beating = Heartbeat(server, 0, 0.05, key="alive/1", budget_s=float("inf")).start()
@@ -88,4 +88,4 @@ def wait_until_true(condition, timeout_s: float) -> bool:
 def test_a_wait_that_starts_after_the_store_was_lost_gets_only_the_grace() -> None:
     # Seen with rank 0 killed during the probes: the followers' verdict wait began with the store
     # already gone and ran out the whole --timeout + --probe-timeout + margin instead of the grace.
-    assert Liveness(None, 600).time_left() <= STORE_LOST_GRACE_S
+    assert LeadDeadline(None, 600).time_left() <= STORE_LOST_GRACE_S

@@ -11,13 +11,13 @@ a deadline; a rank that did not report is the caller's finding, never a hang.
 
 Run identity: a run id is not unique (two env:// jobs without a job id are both `env`), so
 the ranks also agree on a random nonce through the store, first writer wins (`agree_nonce`),
-which names their --out-dir files (steps/rank_files.py). And every rank claims its rank in
-the store as it joins (steps/roster.py): a rank claimed by two processes counts as neither,
+which names their --out-dir files (channel/rank_files.py). And every rank claims its rank in
+the store as it joins (channel/roster.py): a rank claimed by two processes counts as neither,
 and a rank that joined and then stopped beating is dead, not waited for.
 
 The parts: this module is the channel and the hand-offs (open, publish, collect, announce,
-wait); steps/collected.py what rank 0 received and the payload's decode boundary;
-steps/rank_files.py the --out-dir side; steps/roster.py claims and beats in the store.
+wait); channel/collected.py what rank 0 received and the payload's decode boundary;
+channel/rank_files.py the --out-dir side; channel/roster.py claims and beats in the store.
 """
 
 from __future__ import annotations
@@ -30,20 +30,22 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from preflight.channel import rank_files, roster, run_auth
+from preflight.channel.board import fetch_raw
+from preflight.channel.collected import Collected, accept_many, own_findings_only
+from preflight.channel.keys import ARRIVALS_KEY, payload_key
+from preflight.channel.liveness import Heartbeat, RankLiveness
+from preflight.channel.store_join import ForeignStore, join_store, mark_store, run_prefix
+from preflight.channel.wire import RankPayload, to_wire
+from preflight.lib import secrets as secrets_lib
 from preflight.lib.errors import one_line
 from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import MAX_POLL_S, wait_until
 from preflight.model import JobReport, World
 from preflight.model.codec import decode, encode
-from preflight.steps import rank_files, roster, run_auth
-from preflight.steps.collected import Collected, accept_many, own_findings_only
-from preflight.steps.heartbeat import Heartbeat, Liveness
-from preflight.steps.store_join import ForeignStore, join_store, mark_store, run_prefix
-from preflight.steps.wire import RankPayload, to_wire
 
 __all__ = ["Collected", "Exchange", "RankPayload", "agree_nonce", "own_findings_only"]
 
-MULTI_GET_CHUNK = 1024  # keys per multi_get
 NONCE_KEY = rank_files.NONCE_KEY
 HELD_PORT_JOIN_S = 2.0  # a rank 0 that could not host looks this long for another job's store on its port
 
@@ -71,10 +73,12 @@ class Exchange:
         self.out_dir = rank_files.run_folder(out_dir, world.run_id) if out_dir else None
         self.started = time.time()
         self.heartbeat: Heartbeat | None = None  # rank 0's, from lead_heartbeat()
-        self.beat: Heartbeat | None = None  # a follower's, from its claim until the go (steps/roster.py)
-        self.uncounted_followers = 0  # rank 0: first claimants of ranks claimed twice, not in the report
+        # Is that rank alive? This rank's beat (from its claim until it leaves) and its look at the
+        # others' (channel/liveness.py); None until the store formed.
+        self.liveness: RankLiveness | None = None
+        self.dead: dict[int, object] = {}  # rank 0: ranks found dead during the collect
         self.nonce = ""  # this run's identity, agreed through the store; "" without one
-        self.secret = run_auth.run_secret()  # the launcher's per-run secret, if any (steps/run_auth.py)
+        self.secret = run_auth.run_secret()  # the launcher's per-run secret, if any (channel/run_auth.py)
 
     # -- forming the channel -------------------------------------------------------------
 
@@ -92,7 +96,7 @@ class Exchange:
             self._claim()
 
     def _claim(self) -> None:
-        """Claim this rank in the store (steps/roster.py); a second claimant stops here (RankTaken, exit 2)."""
+        """Claim this rank in the store (channel/roster.py); a second claimant stops here (RankTaken, exit 2)."""
         try:
             first = roster.claim(self.store, self.world.rank, self.world.host) == 1
         except Exception as exc:  # the store went away as this rank joined: the dir may still answer
@@ -100,8 +104,9 @@ class Exchange:
             return
         if not first:
             raise roster.taken(self.store, self.world)
-        if self.world.rank != 0:  # rank 0 collects; every other rank shows it is alive until the go
-            self.beat = roster.start_beat(self.store, self.world.rank, self.world.world_size)
+        self.liveness = RankLiveness(self.store, self.world.world_size, self.world.rank)
+        if self.world.rank != 0:  # rank 0 collects; every other rank shows it is alive until it leaves
+            self.liveness.beat()
 
     def _host_or_join(self) -> None:
         from torch.distributed import PrefixStore, TCPStore
@@ -165,30 +170,30 @@ class Exchange:
             if self.secret:  # before the payload: rank 0 reads both once the arrival is listed
                 self.store.set(f"auth/{self.world.rank}",
                                run_auth.payload_proof(self.secret, self.nonce, self.world.rank, text))
-            self.store.set(f"rank/{self.world.rank}", text)
+            self.store.set(payload_key(self.world.rank), text)
             # The arrival list lets rank 0 fetch only new payloads: O(new ranks) per poll.
-            self.store.append("arrivals", f"{self.world.rank},")
+            self.store.append(ARRIVALS_KEY, f"{self.world.rank},")
             self.store.add("reported", 1)
 
     def wait_for(self, name: str, timeout_s: float) -> dict[str, Any] | None:
         """Wait for a value rank 0 publishes (go, verdict); None when the deadline passes.
 
-        The deadline is pushed on while rank 0's heartbeat advances (steps/heartbeat.py). The
+        The deadline is pushed on while rank 0's heartbeat advances (channel/liveness.py). The
         poll backs off to a ceiling that grows with N (`follower_poll_s`), so thousands of
         waiting ranks ask the store a bounded number of times per second. (The store's own
         server-side wait was tried: each wait that times out logs a c10d warning on every rank.)
         """
         if not self.has_channel():
             return None
-        value = wait_until(lambda: self._read_published(name), Liveness(self.store, timeout_s).time_left,
-                           stop_if=lambda: not self.has_channel(), max_poll_s=follower_poll_s(self.world.world_size))
-        if name == "go" and self.beat is not None:
-            self.beat.stop()  # rank 0 has collected; during the probes their own watch beats (probes/liveness.py)
-        return value
+        deadline = RankLiveness(self.store, self.world.world_size, self.world.rank).lead_deadline(timeout_s)
+        return wait_until(lambda: self._read_published(name), deadline.time_left,
+                          stop_if=lambda: not self.has_channel(), max_poll_s=follower_poll_s(self.world.world_size))
 
     def lead_heartbeat(self) -> Heartbeat:
         """Rank 0: beat while it works, so followers wait for it (stopped by announcing the verdict)."""
-        self.heartbeat = Heartbeat(self.store, self.world.world_size).start()
+        if self.liveness is None:  # no store: nothing beats (the --out-dir is the only channel)
+            self.liveness = RankLiveness(self.store, self.world.world_size, self.world.rank)
+        self.heartbeat = self.liveness.lead()
         return self.heartbeat
 
     def has_channel(self) -> bool:
@@ -221,11 +226,13 @@ class Exchange:
 
     def acknowledge(self) -> None:
         """Tell rank 0 this rank has read the verdict, so it may take the store down."""
-        if self.store is not None:
-            try:
-                self.store.add("done", 1)
-            except Exception:
-                pass
+        if self.liveness is not None and self.store is not None:
+            self.liveness.acknowledge()
+
+    def leave(self) -> None:
+        """This rank is done with the run: its beat stops (channel/liveness.py)."""
+        if self.liveness is not None:
+            self.liveness.stop()
 
     # -- rank 0 --------------------------------------------------------------------------
 
@@ -233,7 +240,7 @@ class Exchange:
         """Wait until every rank reported, was found claimed twice or dead, or the deadline passed; never longer."""
         collected = Collected()
         size, own = self.world.world_size, self.world.rank
-        watch = roster.JoinedWatch(self.store, size, own) if self.store is not None else None
+        watch = roster.JoinedWatch(self.store, size, own, self.liveness) if self.store is not None else None
 
         def everyone_heard() -> bool:
             if self.store is not None:
@@ -249,8 +256,7 @@ class Exchange:
         if self.store is not None:
             roster.take_contested(self.store, collected, size)  # a claimant that came as the wait ended
             roster.name_claimants(self.store, collected)
-            # The first claimant of a contested rank waits for the verdict too: keep the store up for it.
-            self.uncounted_followers = len(collected.duplicates.keys() - {own})
+            self.dead.update(collected.dead)  # not waited for again at the verdict (wait_for_acknowledgements)
         if self.out_dir is not None:
             collected.stale_files = rank_files.stale(self.out_dir, self.nonce, self.started)
         return collected
@@ -259,21 +265,18 @@ class Exchange:
         if self.store is None:
             return
         # Read as the claims are: any client can append to the list, so only ASCII ranks of this world count.
-        new = sorted(roster.listed(self.store, "arrivals", self.world.world_size) - collected.heard(self.world.rank))
-        # In chunks: one multi_get of 100k keys resets the connection; 1,024 per call is as fast.
-        for start in range(0, len(new), MULTI_GET_CHUNK):
-            chunk = new[start:start + MULTI_GET_CHUNK]
-            raws = self.store.multi_get([f"rank/{r}" for r in chunk])
-            if self.secret:
-                chunk, raws = self._proven(collected, chunk, raws)
-            accept_many(collected, chunk, raws)
+        new = sorted(roster.listed(self.store, ARRIVALS_KEY, self.world.world_size) - collected.heard(self.world.rank))
+        # Chunked (board.fetch_raw): one multi_get of 100k keys resets the connection.
+        raws = [raw if raw is not None else b"" for raw in fetch_raw(self.store, [payload_key(r) for r in new])]
+        if self.secret:
+            new, raws = self._proven(collected, new, raws)
+        accept_many(collected, new, raws)
 
     def _proven(self, collected: Collected, ranks: list[int], raws: list[bytes]) -> tuple[list[int], list[bytes]]:
         """The payloads whose proof of the run secret holds; the others are RUN002, not read."""
         assert self.secret is not None
         keys = [f"auth/{r}" for r in ranks]
-        proofs = (self.store.multi_get(keys) if self.store.check(keys) else
-                  [self.store.get(k) if self.store.check([k]) else b"" for k in keys])
+        proofs = [raw if raw is not None else b"" for raw in fetch_raw(self.store, keys)]
         kept: tuple[list[int], list[bytes]] = ([], [])
         for rank, raw, claimed in zip(ranks, raws, proofs, strict=True):
             if run_auth.valid_payload(self.secret, bytes(claimed).decode(errors="replace"), self.nonce, rank, raw):
@@ -314,12 +317,29 @@ class Exchange:
         except Exception:  # the store went away, or a payload that is not a report: the caller reports alone
             return None
 
-    def wait_for_acknowledgements(self, expected: int, timeout_s: float) -> None:
-        """Rank 0: keep the store up until `expected` ranks read the verdict, or the deadline."""
-        expected += self.uncounted_followers
-        if self.store is None or expected <= 0:
-            return
-        wait_until(lambda: self.store.add("done", 0) >= expected, timeout_s)
+    def wait_for_acknowledgements(self, known_dead: set[int]) -> list[int]:
+        """Rank 0: keep the store up until every rank that beats has read the verdict (channel/liveness.py).
+
+        Who is waited for is who is alive, not who rank 0's bookkeeping counts: a rank whose
+        payload was refused, or the first claimant of a contested rank, waits for the verdict too."""
+        if self.store is None or self.liveness is None:
+            return []
+        return self.liveness.await_acknowledgements(known_dead | set(self.dead))
+
+
+def agree_on_key(store: Any) -> bytes | None:
+    """The secrets' digest key every rank of this run gets from the store (first writer wins), or None.
+
+    compare_set with an empty expected value sets the key only when it is absent and returns
+    whatever the store holds, so no rank waits for another and all end with the same key
+    (lib/secrets.py seals each secret with it)."""
+    if store is None:
+        return None
+    try:
+        agreed = store.compare_set(secrets_lib.KEY_NAME, "", secrets.token_hex(32))
+    except Exception:  # a store that went away: no key, secrets stay bare
+        return None
+    return bytes(agreed) if agreed else None
 
 
 def agree_nonce(store: Any) -> str:

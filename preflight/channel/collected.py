@@ -2,7 +2,7 @@
 
 `Collected` holds the payloads by rank and what became of the ranks that sent none that can
 be counted: an unreadable payload (RUN002), a rank claimed by two processes (RANK002, neither
-counted: steps/roster.py), a rank that died after joining the store (RUN008). `accept` decodes
+counted: channel/roster.py), a rank that died after joining the store (RUN008). `accept` decodes
 and validates one payload into the typed model; `own_findings_only` keeps a rank from speaking
 for another (RUN006).
 """
@@ -13,10 +13,10 @@ import gc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes
 from preflight.checks.run_findings import foreign_findings_dropped, rank_died, unreadable_payload
 from preflight.model import CheckOutcome, Finding, RankFacts
 from preflight.model.codec import BadPayload
-from preflight.steps.wire import RankPayload, SharedSections, from_wire, merged_outcomes
 
 
 @dataclass

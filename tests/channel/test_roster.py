@@ -1,4 +1,4 @@
-"""Who is in the run's store: two real env:// jobs on one MASTER_PORT never mix (steps/roster.py).
+"""Who is in the run's store: two real env:// jobs on one MASTER_PORT never mix (channel/roster.py).
 
 Job A and job B: two real `preflight run` ranks each, env://, the same MASTER_PORT, no job
 id, so both are run `env` of world size 2 and carry the same store mark. A's rank 0 hosts the
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from preflight.channel import roster
+from preflight.channel.collected import Collected
+from preflight.channel.exchange import Exchange, RankPayload
+from preflight.channel.liveness import peer_key
 from preflight.model import ExitCode, RankFacts, World
 from preflight.reports.json import load as load_report
-from preflight.steps import roster
-from preflight.steps.collected import Collected
-from preflight.steps.exchange import Exchange, RankPayload
-from preflight.steps.heartbeat import peer_key
 from tests.helpers.ranks import free_port, start_rank, wait_for_ranks
 
 FAST = ["run", "--skip", "probe", "--timeout", "30"]

@@ -15,7 +15,7 @@ from tests.helpers.ranks import Placement, plant_env, spawn_env_ranks
 
 KILLED_AT_PUBLISH = """
 import os, signal
-from preflight.steps import exchange
+from preflight.channel import exchange
 def publish(self, payload):
     os.kill(os.getpid(), signal.SIGKILL)
 exchange.Exchange.publish = publish

@@ -1,0 +1,153 @@
+"""The one typed access to a run's store: every value a model type through the one codec.
+
+A value is written with `write_value` (codec.encode) and read with `read_value` / `wait_value`
+/ `fetch_values` (codec.decode, bounded in size and depth): a value that is absent is None, and
+one that does not decode into its type is a `BadValue` naming the rank it came from, which the
+caller reports (RUN002-style) or ignores, never an exception. `fetch_raw` is the one chunked
+multi_get (FETCH_CHUNK keys per call: one call of 65,536 keys resets the connection; 1,024 is
+as fast).
+
+`Board` is the same, bound to one store, for code that holds a store for a while (the
+probes' session): outside preflight/channel/ nothing calls a store's methods itself
+(tests/test_architecture.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from preflight.lib.waiting import wait_until
+from preflight.model.codec import BadPayload, decode, encode
+
+T = TypeVar("T")
+
+FETCH_CHUNK = 1024  # keys per multi_get / multi_set
+MAX_VALUE_BYTES = 8 * 2**20  # the largest message any rank sends besides its payload
+
+
+@dataclass(frozen=True)
+class BadValue:
+    """A value under `key` that did not decode into its message type: a bad value from rank `rank`."""
+
+    key: str
+    rank: int
+    why: str
+
+    def line(self) -> str:
+        """One line for a finding: which rank, which key, why."""
+        return f"bad value from rank {self.rank} under {self.key!r}: {self.why}"
+
+
+def write_value(store: Any, key: str, value: Any) -> None:
+    """Publish a model value under `key`."""
+    store.set(key, encode(value))
+
+
+def decode_value(raw: Any, into: type[T], key: str, rank: int, max_bytes: int = MAX_VALUE_BYTES) -> T | BadValue:
+    """`raw` as `into`; a BadValue naming `rank` when it does not fit (never an exception)."""
+    try:
+        return decode(bytes(raw) if isinstance(raw, (bytearray, memoryview)) else raw, into, max_bytes)
+    except BadPayload as exc:
+        return BadValue(key, rank, str(exc)[:200])
+    except Exception as exc:
+        return BadValue(key, rank, f"{type(exc).__name__}: {str(exc)[:160]}")
+
+
+def read_value(store: Any, key: str, into: type[T], rank: int, max_bytes: int = MAX_VALUE_BYTES
+               ) -> T | BadValue | None:
+    """The value under `key` as `into`; None when absent, BadValue when it does not decode."""
+    if not store.check([key]):
+        return None
+    return decode_value(store.get(key), into, key, rank, max_bytes)
+
+
+def wait_value(store: Any, key: str, into: type[T], rank: int, timeout_s: float,
+               stop_if: Callable[[], bool] | None = None) -> T | BadValue | None:
+    """Wait (bounded) for `key`, then read it; None when it did not come in time."""
+    if not wait_until(lambda: store.check([key]), timeout_s, stop_if=stop_if):
+        return None
+    return read_value(store, key, into, rank)
+
+
+def fetch_raw(store: Any, keys: Sequence[str], partial: bool = True) -> list[bytes | None]:
+    """Every key's raw value (None where absent), FETCH_CHUNK keys per multi_get.
+
+    Per chunk, one `check` (true only when every key is there) and then one `multi_get`: two
+    store calls per 1,024 keys. A chunk with a key still missing is read key by key when
+    `partial`, else skipped (all None: a poll that waits for whole chunks costs one call)."""
+    out: list[bytes | None] = []
+    for start in range(0, len(keys), FETCH_CHUNK):
+        chunk = list(keys[start:start + FETCH_CHUNK])
+        if store.check(chunk):  # all present: one call
+            out += [bytes(v) for v in store.multi_get(chunk)]
+        elif partial:
+            out += [bytes(store.get(k)) if store.check([k]) else None for k in chunk]
+        else:
+            out += [None] * len(chunk)
+    return out
+
+
+def fetch_values(store: Any, keys: Sequence[str], into: type[T], ranks: Sequence[int], partial: bool = True
+                 ) -> list[T | BadValue | None]:
+    """Every key's value as `into` (chunked, see fetch_raw): None where absent, BadValue naming its rank."""
+    return [None if raw is None else decode_value(raw, into, key, rank)
+            for key, rank, raw in zip(keys, ranks, fetch_raw(store, keys, partial), strict=True)]
+
+
+def count(store: Any, key: str, by: int = 1) -> int:
+    """Add `by` to the counter under `key` (0 reads it); its new value."""
+    return int(store.add(key, by))
+
+
+def present(store: Any, key: str) -> bool:
+    """Whether `key` has a value."""
+    return bool(store.check([key]))
+
+
+class Board:
+    """A store, as code outside the channel sees it: typed values under keys (the functions above)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def put(self, key: str, value: Any) -> None:
+        """Publish a model value under `key`."""
+        write_value(self.store, key, value)
+
+    def read(self, key: str, into: type[T], rank: int) -> T | BadValue | None:
+        """The value under `key`; None when absent, BadValue naming `rank` when it does not decode."""
+        return read_value(self.store, key, into, rank)
+
+    def wait(self, key: str, into: type[T], rank: int, timeout_s: float,
+             stop_if: Callable[[], bool] | None = None) -> T | BadValue | None:
+        """Wait (bounded) for `key`, then read it; None when it did not come in time."""
+        return wait_value(self.store, key, into, rank, timeout_s, stop_if)
+
+    def has(self, key: str) -> bool:
+        """Whether `key` has a value."""
+        return present(self.store, key)
+
+    def has_all(self, keys: Sequence[str]) -> bool:
+        """Whether every one of `keys` has a value (one store call)."""
+        return bool(self.store.check(list(keys)))
+
+    def count(self, key: str, by: int = 1) -> int:
+        """Add `by` to the counter under `key` (0 reads it); its new value."""
+        return count(self.store, key, by)
+
+    def fetch(self, keys: Sequence[str], into: type[T], ranks: Sequence[int], partial: bool = True
+              ) -> list[T | BadValue | None]:
+        """Every key's value, chunked (see fetch_raw); None where absent, BadValue naming its rank."""
+        return fetch_values(self.store, keys, into, ranks, partial)
+
+    def agree(self, key: str, proposal: str) -> bytes:
+        """First writer wins: the value under `key` after proposing `proposal` (set only when absent)."""
+        return bytes(self.store.compare_set(key, "", proposal))
+
+    def under(self, prefix: str) -> Board:
+        """The same store under a further key prefix (torch's PrefixStore)."""
+        from torch.distributed import PrefixStore
+
+        return Board(PrefixStore(prefix, self.store))

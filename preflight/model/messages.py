@@ -1,0 +1,176 @@
+"""The messages that cross the c10d store besides a rank's payload: one type per key family.
+
+Each is written and read only through preflight/channel/board.py with the one codec
+(codec.py), so a value that does not fit its type is a `BadValue` naming the rank it came
+from, never a KeyError or a TypeError in the code that reads it. Keys: channel/keys.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from preflight.model.probe_results import ProbeStep
+
+
+@dataclass
+class DeadRanks:
+    """`dead`: the ranks rank 0 found dead during the probes, rank -> why."""
+
+    ranks: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class BoundDevice:
+    """The GPU a rank's probes run on: CUDA ordinal in this process, and the ids NVML also shows."""
+
+    index: int
+    name: str = ""
+    pci_bus_id: str = ""  # NVML's form, 00000000:18:00.0
+    uuid: str = ""  # NVML's form, GPU-xxxxxxxx-...
+
+
+@dataclass
+class BoundRecord:
+    """`dev/<rank>`: the backend a rank's session runs on and the GPU it bound (None on CPU)."""
+
+    host: str = ""
+    backend: str = ""
+    device: BoundDevice | None = None
+
+
+@dataclass
+class StepRecord(ProbeStep):
+    """What one rank measured in one step (part of `res/<rank>`)."""
+
+    step: int
+    times_s: list[float]  # [seconds per op] (elapsed / iters), or one per iteration when asked
+    output_ok: bool = True
+    bad_sources: list[int] = field(default_factory=list)  # global ranks whose data arrived wrong
+
+
+@dataclass
+class Status:
+    """Where a rank's probing ended: done, or the step and phase where it stopped.
+
+    state: done | timeout | failed (the op or backend raised) | error (an unexpected exception
+    inside preflight or torch's Python, e.g. a TypeError: the step could not run, nothing is
+    known about the link). phase: connect | barrier | op | verify.
+    """
+
+    state: str = "done"
+    step: int = -1
+    phase: str = ""
+    reason: str = ""
+    elapsed_s: float = 0.0  # from the step's start to the expiry
+
+
+@dataclass
+class ProbeReport:
+    """`res/<rank>`: a rank's measurements and where its probing ended."""
+
+    host: str = ""
+    records: list[StepRecord] = field(default_factory=list)
+    status: Status = field(default_factory=Status)
+
+
+@dataclass
+class SetupStage:
+    """`setup/<rank>`: the setup stage a rank has reached, and its host."""
+
+    stage: str
+    host: str = ""
+
+
+@dataclass
+class NoGpu:
+    """`no_gpu/<rank>`: why a rank cannot use a GPU."""
+
+    why: str
+
+
+@dataclass
+class RemeasureSteps:
+    """`again`: the steps every rank measures a second time."""
+
+    steps: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ConfirmPairs:
+    """`confirm`: the pairs measured again one at a time, in order."""
+
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class LocalizePlan:
+    """`localize`: the round robin's ranks ([] for none), and whether group testing may follow."""
+
+    ranks: list[int] = field(default_factory=list)
+    hosts: bool = False
+
+
+@dataclass
+class PairTimes:
+    """`pair/<rank>`: a rank's round-robin seconds per iteration, per peer."""
+
+    times: dict[int, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class PairSamples:
+    """`cpair/<rank>`: a rank's GB/s samples per pair in the confirming pass."""
+
+    samples: list[tuple[int, int, list[float]]] = field(default_factory=list)
+
+
+@dataclass
+class RoundPlan:
+    """`gt/<round>`: group testing's round: the reference ranks and the pools; or done."""
+
+    reference: list[int] = field(default_factory=list)
+    pools: list[list[int]] = field(default_factory=list)
+    done: bool = False
+
+
+@dataclass
+class RoundTimes:
+    """`gt/<round>/t/<rank>`: a member's per-iteration seconds in the reference and in its pool."""
+
+    reference: list[float] = field(default_factory=list)
+    pool: list[float] = field(default_factory=list)
+
+
+@dataclass
+class ReachListener:
+    """`reach/listener/<host>` (and each entry of `reach/roster`): where a host listens for the reachability step."""
+
+    host: str
+    rank: int = -1
+    address: str = ""
+    interface: str = ""
+    port: int = 0
+    error: str = ""
+
+
+@dataclass
+class ConnectResult:
+    """One TCP connection from a host's chosen address to a peer's listener."""
+
+    target: str
+    address: str = ""
+    interface: str = ""
+    ok: bool = False
+    error: str = ""
+    time_s: float = 0.0
+    skipped: bool = False
+
+
+@dataclass
+class ReachResult:
+    """`reach/result/<host>`: every connection a host made."""
+
+    host: str
+    interface: str = ""
+    address: str = ""
+    results: list[ConnectResult] = field(default_factory=list)
