@@ -57,9 +57,11 @@ def run_launch(world_size: int, folder: Path) -> dict:
         [server] = [c for c in psutil.Process(proc.pid).children() if "forkserver" in " ".join(c.cmdline())]
         return sorted(server.children(), key=lambda w: w.pid)[-1].pid
 
-    kill_after_cross_checks(proc.stderr, last_forked)
+    victim = kill_after_cross_checks(proc.stderr, last_forked)
     proc.communicate(timeout=400)
-    dead = set(json.loads((folder / "r.json").read_text()).get("missing_ranks", []))
+    # Which rank the killed pid was: the launcher's RUN008 names it with its pid.
+    findings = json.loads((folder / "r.json").read_text())["findings"]
+    dead = {r for f in findings if f["check_id"] == "RUN008" and f"(pid {victim})" in f["message"] for r in f["ranks"]}
     return judge(folder / "r.json", dead, {"launch": proc.returncode})
 
 
