@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.helpers.ranks import base_env, free_port, start_rank, wait_for_ranks
+from tests.helpers.ranks import base_env, free_port, launch_workers, start_rank, wait_for_ranks
 from tests.probes.test_killed_mid_collective import kill_after_cross_checks, ranks_called_dead
 
 
@@ -47,19 +47,18 @@ def run_env(world_size: int, folder: Path) -> dict:
 def run_launch(world_size: int, folder: Path) -> dict:
     import subprocess
 
-    import psutil
-
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", str(world_size),
                              *probe_args(world_size), "--json", str(folder / "r.json")],
                             env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def last_forked() -> int:
-        [server] = [c for c in psutil.Process(proc.pid).children() if "forkserver" in " ".join(c.cmdline())]
-        return sorted(server.children(), key=lambda w: w.pid)[-1].pid
+        return launch_workers(proc.pid)[-1].pid
 
-    kill_after_cross_checks(proc.stderr, last_forked)
+    victim = kill_after_cross_checks(proc.stderr, last_forked)
     proc.communicate(timeout=400)
-    dead = set(json.loads((folder / "r.json").read_text()).get("missing_ranks", []))
+    # Which rank the killed pid was: the launcher's RUN008 names it with its pid.
+    findings = json.loads((folder / "r.json").read_text())["findings"]
+    dead = {r for f in findings if f["check_id"] == "RUN008" and f"(pid {victim})" in f["message"] for r in f["ranks"]}
     return judge(folder / "r.json", dead, {"launch": proc.returncode})
 
 

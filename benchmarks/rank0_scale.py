@@ -7,7 +7,7 @@ Each (N, world) runs in a fresh process: a child generates N payloads (written t
 file, so generating them costs the measured process neither time nor memory), then the
 measured process drives the project's own code, stage by stage:
 
-  decode        every payload through the exchange's own validation (steps/collected.accept_many, the
+  decode        every payload through the exchange's own validation (channel/collected.accept_many, the
                 model's msgspec codec), read in chunks of 1,024 as the store collect does,
                 then Collected.merged_with and the gatherer-failure findings
   cross checks  registry.run_checks over every registered cross check, with one JobView

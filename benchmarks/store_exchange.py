@@ -67,10 +67,9 @@ def _client_process(ranks: list[int], size: int, port: int, data: str, out: mult
             return
         exchange.publish(payloads[rank])
         done.append(time.time())
-        if getattr(exchange, "beat", None) is not None:
-            # A real rank beats from its own host until the go; here 4,095 beating threads would
-            # share rank 0's two cores during the collect being measured.
-            exchange.beat.stop()
+        # A real rank beats from its own host until it leaves; here 4,095 beating threads would
+        # share rank 0's two cores during the collect being measured.
+        exchange.leave()
 
     threads = [threading.Thread(target=play, args=(rank,)) for rank in ranks if rank in payloads]
     for thread in threads:

@@ -91,7 +91,10 @@ def run_in_job(options: RunOptions, world: World, job_store: Any, groups: JobGro
     refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0)
     record = RunRecord(world, options)
     exchange = Exchange(world, options.timeout_s, options.out_dir, job_store=job_store)
-    code = _steps(record, exchange, groups)
+    try:
+        code = _steps(record, exchange, groups)
+    finally:
+        exchange.leave()  # the job's process lives on: this rank's beat must not
     if record.report is None:
         record.report = exchange.read_report()
     return code, record
@@ -114,6 +117,7 @@ def _steps(record: RunRecord, exchange: Exchange, groups: JobGroups | None = Non
     except Interrupted as stop:
         record.interrupted = str(stop)
         if world.rank != 0:
+            exchange.leave()
             return int(ExitCode.INCOMPLETE)
     return _finish(record, exchange)
 

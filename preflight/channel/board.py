@@ -89,6 +89,13 @@ def fetch_raw(store: Any, keys: Sequence[str], partial: bool = True) -> list[byt
     return out
 
 
+def set_raw_many(store: Any, keys: Sequence[str], value: str) -> None:
+    """Set every key to the same plain value, FETCH_CHUNK keys per multi_set."""
+    for start in range(0, len(keys), FETCH_CHUNK):
+        chunk = list(keys[start:start + FETCH_CHUNK])
+        store.multi_set(chunk, [value] * len(chunk))
+
+
 def fetch_values(store: Any, keys: Sequence[str], into: type[T], ranks: Sequence[int], partial: bool = True
                  ) -> list[T | BadValue | None]:
     """Every key's value as `into` (chunked, see fetch_raw): None where absent, BadValue naming its rank."""

@@ -185,7 +185,8 @@ class Exchange:
         """
         if not self.has_channel():
             return None
-        deadline = RankLiveness(self.store, self.world.world_size, self.world.rank).lead_deadline(timeout_s)
+        owner = self.liveness or RankLiveness(self.store, self.world.world_size, self.world.rank)
+        deadline = owner.lead_deadline(timeout_s)
         return wait_until(lambda: self._read_published(name), deadline.time_left,
                           stop_if=lambda: not self.has_channel(), max_poll_s=follower_poll_s(self.world.world_size))
 

@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from preflight.channel.board import FETCH_CHUNK, read_value, write_value
+from preflight.channel.board import fetch_raw, read_value, set_raw_many, write_value
 from preflight.channel.keys import ACKED_KEY, CLAIMED_KEY, DEAD_KEY, HEARTBEAT_KEY, append_rank, beat_key, listed_ranks
 from preflight.model.messages import DeadRanks
 
@@ -39,7 +39,6 @@ PEER_BEAT_S = 1.0  # a probing rank beats this often
 # A probing rank silent this long is dead. Well above PEER_BEAT_S: a daemon thread on a loaded
 # 2-core machine, or a follower that saw the "go" a little late, must not be declared dead.
 PEER_STALL_S = 10.0
-CHUNK = FETCH_CHUNK  # keys per multi_get / multi_set (channel/board.py)
 
 
 peer_key = beat_key  # the store key a rank beats under
@@ -114,20 +113,19 @@ def peer_heartbeat(store: Any, rank: int) -> Heartbeat:
 
 def stalled_beats(store: Any, ranks: list[int], seen: dict[int, tuple[bytes, float]], now: float,
                   stall_s: float) -> dict[int, tuple[bytes, float]]:
-    """One look at `ranks`' beat counters (one multi_get per CHUNK ranks).
+    """One look at `ranks`' beat counters (board.fetch_raw: one multi_get per 1,024 ranks).
 
     `seen` (rank -> (last value, since when)) is updated with every counter that moved; the
     answer is each rank whose counter has not moved for stall_s: rank -> (its value, seconds silent).
     """
     stalled: dict[int, tuple[bytes, float]] = {}
-    for i in range(0, len(ranks), CHUNK):
-        chunk = ranks[i:i + CHUNK]
-        for rank, value in zip(chunk, store.multi_get([peer_key(r) for r in chunk]), strict=True):
-            last, since = seen.get(rank, (b"", now))
-            if value != last:
-                seen[rank] = (bytes(value), now)
-            elif now - since >= stall_s:
-                stalled[rank] = (bytes(value), now - since)
+    for rank, raw in zip(ranks, fetch_raw(store, [peer_key(r) for r in ranks]), strict=True):
+        value = raw or b""  # a key not there yet reads as never beaten
+        last, since = seen.get(rank, (b"", now))
+        if value != last:
+            seen[rank] = (value, now)
+        elif now - since >= stall_s:
+            stalled[rank] = (value, now - since)
     return stalled
 
 
@@ -151,9 +149,7 @@ class DeadPeers:
         """Create every beat key (one multi_set per 1,024 ranks), then watch.
 
         A counter a rank already advanced is set back to 0: harmless, a change is a change."""
-        for i in range(0, len(self.ranks), CHUNK):
-            chunk = [peer_key(r) for r in self.ranks[i:i + CHUNK]]
-            self.store.multi_set(chunk, ["0"] * len(chunk))
+        set_raw_many(self.store, [peer_key(r) for r in self.ranks], "0")
         now = time.monotonic()
         self._seen = {r: (b"", now) for r in self.ranks}
         self._thread.start()

@@ -20,15 +20,16 @@ before --timeout. A rank that never joined cannot be told from a slow one: RANK0
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
 
+from preflight.channel.board import decode_value, write_value
 from preflight.channel.collected import Collected, DeadRank
 from preflight.channel.keys import CLAIMED_KEY, CONTESTED_KEY, append_rank, beat_key, listed_ranks
 from preflight.channel.liveness import RankLiveness, beat_s, stall_s
 from preflight.lib.errors import BadInput
+from preflight.model.messages import Claimant
 
 
 class RankTaken(BadInput):
@@ -38,7 +39,7 @@ class RankTaken(BadInput):
 def claim(store: Any, rank: int, host: str) -> int:
     """Claim `rank` for this process; 1 when it is the first claimant (then it is listed as joined)."""
     n = int(store.add(f"claims/{rank}", 1))
-    store.set(f"claimant/{rank}/{n}", json.dumps({"host": host, "pid": os.getpid()}))
+    write_value(store, f"claimant/{rank}/{n}", Claimant(host, os.getpid()))
     if n == 1:
         store.add(beat_key(rank), 1)  # the beat key exists before the rank is listed: rank 0 never waits on it
         append_rank(store, CLAIMED_KEY, rank)
@@ -117,8 +118,5 @@ class JoinedWatch:
 
 def _parse(raw: bytes) -> tuple[str, int]:
     """A claimant record (a peer's bytes): (host, pid); ("?", 0) when it does not read as one."""
-    try:
-        who = json.loads(raw)
-        return str(who["host"])[:255], int(who["pid"])
-    except (ValueError, KeyError, TypeError):
-        return "?", 0
+    who = decode_value(raw, Claimant, "claimant", -1, max_bytes=4096)
+    return (who.host[:255], who.pid) if isinstance(who, Claimant) else ("?", 0)

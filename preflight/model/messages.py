@@ -174,3 +174,11 @@ class ReachResult:
     interface: str = ""
     address: str = ""
     results: list[ConnectResult] = field(default_factory=list)
+
+
+@dataclass
+class Claimant:
+    """`claimant/<rank>/<n>`: who claimed a rank (the n-th claimant): its host and pid."""
+
+    host: str
+    pid: int = 0

@@ -2,8 +2,9 @@
 
 A collective with a dead member can never finish: on NCCL it hangs until the deadline, and on
 any backend the process group's creation waits in the store for a rank that will never come.
-So while the probes run every rank beats under its own key and rank 0 watches the beats
-(channel/liveness.py: `peer_heartbeat`, `DeadPeers`). Once a rank has been silent for
+So every rank beats under its own key for as long as it is alive (from its claim in the store
+until it leaves: channel/liveness.RankLiveness, the one owner of "is that rank alive?") and,
+while the probes run, rank 0 watches the beats. Once a rank has been silent for
 PEER_STALL_S, rank 0 publishes it under DEAD_KEY; every rank's long waits (timing.wait_works
 between slices, and `bounded` around the process group's creation) read that key and end at
 once. Rank 0 names the dead rank: BW002 when it died inside a measured step, RUN008 when the

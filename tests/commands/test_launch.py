@@ -9,10 +9,8 @@ import socket
 import subprocess
 import sys
 
-import psutil
-
 from preflight.reports.json import load as load_report
-from tests.helpers.ranks import EXEC, base_env, free_port, plant_env, run_cli
+from tests.helpers.ranks import EXEC, base_env, free_port, launch_workers, plant_env, run_cli
 
 
 def test_launch_four_ranks_passes(tmp_path) -> None:
@@ -138,8 +136,7 @@ def test_a_rank_killed_mid_probe_under_launch_is_named_dead_not_the_ranks_stoppe
     for line in proc.stderr:  # rank 0's phase lines: the probes start after the cross checks
         if "cross checks done" in line:
             break
-    [forkserver] = [child for child in psutil.Process(proc.pid).children() if "forkserver" in " ".join(child.cmdline())]
-    workers = sorted(forkserver.children(), key=lambda worker: worker.pid)
+    workers = launch_workers(proc.pid)
     assert len(workers) == 4
     victim = workers[-1].pid  # forked last: not rank 0, which must live to write the report
     os.kill(victim, signal.SIGKILL)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.hosts import FakeHost
 
@@ -166,6 +167,17 @@ def wait_for_ranks(procs: Mapping[int, subprocess.Popen[str]], started: float, t
 # `preflight launch` forks its ranks from a forkserver unless told otherwise, and a fork runs no
 # sitecustomize: a launch whose ranks carry plants must start each rank as its own interpreter.
 EXEC = ["--start-method", "exec"]
+
+
+def launch_workers(launcher_pid: int) -> list[Any]:
+    """The ranks `preflight launch` forked (from its forkserver), in the order they were forked.
+
+    Ordered by creation time, not pid: pids wrap (pid_max is 32,768 here), and the highest pid
+    can then be the first worker forked, rank 0, which must live to write the report."""
+    import psutil
+
+    [server] = [c for c in psutil.Process(launcher_pid).children() if "forkserver" in " ".join(c.cmdline())]
+    return sorted(server.children(), key=lambda worker: (worker.create_time(), worker.pid))
 
 
 def plant_env(folder: Path, plants: Mapping[int, str]) -> dict[str, str]:

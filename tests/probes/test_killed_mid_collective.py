@@ -23,10 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.helpers.ranks import base_env, free_port, start_rank, wait_for_ranks
+from tests.helpers.ranks import base_env, free_port, launch_workers, start_rank, wait_for_ranks
 
 PROBE_ARGS = ["--ops", "all_reduce", "--sizes", "16MiB", "--iters", "400", "--probe-timeout", "300"]
 # The probes begin right after rank 0's "cross checks done"; their process group forms within
@@ -84,8 +83,7 @@ def test_launch_rank_killed_mid_all_reduce_is_the_only_one_called_dead(tmp_path:
                             env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def last_forked_worker() -> int:  # forked last: not rank 0, which must live to write the report
-        [forkserver] = [c for c in psutil.Process(proc.pid).children() if "forkserver" in " ".join(c.cmdline())]
-        workers = sorted(forkserver.children(), key=lambda worker: worker.pid)
+        workers = launch_workers(proc.pid)
         assert len(workers) == world_size
         return workers[-1].pid
 
