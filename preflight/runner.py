@@ -41,11 +41,11 @@ from preflight.lib.deadline import abandoned_alive
 from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode, RankFacts, Severity, World
+from preflight.model.job_groups import JobGroups
 from preflight.options import RunOptions
 from preflight.probes import orchestrate as probes
 from preflight.probes.expectations import judge_profiles
 from preflight.probes.nominal import annotate as annotate_nominal_rates
-from preflight.probes.session import JobGroups
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable

@@ -96,8 +96,8 @@ def test_bad_calls_give_one_clear_error_each(healthy: tuple[Path, dict]) -> None
     expected = [
         ("TypeError", "mesh must be a torch DeviceMesh or None, not str"),
         ("ValueError", "pass the job's whole mesh (not a slice)"),
-        ("TypeError", "timeout_s must be a number of seconds, not str"),
-        ("TypeError", "skip must be a list of strings, not str"),
+        ("TypeError", "timeout_s (--timeout) must be a number of seconds, not str"),
+        ("TypeError", "skip (--skip) must be a list of strings, not str"),
         ("ValueError", "on_failure='ignore': one of raise, warn, return"),
         ("ValueError", "unknown tag 'nosuchtag'"),
     ]
