@@ -150,7 +150,13 @@ def _alone(record: RunRecord, code: int) -> JobReport:
 
 
 def _mesh_dims(mesh: Any, world_size: int) -> list[MeshDim]:
-    """The mesh's dimensions, outermost first; [] without a mesh. ValueError for a mesh preflight cannot use."""
+    """The mesh's dimensions, outermost first; [] without a mesh or for the world's own 1-D mesh.
+
+    A 1-D mesh named `world` over every rank (torchtitan's ParallelDims.world_mesh) is the world:
+    the same as no mesh. Size-1 axes (torchtitan's disabled dimensions, on torch's `fake`
+    backend) are kept as the job named them; the probes skip them (nothing moves in a group of
+    one). ValueError, saying what to pass instead, for a mesh preflight cannot use.
+    """
     from torch.distributed.device_mesh import DeviceMesh
 
     if mesh is None:
@@ -160,12 +166,21 @@ def _mesh_dims(mesh: Any, world_size: int) -> list[MeshDim]:
     ranks = mesh.mesh.flatten().tolist()
     if ranks != list(range(world_size)):
         raise ValueError(f"preflight.check: the mesh holds ranks {_short(ranks)}, the default process group "
-                         f"0..{world_size - 1}: pass the job's whole mesh (not a slice), in init_device_mesh's layout")
+                         f"0..{world_size - 1}: pass the job's whole mesh, not a slice of it (the mesh "
+                         "init_device_mesh returned, in its row-major layout; under torchtitan, "
+                         "parallel_dims.world_mesh), or no mesh to probe the world as one dimension")
     names = list(mesh.mesh_dim_names or [f"dim{i}" for i in range(mesh.ndim)])
-    bad = [n for n in names if n == WORLD_DIM or not n.isidentifier()]
-    if bad:
-        raise ValueError(f"preflight.check: mesh dimension name {bad[0]!r} cannot be used "
-                         f"(a Python identifier other than {WORLD_DIM!r}, e.g. {', '.join(KNOWN_NAMES[:3])})")
+    if names == [WORLD_DIM]:
+        return []  # the world's own mesh: every rank, one dimension, as without a mesh
+    for name in names:
+        if name == WORLD_DIM:
+            raise ValueError(f"preflight.check: a {mesh.ndim}-D mesh with a dimension named {WORLD_DIM!r}: "
+                             f"{WORLD_DIM!r} is the whole world (a 1-D mesh over every rank); pass that mesh, "
+                             "or name this dimension otherwise (e.g. dp)")
+        if not name.isidentifier():
+            raise ValueError(f"preflight.check: mesh dimension name {name!r} cannot be used: name the mesh's "
+                             "dimensions with Python identifiers (init_device_mesh(..., mesh_dim_names=(...)), "
+                             f"e.g. {', '.join(KNOWN_NAMES[:3])})")
     return [MeshDim(name, int(size)) for name, size in zip(names, mesh.mesh.shape)]
 
 
