@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
 from preflight.model.probe_results import ProbeDevice, ProbeResult
 from preflight.model.rank_facts import RankFacts
+from preflight.model.reachability import ReachabilityOutcome
 
 
 @dataclass
@@ -46,7 +46,7 @@ class JobReport:
     probes: list[ProbeResult] = field(default_factory=list)
     probe_devices: list[ProbeDevice] = field(default_factory=list)  # per rank: backend used, bound GPU
     # Step 5's outcome: the roster of listeners, each prober host's results, hosts with none (None: not run).
-    reachability: dict[str, Any] | None = None
+    reachability: ReachabilityOutcome | None = None
     missing_ranks: list[int] = field(default_factory=list)
     bad_hosts: list[str] = field(default_factory=list)
     verdict: str = "incomplete"

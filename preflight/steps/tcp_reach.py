@@ -26,6 +26,7 @@ from typing import Any
 
 from preflight.lib.waiting import wait_until
 from preflight.model import RankFacts
+from preflight.model.reachability import ReachabilityOutcome
 from preflight.options import RunOptions
 from preflight.registry import Tags
 
@@ -285,7 +286,7 @@ def take_part(reach: Reachability, timeout_s: float) -> None:
     reach.finish(REACH_WAIT_S + reach.connect_timeout_s)
 
 
-def lead(reach: Reachability, hosts: list[str]) -> dict[str, Any] | None:
+def lead(reach: Reachability, hosts: list[str]) -> ReachabilityOutcome | None:
     """Rank 0: publish the roster of listeners, probe its own peers, return every host's result."""
     if reach.store is None:
         return None
@@ -293,4 +294,4 @@ def lead(reach: Reachability, hosts: list[str]) -> dict[str, Any] | None:
     reach.probe_peers(REACH_WAIT_S)
     outcome = reach.collect(roster, REACH_WAIT_S + reach.connect_timeout_s)
     reach.finish(0.0)
-    return outcome
+    return ReachabilityOutcome.from_collected(**outcome)
