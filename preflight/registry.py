@@ -96,6 +96,7 @@ class JobView(CheckContext):
     duplicate_ranks: dict[int, list[tuple[str, int]]] = field(default_factory=dict)  # rank -> each claimant (host, pid)
     dead_ranks: list[int] = field(default_factory=list)  # died during the exchange (RUN008 names them)
     reachability: ReachabilityOutcome | None = None
+    authenticated: bool = False  # every rank held the run secret: the store's values were proven (steps/run_auth.py)
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,7 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
     with phases.step("exchange"):  # 4
         exchange.open()
         record.nonce = exchange.nonce
+        record.authenticated = exchange.secret is not None  # the report's meta says so (PORT005 when not)
         # Secrets get their digests only now, keyed by a random key the ranks share through the
         # store and no report ever holds (see preflight/lib/secrets.py).
         # With a run secret from the launcher the key derives from it, and nobody reads it from the store.
@@ -176,7 +177,8 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
     with phases.step("cross checks"):  # 6
         job = JobView(**vars(ctx), ranks=record.all_facts, duplicate_ranks=collected.duplicates,
-                      dead_ranks=sorted(collected.dead), reachability=record.reachability)
+                      dead_ranks=sorted(collected.dead), reachability=record.reachability,
+                      authenticated=record.authenticated)
         found, outcomes = run_checks(select_checks(CROSS, options.only, options.skip), job, ctx,
                                      options.check_timeout_s, rank=0, host=record.world.host)
         record.findings += found

@@ -33,6 +33,9 @@ class ReportMeta:
     phases: dict[str, float] = field(default_factory=dict)  # phase name -> seconds
     expected_busbw_gbps: dict[str, float] = field(default_factory=dict)  # --expect, per dimension
     run_nonce: str = ""  # this run's own identity, agreed through the store ("" without one; steps/exchange.py)
+    # Whether the store's values were proven by a run secret (PREFLIGHT_SECRET in every rank's
+    # environment, steps/run_auth.py). False in a report written before the field existed.
+    authenticated: bool = False
 
 
 @dataclass

@@ -49,6 +49,7 @@ class RunRecord:
     probes: ProbeOutcome | None = None  # step 8's outcome, where it ran
     interrupted: str = ""
     nonce: str = ""  # the run's identity agreed through the store (steps/exchange.py)
+    authenticated: bool = False  # this run had a run secret (PREFLIGHT_SECRET, steps/run_auth.py)
     report: JobReport | None = None  # step 9's verdict, once built (or, in preflight.check, read from rank 0)
 
 
@@ -82,6 +83,7 @@ def build_report(record: RunRecord) -> JobReport:
         phases=dict(record.phases),
         expected_busbw_gbps=dict(options.expect),
         run_nonce=record.nonce,
+        authenticated=record.authenticated,
     )
     return JobReport(
         meta=meta,

@@ -22,6 +22,7 @@ def test_launch_four_ranks_passes(tmp_path) -> None:
     report = load_report(tmp_path / "r.json")
     assert report.meta.launcher == "torchrun" and report.meta.world_size == 4
     assert [f.rank for f in report.ranks] == [0, 1, 2, 3]
+    assert report.meta.authenticated  # launch hands every rank a per-run PREFLIGHT_SECRET
     # preflight launch defaults to OMP_NUM_THREADS=1 for its ranks.
     assert {f.env.get("OMP_NUM_THREADS") for f in report.ranks} == {"1"}
 
