@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from preflight.lib.errors import BadInput, BadOptionType
 from preflight.options import MAX_SECONDS, RunOptions
@@ -70,3 +72,21 @@ def test_the_cli_turns_a_bad_option_into_one_line_and_exit_2(args: list[str], te
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and done.stderr.count("error:") == 1
     assert text in done.stderr.strip().splitlines()[-1]  # (argparse prints its usage before the line)
+
+
+ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20), st.binary(max_size=8),
+                      st.lists(st.one_of(st.text(max_size=8), st.integers()), max_size=4))
+FIELDS = ("timeout_s", "check_timeout_s", "probe_timeout_s", "straggler_ratio", "warmup", "iters", "strict",
+          "strict_bandwidth", "only", "skip", "silence", "out_dir", "backend", "localize")
+
+
+@settings(max_examples=300, deadline=2000)
+@given(name=st.sampled_from(FIELDS), value=ANY_VALUE)
+def test_any_value_of_any_field_is_accepted_or_bad_input_never_another_error(name: str, value: object) -> None:
+    """What a caller of preflight.check may pass: it becomes a typed option or BadInput (one line), nothing else."""
+    try:
+        options = RunOptions(**{name: value})  # type: ignore[arg-type]
+    except BadInput as exc:
+        assert "\n" not in str(exc)
+        return
+    assert options.for_world(2).world_size == 2
