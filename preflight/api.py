@@ -74,8 +74,10 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
           on_failure: OnFailure = "raise") -> JobReport:
     """Run preflight's steps on this job's own process groups; call it on every rank. Returns the JobReport.
 
-    mesh: the job's DeviceMesh over the whole world (init_device_mesh's row-major layout), or
-    None for the world as one dimension. The keywords are the CLI's flags (`--timeout`,
+    mesh: the job's DeviceMesh over the whole world (init_device_mesh's row-major layout; built
+    by _unflatten / _flatten too, size-1 axes on torch's `fake` backend allowed), or None for
+    the world as one dimension; a 1-D mesh named `world` (torchtitan's ParallelDims.world_mesh)
+    is the world. The keywords are the CLI's flags (`--timeout`,
     `--check-timeout`, `--probe-timeout`, `--only`, `--skip`, `--silence`, `--strict`, `--sizes`,
     `--ops`, `--expect`, `--json`/`--html`/`--junit`/`--text`/`--exclude-file` written by rank 0,
     `--quiet`, `--out-dir`). on_failure: "raise" PreflightFailed on every rank, "warn" a
