@@ -29,12 +29,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from preflight.checks.probe_findings import probe_hang
-from preflight.commands.cli import MAX_SECONDS, interrupts_raised, validate_selection
 from preflight.lib.errors import BadInput
+from preflight.lib.interrupts import interrupts_raised
 from preflight.lib.mesh_shape import KNOWN_NAMES, WORLD_DIM, MeshDim, dim_groups
 from preflight.model import ExitCode, JobReport
+from preflight.model.job_groups import JobGroups
 from preflight.options import RunOptions
-from preflight.probes.session import JobGroups
 from preflight.reports.targets import ReportTargets
 from preflight.runner import run_in_job
 from preflight.steps.launchers import resolve_world
@@ -74,8 +74,10 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
           on_failure: OnFailure = "raise") -> JobReport:
     """Run preflight's steps on this job's own process groups; call it on every rank. Returns the JobReport.
 
-    mesh: the job's DeviceMesh over the whole world (init_device_mesh's row-major layout), or
-    None for the world as one dimension. The keywords are the CLI's flags (`--timeout`,
+    mesh: the job's DeviceMesh over the whole world (init_device_mesh's row-major layout; built
+    by _unflatten / _flatten too, size-1 axes on torch's `fake` backend allowed), or None for
+    the world as one dimension; a 1-D mesh named `world` (torchtitan's ParallelDims.world_mesh)
+    is the world. The keywords are the CLI's flags (`--timeout`,
     `--check-timeout`, `--probe-timeout`, `--only`, `--skip`, `--silence`, `--strict`, `--sizes`,
     `--ops`, `--expect`, `--json`/`--html`/`--junit`/`--text`/`--exclude-file` written by rank 0,
     `--quiet`, `--out-dir`). on_failure: "raise" PreflightFailed on every rank, "warn" a
@@ -89,27 +91,24 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("preflight.check: torch.distributed has no default process group; "
                            "call init_process_group (or init_device_mesh) first")
-    _typed(timeout_s=timeout_s, check_timeout_s=check_timeout_s, probe_timeout_s=probe_timeout_s)
-    _typed_names(only=only, skip=skip, silence=silence)
-    _typed_flags(strict=strict, quiet=quiet)
-    _typed_text(sizes=sizes, ops=ops, expect=expect)
-    _typed_paths(json=json, html=html, junit=junit, text=text, exclude_file=exclude_file, out_dir=out_dir)
     if on_failure not in ON_FAILURE:
         raise ValueError(f"preflight.check: on_failure={on_failure!r}: one of {', '.join(ON_FAILURE)}")
     world_size, rank = dist.get_world_size(), dist.get_rank()
     dims = _mesh_dims(mesh, world_size)
     backend, device = _backend_and_device(mesh, dist.get_backend())
     try:
+        # The keywords are validated where they enter, by RunOptions itself (as the CLI's flags are).
         options = RunOptions.parse(
             mesh="", sizes=sizes, ops=ops, expect=expect, timeout_s=timeout_s, check_timeout_s=check_timeout_s,
-            probe_timeout_s=probe_timeout_s, only=list(only), skip=list(skip), silence=list(silence),
-            strict=strict, out_dir=_path(out_dir),
-            reports=ReportTargets(json=_path(json), html=_path(html), junit=_path(junit), text=_path(text),
-                                  exclude=_path(exclude_file), quiet=quiet),
+            probe_timeout_s=probe_timeout_s, only=only, skip=skip, silence=silence, strict=strict,
+            # Paths as given (str or os.PathLike): RunOptions checks their type and makes them str.
+            out_dir=out_dir, reports=ReportTargets(json=json, html=html, junit=junit, text=text,  # type: ignore[arg-type]
+                                                   exclude=exclude_file, quiet=quiet),  # type: ignore[arg-type]
             backend=backend, command_line=f"preflight.check({_mesh_repr(dims)})")
         options = replace(options, mesh=dims, world_size=world_size)
-        validate_selection(options)
         world = resolve_world(os.environ)
+    except TypeError as exc:  # BadOptionType: a keyword of the wrong type
+        raise TypeError(f"preflight.check: {exc}") from None
     except BadInput as exc:
         raise ValueError(f"preflight.check: {exc}") from None
     if (world.rank, world.world_size) != (rank, world_size):
@@ -153,7 +152,13 @@ def _alone(record: RunRecord, code: int) -> JobReport:
 
 
 def _mesh_dims(mesh: Any, world_size: int) -> list[MeshDim]:
-    """The mesh's dimensions, outermost first; [] without a mesh. ValueError for a mesh preflight cannot use."""
+    """The mesh's dimensions, outermost first; [] without a mesh or for the world's own 1-D mesh.
+
+    A 1-D mesh named `world` over every rank (torchtitan's ParallelDims.world_mesh) is the world:
+    the same as no mesh. Size-1 axes (torchtitan's disabled dimensions, on torch's `fake`
+    backend) are kept as the job named them; the probes skip them (nothing moves in a group of
+    one). ValueError, saying what to pass instead, for a mesh preflight cannot use.
+    """
     from torch.distributed.device_mesh import DeviceMesh
 
     if mesh is None:
@@ -163,12 +168,21 @@ def _mesh_dims(mesh: Any, world_size: int) -> list[MeshDim]:
     ranks = mesh.mesh.flatten().tolist()
     if ranks != list(range(world_size)):
         raise ValueError(f"preflight.check: the mesh holds ranks {_short(ranks)}, the default process group "
-                         f"0..{world_size - 1}: pass the job's whole mesh (not a slice), in init_device_mesh's layout")
+                         f"0..{world_size - 1}: pass the job's whole mesh, not a slice of it (the mesh "
+                         "init_device_mesh returned, in its row-major layout; under torchtitan, "
+                         "parallel_dims.world_mesh), or no mesh to probe the world as one dimension")
     names = list(mesh.mesh_dim_names or [f"dim{i}" for i in range(mesh.ndim)])
-    bad = [n for n in names if n == WORLD_DIM or not n.isidentifier()]
-    if bad:
-        raise ValueError(f"preflight.check: mesh dimension name {bad[0]!r} cannot be used "
-                         f"(a Python identifier other than {WORLD_DIM!r}, e.g. {', '.join(KNOWN_NAMES[:3])})")
+    if names == [WORLD_DIM]:
+        return []  # the world's own mesh: every rank, one dimension, as without a mesh
+    for name in names:
+        if name == WORLD_DIM:
+            raise ValueError(f"preflight.check: a {mesh.ndim}-D mesh with a dimension named {WORLD_DIM!r}: "
+                             f"{WORLD_DIM!r} is the whole world (a 1-D mesh over every rank); pass that mesh, "
+                             "or name this dimension otherwise (e.g. dp)")
+        if not name.isidentifier():
+            raise ValueError(f"preflight.check: mesh dimension name {name!r} cannot be used: name the mesh's "
+                             "dimensions with Python identifiers (init_device_mesh(..., mesh_dim_names=(...)), "
+                             f"e.g. {', '.join(KNOWN_NAMES[:3])})")
     return [MeshDim(name, int(size)) for name, size in zip(names, mesh.mesh.shape)]
 
 
@@ -203,39 +217,3 @@ def _mesh_repr(dims: list[MeshDim]) -> str:
 def _short(ranks: list[int]) -> str:
     return str(ranks) if len(ranks) <= 8 else f"[{', '.join(map(str, ranks[:8]))}, ...] ({len(ranks)} ranks)"
 
-
-def _typed(**seconds: Any) -> None:
-    for name, value in seconds.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"preflight.check: {name} must be a number of seconds, not {type(value).__name__}")
-        if not 0 < value <= MAX_SECONDS:
-            raise ValueError(f"preflight.check: {name}={value!r}: must be above 0 and at most {MAX_SECONDS:g}")
-
-
-def _typed_names(**lists: Any) -> None:
-    for name, value in lists.items():
-        if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
-            raise TypeError(f"preflight.check: {name} must be a list of strings, not {type(value).__name__}")
-
-
-def _typed_flags(**flags: Any) -> None:
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise TypeError(f"preflight.check: {name} must be True or False, not {type(value).__name__}")
-
-
-def _typed_text(**texts: Any) -> None:
-    for name, value in texts.items():
-        if not isinstance(value, str):
-            raise TypeError(f"preflight.check: {name} must be a string as on the command line (e.g. "
-                            f"sizes=\"1M,64M\"), not {type(value).__name__}")
-
-
-def _path(value: Path | None) -> str | None:
-    return None if value is None else os.fspath(value)
-
-
-def _typed_paths(**paths: Any) -> None:
-    for name, value in paths.items():
-        if value is not None and not isinstance(value, (str, os.PathLike)):
-            raise TypeError(f"preflight.check: {name} must be a path or None, not {type(value).__name__}")

@@ -1,24 +1,32 @@
 """The run's options as typed values, parsed once where they enter and validated there.
 
-`RunOptions.parse` turns the flags written as text (--mesh, --sizes, --ops, --expect) into
-typed values; the CLI calls it once per process, and a bad value is BadInput: one line,
-exit 2. The mesh arithmetic needs the world size, known only after step 1 (or from
-`launch -n`): `options.for_world(world_size)` resolves the mesh, derived `dp` included,
-and every later stage reads `options.mesh` as resolved. Nothing after this module parses
-an option's text again. Plain dataclasses, in the manner of torchtitan's ParallelDims.
+Both front doors build the same `RunOptions`: the CLI (preflight/commands/cli.py) from its
+flags, `preflight.check` (preflight/api.py) from its keywords; neither imports the other.
+`RunOptions.parse` turns the options written as text (--mesh, --sizes, --ops, --expect) into
+typed values, and `RunOptions.__post_init__` validates every field where the data enters, in
+the manner of torchtitan's ParallelDims: its type (BadOptionType, also a TypeError: a
+keyword of the wrong type in the API), its bounds (the limits below, written once) and the
+tags and check ids of --only/--skip/--silence against the registry (BadInput). The CLI turns
+either into one line and exit 2; the API into a TypeError / ValueError naming the keyword.
+The mesh arithmetic needs the world size, known only after step 1 (or from `launch -n`):
+`options.for_world(world_size)` resolves the mesh, derived `dp` included, and every later
+stage reads `options.mesh` as resolved. Nothing after this module parses an option's text
+or checks its bounds again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from preflight.lib.errors import BadInput
+from preflight.lib.errors import BadInput, BadOptionType
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim, mesh_text, parse_mesh_syntax, resolve_dims
-from preflight.lib.numbers import ascii_decimal, shown
-from preflight.registry import Tags
+from preflight.lib.numbers import ascii_decimal, ascii_int, shown
+from preflight.registry import Tags, get_check
 from preflight.reports.targets import ReportTargets
 
 BACKENDS = ("auto", "nccl", "gloo")
@@ -34,6 +42,17 @@ MAX_RATE = 1e6  # GB/s (1 PB/s): an --expect above it is a typo
 _RATE_UNITS = {"GB/S": 1.0, "MB/S": 1e-3, "GIB/S": 2**30 / 1e9, "TB/S": 1e3, "GBIT/S": 1 / 8}
 _RATE = re.compile(r"([0-9.]{1,32})\s{0,8}([A-Za-z/]{0,8})", re.ASCII)
 MAX_LIST_CHARS = 4096  # --sizes, --ops, --expect: longer is not a list anyone typed
+MAX_SECONDS = 7 * 24 * 3600.0  # a timeout above a week is a typo (and inf or nan is never a deadline)
+MAX_COUNT = 1_000_000  # --warmup, --iters
+MAX_RATIO = 1e6  # --straggler-ratio
+
+# Each field's name as the two front doors spell it: the API's keyword, the CLI's flag.
+FLAGS = {"timeout_s": "--timeout", "check_timeout_s": "--check-timeout", "probe_timeout_s": "--probe-timeout",
+         "straggler_ratio": "--straggler-ratio", "silence": "--silence", "only": "--only", "skip": "--skip",
+         "strict": "--strict", "strict_bandwidth": "--strict-bandwidth", "warmup": "--warmup", "iters": "--iters",
+         "out_dir": "--out-dir", "run_id": "--run-id", "sizes": "--sizes", "ops": "--ops", "expect": "--expect",
+         "json": "--json", "html": "--html", "junit": "--junit", "text": "--text", "exclude": "--exclude-file",
+         "quiet": "--quiet", "backend": "--backend", "localize": "--localize"}
 
 
 @dataclass
@@ -76,11 +95,21 @@ class RunOptions:
     command_line: str = ""
 
     def __post_init__(self) -> None:
+        for name in ("timeout_s", "check_timeout_s", "probe_timeout_s"):
+            setattr(self, name, _bounded_number(name, getattr(self, name), MAX_SECONDS, "a number of seconds"))
+        self.straggler_ratio = _bounded_number("straggler_ratio", self.straggler_ratio, MAX_RATIO, "a number")
+        self.warmup, self.iters = _count("warmup", self.warmup), _count("iters", self.iters)
+        for name in ("strict", "strict_bandwidth"):
+            _flag(name, getattr(self, name))
+        self.only, self.skip = _names("only", self.only), _names("skip", self.skip)
+        self.silence = [check_id.upper() for check_id in _names("silence", self.silence)]
+        self.out_dir = _path("out_dir", self.out_dir)
+        self.reports = _report_targets(self.reports)
         if self.backend not in BACKENDS:
-            raise BadInput(f"--backend {self.backend!r}: one of {', '.join(BACKENDS)}")
+            raise BadInput(f"--backend {shown(str(self.backend))}: one of {', '.join(BACKENDS)}")
         if self.localize not in LOCALIZE:
-            raise BadInput(f"--localize {self.localize!r}: one of {', '.join(LOCALIZE)}")
-        self.silence = [check_id.upper() for check_id in self.silence]
+            raise BadInput(f"--localize {shown(str(self.localize))}: one of {', '.join(LOCALIZE)}")
+        validate_selection(self)
         if self.world_size is not None:
             self.mesh = resolve_dims(self.mesh, self.world_size)
         names = {d.name for d in self.mesh} | {WORLD_DIM} | ({"dp"} if self.world_size is None else set())
@@ -92,6 +121,10 @@ class RunOptions:
     @classmethod
     def parse(cls, *, mesh: str = "", sizes: str = "", ops: str = "", expect: str = "", **typed: Any) -> RunOptions:
         """RunOptions from --mesh, --sizes, --ops and --expect as written, plus the fields already typed."""
+        for name, text in (("mesh", mesh), ("sizes", sizes), ("ops", ops), ("expect", expect)):
+            if not isinstance(text, str):
+                raise BadOptionType(f"{name} must be a string as on the command line (e.g. sizes=\"1M,64M\"), "
+                                    f"not {type(text).__name__}")
         return cls(mesh=parse_mesh_syntax(mesh), sizes=parse_sizes(sizes), ops=parse_ops(ops),
                    expect=parse_expect(expect), **typed)
 
@@ -104,6 +137,94 @@ class RunOptions:
         if Tags.PROBE in self.skip:
             return False
         return not self.only or Tags.PROBE in self.only
+
+
+def option_name(name: str) -> str:
+    """A field as both front doors spell it: `timeout_s (--timeout)`."""
+    flag = FLAGS.get(name)
+    return f"{name} ({flag})" if flag else name
+
+
+def _bounded_number(name: str, value: Any, maximum: float, what: str) -> float:
+    """A number above 0 and at most `maximum` (never a bool, inf or nan), as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadOptionType(f"{option_name(name)} must be {what}, not {type(value).__name__}")
+    if not (math.isfinite(value) and 0 < value <= maximum):
+        raise BadInput(f"{option_name(name)}={value!r}: must be above 0 and at most {maximum:g}")
+    return float(value)
+
+
+def _count(name: str, value: Any) -> int | None:
+    """None (the plan's default) or a whole number 0..MAX_COUNT."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadOptionType(f"{option_name(name)} must be a whole number or None, not {type(value).__name__}")
+    if not 0 <= value <= MAX_COUNT:
+        raise BadInput(f"{option_name(name)}={value!r}: must be 0 to {MAX_COUNT}")
+    return value
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise BadOptionType(f"{option_name(name)} must be True or False, not {type(value).__name__}")
+
+
+def _names(name: str, value: Any) -> list[str]:
+    """A list of strings from any sequence of them (never one string, which would be its letters)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not all(
+            isinstance(item, str) for item in value):
+        raise BadOptionType(f"{option_name(name)} must be a list of strings, not {type(value).__name__}")
+    if len(value) > MAX_LIST_CHARS:
+        raise BadInput(f"{option_name(name)}: {len(value)} entries, at most {MAX_LIST_CHARS}")
+    return list(value)
+
+
+def _path(name: str, value: Any) -> str | None:
+    """None or a path (str or os.PathLike), as a str."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise BadOptionType(f"{option_name(name)} must be a path or None, not {type(value).__name__}")
+    path = os.fspath(value)
+    if not isinstance(path, str):
+        raise BadOptionType(f"{option_name(name)} must be a text path, not bytes")
+    return path
+
+
+def _report_targets(targets: Any) -> ReportTargets:
+    """The report targets with every path a str (PathLike accepted) and quiet a bool."""
+    if not isinstance(targets, ReportTargets):
+        raise BadOptionType(f"reports must be a ReportTargets, not {type(targets).__name__}")
+    _flag("quiet", targets.quiet)
+    paths = {name: _path(name, getattr(targets, name))
+             for name in ("json", "html", "junit", "text", "exclude", "retry_exclude")}
+    return dataclasses.replace(targets, **paths)
+
+
+def validate_selection(options: RunOptions) -> None:
+    """Reject unknown tags and check ids before any rank starts (the registry knows them)."""
+    for tag in (*options.only, *options.skip):
+        if tag not in Tags.all():
+            raise BadInput(f"unknown tag {shown(tag)}; known tags: {', '.join(Tags.all())}")
+    for check_id in options.silence:
+        if get_check(check_id) is None:
+            raise BadInput(f"--silence {shown(check_id)}: no such check id (see `preflight list`)")
+
+
+def parse_seconds(text: str) -> float:
+    """`--timeout` and kin as written: a positive ASCII decimal, at most MAX_SECONDS (no exponent, inf, nan, `٣`)."""
+    if text.strip().startswith("-"):
+        raise BadInput(f"{shown(text)} must be positive")
+    value = ascii_decimal(text, "value", maximum=MAX_SECONDS)
+    if value <= 0:
+        raise BadInput(f"{shown(text)} must be positive")
+    return value
+
+
+def parse_count(text: str) -> int:
+    """`--warmup` / `--iters` as written: 0 to MAX_COUNT in ASCII digits."""
+    return ascii_int(text, "value", minimum=0, maximum=MAX_COUNT)
 
 
 def parse_size(text: str) -> int:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec
 
 from preflight.lib.deadline import call_with_deadline
-from preflight.model import CheckOutcome, Finding, RankFacts, Severity
+from preflight.model import CheckOutcome, Finding, RankFacts, ReachabilityOutcome, Severity
 
 LOCAL = "local"  # a pure function of one rank's facts, run on every rank
 CROSS = "cross"  # a pure function of all ranks' facts, run on rank 0
@@ -94,7 +94,8 @@ class JobView(CheckContext):
     ranks: list[RankFacts] = field(default_factory=list)
     duplicate_ranks: dict[int, list[tuple[str, int]]] = field(default_factory=dict)  # rank -> each claimant (host, pid)
     dead_ranks: list[int] = field(default_factory=list)  # died during the exchange (RUN008 names them)
-    reachability: dict[str, Any] | None = None
+    reachability: ReachabilityOutcome | None = None
+    authenticated: bool = False  # every rank held the run secret: the store's values were proven (channel/run_auth.py)
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,11 @@ from preflight.lib.deadline import abandoned_alive
 from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode, RankFacts, Severity, World
+from preflight.model.job_groups import JobGroups
 from preflight.options import RunOptions
 from preflight.probes import orchestrate as probes
 from preflight.probes.expectations import judge_profiles
 from preflight.probes.nominal import annotate as annotate_nominal_rates
-from preflight.probes.session import JobGroups
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable
@@ -151,6 +151,7 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
     with phases.step("exchange"):  # 4
         exchange.open()
         record.nonce = exchange.nonce
+        record.authenticated = exchange.secret is not None  # the report's meta says so (PORT005 when not)
         # Secrets get their digests only now, keyed by a random key the ranks share through the
         # store and no report ever holds (see preflight/lib/secrets.py).
         # With a run secret from the launcher the key derives from it, and nobody reads it from the store.
@@ -179,7 +180,8 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
     with phases.step("cross checks"):  # 6
         job = JobView(**vars(ctx), ranks=record.all_facts, duplicate_ranks=collected.duplicates,
-                      dead_ranks=sorted(collected.dead), reachability=record.reachability)
+                      dead_ranks=sorted(collected.dead), reachability=record.reachability,
+                      authenticated=record.authenticated)
         found, outcomes = run_checks(select_checks(CROSS, options.only, options.skip), job, ctx,
                                      options.check_timeout_s, rank=0, host=record.world.host)
         record.findings += found

@@ -95,11 +95,12 @@ def test_bad_calls_give_one_clear_error_each(healthy: tuple[Path, dict]) -> None
     _, ranks = healthy
     expected = [
         ("TypeError", "mesh must be a torch DeviceMesh or None, not str"),
-        ("ValueError", "pass the job's whole mesh (not a slice)"),
-        ("TypeError", "timeout_s must be a number of seconds, not str"),
-        ("TypeError", "skip must be a list of strings, not str"),
+        ("ValueError", "pass the job's whole mesh, not a slice of it"),
+        ("TypeError", "timeout_s (--timeout) must be a number of seconds, not str"),
+        ("TypeError", "skip (--skip) must be a list of strings, not str"),
         ("ValueError", "on_failure='ignore': one of raise, warn, return"),
         ("ValueError", "unknown tag 'nosuchtag'"),
+        ("ValueError", "probe_timeout_s (--probe-timeout)=1000000000.0: must be above 0 and at most 604800"),
     ]
     for record in ranks.values():
         assert len(record["errors"]) == len(expected)

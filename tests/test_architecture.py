@@ -83,6 +83,35 @@ def test_nothing_but_the_two_front_doors_imports_the_runner() -> None:
     assert importers == ["preflight.api", "preflight.commands.cli"]
 
 
+def reachable_from(start: str) -> set[str]:
+    """Every preflight module `start` imports, directly or through others (the bare package excepted:
+    its __init__ loads the API lazily, on first use of preflight.check)."""
+    known, seen, todo = modules(), set(), [start]
+    while todo:
+        name = todo.pop()
+        for target in imports_of(known[name], name):
+            if target not in seen and target != "preflight":
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+@pytest.mark.parametrize(("door", "other"), [("preflight.api", "preflight.commands"),
+                                             ("preflight.commands.cli", "preflight.api")])
+def test_neither_front_door_imports_the_other(door: str, other: str) -> None:
+    """The CLI and preflight.check share RunOptions (preflight/options.py), never each other's code."""
+    crossing = sorted(name for name in reachable_from(door) if within(name, other))
+    assert not crossing, f"{door} imports {crossing}"
+
+
+def test_both_front_doors_build_the_one_run_options() -> None:
+    """The walk reaches through modules: both doors arrive at preflight.options (and the API's
+    groups type sits in the model, where both can use it)."""
+    assert "preflight.options" in reachable_from("preflight.api")
+    assert "preflight.options" in reachable_from("preflight.commands.cli")
+    assert "preflight.model.job_groups" in reachable_from("preflight.api")
+
+
 def test_the_engine_names_no_check_id_as_a_string() -> None:
     """The engine raises checks by reference (SPEC.report(...)), never by a string id."""
     offenders = []

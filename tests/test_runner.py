@@ -19,6 +19,7 @@ def test_four_clean_ranks_pass_and_rank0_reports_all(tmp_path) -> None:
     report = load_report(tmp_path / "r.json")
     assert [f.rank for f in report.ranks] == [0, 1, 2, 3]
     assert report.meta.launcher == "env" and report.exit_code == 0 and not report.findings
+    assert not report.meta.authenticated  # no PREFLIGHT_SECRET (one host: no PORT005)
 
 
 def test_missing_rank_is_named_within_timeout_and_every_started_rank_exits_3(tmp_path) -> None:

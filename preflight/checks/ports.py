@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 from preflight.lib.secrets import redact_command
 from preflight.model import MasterPortState, RankFacts, Severity
-from preflight.registry import LOCAL, CheckContext, Problem, Tags, check, engine_check
+from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check, engine_check
 
 
 def _port(facts: RankFacts) -> MasterPortState | None:
@@ -113,3 +113,29 @@ def foreign_store(rank: int, host: str, reason: str) -> Iterable[Problem]:
     instead of mixing two jobs or hanging on a program that never answers.
     """
     yield Problem(f"rank {rank} on {host}: {reason}", ranks=[rank], hosts=[host])
+
+
+@check(
+    "PORT005",
+    tag=Tags.PORTS,
+    scope=CROSS,
+    severity=Severity.INFO,
+    hint="Give every rank one secret before the launcher starts them: `export PREFLIGHT_SECRET=$(openssl rand "
+    "-hex 16)` before srun / torchrun / mpirun (mpirun: add `-x PREFLIGHT_SECRET`); sbatch/*.sbatch and "
+    "`preflight launch` set one per job.",
+)
+def store_not_authenticated(job: JobView) -> Iterable[Problem]:
+    """A run over more than one host without a run secret: the store's values were not authenticated.
+
+    c10d's TCPStore has no authentication. Without `PREFLIGHT_SECRET` in every rank's
+    environment (preflight/channel/run_auth.py), any process that reaches MASTER_ADDR:MASTER_PORT
+    could have stood in for an absent rank (a payload with findings naming an innocent host)
+    or ended the run with a forged verdict. On one host only the host's own processes reach
+    the port through loopback, so a single-host run is not reported.
+    """
+    hosts = sorted({facts.host for facts in job.ranks})
+    if job.authenticated or len(hosts) < 2:
+        return
+    yield Problem(f"the store's values were not authenticated (no PREFLIGHT_SECRET) on a run over {len(hosts)} "
+                  "hosts: any process that reaches MASTER_ADDR:MASTER_PORT could have forged a rank's report or "
+                  "the verdict", data={"hosts": len(hosts)})

@@ -1,31 +1,30 @@
 """Reachability checks over the results of the reachability step (steps/tcp_reach.py).
 
-The step's outcome reaches the cross checks as `ctx.reachability`:
-`{"roster": [{"host", "address", "port", "interface", "error"}], "results": {prober host:
-[{"target", "address", "interface", "ok", "error", "time_s"}]}, "missing": [hosts]}`.
+The step's outcome reaches the cross checks as `job.reachability`, a ReachabilityOutcome
+(preflight/model/reachability.py): the roster of listeners, each prober host's probes, and
+the hosts that published no result in time.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
 
-from preflight.model import Severity
+from preflight.model import ReachabilityOutcome, ReachListener, ReachProbe, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
 
 
-def failed_pairs(outcome: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+def failed_pairs(outcome: ReachabilityOutcome) -> dict[tuple[str, str], ReachProbe]:
     """(prober, target) -> the failed probe, for probes that really ran."""
     failed = {}
-    for prober, results in outcome.get("results", {}).items():
+    for prober, results in outcome.results.items():
         for result in results:
-            if not result.get("ok") and not result.get("skipped"):
-                failed[(prober, result["target"])] = result
+            if not result.ok and not result.skipped:
+                failed[(prober, result.target)] = result
     return failed
 
 
-def culprits(outcome: dict[str, Any]) -> dict[str, list[str]]:
+def culprits(outcome: ReachabilityOutcome) -> dict[str, list[str]]:
     """Hosts that every one of their (two or more) probers failed to reach, while other probes worked.
 
     Returns culprit host -> its probers.
@@ -33,15 +32,15 @@ def culprits(outcome: dict[str, Any]) -> dict[str, list[str]]:
     probers: dict[str, list[str]] = defaultdict(list)
     failed_to: dict[str, list[str]] = defaultdict(list)
     any_ok = False
-    for prober, results in outcome.get("results", {}).items():
+    for prober, results in outcome.results.items():
         for result in results:
-            if result.get("skipped"):
+            if result.skipped:
                 continue
-            probers[result["target"]].append(prober)
-            if result.get("ok"):
+            probers[result.target].append(prober)
+            if result.ok:
                 any_ok = True
             else:
-                failed_to[result["target"]].append(prober)
+                failed_to[result.target].append(prober)
     if not any_ok:
         return {}  # nothing got through anywhere: no single host to blame
     return {host: sorted(by) for host, by in sorted(probers.items())
@@ -77,13 +76,13 @@ def unreachable_pairs(job: JobView) -> Iterable[Problem]:
         seen.add(pair)
         back = failed.get((target, prober))
         arrow = "<->" if back else "->"
-        interface = result.get("interface") or "?"
+        interface = result.interface or "?"
         yield Problem(
-            f"{prober} {arrow} {target} on {interface}: {result.get('error')} "
-            f"(connecting to {result.get('address')})",
+            f"{prober} {arrow} {target} on {interface}: {result.error} "
+            f"(connecting to {result.address})",
             hosts=[prober, target],
-            data={"prober": prober, "target": target, "interface": interface, "address": result.get("address"),
-                  "error": result.get("error"), "both_directions": bool(back)},
+            data={"prober": prober, "target": target, "interface": interface, "address": result.address,
+                  "error": result.error, "both_directions": bool(back)},
         )
 
 
@@ -101,13 +100,13 @@ def unreachable_host(job: JobView) -> Iterable[Problem]:
     outcome = job.reachability
     if not outcome:
         return
-    roster = {entry["host"]: entry for entry in outcome.get("roster", [])}
+    roster = {entry.host: entry for entry in outcome.roster}
     for host, probers in culprits(outcome).items():
-        entry = roster.get(host, {})
+        entry = roster.get(host, ReachListener(host))
         yield Problem(
-            f"{host} is unreachable on {entry.get('interface') or '?'} ({entry.get('address')}) from all "
+            f"{host} is unreachable on {entry.interface or '?'} ({entry.address or None}) from all "
             f"{len(probers)} hosts that probed it: {', '.join(probers)}",
-            hosts=[host], data={"probers": probers, "interface": entry.get("interface")},
+            hosts=[host], data={"probers": probers, "interface": entry.interface or None},
         )
 
 
@@ -124,9 +123,9 @@ def reachability_incomplete(job: JobView) -> Iterable[Problem]:
     outcome = job.reachability
     if not outcome:
         return
-    no_listener = {e["host"]: e.get("error", "") for e in outcome.get("roster", []) if e.get("error")}
+    no_listener = {e.host: e.error for e in outcome.roster if e.error}
     for host, reason in sorted(no_listener.items()):
         yield Problem(f"{host} was not probed: {reason}", hosts=[host])
-    for host in outcome.get("missing", []):
+    for host in outcome.missing:
         if host not in no_listener:
             yield Problem(f"{host} published no reachability result in time", hosts=[host])

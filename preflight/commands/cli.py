@@ -11,15 +11,14 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Sequence
 
 from preflight import __version__
-from preflight.lib.errors import BadInput, Interrupted
-from preflight.lib.numbers import ascii_decimal, ascii_int
+from preflight.lib.errors import BadInput
+from preflight.lib.interrupts import interrupts_raised
+from preflight.lib.numbers import ascii_int
 from preflight.model import ExitCode
-from preflight.options import BACKENDS, LOCALIZE, ReportTargets, RunOptions
+from preflight.options import BACKENDS, LOCALIZE, ReportTargets, RunOptions, parse_count, parse_seconds
 
 SUBCOMMANDS = ("run", "launch", "list", "explain", "report")
 
@@ -35,27 +34,20 @@ def _csv(text: str) -> list[str]:
     return items
 
 
-MAX_SECONDS = 7 * 24 * 3600.0  # a timeout above a week is a typo (and inf or nan is never a deadline)
-MAX_COUNT = 1_000_000  # --warmup, --iters
 MAX_LOCAL_RANKS = 4096  # launch -n
 
 
 def _positive_float(text: str) -> float:
-    """A positive decimal in ASCII digits, at most MAX_SECONDS (no exponent, inf, nan or `٣`)."""
-    if text.strip().startswith("-"):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} must be positive")
+    """--timeout and kin: text to seconds (options.parse_seconds owns the bounds)."""
     try:
-        value = ascii_decimal(text, "value", maximum=MAX_SECONDS)
+        return parse_seconds(text)
     except BadInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
 
 
 def _non_negative_int(text: str) -> int:
     try:
-        return ascii_int(text, "value", minimum=0, maximum=MAX_COUNT)
+        return parse_count(text)
     except BadInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -247,8 +239,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from preflight.commands.rerender import rerender
 
         return rerender(args)
-    options = options_from_args(args, argv)
-    validate_selection(options)
+    options = options_from_args(args, argv)  # validated where it is built (RunOptions.__post_init__)
     if args.command == "launch":
         from preflight.commands.launch import launch
 
@@ -262,36 +253,3 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     # exit code into -15 while the interpreter shuts down.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return code
-
-
-@contextmanager
-def interrupts_raised() -> Iterator[None]:
-    """SIGTERM / SIGINT (a Slurm time limit, scancel, Ctrl-C) raise Interrupted, so the run
-    finishes with what it knows and rank 0 still writes its report."""
-
-    def raise_interrupted(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(f"received {signal.Signals(signum).name}")
-
-    previous = {}
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        try:
-            previous[signum] = signal.signal(signum, raise_interrupted)
-        except ValueError:  # not the main thread (tests): keep the defaults
-            pass
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def validate_selection(options: RunOptions) -> None:
-    """Reject unknown tags and check ids before any rank starts (the registry knows them)."""
-    from preflight.registry import Tags, get_check
-
-    for tag in (*options.only, *options.skip):
-        if tag not in Tags.all():
-            raise BadInput(f"unknown tag {tag!r}; known tags: {', '.join(Tags.all())}")
-    for check_id in options.silence:
-        if get_check(check_id) is None:
-            raise BadInput(f"--silence {check_id}: no such check id (see `preflight list`)")

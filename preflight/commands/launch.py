@@ -9,6 +9,7 @@ that imported torch once (the per-rank `import torch` was most of a CPU launch's
 
 from __future__ import annotations
 
+import argparse
 import logging
 import multiprocessing
 import multiprocessing.forkserver
@@ -34,23 +35,22 @@ WORKER_PRELOAD = ("torch", "torch.distributed", "preflight.commands.cli", "prefl
 _ENV_AT_IMPORT = dict(os.environ)
 
 
-LAUNCH_ONLY = ("-n", "--nproc", "--start-method")  # launch's own options, not passed on to `run`
+def _launch_only_parser() -> argparse.ArgumentParser:
+    """launch's own options alone, read with argparse's own rules (abbreviations, `-n4`, `--nproc=4`)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-n", "--nproc")
+    parser.add_argument("--start-method")
+    return parser
 
 
 def _forwarded_args(argv: Sequence[str]) -> list[str]:
-    """The run options as given, minus launch's own (-n/--nproc, --start-method)."""
-    forwarded, skip_next = [], False
-    for arg in argv:
-        if skip_next:
-            skip_next = False
-            continue
-        if arg in LAUNCH_ONLY:
-            skip_next = True
-            continue
-        joined = arg.startswith(("--nproc=", "--start-method=")) or (arg.startswith("-n") and arg[2:].isdigit())
-        if joined:
-            continue
-        forwarded.append(arg)
+    """The run options as given, minus launch's own (-n/--nproc, --start-method).
+
+    argparse already accepted launch's command line, abbreviations included (`--npr 4`,
+    `--start exec`); the same parser rules take launch's own options out again, so an
+    abbreviation never reaches `run`, which does not know it.
+    """
+    _, forwarded = _launch_only_parser().parse_known_args(list(argv))
     return forwarded
 
 

@@ -19,3 +19,7 @@ class Interrupted(BaseException):
     connection or check into a finding must not swallow it (a SIGTERM during the store's
     creation once became "the store did not form" and a wrong verdict).
     """
+
+
+class BadOptionType(BadInput, TypeError):
+    """An option of the wrong type (a str where seconds go): bad input, and a TypeError to an API caller."""

@@ -23,11 +23,13 @@ from preflight.model.rank_facts import (
     Versions,
     World,
 )
+from preflight.model.reachability import ReachabilityOutcome, ReachListener, ReachProbe
 
 __all__ = [
     "CheckOutcome", "ChosenInterface", "ExitCode", "Finding", "GpuFacts", "GpuHealth", "GpuProcess", "HealthFacts",
     "IbCounters", "IbPort", "Interface", "JobReport",
     "MasterAddrResolution", "MasterPortState", "NetworkFacts", "NvLinkHealth",
     "PortHolder", "ProbeDevice", "ProbeResult", "ProbeStep", "ProbeSummary",
-    "RankFacts", "ReportMeta", "Severity", "SystemLimits", "Versions", "World", "summarize_probes",
+    "RankFacts", "ReachListener", "ReachProbe", "ReachabilityOutcome",
+    "ReportMeta", "Severity", "SystemLimits", "Versions", "World", "summarize_probes",
 ]

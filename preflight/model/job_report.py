@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
 from preflight.model.probe_results import ProbeDevice, ProbeResult
 from preflight.model.rank_facts import RankFacts
+from preflight.model.reachability import ReachabilityOutcome
 
 
 @dataclass
@@ -33,6 +33,9 @@ class ReportMeta:
     phases: dict[str, float] = field(default_factory=dict)  # phase name -> seconds
     expected_busbw_gbps: dict[str, float] = field(default_factory=dict)  # --expect, per dimension
     run_nonce: str = ""  # this run's own identity, agreed through the store ("" without one; channel/exchange.py)
+    # Whether the store's values were proven by a run secret (PREFLIGHT_SECRET in every rank's
+    # environment, channel/run_auth.py). False in a report written before the field existed.
+    authenticated: bool = False
 
 
 @dataclass
@@ -46,7 +49,7 @@ class JobReport:
     probes: list[ProbeResult] = field(default_factory=list)
     probe_devices: list[ProbeDevice] = field(default_factory=list)  # per rank: backend used, bound GPU
     # Step 5's outcome: the roster of listeners, each prober host's results, hosts with none (None: not run).
-    reachability: dict[str, Any] | None = None
+    reachability: ReachabilityOutcome | None = None
     missing_ranks: list[int] = field(default_factory=list)
     bad_hosts: list[str] = field(default_factory=list)
     verdict: str = "incomplete"

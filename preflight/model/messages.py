@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from preflight.model.probe_results import ProbeStep
+from preflight.model.reachability import ReachProbe
 
 
 @dataclass
@@ -142,38 +143,14 @@ class RoundTimes:
 
 
 @dataclass
-class ReachListener:
-    """`reach/listener/<host>` (and each entry of `reach/roster`): where a host listens for the reachability step."""
-
-    host: str
-    rank: int = -1
-    address: str = ""
-    interface: str = ""
-    port: int = 0
-    error: str = ""
-
-
-@dataclass
-class ConnectResult:
-    """One TCP connection from a host's chosen address to a peer's listener."""
-
-    target: str
-    address: str = ""
-    interface: str = ""
-    ok: bool = False
-    error: str = ""
-    time_s: float = 0.0
-    skipped: bool = False
-
-
-@dataclass
 class ReachResult:
-    """`reach/result/<host>`: every connection a host made."""
+    """`reach/result/<host>`: every connection a host made (`reach/listener/<host>` and
+    `reach/roster` carry model/reachability.ReachListener)."""
 
     host: str
     interface: str = ""
     address: str = ""
-    results: list[ConnectResult] = field(default_factory=list)
+    results: list[ReachProbe] = field(default_factory=list)
 
 
 @dataclass

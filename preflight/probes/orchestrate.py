@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.channel.board import Board
@@ -29,28 +28,12 @@ from preflight.checks.probe_findings import (
 from preflight.checks.run_findings import rank_died, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
-from preflight.model import Finding, ProbeDevice, ProbeResult, RankFacts, World
+from preflight.model import Finding, ProbeResult, RankFacts, World
 from preflight.model.messages import RemeasureSteps
 from preflight.model.probe_faults import Hang
+from preflight.model.probe_outcome import ProbeOutcome
 from preflight.options import RunOptions
 from preflight.probes import liveness, localize, setup
-
-
-@dataclass
-class ProbeOutcome:
-    """Results and findings of the probes (filled on rank 0 only), and what this rank left behind."""
-
-    results: list[ProbeResult] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    backend: str = ""  # the backend the probes really used ("" when none formed)
-    backend_reason: str = ""  # why auto chose it (a GPU job on gloo says which rank could not bind a GPU)
-    devices: list[ProbeDevice] = field(default_factory=list)  # rank 0: every rank's backend and bound GPU
-    device_ids: dict[int, str] = field(default_factory=dict)  # rank 0: rank -> its GPU's PCI bus id or UUID
-    dead: list[int] = field(default_factory=list)  # rank 0: ranks whose heartbeat stopped (probes/liveness.py)
-    # A collective of this rank never finished: its communicator must not be destroyed, and the
-    # process must leave by os._exit once the verdict is out (a gloo group's destructor would
-    # join the thread still inside it and hang the process at interpreter exit).
-    left_pending: bool = False
 
 
 def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,

@@ -29,6 +29,7 @@ from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.waiting import wait_until
 from preflight.model import World
+from preflight.model.job_groups import JobGroups
 from preflight.model.messages import BoundDevice, BoundRecord, NoGpu, ProbeReport, Status, StepRecord
 from preflight.probes import ops
 from preflight.probes.plan import CONNECT, ProbePlan
@@ -284,20 +285,6 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
     Board(store).put(keys.bound_key(world.rank), BoundRecord(world.host, backend, bound))
     return Session(world, plan, store, device, dtype, control, layout, timeout_s, backend, bound, cuda,
                    dist.group.WORLD)
-
-
-@dataclass
-class JobGroups:
-    """Process groups the job already made (preflight.check): the probes use these, never new ones.
-
-    dims maps each dimension (the mesh's names, and WORLD_DIM for the default group) to
-    (process group, its global ranks, the group's index in dim_groups' row-major order).
-    """
-
-    backend: str  # "gloo" or "nccl": what the job's groups run on for `device`
-    device: str  # "cpu" or "cuda"
-    dims: dict[str, tuple[Any, list[int], int]]
-    world_group: Any  # the job's default process group
 
 
 def adopt_session(world: World, plan: ProbePlan, store: Any, job: JobGroups, timeout_s: float) -> Session:

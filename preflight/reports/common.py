@@ -50,6 +50,13 @@ def world_summary(report: JobReport) -> str:
     )
 
 
+def authentication_text(report: JobReport) -> str:
+    """Whether the run's store values were authenticated, for the text and HTML reports."""
+    if report.meta.authenticated:
+        return "yes (PREFLIGHT_SECRET: every payload and decision proven by the run's secret)"
+    return "no (no PREFLIGHT_SECRET: any process reaching MASTER_ADDR:MASTER_PORT could forge a report or the verdict)"
+
+
 def exclude_text(report: JobReport) -> str:
     """`--exclude=node[07-08]`, or empty when no host is bad."""
     return f"--exclude={compress_hostlist(report.bad_hosts)}" if report.bad_hosts else ""

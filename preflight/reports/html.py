@@ -20,7 +20,15 @@ import jinja2
 from preflight.lib.hostlist import compress_hostlist
 from preflight.model import JobReport, Severity
 from preflight.reports import charts
-from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, rank_ranges, where, world_summary
+from preflight.reports.common import (
+    SEVERITY_LABEL,
+    authentication_text,
+    exclude_text,
+    ordered_findings,
+    rank_ranges,
+    where,
+    world_summary,
+)
 from preflight.reports.drift_table import env_drift
 from preflight.reports.probe_dims import expected_busbw, probe_dimensions
 
@@ -91,6 +99,7 @@ def _meta_rows(report: JobReport) -> list[tuple[str, str]]:
         ("world", f"{meta.world_size} rank(s) on {meta.num_nodes} node(s); {len(report.ranks)} reported"),
         ("hosts", compress_hostlist(hosts)), ("master", f"{meta.master_addr}:{meta.master_port}"),
         ("mesh", meta.mesh or "(none)"), ("backend", meta.backend),
+        ("authenticated", authentication_text(report)),
         ("started", meta.started_at), ("finished", meta.finished_at), ("duration", f"{meta.duration_s:.2f} s"),
         ("phases", ", ".join(f"{name} {seconds:.3f} s" for name, seconds in meta.phases.items())),
         ("command line", meta.command_line),

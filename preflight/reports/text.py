@@ -9,6 +9,7 @@ from tabulate import tabulate
 from preflight.model import JobReport
 from preflight.reports.common import (
     SEVERITY_LABEL,
+    authentication_text,
     exclude_text,
     ordered_findings,
     rank_ranges,
@@ -54,6 +55,7 @@ def render(report: JobReport) -> str:
     ]
     if report.meta.mesh:
         lines.append(f"  mesh {report.meta.mesh}, backend {report.meta.backend}")
+    lines.append(f"  authenticated: {authentication_text(report)}")
     if report.missing_ranks:
         lines.append(f"  missing ranks: {rank_ranges(report.missing_ranks, limit=50)}")
     exclude = exclude_text(report)

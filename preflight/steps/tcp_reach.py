@@ -27,7 +27,8 @@ from preflight.channel.board import BadValue, Board
 from preflight.lib.waiting import wait_until
 from preflight.model import RankFacts
 from preflight.model.codec import from_builtins, to_builtins
-from preflight.model.messages import ReachListener, ReachResult
+from preflight.model.messages import ReachResult
+from preflight.model.reachability import ReachabilityOutcome, ReachListener
 from preflight.options import RunOptions
 from preflight.registry import Tags
 
@@ -158,8 +159,8 @@ class Reachability:
             return
         self.listener.open()
         self.board.put(f"reach/listener/{self.facts.host}",
-                       ReachListener(self.facts.host, self.facts.rank, self.listener.address, self.listener.interface,
-                                     self.listener.port or 0, self.listener.error))
+                       ReachListener(self.facts.host, self.listener.address, self.listener.interface,
+                                     self.listener.port or 0, self.listener.error, rank=self.facts.rank))
 
     def publish_roster(self, hosts: list[str], timeout_s: float) -> list[dict[str, Any]]:
         """Rank 0: wait for the listeners of the hosts that reported, then publish the roster."""
@@ -295,7 +296,7 @@ def take_part(reach: Reachability, timeout_s: float) -> None:
     reach.finish(REACH_WAIT_S + reach.connect_timeout_s)
 
 
-def lead(reach: Reachability, hosts: list[str]) -> dict[str, Any] | None:
+def lead(reach: Reachability, hosts: list[str]) -> ReachabilityOutcome | None:
     """Rank 0: publish the roster of listeners, probe its own peers, return every host's result."""
     if reach.store is None:
         return None
@@ -303,4 +304,4 @@ def lead(reach: Reachability, hosts: list[str]) -> dict[str, Any] | None:
     reach.probe_peers(REACH_WAIT_S)
     outcome = reach.collect(roster, REACH_WAIT_S + reach.connect_timeout_s)
     reach.finish(0.0)
-    return outcome
+    return ReachabilityOutcome.from_collected(**outcome)

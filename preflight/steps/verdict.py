@@ -12,7 +12,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from preflight.checks.run_findings import rank_died, rank_zero_lost
 from preflight.lib.mesh_shape import mesh_text
@@ -22,12 +21,13 @@ from preflight.model import (
     Finding,
     JobReport,
     RankFacts,
+    ReachabilityOutcome,
     ReportMeta,
     Severity,
     World,
 )
+from preflight.model.probe_outcome import ProbeOutcome
 from preflight.options import RunOptions
-from preflight.probes.orchestrate import ProbeOutcome
 from preflight.registry import merge_findings, merge_outcomes
 from preflight.reports import json as json_report
 
@@ -45,10 +45,11 @@ class RunRecord:
     outcomes: list[CheckOutcome] = field(default_factory=list)
     all_facts: list[RankFacts] = field(default_factory=list)  # rank 0: every rank that reported
     missing: list[int] = field(default_factory=list)
-    reachability: dict[str, Any] | None = None  # step 5's outcome, on rank 0
+    reachability: ReachabilityOutcome | None = None  # step 5's outcome, on rank 0
     probes: ProbeOutcome | None = None  # step 8's outcome, where it ran
     interrupted: str = ""
     nonce: str = ""  # the run's identity agreed through the store (channel/exchange.py)
+    authenticated: bool = False  # this run had a run secret (PREFLIGHT_SECRET, channel/run_auth.py)
     report: JobReport | None = None  # step 9's verdict, once built (or, in preflight.check, read from rank 0)
 
 
@@ -82,6 +83,7 @@ def build_report(record: RunRecord) -> JobReport:
         phases=dict(record.phases),
         expected_busbw_gbps=dict(options.expect),
         run_nonce=record.nonce,
+        authenticated=record.authenticated,
     )
     return JobReport(
         meta=meta,

@@ -6,10 +6,16 @@ that knows the run's prefix and nonce (anyone connected can read both) but not t
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+import pytest
 from torch.distributed import PrefixStore, TCPStore
 
 from preflight.channel.exchange import Exchange, RankPayload
 from preflight.model import RankFacts, World
+from preflight.reports.json import load as load_report
+from tests.helpers.ranks import free_port, start_rank, wait_for_ranks
 
 
 def _world(rank: int, port: int) -> World:
@@ -54,3 +60,36 @@ def test_a_rank_with_another_secret_refuses_the_store_instead_of_publishing_into
     other = Exchange(_world(1, lead.world.master_port), timeout_s=10.0)
     other.open()
     assert other.store is None and other.foreign and "PREFLIGHT_SECRET" in other.store_error
+
+
+FORGER = Path(__file__).resolve().parents[1] / "helpers" / "store_forger.py"
+
+
+@pytest.mark.parametrize("secret", ["", "this-job"], ids=["no secret", "secret"])
+def test_a_foreign_client_forges_the_verdict_and_an_absent_ranks_payload(tmp_path: Path, secret: str) -> None:
+    """Real env:// ranks 0 and 1; in rank 2's place a foreign store client (tests/helpers/store_forger.py)
+    forges the verdict (exit 0) and rank 2's payload blaming `innocent`. Without a run secret the
+    forgery works (which is what PORT005 warns of); with one, it is refused: RUN002, rank 1 exits 3."""
+    report_path = tmp_path / "r.json"
+    port = free_port()
+    common = {"PYTHONPATH": str(FORGER.parents[2]), **({"PREFLIGHT_SECRET": secret} if secret else {})}
+    started = time.monotonic()
+    procs = {rank: start_rank(rank, 3, ["run", "--skip", "probe", "--timeout", "15", "--json", str(report_path)],
+                              common_env=common, port=port) for rank in (0, 1)}
+    procs[2] = start_rank(2, 3, ["2", "innocent"], common_env=common, port=port, program=[str(FORGER)])
+    runs = wait_for_ranks(procs, started, timeout=150)
+    assert "forged" in runs[2].stdout, runs[2].stdout + runs[2].stderr
+    report = load_report(report_path)
+    assert report.exit_code == 3 and runs[0].returncode == 3
+    blamed = [f for f in report.findings if f.check_id == "NCCL008"]
+    if secret:
+        assert report.meta.authenticated
+        [refused] = [f for f in report.findings if f.check_id == "RUN002"]
+        assert refused.ranks == [2] and "PREFLIGHT_SECRET" in refused.message
+        assert not blamed and "innocent" not in report.bad_hosts
+        assert runs[1].returncode == 3  # rank 0's code; the forged exit 0 was ignored
+    else:  # the attack a store open to the network allows, and the finding that says so
+        assert not report.meta.authenticated
+        assert blamed and "innocent" in report.bad_hosts
+        assert runs[1].returncode == 0  # the forged verdict was adopted
+        assert [f.check_id for f in report.findings if f.check_id == "PORT005"] == ["PORT005"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from preflight.model import RankFacts
+from preflight.model import RankFacts, ReachabilityOutcome
 from tests.helpers.facts import rank_facts, run
 from tests.helpers.ranks import base_env, run_cli
 
@@ -54,14 +54,14 @@ def test_mtu_and_master_addr_across_hosts() -> None:
     assert "set but empty" in run("NET003", empty)[0].message
 
 
-def _outcome(failed: set[tuple[str, str]], hosts: str = "abcd") -> dict[str, Any]:
+def _outcome(failed: set[tuple[str, str]], hosts: str = "abcd") -> ReachabilityOutcome:
     results = {p: [{"target": t, "ok": (p, t) not in failed, "error": "timed out", "interface": "ib0",
                     "address": f"10.0.0.{t}"} for t in hosts if t != p] for p in hosts}
-    return {"roster": [{"host": h, "interface": "ib0", "address": h} for h in hosts],
-            "results": results, "missing": []}
+    return ReachabilityOutcome.from_collected([{"host": h, "interface": "ib0", "address": h} for h in hosts],
+                                              results, [], 2, 2.0)
 
 
-def reach(check_id: str, outcome: dict[str, Any]) -> list:
+def reach(check_id: str, outcome: ReachabilityOutcome) -> list:
     """A reachability check on rank 0's facts with the step's outcome."""
     return run(check_id, [facts(0, "a")], reachability=outcome)
 

@@ -22,7 +22,9 @@ NET_IDS = ("NET", "PORT", "RUN", "RANK")
 def _run(hosts: FakeNetwork, tmp_path: Path, host_env: dict | None = None,
          common_env: dict | None = None) -> tuple[dict, dict]:
     report = tmp_path / "report.json"
-    env = {"GLOO_SOCKET_IFNAME": "ib0", "PREFLIGHT_JOB_ID": tmp_path.name, **(common_env or {})}
+    # A run secret, as a job over several hosts should have (else PORT005, an info finding, on every run).
+    env = {"GLOO_SOCKET_IFNAME": "ib0", "PREFLIGHT_JOB_ID": tmp_path.name, "PREFLIGHT_SECRET": tmp_path.name,
+           **(common_env or {})}
     # GROUP_RANK per host: the node rank torchrun sets (preflight reads these ranks as torchrun workers).
     per_host = {i: {"GROUP_RANK": str(i), **(host_env or {}).get(i, {})} for i in range(len(hosts))}
     runs = spawn_env_ranks(len(hosts) * 2, ["--json", str(report), "--timeout", "30", "--skip", "probe"],

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from preflight.model import Severity
 from preflight.steps.gather.master_port import ephemeral_range, port_holders, port_in_use
+from tests.helpers.facts import rank_facts, run
 from tests.helpers.ranks import PYTHON, base_env, free_port, read_json, spawn_env_ranks, start_rank
 from tests.helpers.tools import require
 
@@ -157,3 +159,11 @@ def test_port_holder_command_line_is_redacted(tmp_path: Path) -> None:
     assert "--db <redacted>" in zero.stdout
     for secret in (marker, "pf3tokenflag"):
         assert secret not in everything
+
+
+def test_port005_an_unauthenticated_run_over_more_than_one_host_is_an_info_finding() -> None:
+    two_hosts = [rank_facts(0, "node01"), rank_facts(1, "node02")]
+    [finding] = run("PORT005", two_hosts)
+    assert finding.severity == Severity.INFO and "2 hosts" in finding.message and "PREFLIGHT_SECRET" in finding.hint
+    assert run("PORT005", two_hosts, authenticated=True) == []  # every rank held the run secret
+    assert run("PORT005", [rank_facts(0, "node01"), rank_facts(1, "node01")]) == []  # one host: loopback only

@@ -20,9 +20,20 @@ def test_launch_four_ranks_passes(tmp_path) -> None:
     report = load_report(tmp_path / "r.json")
     assert report.meta.launcher == "torchrun" and report.meta.world_size == 4
     assert [f.rank for f in report.ranks] == [0, 1, 2, 3]
+    assert report.meta.authenticated  # launch hands every rank a per-run PREFLIGHT_SECRET
     # preflight launch defaults to OMP_NUM_THREADS=1 for its ranks.
     assert {f.env.get("OMP_NUM_THREADS") for f in report.ranks} == {"1"}
 
+
+def test_launch_reads_abbreviations_of_its_own_flags(tmp_path) -> None:
+    """`--npr 2 --start exec` are launch's -n and --start-method, as argparse reads them: never passed
+    on to `run` (which knew neither, and every rank exited 2)."""
+    result = run_cli(["launch", "--npr", "2", "--start", "exec", "--skip", "probe", "--json",
+                      str(tmp_path / "r.json"), "--quiet"], timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = load_report(tmp_path / "r.json")
+    assert report.meta.world_size == 2 and [f.rank for f in report.ranks] == [0, 1]
+    assert "--npr" not in report.meta.command_line and "--start" not in report.meta.command_line
 
 
 TWO_LAUNCHES = """

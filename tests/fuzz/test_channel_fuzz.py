@@ -23,6 +23,7 @@ from preflight.channel.keys import listed_ranks
 from preflight.channel.liveness import read_dead
 from preflight.model import messages as m
 from preflight.model.codec import encode
+from preflight.model.reachability import ReachListener
 from tests.fuzz.strategies import FUZZ, FUZZ_SLOW, json_value
 
 # Every message family and its type (model/messages.py), with one valid value each.
@@ -40,8 +41,8 @@ FAMILIES: dict[str, tuple[Any, Any]] = {
     "cpair/1": (m.PairSamples, m.PairSamples([(0, 1, [1.0, 2.0])])),
     "gt/0": (m.RoundPlan, m.RoundPlan([0, 1], [[2, 3]])),
     "gt/0/t/1": (m.RoundTimes, m.RoundTimes([0.1], [0.2])),
-    "reach/listener/h1": (m.ReachListener, m.ReachListener("h1", 1, "10.0.0.1", "eth0", 4000)),
-    "reach/result/h1": (m.ReachResult, m.ReachResult("h1", "eth0", "10.0.0.1", [m.ConnectResult("h0")])),
+    "reach/listener/h1": (ReachListener, ReachListener("h1", "10.0.0.1", "eth0", 4000, rank=1)),
+    "reach/result/h1": (m.ReachResult, m.ReachResult("h1", "eth0", "10.0.0.1", [m.ReachProbe("h0")])),
 }
 
 raw_value = st.one_of(st.binary(max_size=200), json_value.map(msgspec.json.encode),
@@ -160,7 +161,7 @@ def test_rank_lists_and_the_dead_list_raise_nothing(raw: bytes, key: str) -> Non
 def test_rank_0s_read_of_reachability_raises_nothing(raw: bytes, which: str) -> None:
     from preflight.steps.tcp_reach import fetch_typed
 
-    into = m.ReachListener if which == "listener" else m.ReachResult
+    into = ReachListener if which == "listener" else m.ReachResult
     found = fetch_typed(Board(store_with(f"reach/{which}/h1", raw)), [f"reach/{which}/h1"], into, final=True)
     assert set(found) <= {f"reach/{which}/h1"}
 

@@ -108,8 +108,9 @@ def spread(hosts: Sequence[FakeHost], per_host: int,
 
 def start_rank(rank: int, world_size: int, args: Sequence[str], *, placement: Placement = Placement(),
                common_env: Mapping[str, str] | None = None, master_addr: str = "127.0.0.1",
-               port: int) -> subprocess.Popen[str]:
-    """`python -m preflight ARGS` as env:// rank `rank` of `world_size`, placed; output piped.
+               port: int, program: Sequence[str] = ("-m", "preflight")) -> subprocess.Popen[str]:
+    """`python -m preflight ARGS` (or `python PROGRAM ARGS`: a training script) as env:// rank `rank`
+    of `world_size`, placed; output piped.
 
     Its environment: the test's without launcher variables (base_env), RANK / WORLD_SIZE /
     MASTER_ADDR / MASTER_PORT, LOCAL_RANK = rank and LOCAL_WORLD_SIZE = world_size (all on one
@@ -120,7 +121,7 @@ def start_rank(rank: int, world_size: int, args: Sequence[str], *, placement: Pl
         "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": master_addr, "MASTER_PORT": str(port),
         **(common_env or {}), **placement.env,
     })
-    argv = [PYTHON, "-m", "preflight", *args]
+    argv = [PYTHON, *program, *args]
     start = placement.host.popen if placement.host else subprocess.Popen
     return start(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -135,16 +136,19 @@ def spawn_env_ranks(
     master_addr: str = "127.0.0.1",
     port: int | None = None,
     timeout: float = 120,
+    program: Sequence[str] | None = None,
 ) -> dict[int, RankRun]:
     """Start `python -m preflight run ARGS` as env:// ranks 0..N-1 (minus `absent`); wait for all.
 
     `place(rank)` (or `place[rank]`) says how and where each rank runs (see Placement, spread);
-    the environment is start_rank's."""
+    the environment is start_rank's. `program`: a training script (`[path]`) run as the ranks
+    instead, as `python PATH ARGS` (preflight.check inside a job started by env://)."""
     port = port or free_port()
     lookup = place if callable(place) else (lambda rank: (place or {}).get(rank, Placement()))
     started = time.monotonic()
-    procs = {rank: start_rank(rank, world_size, ["run", *args], placement=lookup(rank), common_env=common_env,
-                              master_addr=master_addr, port=port)
+    argv = list(args) if program else ["run", *args]
+    procs = {rank: start_rank(rank, world_size, argv, placement=lookup(rank), common_env=common_env,
+                              master_addr=master_addr, port=port, program=program or ("-m", "preflight"))
              for rank in range(world_size) if rank not in absent}
     return wait_for_ranks(procs, started, timeout)
 

@@ -5,7 +5,9 @@ name resolves on every host).
 
 A node's fault is planted the way a broken node has it: a variable only that node's
 environment sets (NCCL_SOCKET_IFNAME naming no interface), through a PREFLIGHT wrapper that
-exports it when SLURMD_NODENAME is the chosen node.
+exports it when SLURMD_NODENAME is the chosen node. An attack on the store is planted the same
+way: on one node the wrapper runs a foreign store client without the job's secret
+(tests/helpers/store_forger.py) in place of that node's rank.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,8 @@ from preflight.reports.json import load as load_report
 from tests.helpers.slurm import SlurmCluster
 
 pytestmark = pytest.mark.slurm
-SBATCH = Path(__file__).resolve().parents[2] / "sbatch"
+ROOT = Path(__file__).resolve().parents[2]
+SBATCH = ROOT / "sbatch"
 BIN = os.path.dirname(sys.executable)
 
 
@@ -37,6 +41,24 @@ def _faulty(tmp_path: Path, *nodes: str) -> str:
     tests = " || ".join(f'[ "$SLURMD_NODENAME" = {node} ]' for node in nodes)
     wrapper.write_text(f"#!/bin/sh\nif {tests}; then export NCCL_SOCKET_IFNAME=nosuch0; fi\n"
                        f'exec {BIN}/preflight "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def _forging(tmp_path: Path, forger_node: str, innocent: str) -> str:
+    """A PREFLIGHT command: on `forger_node` a foreign store client that forges the verdict and its
+    rank's payload (blaming `innocent`), elsewhere preflight, whose exit code lands in exit-<node>."""
+    wrapper = tmp_path / "forging-preflight"
+    wrapper.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        if [ "$SLURMD_NODENAME" = {forger_node} ]; then
+          PYTHONPATH={ROOT} exec {sys.executable} {ROOT}/tests/helpers/store_forger.py "$SLURM_PROCID" {innocent}
+        fi
+        {BIN}/preflight "$@"
+        rc=$?
+        echo "$rc" > {tmp_path}/exit-"$SLURMD_NODENAME"
+        exit "$rc"
+        """))
     wrapper.chmod(0o755)
     return str(wrapper)
 
@@ -70,6 +92,30 @@ def test_preflight_job_writes_every_report_and_names_the_bad_node(slurm_netns: S
     assert {f.env.get("NCCL_DEBUG") for f in report.ranks} == {"INFO"}
     assert {f.env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") for f in report.ranks} == {"1"}
     assert [f.check_id for f in report.findings if f.severity.value == "error"] == ["NCCL008"]
+
+
+def test_a_sbatch_run_is_authenticated_and_refuses_a_forged_verdict_and_payload(slurm_netns: SlurmCluster,
+                                                                                 tmp_path: Path) -> None:
+    """The script gives the job a secret of its own (the user set none): a foreign client on n3 that
+    reaches MASTER_PORT forges the verdict (exit 0) and rank 2's payload blaming n2. Refused: the
+    payload is RUN002, n2 is on no exclude list, and rank 1 on n2 ends with rank 0's code, 3."""
+    n1, n2, n3 = slurm_netns.node_names
+    env = _env(slurm_netns, tmp_path, PREFLIGHT=_forging(tmp_path, n3, innocent=n2), PREFLIGHT_TIMEOUT="30")
+    assert "PREFLIGHT_SECRET" not in env
+    job, state = slurm_netns.sbatch(SBATCH / "preflight.sbatch", ["-N", "3", "--ntasks-per-node=1"], [], env,
+                                      cwd=tmp_path)
+    out = _output(tmp_path, "preflight", job)
+    assert "ExitCode=3:0" in state, state + out
+    assert "forger: verdict and rank 2's payload forged" in out, out  # the attack really ran
+    report = load_report(tmp_path / f"preflight-{job}" / "report.json")
+    assert report.meta.authenticated
+    [refused] = [f for f in report.findings if f.check_id == "RUN002"]
+    assert refused.ranks == [2] and "PREFLIGHT_SECRET" in refused.message
+    assert not [f for f in report.findings if f.check_id in ("NCCL008", "PORT005")], report.findings
+    assert n2 not in report.bad_hosts and n2 not in (tmp_path / f"preflight-{job}" / "bad-nodes.txt").read_text()
+    assert [f.host for f in report.ranks] == [n1, n2]
+    assert (tmp_path / f"exit-{n2}").read_text().strip() == "3"  # the forged exit 0 was not adopted
+    assert (tmp_path / f"exit-{n1}").read_text().strip() == "3"
 
 
 def test_one_task_per_node_runs_torchrun_for_preflight_and_training(slurm_netns: SlurmCluster,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import xml.etree.ElementTree as ET
 
 from preflight.model import Severity
@@ -78,3 +80,14 @@ def test_html_of_the_run_is_self_contained_and_escaped(planted_run: PlantedRun) 
 def test_rerender_keeps_the_runs_exit_code(planted_run: PlantedRun) -> None:
     assert planted_run.rerender_code == 3, planted_run.rerender_stdout
     assert planted_run.probed_html.exists() and planted_run.probed_junit.exists()
+
+
+def test_an_unauthenticated_run_over_four_hosts_says_so_in_every_report(planted_run: PlantedRun) -> None:
+    """No PREFLIGHT_SECRET on a run over node01..node04: PORT005 (info), and the run metadata says `no`."""
+    report = planted_run.report()
+    [finding] = [f for f in report.findings if f.check_id == "PORT005"]
+    assert finding.severity == Severity.INFO and "4 hosts" in finding.message and "PREFLIGHT_SECRET" in finding.hint
+    assert json.loads(planted_run.json.read_text())["meta"]["authenticated"] is False
+    assert "authenticated: no (no PREFLIGHT_SECRET" in planted_run.text.read_text()
+    html = planted_run.html.read_text()
+    assert re.search(r"<th>authenticated</th><td>no \(no PREFLIGHT_SECRET", html), html[:3000]

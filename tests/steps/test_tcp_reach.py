@@ -58,7 +58,7 @@ def test_rank_0_reads_every_hosts_key_in_two_calls_per_chunk_not_two_per_host() 
     from torch.distributed import TCPStore
 
     from preflight.channel.board import FETCH_CHUNK, Board
-    from preflight.model.messages import ReachListener
+    from preflight.model.reachability import ReachListener
     from preflight.steps.tcp_reach import fetch_typed
 
     server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)

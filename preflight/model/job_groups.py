@@ -1,0 +1,21 @@
+"""The process groups a running job already made, as `preflight.check` hands them to the probes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class JobGroups:
+    """Process groups the job already made (preflight.check): the probes use these, never new ones.
+
+    dims maps each dimension (the mesh's names, and WORLD_DIM for the default group) to
+    (process group, its global ranks, the group's index in dim_groups' row-major order).
+    The groups are torch objects (Any here: the model imports no torch).
+    """
+
+    backend: str  # "gloo" or "nccl": what the job's groups run on for `device`
+    device: str  # "cpu" or "cuda"
+    dims: dict[str, tuple[Any, list[int], int]]
+    world_group: Any  # the job's default process group

@@ -1,0 +1,25 @@
+"""Step 8's outcome (the probes) on one rank: what rank 0 judged, and what this rank left behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from preflight.model.findings import Finding
+from preflight.model.probe_results import ProbeDevice, ProbeResult
+
+
+@dataclass
+class ProbeOutcome:
+    """Results and findings of the probes (filled on rank 0 only), and what this rank left behind."""
+
+    results: list[ProbeResult] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    backend: str = ""  # the backend the probes really used ("" when none formed)
+    backend_reason: str = ""  # why auto chose it (a GPU job on gloo says which rank could not bind a GPU)
+    devices: list[ProbeDevice] = field(default_factory=list)  # rank 0: every rank's backend and bound GPU
+    device_ids: dict[int, str] = field(default_factory=dict)  # rank 0: rank -> its GPU's PCI bus id or UUID
+    dead: list[int] = field(default_factory=list)  # rank 0: ranks whose heartbeat stopped (probes/liveness.py)
+    # A collective of this rank never finished: its communicator must not be destroyed, and the
+    # process must leave by os._exit once the verdict is out (a gloo group's destructor would
+    # join the thread still inside it and hang the process at interpreter exit).
+    left_pending: bool = False
