@@ -19,6 +19,7 @@ from preflight.reports.common import SEVERITY_LABEL, rank_ranges
 from preflight.reports.probe_dims import by_op, largest_size
 
 SEVERITY_COLOUR = {
+    Severity.SKIPPED: "#b8b8b8",  # grey: did not apply, neither passed nor failed
     Severity.OK: "#3a9d5d",
     Severity.INFO: "#4a90c2",
     Severity.WARN: "#e0b000",
@@ -142,21 +143,24 @@ def matrix_figure(report: JobReport, rank_hosts: dict[int, str]) -> dict[str, An
     if len(hosts) > MAX_MATRIX_HOSTS:  # the hosts with findings matter most; keep the figure readable
         hosts = sorted(hosts, key=lambda h: (-worst_host[h], h))[:MAX_MATRIX_HOSTS]
         hosts.sort()
+    order = sorted(SEVERITY_COLOUR, key=lambda s: s.rank)
+    skipped = {c.check_id: c.reason for c in report.checks if c.status == Severity.SKIPPED}
     z, texts = [], []
     for host in hosts:
         row, row_text = [], []
         for check_id in checks:
             found = cells.get((host, check_id), [])
-            worst = max((f.severity for f in found), key=lambda s: s.rank, default=Severity.OK)
-            row.append(worst.rank)
-            lines = [f"{_esc(host)} · {_esc(check_id)}: {SEVERITY_LABEL[worst]}"]
+            quiet = Severity.SKIPPED if check_id in skipped else Severity.OK
+            worst = max((f.severity for f in found), key=lambda s: s.rank, default=quiet)
+            row.append(order.index(worst))
+            reason = f" ({_esc(skipped[check_id])})" if worst == Severity.SKIPPED else ""
+            lines = [f"{_esc(host)} · {_esc(check_id)}: {SEVERITY_LABEL[worst]}{reason}"]
             lines += [_esc(f.message, 160) for f in found[:3]]
             if len(found) > 3:
                 lines.append(f"... and {len(found) - 3} more")
             row_text.append("<br>".join(lines))
         z.append(row)
         texts.append(row_text)
-    order = sorted(SEVERITY_COLOUR, key=lambda s: s.rank)
     scale = []
     for index, severity in enumerate(order):  # stepped colour scale: one flat band per severity
         colour = SEVERITY_COLOUR[severity]

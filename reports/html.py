@@ -20,7 +20,15 @@ import jinja2
 from preflight.lib.hostlist import compress_hostlist
 from preflight.model import JobReport, Severity
 from preflight.reports import charts
-from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, rank_ranges, where, world_summary
+from preflight.reports.common import (
+    SEVERITY_LABEL,
+    check_summary,
+    exclude_text,
+    ordered_findings,
+    rank_ranges,
+    where,
+    world_summary,
+)
 from preflight.reports.drift_table import env_drift
 from preflight.reports.probe_dims import expected_busbw, probe_dimensions
 
@@ -164,7 +172,7 @@ def render(report: JobReport) -> str:
         dims=dims,
         has_matrix=any(f["id"] == "pf-matrix" for f in figures),
         figures=figures,
-        checks_ran=len(report.checks),
+        check_summary=check_summary(report),
         plotly_js=plotly_js,
         page_js=page_js,
         csp_scripts=f"{_csp_hash(plotly_js)} {_csp_hash(page_js)}",

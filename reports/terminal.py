@@ -12,7 +12,7 @@ from rich.text import Text
 
 from preflight.model import JobReport, Severity
 from preflight.reports import probes_table
-from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, where, world_summary
+from preflight.reports.common import SEVERITY_LABEL, check_summary, exclude_text, ordered_findings, where, world_summary
 
 _VERDICT_STYLE = {0: "bold white on green", 1: "bold black on yellow", 3: "bold white on red"}
 _SEVERITY_STYLE = {
@@ -21,6 +21,7 @@ _SEVERITY_STYLE = {
     Severity.WARN: "yellow",
     Severity.INFO: "cyan",
     Severity.OK: "green",
+    Severity.SKIPPED: "dim",
 }
 
 
@@ -59,4 +60,4 @@ def render(report: JobReport, stream: TextIO) -> None:
     exclude = exclude_text(report)
     if exclude:
         console.print(Text.assemble("bad hosts: ", (exclude, "bold")))
-    console.print(f"{len(report.checks)} check(s) ran; {len(report.findings)} finding(s)")
+    console.print(Text(check_summary(report)))

@@ -9,6 +9,7 @@ from tabulate import tabulate
 from preflight.model import JobReport
 from preflight.reports.common import (
     SEVERITY_LABEL,
+    check_summary,
     exclude_text,
     ordered_findings,
     rank_ranges,
@@ -73,7 +74,7 @@ def render(report: JobReport) -> str:
     lines += _probe_table(report)
     lines += _drift_table(report)
     lines.append("")
-    lines.append(f"  {len(report.checks)} check(s) ran; {len(report.findings)} finding(s)")
+    lines.append(f"  {check_summary(report)}")
     return "\n".join(lines) + "\n"
 
 
