@@ -5,7 +5,8 @@
 The report is synthetic (tests/helpers/synthetic.py, documented as a fake): 1024 ranks on
 128 hosts, 70 environment variables each with drift on one host, 33 checks, 3 ops x 7 sizes
 on every group of every dimension. "Open time" is the page's own clock from navigation start
-to the page's script having run (`data-ready-ms`; the charts are inline SVG, drawn with the page), in Debian's headless chromium.
+to the page's script having run (`data-ready-ms`; the charts are inline SVG, drawn with the
+page), in Debian's headless chromium.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The issue's size and speed bound: a 1024-rank report with three probed dimensions is under
-2 MB (charts are inline SVG; no chart library is embedded) and opens in headless chromium in under 3 s (benchmarks/html_report.py
-prints the same figures). The report is synthetic (tests/helpers/synthetic.py, a documented fake).
+2 MB (charts are inline SVG; no chart library is embedded) and opens in headless chromium in
+under 3 s (benchmarks/html_report.py prints the same figures). The report is synthetic
+(tests/helpers/synthetic.py, a documented fake).
 """
 
 from __future__ import annotations
