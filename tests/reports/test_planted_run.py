@@ -55,7 +55,7 @@ def test_text_report_is_what_stdout_showed_and_names_the_drift(planted_run: Plan
     assert "NCCL001" in text
     assert f"bad hosts: {exclude_text(planted_run.report())}" in text and "node04" in exclude_text(planted_run.report())
     drift = text.split("environment drift", 1)[1]
-    assert "NCCL_DEBUG" in drift and "'INFO' on ranks 2" in drift
+    assert "NCCL_DEBUG" in drift and "'INFO' on rank 2 (node03)" in drift
     assert "PREFLIGHT_TEST_NOTE" in drift and SCRIPT_PAYLOAD in drift and IMG_PAYLOAD in drift
     assert "\nRANK " not in drift  # a launcher's per-rank variable is not drift
 
