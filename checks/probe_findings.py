@@ -175,7 +175,7 @@ def cross_dim_suspect(rank: int, host: str, dims: list[str], slow_groups: list[S
     severe = [s for s in slow_groups if severe_straggler(s)]
     worst = min((s.busbw_gbps / s.siblings_median_gbps for s in slow_groups if s.siblings_median_gbps), default=1.0)
     yield Problem(f"in slow groups of dimensions {', '.join(dims)}, down to {_share(worst)} of "
-                  f"their siblings" + (f" (below {SEVERE_FRACTION:.0%} twice: BW003 errors)" if severe else ""),
+                  f"their siblings" + (f" (below {SEVERE_FRACTION:.0%} twice)" if severe else ""),
                   ranks=[rank], hosts=[host] if host else [], data={"dims": dims, "worst_fraction": round(worst, 4)},
                   severity=Severity.ERROR if severe else None)
 
