@@ -84,3 +84,17 @@ def test_sizes_1m_is_1048576_bytes_in_the_json(tmp_path: Path) -> None:
     assert out.exists(), proc.stdout + proc.stderr
     assert {p["size_bytes"] for p in read_json(out)["probes"]} == {1_048_576}
     assert "1 MiB" in proc.stdout  # every figure with its unit
+    # Re-rendering says what it wrote; a missing file is said plainly.
+    again = run_cli(["report", str(out), "--html", str(tmp_path / "r.html")], timeout=60)
+    assert f"preflight: wrote html report {tmp_path / 'r.html'}" in again.stderr and (tmp_path / "r.html").exists()
+    nope = tmp_path / "nope.json"
+    missing = run_cli(["report", str(nope)], timeout=60)
+    assert missing.returncode == 2 and missing.stderr.strip() == f"preflight: error: {nope}: no such file"
+
+
+def test_explain_states_the_severity_rule() -> None:
+    proc = run_cli(["explain", "BW003"], timeout=60)
+    assert proc.returncode == 0
+    words = " ".join(proc.stdout.split())
+    assert "confirmed twice below 50% of its siblings' median (both passes) is an ERROR, exit 3" in words
+    assert "tests/" not in proc.stdout  # explain speaks to users, not about the test suite
