@@ -23,6 +23,10 @@ def test_a_clean_cpu_run_reports_every_gpu_check_skipped_with_the_reason(tmp_pat
         return
     # No NVIDIA driver here: every GPU check did not apply. None of them is a pass.
     assert {c["status"] for c in gpu.values()} == {"skipped"}, gpu
+    # A host without InfiniBand / RoCE ports skips the port checks too, with its own reason.
+    if not any(r["network"]["ib_ports"] for r in report["ranks"]):
+        nic = [c for c in report["checks"] if c["tag"] == "nic"]
+        assert {(c["status"], c["reason"]) for c in nic} == {("skipped", "no RDMA port")}, nic
     assert {c["reason"] for c in gpu.values()} == {"no NVIDIA driver"}
     for check_id in gpu:
         skipped = cases[check_id].find("skipped")
@@ -32,9 +36,10 @@ def test_a_clean_cpu_run_reports_every_gpu_check_skipped_with_the_reason(tmp_pat
     # Checks that applied and found nothing still pass: no skipped, no failure element.
     passed = [c["check_id"] for c in report["checks"] if c["status"] in ("ok", "info")]
     assert passed and all(cases[c].find("skipped") is None and cases[c].find("failure") is None for c in passed)
-    # The person reading the terminal or the HTML sees the same count, with the reason.
-    summary = f"{len(passed)} passed, {len(gpu)} skipped (no NVIDIA driver)"
-    assert summary in proc.stdout, proc.stdout
-    assert "every check that applied passed" in report["why"] and "skipped (no NVIDIA driver)" in report["why"]
+    # The person reading the terminal or the HTML sees the same count, with the reasons.
+    skipped = [c for c in report["checks"] if c["status"] == "skipped"]
+    summary = f"{len(passed)} passed, {len(skipped)} skipped ("
+    assert summary in proc.stdout and f"{len(gpu)} no NVIDIA driver" in proc.stdout, proc.stdout
+    assert "every check that applied passed" in report["why"] and "no NVIDIA driver" in report["why"]
     page = paths["html"].read_text()
-    assert summary in page
+    assert summary in page and f"{len(gpu)} no NVIDIA driver" in page
