@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from preflight.lib.hostlist import ranks_text
 from preflight.lib.units import human_bytes
 from preflight.model import ProbeResult, Severity
 from preflight.model.probe_faults import Confirmed, Hang, Straggler
@@ -80,7 +81,7 @@ def probe_hang(hang: Hang, hosts: dict[int, str], timeout_s: float, reported_aft
     culprits, waiting = hang.culprits, hang.waiting
     named = "; ".join(f"rank {r}: {why}" for r, why in sorted(culprits.items()))
     yield Problem(
-        f"{what} {how}: {named}" + (f" (waiting: ranks {_ranks(waiting)})" if waiting else "")
+        f"{what} {how}: {named}" + (f" (waiting: {ranks_text(waiting)})" if waiting else "")
         + (f" [{hang.reason}]" if (hang.failed or hang.phase == "setup") and hang.reason else ""),
         ranks=sorted(culprits), hosts=[hosts.get(r, "") for r in sorted(culprits) if hosts.get(r)],
         data={"dim": hang.dim, "op": hang.op, "size_bytes": hang.size_bytes, "group_index": hang.group_index,
@@ -368,7 +369,7 @@ def slow_host_group_tested(host: str, ranks: list[int], fractions: list[float], 
     search took.
     """
     shown = ", ".join(f"{f:.0%} with {p}" for f, p in zip(fractions, partners))
-    yield Problem(f"group testing: host {host} (ranks {_ranks(ranks)}) is slow against known-good hosts: "
+    yield Problem(f"group testing: host {host} ({ranks_text(ranks)}) is slow against known-good hosts: "
                   f"{shown} of the known-good reference {reference_gbps:.3g} GB/s "
                   f"(found in {rounds} rounds, {seconds:.1f} s)",
                   ranks=ranks, hosts=[host],

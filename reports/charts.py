@@ -17,10 +17,10 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from preflight.lib.hostlist import compress_hostlist
+from preflight.lib.hostlist import compress_hostlist, ranks_text
 from preflight.lib.units import human_bytes
 from preflight.model import Finding, JobReport, ProbeResult, Severity
-from preflight.reports.common import SEVERITY_LABEL, rank_ranges
+from preflight.reports.common import SEVERITY_LABEL
 from preflight.reports.probe_dims import by_op, largest_size
 
 SEVERITY_COLOUR = {
@@ -140,12 +140,12 @@ def groups_svg(dim: str, results: list[ProbeResult], expected: float | None) -> 
     multi_op = len(summaries) > 1
     for row, (op, r, colour, median) in enumerate(bars):
         top_y = upper + row * BAR_HEIGHT
-        where = f"ranks {rank_ranges(r.ranks, limit=4)} on {compress_hostlist(r.hosts)}"
+        where = f"{ranks_text(r.ranks, limit=4)} on {compress_hostlist(r.hosts)}"
         label = (f"{op} " if multi_op else "") + where
         share = f", {r.busbw_gbps / median:.0%} of the siblings' median {_gbps(median)}" if median > 0 else ""
         wrong = "; RESULT WRONG (verification failed)" if not r.verified else ""
         tip = _esc(f"{op} {human_bytes(r.size_bytes)}, group {r.group_index}: {_gbps(r.busbw_gbps)} GB/s{share}; "
-                   f"ranks {rank_ranges(r.ranks)}; hosts {compress_hostlist(r.hosts)}{wrong}", 400)
+                   f"{ranks_text(r.ranks)}; hosts {compress_hostlist(r.hosts)}{wrong}", 400)
         slow = median > 0 and r.busbw_gbps < 0.5 * median
         parts.append(f'<g class="bar{" slow" if slow else ""}"><title>{tip}</title>'
                      f'<text class="label" x="{left - 6}" y="{top_y + BAR_HEIGHT * 0.7:.1f}" text-anchor="end">'

@@ -20,7 +20,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from preflight.lib.hostlist import compress_hostlist
+from preflight.lib.hostlist import compress_hostlist, ranks_text
 from preflight.model import JobReport, Severity
 from preflight.reports import charts
 from preflight.reports.common import (
@@ -52,7 +52,7 @@ class Todo:
     @property
     def where(self) -> str:
         """Ranks and hosts the hint applies to."""
-        parts = [f"ranks {rank_ranges(self.ranks)}"] if self.ranks else []
+        parts = [ranks_text(self.ranks)] if self.ranks else []
         if self.hosts:
             parts.append(f"on {compress_hostlist(self.hosts)}")
         return " ".join(parts)
