@@ -15,6 +15,8 @@ def test_a_clean_cpu_run_reports_every_gpu_check_skipped_with_the_reason(tmp_pat
                     "--junit", str(paths["xml"]), "--html", str(paths["html"])], timeout=180)
     assert paths["json"].exists(), proc.stdout + proc.stderr
     report = read_json(paths["json"])
+    assert "--verdict-file" not in report["meta"]["command_line"]  # launch's internal channel is not shown
+    assert "--verdict-file" not in paths["html"].read_text()
     gpu = {c["check_id"]: c for c in report["checks"] if c["tag"] == "gpu"}
     assert len(gpu) >= 20
     cases = {case.get("name").split(":")[0]: case for case in ET.parse(paths["xml"]).getroot().iter("testcase")}
