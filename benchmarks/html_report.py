@@ -5,7 +5,8 @@
 The report is synthetic (tests/helpers/synthetic.py, documented as a fake): 1024 ranks on
 128 hosts, 70 environment variables each with drift on one host, 33 checks, 3 ops x 7 sizes
 on every group of every dimension. "Open time" is the page's own clock from navigation start
-to every plotly figure drawn (`data-ready-ms`), in Debian's headless chromium.
+to the page's script having run (`data-ready-ms`; the charts are inline SVG, drawn with the
+page), in Debian's headless chromium.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from plotly.offline import get_plotlyjs
-
 from preflight.reports import html
 from tests.helpers.browser import chromium_driver, console_errors, find_chromium, wait_ready
 from tests.helpers.synthetic import big_report
@@ -33,11 +32,8 @@ def measure(ranks: int, mesh: str, opens: int) -> dict[str, float]:
     started = time.perf_counter()
     page = html.render(report)
     render_s = time.perf_counter() - started
-    plotly_bytes = len(get_plotlyjs().encode())
     total = len(page.encode())
-    figures = {"ranks": ranks, "probe_results": len(report.probes), "total_mb": total / 1e6,
-               "plotly_mb": plotly_bytes / 1e6, "beyond_plotly_mb": (total - plotly_bytes) / 1e6,
-               "render_s": render_s}
+    figures = {"ranks": ranks, "probe_results": len(report.probes), "total_mb": total / 1e6, "render_s": render_s}
     chromium, chromedriver = find_chromium(), shutil.which("chromedriver")
     if chromium is None or chromedriver is None:
         return figures

@@ -33,13 +33,17 @@ BACKENDS = ("auto", "nccl", "gloo")
 LOCALIZE = ("auto", "pairwise", "grouptest")  # how slow groups are localized (probes/hosttest.choose)
 OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "send_recv", "broadcast")
 
-_UNITS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "KB": 10**3, "MB": 10**6, "GB": 10**9,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+# Sizes as nccl-tests reads `-b 1M`: a bare K/M/G is binary (1M = 1,048,576 bytes); KiB/MiB/GiB say so
+# explicitly, and KB/MB/GB are the SI (decimal) units, for whoever means them.
+_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30,
+          "KB": 10**3, "MB": 10**6, "GB": 10**9}
 _SIZE = re.compile(r"([0-9.]{1,32})\s{0,8}([A-Za-z]{0,8})", re.ASCII)
 MAX_SIZE = 2**36  # 64 GiB: no collective probe message is larger
 MAX_RATE = 1e6  # GB/s (1 PB/s): an --expect above it is a typo
-# Rates: bytes per second (GB/s, MB/s, GiB/s) or bits (Gb/s, Gbit/s, Gbps); GB = 1e9 B.
-_RATE_UNITS = {"GB/S": 1.0, "MB/S": 1e-3, "GIB/S": 2**30 / 1e9, "TB/S": 1e3, "GBIT/S": 1 / 8}
+# Rates, stored in GB/s (1e9 B/s, nccl-tests' busbw unit): GB/s, MB/s, TB/s are SI; GiB/s, MiB/s and a
+# bare G/s, M/s, K/s are binary as in --sizes; Gb/s, Gbit/s, Gbps are bits. A bare number is GB/s.
+_RATE_UNITS = {"GB/S": 1.0, "MB/S": 1e-3, "KB/S": 1e-6, "TB/S": 1e3, "GIB/S": 2**30 / 1e9, "MIB/S": 2**20 / 1e9,
+               "KIB/S": 2**10 / 1e9, "G/S": 2**30 / 1e9, "M/S": 2**20 / 1e9, "K/S": 2**10 / 1e9, "GBIT/S": 1 / 8}
 _RATE = re.compile(r"([0-9.]{1,32})\s{0,8}([A-Za-z/]{0,8})", re.ASCII)
 MAX_LIST_CHARS = 4096  # --sizes, --ops, --expect: longer is not a list anyone typed
 MAX_SECONDS = 7 * 24 * 3600.0  # a timeout above a week is a typo (and inf or nan is never a deadline)
@@ -228,7 +232,7 @@ def parse_count(text: str) -> int:
 
 
 def parse_size(text: str) -> int:
-    """`64M` -> 64_000_000, `64MiB` -> 67_108_864, `4096` -> 4096 (K/M/G decimal, KiB/MiB/GiB binary)."""
+    """`64M` and `64MiB` -> 67_108_864, `64MB` -> 64_000_000, `4096` -> 4096 (K/M/G binary, as nccl-tests)."""
     match = _SIZE.fullmatch(text.strip())
     unit = match.group(2).upper() if match else ""
     if not match or unit not in _UNITS:
@@ -270,7 +274,8 @@ def parse_ops(text: str) -> list[str]:
 
 
 def parse_rate(text: str) -> float:
-    """`300GB/s` -> 300.0 (GB/s, GB = 1e9 B); `400Gb/s` -> 50.0; a bare number is GB/s."""
+    """`300GB/s` -> 300.0 (GB/s, GB = 1e9 B); `1G/s` and `1GiB/s` -> 1.073741824; `400Gb/s` -> 50.0; a bare
+    number is GB/s."""
     match = _RATE.fullmatch(text.strip())
     if not match:
         raise BadInput(f"--expect: {shown(text)} is not a rate (e.g. 300GB/s, 400Gb/s)")
@@ -282,7 +287,7 @@ def parse_rate(text: str) -> float:
     else:
         key = unit.upper()
     if key not in _RATE_UNITS or number <= 0:
-        raise BadInput(f"--expect: {shown(text)} is not a positive rate in GB/s, MB/s, GiB/s or Gb/s")
+        raise BadInput(f"--expect: {shown(text)} is not a positive rate in GB/s, MB/s, GiB/s, G/s (binary) or Gb/s")
     if number * _RATE_UNITS[key] > MAX_RATE:
         raise BadInput(f"--expect: {shown(text)} is above the maximum {MAX_RATE:g} GB/s")
     return number * _RATE_UNITS[key]

@@ -9,6 +9,12 @@ blame, so those live once, in the check.
     def async_error_handling_disabled(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
         '''First line is the title; the whole docstring is `preflight explain ENV001`.'''
 
+A check that does not apply where it runs (a GPU check without an NVIDIA driver) is *skipped*,
+not passed: `@check(..., applies=predicate)` names a function of the check's own arguments that
+returns the reason it does not apply (a short phrase like "no NVIDIA driver", shared by like
+checks so reports can group them) or None; a check that finds out while running raises
+`NotApplicable(reason)`. Either way its outcome is `Severity.SKIPPED` with the reason.
+
 Local and cross checks are run by `run_checks`. Engine checks are what the engine itself
 observed (a store that did not form, a hung probe); `@engine_check` returns an `EngineCheck`
 the engine imports and calls by reference, with the check function's own typed signature:
@@ -61,6 +67,17 @@ class Tags:
         return sorted(value for name, value in vars(cls).items() if name.isupper())
 
 
+class NotApplicable(Exception):
+    """Raised by a check that does not apply here: its outcome is skipped, with this reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+Applicability = Callable[..., "str | None"]  # the check's own arguments -> why it does not apply, or None
+
+
 @dataclass
 class Problem:
     """What a check function returns: the parts of a finding that vary per occurrence."""
@@ -70,6 +87,9 @@ class Problem:
     hosts: Sequence[str] = ()
     data: dict[str, Any] = field(default_factory=dict)
     hint: str | None = None  # None: the check's own hint
+    # None: the check's own severity. A check with a graded rule (BW003: a straggler confirmed
+    # below half its siblings is an error, above it a warning) sets it here, in the check.
+    severity: Severity | None = None
 
 
 @dataclass
@@ -109,6 +129,11 @@ class CheckSpec:
     hint: str
     func: Callable[..., Iterable[Problem]]
     blames_host: bool = False  # an error names a faulty host (to exclude), not the job's configuration
+    applies: Applicability | None = None  # None: always applies
+
+    def skip_reason(self, *args: Any) -> str | None:
+        """Why this check does not apply to these arguments, or None when it does."""
+        return self.applies(*args) if self.applies is not None else None
 
     @property
     def title(self) -> str:
@@ -124,7 +149,7 @@ class CheckSpec:
         """Turn one problem into a finding with this check's id, severity and hint."""
         return Finding(
             check_id=self.id,
-            severity=self.severity,
+            severity=self.severity if problem.severity is None else problem.severity,
             message=problem.message,
             hint=self.hint if problem.hint is None else problem.hint,
             ranks=sorted(set(problem.ranks)),
@@ -162,13 +187,13 @@ _REGISTRY: dict[str, CheckSpec] = {}
 
 
 def _register(check_id: str, tag: str, scope: str, severity: Severity, hint: str, blames_host: bool,
-              func: Callable[..., Iterable[Problem]]) -> CheckSpec:
+              func: Callable[..., Iterable[Problem]], applies: Applicability | None = None) -> CheckSpec:
     if not func.__doc__:
         raise ValueError(f"check {check_id} needs a docstring: it is the explain text")
     existing = _REGISTRY.get(check_id)
     if existing is not None and existing.func.__qualname__ != func.__qualname__:
         raise ValueError(f"check id {check_id} registered twice")
-    spec = CheckSpec(check_id, tag, scope, severity, hint, func, blames_host)
+    spec = CheckSpec(check_id, tag, scope, severity, hint, func, blames_host, applies)
     _REGISTRY[check_id] = spec
     return spec
 
@@ -181,20 +206,22 @@ def _validate(check_id: str, tag: str) -> None:
 
 
 def check(
-    check_id: str, *, tag: str, scope: str, severity: Severity, hint: str, blames_host: bool = False
+    check_id: str, *, tag: str, scope: str, severity: Severity, hint: str, blames_host: bool = False,
+    applies: Applicability | None = None,
 ) -> Callable[[Callable[..., Iterable[Problem]]], Callable[..., Iterable[Problem]]]:
     """Register a local or cross check under a stable id; the function is returned unchanged.
 
     Ids are unique, the tag is one of `Tags`, the docstring is required. `blames_host`: an
     error from this check names faulty hosts, which the verdict lists for exclusion even when
-    the finding names every host of the job.
+    the finding names every host of the job. `applies`: takes the check's own arguments and
+    returns why the check does not apply (its outcome is then skipped with that reason) or None.
     """
     _validate(check_id, tag)
     if scope not in (LOCAL, CROSS):
         raise ValueError(f"scope must be {LOCAL!r} or {CROSS!r}, not {scope!r} (engine checks use @engine_check)")
 
     def register(func: Callable[..., Iterable[Problem]]) -> Callable[..., Iterable[Problem]]:
-        _register(check_id, tag, scope, severity, hint, blames_host, func)
+        _register(check_id, tag, scope, severity, hint, blames_host, func, applies)
         return func
 
     return register
@@ -263,14 +290,31 @@ def run_checks(
     specs: Sequence[CheckSpec], subject: RankFacts | JobView, ctx: CheckContext, timeout_s: float, *, rank: int,
     host: str,
 ) -> tuple[list[Finding], list[CheckOutcome]]:
-    """Run each check: a local one on (this rank's facts, ctx), a cross one on the JobView."""
+    """Run each check: a local one on (this rank's facts, ctx), a cross one on the JobView.
+
+    A check that does not apply (its `applies` gives a reason, or it raises NotApplicable) is
+    skipped with that reason and produces no finding."""
     findings: list[Finding] = []
     outcomes: list[CheckOutcome] = []
     for spec in specs:
         started = time.perf_counter()
         args = (subject,) if spec.scope == CROSS else (subject, ctx)
-        outcome = call_with_deadline(lambda spec=spec, args=args: list(spec.func(*args)), timeout_s)
+
+        def run(spec: CheckSpec = spec, args: tuple[Any, ...] = args) -> list[Problem] | NotApplicable:
+            reason = spec.skip_reason(*args)
+            if reason:
+                return NotApplicable(reason)
+            try:
+                return list(spec.func(*args))
+            except NotApplicable as skipped:
+                return skipped
+
+        outcome = call_with_deadline(run, timeout_s)
         elapsed = time.perf_counter() - started
+        if outcome.ok and isinstance(outcome.value, NotApplicable):
+            outcomes.append(CheckOutcome(spec.id, spec.tag, spec.scope, spec.title, Severity.SKIPPED,
+                                         round(elapsed, 6), reason=outcome.value.reason))
+            continue
         if outcome.ok:
             produced = [spec.finding(problem) for problem in outcome.value]
         else:
@@ -318,7 +362,10 @@ def merge_findings(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def merge_outcomes(outcomes: Iterable[CheckOutcome]) -> list[CheckOutcome]:
-    """One outcome per check id: the worst status any rank saw, the longest duration."""
+    """One outcome per check id: the worst status any rank saw, the longest duration.
+
+    Skipped ranks below OK: a check skipped on some ranks and run on others ran; the reason is
+    kept only while every rank skipped it."""
     merged: dict[str, CheckOutcome] = {}
     for outcome in outcomes:
         known = merged.get(outcome.check_id)
@@ -327,5 +374,6 @@ def merge_outcomes(outcomes: Iterable[CheckOutcome]) -> list[CheckOutcome]:
             continue
         if outcome.status.rank > known.status.rank:
             known.status = outcome.status
+            known.reason = outcome.reason if outcome.status == Severity.SKIPPED else ""
         known.duration_s = max(known.duration_s, outcome.duration_s)
     return [merged[k] for k in sorted(merged)]

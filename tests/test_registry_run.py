@@ -5,7 +5,16 @@ from __future__ import annotations
 import time
 
 from preflight.model import CheckOutcome, Finding, RankFacts, Severity, World
-from preflight.registry import LOCAL, CheckContext, CheckSpec, Problem, merge_findings, merge_outcomes, run_checks
+from preflight.registry import (
+    LOCAL,
+    CheckContext,
+    CheckSpec,
+    NotApplicable,
+    Problem,
+    merge_findings,
+    merge_outcomes,
+    run_checks,
+)
 
 
 def spec(check_id: str, func) -> CheckSpec:
@@ -54,3 +63,29 @@ def test_merge_outcomes_keeps_the_worst_status() -> None:
     outcomes = [CheckOutcome("X001", "t", "local", "t", Severity.OK), CheckOutcome("X001", "t", "local", "t",
                                                                                   Severity.ERROR)]
     assert [o.status for o in merge_outcomes(outcomes)] == [Severity.ERROR]
+
+
+def test_a_check_that_does_not_apply_is_skipped_with_its_reason_never_passed() -> None:
+    def gpu_only(facts, ctx):
+        return [Problem("found on a GPU")]
+
+    def finds_out_late(facts, ctx):
+        raise NotApplicable("no RDMA NIC")
+
+    no_gpu = CheckSpec("TST010", "test", LOCAL, Severity.ERROR, "x", gpu_only,
+                       applies=lambda facts, ctx: "no NVIDIA driver")
+    applies = CheckSpec("TST011", "test", LOCAL, Severity.ERROR, "x", gpu_only, applies=lambda facts, ctx: None)
+    late = CheckSpec("TST012", "test", LOCAL, Severity.ERROR, "x", finds_out_late)
+    findings, outcomes = run_checks([no_gpu, applies, late], FACTS, CheckContext(), 5, rank=2, host="h2")
+    assert [f.check_id for f in findings] == ["TST011"]  # a skipped check produces no finding
+    assert [(o.check_id, o.status, o.reason) for o in outcomes] == [
+        ("TST010", Severity.SKIPPED, "no NVIDIA driver"), ("TST011", Severity.ERROR, ""),
+        ("TST012", Severity.SKIPPED, "no RDMA NIC")]
+
+
+def test_merged_outcome_is_skipped_only_where_every_rank_skipped() -> None:
+    skipped = CheckOutcome("X001", "t", "local", "t", Severity.SKIPPED, reason="no NVIDIA driver")
+    ran = CheckOutcome("X001", "t", "local", "t", Severity.OK)
+    assert [(o.status, o.reason) for o in merge_outcomes([skipped, skipped])] == [(Severity.SKIPPED,
+                                                                                   "no NVIDIA driver")]
+    assert [(o.status, o.reason) for o in merge_outcomes([skipped, ran])] == [(Severity.OK, "")]

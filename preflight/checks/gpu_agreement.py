@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from preflight.checks.gpu_health import NO_DRIVER
 from preflight.lib.grouping import odd_ones
 from preflight.model import GpuFacts, RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
@@ -22,6 +23,11 @@ def _hosts(ranks: Sequence[RankFacts]) -> dict[str, list[RankFacts]]:
         if facts.health.nvml == "ok":
             by_host[facts.host].append(facts)
     return dict(by_host)
+
+
+def needs_nvml_somewhere(job: JobView) -> str | None:
+    """These cross checks compare what NVML read: skipped when no rank could read it."""
+    return None if any(facts.health.nvml == "ok" for facts in job.ranks) else NO_DRIVER
 
 
 def _bound_gpu(facts: RankFacts) -> GpuFacts | None:
@@ -44,7 +50,7 @@ def _distinct_nccl_host_ids(holders: list[RankFacts]) -> bool:
     return all(ids) and len(set(ids)) == len(ids)
 
 
-@check("GPU030", tag=Tags.GPU, scope=CROSS, severity=Severity.ERROR,
+@check("GPU030", tag=Tags.GPU, scope=CROSS, applies=needs_nvml_somewhere, severity=Severity.ERROR,
        hint="Give every local rank its own GPU: as many GPUs per node as tasks (srun --gpus-per-task=1, "
        "or all of the node's GPUs visible to each rank), never two ranks on one GPU.")
 def gpu_binding(job: JobView) -> Iterable[Problem]:
@@ -78,7 +84,7 @@ def gpu_binding(job: JobView) -> Iterable[Problem]:
                           ranks=[f.rank for f in holders], hosts=[host], data={"pci_bus_id": bus})
 
 
-@check("GPU031", tag=Tags.GPU, scope=CROSS, severity=Severity.ERROR, blames_host=True,
+@check("GPU031", tag=Tags.GPU, scope=CROSS, applies=needs_nvml_somewhere, severity=Severity.ERROR, blames_host=True,
        hint="Reseat the GPU or the NVLink bridge / baseboard connection, or RMA it; until then drain the node: "
        "NVLink traffic through this GPU runs on fewer links.")
 def nvlink_fewer_than_siblings(job: JobView) -> Iterable[Problem]:
@@ -112,7 +118,7 @@ def _kind(facts: RankFacts) -> tuple[str, str]:
     return gpu.name, topology + (", NVSwitch" if health.fabric_state else "")
 
 
-@check("GPU032", tag=Tags.GPU, scope=CROSS, severity=Severity.ERROR,
+@check("GPU032", tag=Tags.GPU, scope=CROSS, applies=needs_nvml_somewhere, severity=Severity.ERROR,
        hint="Run the job on one kind of node (a Slurm constraint / node feature); exclude the odd hosts.")
 def gpu_kind_differs(job: JobView) -> Iterable[Problem]:
     """The GPU model or the NVLink / NVSwitch topology class differs across hosts.
@@ -132,7 +138,7 @@ def gpu_kind_differs(job: JobView) -> Iterable[Problem]:
                           data={"what": what, "value": value, "majority": majority})
 
 
-@check("GPU033", tag=Tags.GPU, scope=CROSS, severity=Severity.WARN,
+@check("GPU033", tag=Tags.GPU, scope=CROSS, applies=needs_nvml_somewhere, severity=Severity.WARN,
        hint="Flash the same VBIOS on every node (the vendor's firmware bundle) at the next maintenance.")
 def vbios_differs(job: JobView) -> Iterable[Problem]:
     """The VBIOS version of the GPUs differs across hosts (firmware drift).

@@ -25,6 +25,14 @@ CLOCK_EVENTS_ERROR = {0x8: "hardware slowdown", 0x40: "hardware thermal slowdown
 CLOCK_EVENTS_WARN = {0x4: "software power cap", 0x20: "software thermal slowdown"}
 
 
+NO_DRIVER = "no NVIDIA driver"  # the skip reason of every GPU check where NVML is unavailable
+
+
+def needs_nvml(facts: RankFacts, ctx: CheckContext) -> str | None:
+    """The GPU health checks' applicability: they read NVML, so without it they are skipped."""
+    return None if facts.health.nvml == "ok" else NO_DRIVER
+
+
 def bound_gpus(facts: RankFacts) -> Iterator[GpuHealth]:
     """The GPU this rank is bound to, where NVML described it."""
     yield from facts.health.gpus
@@ -40,7 +48,15 @@ def _gpu(facts: RankFacts, gpu: GpuHealth) -> str:
     return f"GPU {gpu.index}{bus} of rank {facts.rank} on {facts.host}"
 
 
-@check("GPU001", tag=Tags.GPU, scope=LOCAL, severity=Severity.INFO,
+def _nvml_absence_matters(facts: RankFacts, ctx: CheckContext) -> str | None:
+    """GPU001/GPU002 apply where NVML is read, asked for (NCCL) or expected (NVIDIA device nodes)."""
+    health = facts.health
+    if health.nvml == "ok" or ctx.backend == "nccl" or health.nvidia_device_nodes:
+        return None
+    return NO_DRIVER
+
+
+@check("GPU001", tag=Tags.GPU, scope=LOCAL, severity=Severity.INFO, applies=_nvml_absence_matters,
        hint="Expected on a machine without an NVIDIA driver; on a GPU node, install or load the driver "
        "(`nvidia-smi` must work) before running the job.")
 def nvml_unavailable(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -49,8 +65,8 @@ def nvml_unavailable(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     NVML ships with the NVIDIA driver. Without it (a CPU machine, a container started without
     the NVIDIA runtime) the GPU checks have nothing to read. Said when the job asked for NCCL
     (GPU002 then marks the GPU checks could-not-run) or when the host has NVIDIA device nodes
-    (/dev/nvidiactl) that NVML could not use; a gloo or CPU run elsewhere skips the GPU checks
-    silently.
+    (/dev/nvidiactl) that NVML could not use; a gloo or CPU run elsewhere reports every GPU check
+    skipped ("no NVIDIA driver"), neither passed nor failed.
     """
     health = facts.health
     if health.nvml.startswith("unavailable") and (ctx.backend == "nccl" or health.nvidia_device_nodes):
@@ -58,13 +74,13 @@ def nvml_unavailable(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
                       ranks=[facts.rank], hosts=[facts.host])
 
 
-@check("GPU002", tag=Tags.GPU, scope=LOCAL, severity=Severity.COULD_NOT_RUN,
+@check("GPU002", tag=Tags.GPU, scope=LOCAL, severity=Severity.COULD_NOT_RUN, applies=_nvml_absence_matters,
        hint="Run on the GPU nodes with the NVIDIA driver loaded and the container's NVIDIA runtime; "
        "`nvidia-smi` must work where the job runs.")
 def gpu_checks_could_not_run(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """The job asked for NCCL (--backend nccl) but NVML is not available, so no GPU was checked.
 
-    With gloo or on a CPU run the GPU checks are simply skipped; a NCCL job needs GPUs, and
+    With gloo on a CPU machine the GPU checks are reported skipped; a NCCL job needs GPUs, and
     preflight cannot vouch for GPUs it could not read.
     """
     if ctx.backend == "nccl" and facts.health.nvml.startswith("unavailable"):
@@ -72,7 +88,7 @@ def gpu_checks_could_not_run(facts: RankFacts, ctx: CheckContext) -> Iterable[Pr
                       f"({facts.health.nvml.partition(': ')[2]})", ranks=[facts.rank], hosts=[facts.host])
 
 
-@check("GPU003", tag=Tags.GPU, scope=LOCAL, severity=Severity.ERROR, blames_host=True,
+@check("GPU003", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.ERROR, blames_host=True,
        hint="The GPU fell off the bus: drain the node, reset the GPU (`nvidia-smi -r`) or reboot; "
        "if it recurs, reseat or RMA it.")
 def gpu_lost(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -87,7 +103,7 @@ def gpu_lost(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
                           **_where(facts, gpu, errors=gpu.errors))
 
 
-@check("GPU004", tag=Tags.GPU, scope=LOCAL, severity=Severity.ERROR, blames_host=True,
+@check("GPU004", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.ERROR, blames_host=True,
        hint="Drain the node and reset the GPU; uncorrectable errors that come back mean failing HBM: RMA it.")
 def ecc_uncorrectable(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """The GPU has uncorrectable (double-bit) ECC errors since the last reboot (volatile count).
@@ -101,7 +117,7 @@ def ecc_uncorrectable(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
                           **_where(facts, gpu, count=gpu.ecc_uncorrected_volatile))
 
 
-@check("GPU005", tag=Tags.GPU, scope=LOCAL, severity=Severity.WARN,
+@check("GPU005", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.WARN,
        hint="Enable ECC (`nvidia-smi -e 1`) and reboot or reset the GPU so the pending mode takes effect.")
 def ecc_mode(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """ECC is disabled on the GPU, or an ECC mode change waits for a reset.
@@ -116,7 +132,7 @@ def ecc_mode(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
             yield Problem(f"{_gpu(facts, gpu)}: {' and '.join(faults)}", **_where(facts, gpu))
 
 
-@check("GPU006", tag=Tags.GPU, scope=LOCAL, severity=Severity.WARN,
+@check("GPU006", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.WARN,
        hint="Watch the GPU: many corrected errors precede uncorrectable ones; plan to drain and RMA it.")
 def ecc_corrected_high(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """The GPU has a very high count of corrected ECC errors since the last reboot (over 1000)."""
@@ -126,7 +142,7 @@ def ecc_corrected_high(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
                           f"(over {CORRECTED_ECC_WARN})", **_where(facts, gpu, count=gpu.ecc_corrected_volatile))
 
 
-@check("GPU007", tag=Tags.GPU, scope=LOCAL, severity=Severity.ERROR, blames_host=True,
+@check("GPU007", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.ERROR, blames_host=True,
        hint="Drain and reset this GPU (`nvidia-smi -r` or reboot) so the remapping takes effect; "
        "a remapping failure means the GPU is out of spare rows: RMA it.")
 def memory_remap(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -143,7 +159,7 @@ def memory_remap(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
             yield Problem(f"{_gpu(facts, gpu)}: {' and '.join(faults)}", **_where(facts, gpu, faults=faults))
 
 
-@check("GPU008", tag=Tags.GPU, scope=LOCAL, severity=Severity.ERROR, blames_host=True,
+@check("GPU008", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.ERROR, blames_host=True,
        hint="Do what the driver asks (drain the node, then reset the GPU or reboot) before running on it.")
 def recovery_action(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """The driver asks for a GPU recovery action (reset, reboot, drain): NVML's GPU recovery action is not none."""
@@ -159,7 +175,7 @@ def _reasons(mask: int | None, table: dict[int, str]) -> list[str]:
     return [name for bit, name in table.items() if mask and mask & bit]
 
 
-@check("GPU009", tag=Tags.GPU, scope=LOCAL, severity=Severity.ERROR, blames_host=True,
+@check("GPU009", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.ERROR, blames_host=True,
        hint="Check the node's cooling and power (fans, inlet temperature, PSUs, `nvidia-smi -q -d PERFORMANCE`); "
        "drain it until fixed: one slow GPU sets the pace of every collective.")
 def clocks_hardware_slowdown(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -175,7 +191,7 @@ def clocks_hardware_slowdown(facts: RankFacts, ctx: CheckContext) -> Iterable[Pr
                           **_where(facts, gpu, reasons=reasons, mask=gpu.clock_event_reasons))
 
 
-@check("GPU010", tag=Tags.GPU, scope=LOCAL, severity=Severity.WARN,
+@check("GPU010", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.WARN,
        hint="Check the power limit and cooling (`nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE`).")
 def clocks_software_slowdown(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """The GPU's clocks are held down by software: thermal slowdown or the power cap (idle ignored)."""
@@ -186,7 +202,7 @@ def clocks_software_slowdown(facts: RankFacts, ctx: CheckContext) -> Iterable[Pr
                           **_where(facts, gpu, reasons=reasons, mask=gpu.clock_event_reasons))
 
 
-@check("GPU011", tag=Tags.GPU, scope=LOCAL, severity=Severity.ERROR, blames_host=True,
+@check("GPU011", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.ERROR, blames_host=True,
        hint="Reseat the GPU (or its riser / retimer card); if the link stays narrow, RMA the part. "
        "Drain the node meanwhile: host-device copies run at a fraction of their speed.")
 def pcie_width_degraded(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -197,7 +213,7 @@ def pcie_width_degraded(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem
                           **_where(facts, gpu, width=gpu.pcie_width, max_width=gpu.pcie_max_width))
 
 
-@check("GPU012", tag=Tags.GPU, scope=LOCAL, severity=Severity.INFO,
+@check("GPU012", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.INFO,
        hint="Usually nothing to do: an idle GPU lowers its PCIe generation to save power. "
        "If it stays low under load, reseat the GPU.")
 def pcie_generation_low(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -208,7 +224,7 @@ def pcie_generation_low(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem
                           **_where(facts, gpu, gen=gpu.pcie_gen, max_gen=gpu.pcie_max_gen))
 
 
-@check("GPU013", tag=Tags.GPU, scope=LOCAL, severity=Severity.WARN,
+@check("GPU013", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.WARN,
        hint="Reset the counters and watch them (`nvidia-smi nvlink -e`); links that keep counting need "
        "the GPU or baseboard reseated, or an RMA.")
 def nvlink_errors(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -227,7 +243,7 @@ def nvlink_errors(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
             yield Problem(f"{_gpu(facts, gpu)} NVLink errors: {text}", **_where(facts, gpu, links=bad))
 
 
-@check("GPU014", tag=Tags.GPU, scope=LOCAL, severity=Severity.ERROR, blames_host=True,
+@check("GPU014", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.ERROR, blames_host=True,
        hint="Start or restart nvidia-fabricmanager on the node and check its log; drain the node until "
        "every GPU's fabric state is completed.")
 def fabric_not_ready(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -247,7 +263,7 @@ def fabric_not_ready(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
                           **_where(facts, gpu, fabric_state=gpu.fabric_state, fabric_status=gpu.fabric_status))
 
 
-@check("GPU015", tag=Tags.GPU, scope=LOCAL, severity=Severity.WARN,
+@check("GPU015", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.WARN,
        hint="Enable persistence (`nvidia-persistenced`, or `nvidia-smi -pm 1`) on the node.")
 def persistence_off(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """Persistence mode is off: the driver tears the GPU down between processes (slow starts, lost state)."""
@@ -256,7 +272,7 @@ def persistence_off(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
             yield Problem(f"{_gpu(facts, gpu)} has persistence mode off", **_where(facts, gpu))
 
 
-@check("GPU016", tag=Tags.GPU, scope=LOCAL, severity=Severity.ERROR, blames_host=True,
+@check("GPU016", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.ERROR, blames_host=True,
        hint="Set the compute mode back to default (`nvidia-smi -c DEFAULT`), or drain the node until an admin does.")
 def compute_prohibited(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """The GPU's compute mode is prohibited: no process can create a CUDA context on it."""
@@ -265,7 +281,7 @@ def compute_prohibited(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
             yield Problem(f"{_gpu(facts, gpu)} compute mode is prohibited", **_where(facts, gpu))
 
 
-@check("GPU017", tag=Tags.GPU, scope=LOCAL, severity=Severity.WARN,
+@check("GPU017", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.WARN,
        hint="Disable MIG (`nvidia-smi -mig 0` and a GPU reset) unless the job is meant to run on MIG slices.")
 def mig_enabled(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """MIG is enabled on the GPU: a rank gets a slice, not the GPU, and NCCL cannot use NVLink between slices."""
@@ -274,7 +290,7 @@ def mig_enabled(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
             yield Problem(f"{_gpu(facts, gpu)} has MIG enabled", **_where(facts, gpu))
 
 
-@check("GPU018", tag=Tags.GPU, scope=LOCAL, severity=Severity.ERROR, blames_host=True,
+@check("GPU018", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.ERROR, blames_host=True,
        hint="Kill the leftover processes (or drain the node if they will not die: a zombie CUDA context "
        "needs a GPU reset); the job would share the GPU's memory and compute with them.")
 def foreign_processes(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -296,7 +312,7 @@ def foreign_processes(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
                       **_where(facts, gpu, pids=[p.pid for p in others], used_bytes=used))
 
 
-@check("GPU019", tag=Tags.GPU, scope=LOCAL, severity=Severity.WARN,
+@check("GPU019", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.WARN,
        hint="Check the node's cooling (fans, airflow, inlet temperature): under load it will slow down.")
 def temperature_high(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """The GPU is within 5 degrees C of its slowdown temperature before the job even starts."""
@@ -307,7 +323,7 @@ def temperature_high(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
                           **_where(facts, gpu, temperature_c=gpu.temperature_c, slowdown_c=gpu.slowdown_c))
 
 
-@check("GPU020", tag=Tags.GPU, scope=LOCAL, severity=Severity.WARN,
+@check("GPU020", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.WARN,
        hint="Restore the default power limit (`nvidia-smi -pl`, or the node's power policy) unless capped on purpose.")
 def power_limit_low(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """The GPU's enforced power limit is below its default: it will run slower than its siblings."""
@@ -318,7 +334,7 @@ def power_limit_low(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
                           **_where(facts, gpu, limit_mw=gpu.power_limit_mw, default_mw=gpu.power_default_mw))
 
 
-@check("GPU021", tag=Tags.GPU, scope=LOCAL, severity=Severity.INFO,
+@check("GPU021", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.INFO,
        hint="Nothing to fix on the job's side: this GPU or driver does not report these (or the container "
        "lacks the permission); the checks that need them did not run for it.")
 def gpu_reads_unavailable(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:

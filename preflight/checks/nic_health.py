@@ -27,6 +27,19 @@ def _where(facts: RankFacts) -> dict[str, Any]:
     return {"ranks": [facts.rank], "hosts": [facts.host]}
 
 
+NO_RDMA = "no RDMA port"  # the skip reason of the port checks on a host without InfiniBand / RoCE ports
+
+
+def has_rdma_ports(facts: RankFacts, ctx: CheckContext) -> str | None:
+    """The port checks' applicability: without an RDMA port on the host they are skipped."""
+    return None if facts.network.ib_ports else NO_RDMA
+
+
+def rdma_ports_somewhere(job: JobView) -> str | None:
+    """NET005 compares ports across hosts: skipped when no host has one."""
+    return None if any(facts.network.ib_ports for facts in job.ranks) else NO_RDMA
+
+
 def nccl_ib_ports(facts: RankFacts) -> list[IbPort]:
     """The ports NCCL_IB_HCA selects when it is set, else every port of the host."""
     if not facts.health.nccl_ports_source.startswith("NCCL_IB_HCA"):
@@ -39,6 +52,7 @@ def nccl_ib_ports(facts: RankFacts) -> list[IbPort]:
     "NET002",
     tag=Tags.NIC,
     scope=LOCAL,
+    applies=has_rdma_ports,
     severity=Severity.ERROR,
     hint="Check the port's cable and switch port (`ibstat`, `ibportstate`); a port stuck in INIT "
     "usually means no subnet manager. Reseat or replace the cable; exclude the host if it cannot be fixed now.",
@@ -73,6 +87,7 @@ def _by_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
     "NET005",
     tag=Tags.NIC,
     scope=CROSS,
+    applies=rdma_ports_somewhere,
     severity=Severity.WARN,
     hint="A port at a lower rate than its peers is a degraded link (bad cable, wrong speed "
     "negotiated): check `ibstat` on the named host, reseat or replace the cable.",
@@ -117,7 +132,7 @@ def nic_counters_increased(host: str, ranks: list[int], increases: list[dict[str
                       ranks=ranks, hosts=[host], data=entry)
 
 
-@check("NIC002", tag=Tags.NIC, scope=LOCAL, severity=Severity.WARN,
+@check("NIC002", tag=Tags.NIC, scope=LOCAL, applies=has_rdma_ports, severity=Severity.WARN,
        hint="One degraded port costs 5-30% of a job's throughput: clear the counters (`perfquery -x -R`) and "
        "watch them; if they climb, reseat or replace the cable / transceiver.")
 def nic_counters_large(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -135,7 +150,7 @@ def nic_counters_large(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
                           **_where(facts), data={"port": port_key(entry.device, entry.port), "counters": large})
 
 
-@check("NIC003", tag=Tags.NIC, scope=LOCAL, severity=Severity.WARN,
+@check("NIC003", tag=Tags.NIC, scope=LOCAL, applies=has_rdma_ports, severity=Severity.WARN,
        hint="Set every port NCCL uses to one link layer (`mlxconfig ... LINK_TYPE_P1`), or restrict NCCL_IB_HCA "
        "to ports of one kind.")
 def link_layer_differs(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
@@ -161,7 +176,7 @@ def _gdr_requested(value: str) -> bool:
     return bool(text) and text not in ("LOC", "0")
 
 
-@check("NIC004", tag=Tags.NIC, scope=LOCAL, severity=Severity.WARN,
+@check("NIC004", tag=Tags.NIC, scope=LOCAL, applies=has_rdma_ports, severity=Severity.WARN,
        hint="Load the nvidia_peermem kernel module (`modprobe nvidia_peermem`) or use a driver and kernel "
        "with dma-buf support; otherwise NCCL stages network traffic through host memory.")
 def gdr_unavailable(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:

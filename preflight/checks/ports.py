@@ -18,9 +18,11 @@ def _port(facts: RankFacts) -> MasterPortState | None:
     return facts.network.master_port
 
 
-def _suggestion(state: MasterPortState) -> str:
+def _suggestion(state: MasterPortState, facts: RankFacts) -> str:
+    """The suggested port, saying truthfully what it was derived from (the job id, else the run id)."""
     port = state.suggested_port
-    return f"; free now and derived from the job id: MASTER_PORT={port}" if port else ""
+    source = f"the job id {facts.world.job_id}" if facts.world.job_id else "this run's id"
+    return f"; free now and derived from {source}: MASTER_PORT={port}" if port else ""
 
 
 @check(
@@ -48,7 +50,7 @@ def master_port_in_use(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
         for h in holders
     ) or "a process not visible to this user"
     yield Problem(
-        f"MASTER_PORT {state.port} on {facts.host} is already in use by {who}{_suggestion(state)}",
+        f"MASTER_PORT {state.port} on {facts.host} is already in use by {who}{_suggestion(state, facts)}",
         ranks=[facts.rank], hosts=[facts.host],
         data={"port": state.port, "holders": [asdict(h) for h in holders], "suggested_port": state.suggested_port},
     )
@@ -74,7 +76,7 @@ def master_port_ephemeral(facts: RankFacts, ctx: CheckContext) -> Iterable[Probl
         return
     yield Problem(
         f"MASTER_PORT {state.port} is inside the ephemeral range {span[0]}-{span[1]} on {facts.host}"
-        f"{_suggestion(state)}",
+        f"{_suggestion(state, facts)}",
         ranks=[facts.rank], hosts=[facts.host], data={"port": state.port, "ephemeral_range": span},
     )
 
@@ -93,7 +95,7 @@ def master_port_privileged(facts: RankFacts, ctx: CheckContext) -> Iterable[Prob
         return
     yield Problem(
         f"MASTER_PORT {state.port} is privileged (<1024) and rank {facts.rank} on {facts.host} is not root"
-        f"{_suggestion(state)}",
+        f"{_suggestion(state, facts)}",
         ranks=[facts.rank], hosts=[facts.host], data={"port": state.port},
     )
 

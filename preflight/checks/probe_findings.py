@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from preflight.lib.hostlist import ranks_text
 from preflight.lib.units import human_bytes
 from preflight.model import ProbeResult, Severity
 from preflight.model.probe_faults import Confirmed, Hang, Straggler
@@ -80,13 +81,34 @@ def probe_hang(hang: Hang, hosts: dict[int, str], timeout_s: float, reported_aft
     culprits, waiting = hang.culprits, hang.waiting
     named = "; ".join(f"rank {r}: {why}" for r, why in sorted(culprits.items()))
     yield Problem(
-        f"{what} {how}: {named}" + (f" (waiting: ranks {_ranks(waiting)})" if waiting else "")
+        f"{what} {how}: {named}" + (f" (waiting: {ranks_text(waiting)})" if waiting else "")
         + (f" [{hang.reason}]" if (hang.failed or hang.phase == "setup") and hang.reason else ""),
         ranks=sorted(culprits), hosts=[hosts.get(r, "") for r in sorted(culprits) if hosts.get(r)],
         data={"dim": hang.dim, "op": hang.op, "size_bytes": hang.size_bytes, "group_index": hang.group_index,
               "culprits": {str(k): v for k, v in culprits.items()}, "waiting": waiting,
               "detected_after_s": round(hang.elapsed_s, 3), "reported_after_s": round(reported_after_s, 3)},
     )
+
+
+# A straggler confirmed twice below this fraction of its siblings is an error, not a warning. Every
+# step of a synchronous job waits for its slowest group, so a group at under half its siblings' speed
+# at least doubles the time of every collective over that dimension: the job runs at its pace, not at
+# the cluster's. Above it (between 50% and --straggler-ratio) the loss is real but bounded, and a
+# warning leaves the decision to the user. Measured twice with every iteration separated, it is not noise.
+SEVERE_FRACTION = 0.5
+
+
+def _share(fraction: float) -> str:
+    """A fraction as a percentage that never rounds a real slowdown to `0%`: 0.004 -> `0.4%`."""
+    return f"{fraction:.0%}" if fraction >= 0.1 or fraction <= 0 else f"{fraction * 100:.2g}%"
+
+
+def severe_straggler(s: Straggler) -> bool:
+    """Confirmed by the second pass, and below SEVERE_FRACTION of its siblings in both passes."""
+    if s.confirm_busbw_gbps is None or not s.confirm_siblings_median_gbps or not s.siblings_median_gbps:
+        return False
+    return (s.busbw_gbps / s.siblings_median_gbps < SEVERE_FRACTION
+            and s.confirm_busbw_gbps / s.confirm_siblings_median_gbps < SEVERE_FRACTION)
 
 
 @engine_check(
@@ -111,20 +133,26 @@ def straggler_group(straggler: Straggler, ratio: float) -> Iterable[Problem]:
     siblings are the known-good partners) and the group is reported only if it separates
     again; the finding's data has both passes. With independent passes the false-alarm rate
     per group is the product of the two chances (under 1e-4 with 5 iterations); on a shared
-    2-core CPU, 10 healthy 8-rank runs of `preflight launch -n 8 --mesh pp2,tp4` and
-    `--mesh dp2,tp2` name no straggler (tests/probes/test_no_false_alarms.py).
+    2-core CPU, 10 healthy runs name no straggler.
+
+    Severity: a group confirmed twice below 50% of its siblings' median (both passes) is an
+    ERROR, exit 3: every collective over that dimension waits for it, so the job would run at
+    under half speed. Between 50% and --straggler-ratio it is a WARNING (exit 0, 1 with
+    --strict): a real but bounded loss, the user decides.
     """
     s = straggler
+    severe = severe_straggler(s)
     again = ""
     if s.confirm_busbw_gbps is not None and s.confirm_siblings_median_gbps:
-        again = (f"; measured again: {s.confirm_busbw_gbps:.3g} GB/s, "
-                 f"{s.confirm_busbw_gbps / s.confirm_siblings_median_gbps:.0%} of {s.confirm_siblings_median_gbps:.3g}")
+        share = _share(s.confirm_busbw_gbps / s.confirm_siblings_median_gbps)
+        again = f"; measured again: {s.confirm_busbw_gbps:.3g} GB/s, {share} of {s.confirm_siblings_median_gbps:.3g}"
     yield Problem(
         f"{s.op} on {s.dim} group {s.group_index} (ranks {_ranks(s.ranks)}) at {human_bytes(s.size_bytes)}: busbw "
-        f"{s.busbw_gbps:.3g} GB/s is {s.busbw_gbps / s.siblings_median_gbps:.0%} of its siblings' median "
+        f"{s.busbw_gbps:.3g} GB/s is {_share(s.busbw_gbps / s.siblings_median_gbps)} of its siblings' median "
         f"{s.siblings_median_gbps:.3g} GB/s (threshold {ratio:.0%}; its fastest iteration {s.best_iter_gbps:.3g} "
-        f"< their slowest {s.siblings_worst_iter_gbps:.3g}){again}",
-        ranks=s.ranks, hosts=s.hosts,
+        f"< their slowest {s.siblings_worst_iter_gbps:.3g}){again}"
+        + (f"; below {SEVERE_FRACTION:.0%} twice: an error" if severe else ""),
+        ranks=s.ranks, hosts=s.hosts, severity=Severity.ERROR if severe else None,
         data={"dim": s.dim, "op": s.op, "group_index": s.group_index, "busbw_gbps": s.busbw_gbps,
               "siblings_median_gbps": s.siblings_median_gbps, "best_iter_gbps": s.best_iter_gbps,
               "siblings_worst_iter_gbps": s.siblings_worst_iter_gbps, "false_alarm_p": s.false_alarm_p,
@@ -139,10 +167,18 @@ def straggler_group(straggler: Straggler, ratio: float) -> Iterable[Problem]:
     severity=Severity.WARN,
     hint="The rank sits in slow groups of several dimensions: suspect its GPU, its host or its NIC.",
 )
-def cross_dim_suspect(rank: int, host: str, dims: list[str]) -> Iterable[Problem]:
-    """A rank is in slow groups of two or more mesh dimensions, so it is the likely cause."""
-    yield Problem(f"rank {rank} ({host}) is in slow groups of dimensions {', '.join(dims)}",
-                  ranks=[rank], hosts=[host] if host else [], data={"dims": dims})
+def cross_dim_suspect(rank: int, host: str, dims: list[str], slow_groups: list[Straggler]) -> Iterable[Problem]:
+    """A rank is in slow groups of two or more mesh dimensions, so it is the likely cause.
+
+    Severity as BW003's: an ERROR when one of its slow groups is (confirmed twice below 50% of
+    its siblings), a WARNING otherwise. The finding names the rank, so the verdict line does.
+    """
+    severe = [s for s in slow_groups if severe_straggler(s)]
+    worst = min((s.busbw_gbps / s.siblings_median_gbps for s in slow_groups if s.siblings_median_gbps), default=1.0)
+    yield Problem(f"in slow groups of dimensions {', '.join(dims)}, down to {_share(worst)} of "
+                  f"their siblings" + (f" (below {SEVERE_FRACTION:.0%} twice)" if severe else ""),
+                  ranks=[rank], hosts=[host] if host else [], data={"dims": dims, "worst_fraction": round(worst, 4)},
+                  severity=Severity.ERROR if severe else None)
 
 
 INTRA_HOST_LINK_HINT = ("Only this pair is slow while both ends are fast with others, and both are on one host: "
@@ -333,7 +369,7 @@ def slow_host_group_tested(host: str, ranks: list[int], fractions: list[float], 
     search took.
     """
     shown = ", ".join(f"{f:.0%} with {p}" for f, p in zip(fractions, partners))
-    yield Problem(f"group testing: host {host} (ranks {_ranks(ranks)}) is slow against known-good hosts: "
+    yield Problem(f"group testing: host {host} ({ranks_text(ranks)}) is slow against known-good hosts: "
                   f"{shown} of the known-good reference {reference_gbps:.3g} GB/s "
                   f"(found in {rounds} rounds, {seconds:.1f} s)",
                   ranks=ranks, hosts=[host],
@@ -350,7 +386,7 @@ def slow_host_group_tested(host: str, ranks: list[int], fractions: list[float], 
 )
 def localization_summary(method: str, suspects: list[str], good: list[str], rounds: int, tests: int,
                          seconds: float, named: list[str], extra: dict[str, object] | None = None,
-                         unfinished: str = "") -> Iterable[Problem]:
+                         unfinished: str = "", slow_ranks: list[int] | None = None) -> Iterable[Problem]:
     """How the confirmed slow groups were localized, and what it cost.
 
     `pairwise`: the round robin over the slow groups' ranks (n-1 rounds) plus its confirming
@@ -362,8 +398,17 @@ def localization_summary(method: str, suspects: list[str], good: list[str], roun
     group testing ran after it. The data splits the rounds between the two; rounds, tests
     and seconds are rank 0's. `unfinished` says which step was cut short (a collective that did
     not complete within --probe-timeout, or failed): what it would have named is unknown.
+    When it names no host or link, the slowness is not a host's nor a link's of its own: it
+    follows the ranks BW004 names (`slow_ranks`, those in slow groups of several dimensions),
+    and the summary says so rather than "nobody".
     """
-    who = ", ".join(named) if named else "nobody"
+    if named:
+        who = ", ".join(named)
+    elif slow_ranks:
+        who = (f"no single host or link; the slowness follows rank{'s' if len(slow_ranks) > 1 else ''} "
+               f"{_ranks(slow_ranks)} (BW004)")
+    else:
+        who = "no single host or link"
     cut = f"; cut short: {unfinished}" if unfinished else ""
     yield Problem(f"localization by {method} over {len(suspects)} suspect host(s) with {len(good)} known-good: "
                   f"{rounds} rounds, {tests} tests, {seconds:.1f} s; named {who}{cut}",

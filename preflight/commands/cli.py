@@ -12,13 +12,14 @@ import shlex
 import signal
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from preflight import __version__
 from preflight.lib.errors import BadInput
 from preflight.lib.interrupts import interrupts_raised
 from preflight.lib.numbers import ascii_int
 from preflight.model import ExitCode
-from preflight.options import BACKENDS, LOCALIZE, ReportTargets, RunOptions, parse_count, parse_seconds
+from preflight.options import BACKENDS, LOCALIZE, OPS, ReportTargets, RunOptions, parse_count, parse_seconds
 
 SUBCOMMANDS = ("run", "launch", "list", "explain", "report")
 
@@ -66,60 +67,116 @@ def _local_ranks(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _sizes_text(sizes: Sequence[int]) -> str:
+    return ",".join(f"{size >> 20}M" for size in sizes)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, except that a usage error is one line (what was wrong, where help is), not the
+    whole usage block: `preflight launch: error: argument -n/--nproc: ... (preflight launch --help)`."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print one line on stderr and exit 2."""
+        self.exit(int(ExitCode.BAD_INPUT), f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """The options of a run, shared by `run` and `launch`."""
+    """The options of a run, shared by `run` and `launch`: each says its default and valid values."""
+    from preflight.probes.plan import DEFAULT_ITERS, DEFAULT_OPS, DEFAULT_SIZES, DEFAULT_WARMUP
+    from preflight.registry import Tags
+
+    tags = ", ".join(Tags.all())
     run = parser.add_argument_group("run")
-    run.add_argument("--timeout", dest="timeout_s", type=_positive_float, default=60.0,
+    run.add_argument("--timeout", dest="timeout_s", type=_positive_float, default=60.0, metavar="SECONDS",
                      help="seconds rank 0 waits for every rank to report (default 60)")
-    run.add_argument("--check-timeout", dest="check_timeout_s", type=_positive_float, default=10.0,
-                     help="seconds one check or fact gatherer may take (default 10)")
-    run.add_argument("--out-dir", help="shared directory (cluster filesystem): fallback channel when "
-                     "the c10d store cannot form")
-    run.add_argument("--run-id", type=_run_id, help="override the run id derived from the launcher's job id")
-    run.add_argument("--silence", type=_csv, default=[], metavar="ID[,ID]", help="drop findings of these ids")
-    run.add_argument("--only", type=_csv, default=[], metavar="TAG[,TAG]", help="run only checks of these tags")
-    run.add_argument("--skip", type=_csv, default=[], metavar="TAG[,TAG]", help="skip checks of these tags")
-    run.add_argument("--strict", action="store_true", help="exit 1 when there are warnings")
-    run.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)
-    run.add_argument("--verdict-file", default=None, help=argparse.SUPPRESS)
+    run.add_argument("--check-timeout", dest="check_timeout_s", type=_positive_float, default=10.0, metavar="SECONDS",
+                     help="seconds one check or fact gatherer may take before it is could-not-run (default 10)")
+    run.add_argument("--out-dir", metavar="DIR",
+                     help="shared directory (cluster filesystem): fallback channel when the c10d store cannot "
+                     "form, and where each rank leaves its own report if rank 0 is lost (default: none)")
+    run.add_argument("--run-id", type=_run_id, metavar="ID",
+                     help="override the run id (default: derived from the launcher's job id, e.g. "
+                     "SLURM_JOB_ID; 1-200 printable characters, no spaces)")
+    run.add_argument("--silence", type=_csv, default=[], metavar="ID[,ID]",
+                     help="drop findings of these check ids, e.g. ENV004,BW011 (default: none; "
+                     "`preflight list` shows the ids)")
+    run.add_argument("--only", type=_csv, default=[], metavar="TAG[,TAG]",
+                     help=f"run only checks of these tags (default: all); tags: {tags}")
+    run.add_argument("--skip", type=_csv, default=[], metavar="TAG[,TAG]",
+                     help=f"skip checks of these tags (default: none; `--skip probe` skips the bandwidth "
+                     f"probes); tags: {tags}")
+    run.add_argument("--strict", action="store_true",
+                     help="exit 1 when there are warnings (default: warnings exit 0)")
+    run.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)  # tests: a fixture sysfs tree
+    run.add_argument("--verdict-file", default=None, help=argparse.SUPPRESS)  # launch's own channel to its ranks
 
-    out = parser.add_argument_group("reports")
-    out.add_argument("--json", dest="json_path", metavar="PATH", help="write the JobReport as JSON")
-    out.add_argument("--html", dest="html_path", metavar="PATH", help="write a self-contained HTML report")
-    out.add_argument("--junit", dest="junit_path", metavar="PATH", help="write JUnit XML")
-    out.add_argument("--text", dest="text_path", metavar="PATH", help="write the plain text report")
-    out.add_argument("--exclude-file", metavar="PATH", help="write bad hosts, one per line, for sbatch --exclude")
-    out.add_argument("--quiet", action="store_true", help="print nothing on stdout")
+    out = parser.add_argument_group("reports (the terminal report is always printed unless --quiet)")
+    out.add_argument("--json", dest="json_path", metavar="PATH",
+                     help="write the whole JobReport as JSON (default: not written; `preflight report` re-renders it)")
+    out.add_argument("--html", dest="html_path", metavar="PATH",
+                     help="write a self-contained HTML report, no network needed (default: not written)")
+    out.add_argument("--junit", dest="junit_path", metavar="PATH",
+                     help="write JUnit XML, one testcase per check, for CI (default: not written)")
+    out.add_argument("--text", dest="text_path", metavar="PATH",
+                     help="write the plain text report (default: not written)")
+    out.add_argument("--exclude-file", metavar="PATH",
+                     help="write the bad hosts one per line, for `sbatch --exclude` (default: not written)")
+    out.add_argument("--quiet", action="store_true", help="print nothing on stdout (default: print the report)")
 
-    probe = parser.add_argument_group("probes")
-    probe.add_argument("--mesh", default="", help="DeviceMesh shape, outermost first, e.g. pp2,tp4")
-    probe.add_argument("--backend", choices=BACKENDS, default="auto")
-    probe.add_argument("--ops", default="", help="collectives to probe (comma list)")
-    probe.add_argument("--sizes", default="", help="message sizes, e.g. 1M,64M,256M")
-    probe.add_argument("--warmup", type=_non_negative_int, default=None)
-    probe.add_argument("--iters", type=_non_negative_int, default=None)
+    probe = parser.add_argument_group("probes (collective bandwidth over every DeviceMesh dimension)")
+    probe.add_argument("--mesh", default="", metavar="SHAPE",
+                       help="DeviceMesh shape, outermost first, e.g. pp2,tp4 (a missing dp is derived); "
+                       "names: pp, dp, dp_replicate, dp_shard, cp, ep, tp or any identifier "
+                       "(default: the world as one dimension)")
+    probe.add_argument("--backend", choices=BACKENDS, default="auto",
+                       help="process group backend for the probes: auto (default: nccl when every rank has a "
+                       "GPU, else gloo), nccl, gloo")
+    probe.add_argument("--ops", default="", metavar="OP[,OP]",
+                       help=f"collectives to probe; valid: {', '.join(OPS)} "
+                       f"(default: {','.join(DEFAULT_OPS)}; send_recv pairs adjacent pp stages)")
+    probe.add_argument("--sizes", default="", metavar="SIZE[,SIZE]",
+                       help="message sizes in bytes; K/M/G are binary as in nccl-tests (1M = 1 MiB = 1,048,576), "
+                       "KiB/MiB/GiB too, KB/MB/GB are SI (1MB = 1,000,000) "
+                       f"(default: {_sizes_text(DEFAULT_SIZES['cpu'])} on CPU, "
+                       f"{_sizes_text(DEFAULT_SIZES['cuda'])} on GPU)")
+    probe.add_argument("--warmup", type=_non_negative_int, default=None, metavar="N",
+                       help=f"untimed iterations per step, 0 or more (default {DEFAULT_WARMUP['cpu']} on CPU, "
+                       f"{DEFAULT_WARMUP['cuda']} on GPU)")
+    probe.add_argument("--iters", type=_non_negative_int, default=None, metavar="N",
+                       help=f"timed iterations per step, 1 or more (default {DEFAULT_ITERS['cpu']} on CPU, "
+                       f"{DEFAULT_ITERS['cuda']} on GPU; with fewer than 5 no straggler can be named)")
     probe.add_argument("--probe-timeout", dest="probe_timeout_s", type=_positive_float, default=30.0,
-                       help="deadline of one collective (default 30 s)")
-    probe.add_argument("--straggler-ratio", type=_positive_float, default=0.8)
-    probe.add_argument("--expect", default="", help="expected busbw per dimension, e.g. tp=300GB/s")
+                       metavar="SECONDS", help="deadline of one collective (default 30)")
+    probe.add_argument("--straggler-ratio", type=_positive_float, default=0.8, metavar="RATIO",
+                       help="a group below RATIO x its siblings' median busbw is a straggler candidate, "
+                       "0 < RATIO <= 1 (default 0.8); confirmed twice below 0.5 it is an error "
+                       "(`preflight explain BW003`)")
+    probe.add_argument("--expect", default="", metavar="DIM=RATE[,DIM=RATE]",
+                       help="expected busbw per mesh dimension, e.g. tp=300GB/s,dp=400Gb/s; units GB/s "
+                       "(1e9 B/s, nccl-tests' busbw), MB/s, TB/s, GiB/s or G/s (binary), Gb/s (bits); "
+                       "below 0.9x is an error (default: none; a hardware profile on NCCL)")
     probe.add_argument("--localize", choices=LOCALIZE, default="auto",
                        help="how slow groups are localized: auto (default; see docs/probes.md), pairwise "
                             "(the round robin only), grouptest (group testing among hosts whenever it can run)")
     probe.add_argument("--strict-bandwidth", action="store_true",
-                       help="a group below its hardware profile (docs/expectations.md) is an error, not a warning")
+                       help="a group below its hardware profile (docs/expectations.md) is an error, not a "
+                       "warning (default: a warning)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole CLI."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="preflight",
-        description="Validate a distributed PyTorch job from inside its own launcher, before it starts. "
-        "Without a subcommand, `preflight [options]` is `preflight run [options]`.",
+        description="Validate a distributed PyTorch job from inside its own launcher, before it starts.\n"
+        "Without a subcommand, `preflight [options]` is `preflight run [options]`.\n\n"
+        "The run options (--mesh, --sizes, --ops, --expect, --json, --html, --junit, --strict,\n"
+        "--only, --skip, ...) are listed by `preflight run --help` (and `preflight launch --help`).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{run,launch,list,explain,report}")
+    commands = parser.add_subparsers(dest="command", metavar="{run,launch,list,explain,report}",
+                                     parser_class=OneLineParser)
 
     run = commands.add_parser("run", help="run as this process's rank (srun, torchrun, mpirun, env://)",
                               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,9 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     launch = commands.add_parser("launch", help="spawn N local ranks with torch's elastic launcher",
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    launch.add_argument("-n", "--nproc", type=_local_ranks, default=4, help="local ranks to spawn (default 4)")
+    launch.add_argument("-n", "--nproc", type=_local_ranks, default=4, metavar="N",
+                        help=f"local ranks to spawn, 1 to {MAX_LOCAL_RANKS} (default 4)")
     launch.add_argument("--start-method", choices=("forkserver", "exec"), default="forkserver",
-                        help="forkserver (default): ranks fork from one process that imported torch once; "
+                        help="how ranks start: forkserver (default): ranks fork from one process that imported "
+                             "torch once; "
                              "exec: every rank is a new `preflight run` process, as torchrun starts a "
                              "training script (each imports torch; per-interpreter hooks such as "
                              "sitecustomize run in every rank)")
@@ -137,21 +196,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="list every check with its id, tag, scope and severity")
     listing.add_argument("--markdown", action="store_true",
-                         help="print docs/checks.md instead (preflight list --markdown > docs/checks.md)")
-    explain = commands.add_parser("explain", help="explain a check id")
-    explain.add_argument("check_id")
+                         help="print docs/checks.md instead (preflight list --markdown > docs/checks.md) "
+                         "(default: a table)")
+    explain = commands.add_parser("explain", help="explain a check id: what it checks, why, its severity rule")
+    explain.add_argument("check_id", metavar="CHECK_ID",
+                         help="a check id as `preflight list` shows it, e.g. BW003 (case-insensitive)")
 
     report = commands.add_parser("report", help="re-render a past run's JSON report")
-    report.add_argument("json_file")
-    report.add_argument("--html", dest="html_path", metavar="PATH")
-    report.add_argument("--junit", dest="junit_path", metavar="PATH")
-    report.add_argument("--text", dest="text_path", metavar="PATH")
-    report.add_argument("--exclude-file", metavar="PATH")
+    report.add_argument("json_file", metavar="JSON_FILE", help="a report written by `preflight --json PATH`")
+    report.add_argument("--html", dest="html_path", metavar="PATH", help="write the HTML report (default: not written)")
+    report.add_argument("--junit", dest="junit_path", metavar="PATH", help="write JUnit XML (default: not written)")
+    report.add_argument("--text", dest="text_path", metavar="PATH",
+                        help="write the plain text report to a file (default: not written; stdout always gets it)")
+    report.add_argument("--exclude-file", metavar="PATH",
+                        help="write the bad hosts one per line (default: not written)")
     report.add_argument("--retry-exclude-file", metavar="PATH",
                         help="the bad hosts when the failure is theirs alone (what a resubmission excludes); "
-                        "empty when resubmitting cannot help")
-    report.add_argument("--json", dest="json_path", metavar="PATH")
+                        "empty when resubmitting cannot help (default: not written)")
+    report.add_argument("--json", dest="json_path", metavar="PATH",
+                        help="write the JSON again, e.g. to normalise an older report (default: not written)")
     return parser
+
 
 
 def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptions:
@@ -180,8 +245,28 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         localize=args.localize,
         sysfs_root=args.sysfs_root,
         verdict_file=args.verdict_file,
-        command_line=shlex.join(["preflight", *argv]),
+        command_line=shlex.join(["preflight", *shown_argv(argv)]),
     )
+
+
+INTERNAL_FLAGS = ("--verdict-file", "--sysfs-root")  # set by `launch` or tests, never typed by a user
+
+
+def shown_argv(argv: Sequence[str]) -> list[str]:
+    """argv as the reports show it: without the internal flags (and their values) launch adds."""
+    shown: list[str] = []
+    skip_value = False
+    for arg in argv:
+        if skip_value:
+            skip_value = False
+            continue
+        if arg in INTERNAL_FLAGS:
+            skip_value = True
+            continue
+        if arg.startswith(tuple(f"{flag}=" for flag in INTERNAL_FLAGS)):
+            continue
+        shown.append(arg)
+    return shown
 
 
 def _with_default_command(argv: list[str]) -> list[str]:

@@ -59,7 +59,7 @@ def value_label(value: str | None, secret_numbers: dict[str, int]) -> str:
     if value is None:
         return "unset"
     if value == "":
-        return "empty"
+        return "(empty)"  # set to the empty string: in parentheses, as no real value is written
     if is_redacted(value):  # never show a digest: numbered placeholders tell groups apart
         if len(secret_numbers) <= 1:
             return REDACTED

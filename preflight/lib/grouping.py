@@ -37,8 +37,11 @@ def odd_ones(values: Mapping[H, V]) -> tuple[V, dict[H, V]]:
 def where_text(group: Sequence[RankFacts], all_ranks: Sequence[RankFacts], count_only: bool = False) -> str:
     """`node07`, `14 hosts`, or `node07 (ranks 3,5)` when the group does not cover whole hosts.
 
-    count_only (the most common value): just the host count, never rank detail."""
+    count_only (the most common value): just the host count, never rank detail. On a one-host job
+    hosts tell no group apart, so ranks do: `ranks 0-1,3`, `rank 2`."""
     hosts = {f.host for f in group}
+    if len({f.host for f in all_ranks}) <= 1:
+        return f"{'rank' if len(group) == 1 else 'ranks'} {rank_ranges(f.rank for f in group)}"
     if count_only and len(hosts) > 1:
         return f"{len(hosts)} hosts"
     place = host_ranges(hosts)

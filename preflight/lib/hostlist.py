@@ -157,6 +157,12 @@ def compress_hostlist(hosts: Iterable[str]) -> str:
     return ",".join(sorted(entries))
 
 
+def ranks_text(ranks: Iterable[int], limit: int = 12) -> str:
+    """`rank 3` or `ranks 0-3,7`: the word agrees with the count."""
+    numbers = sorted(set(ranks))
+    return f"{'rank' if len(numbers) == 1 else 'ranks'} {rank_ranges(numbers, limit=limit)}"
+
+
 def rank_ranges(ranks: Iterable[int], limit: int = 12) -> str:
     """[0, 1, 2, 3, 7] -> '0-3,7' (long lists end with the total)."""
     numbers = sorted(set(ranks))

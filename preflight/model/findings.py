@@ -8,8 +8,15 @@ from typing import Any
 
 
 class Severity(str, enum.Enum):
-    """How bad a finding is. COULD_NOT_RUN is never a pass: the check did not answer."""
+    """How bad a finding is. COULD_NOT_RUN is never a pass: the check did not answer.
 
+    SKIPPED is only a check's status, never a finding's: the check did not apply here (a GPU
+    check on a machine without an NVIDIA driver) and says why (`CheckOutcome.reason`). It is
+    neither a pass nor a failure, and ranks below OK: a check that applied on one rank and
+    passed there is a pass for the job.
+    """
+
+    SKIPPED = "skipped"
     OK = "ok"
     INFO = "info"
     WARN = "warn"
@@ -18,11 +25,12 @@ class Severity(str, enum.Enum):
 
     @property
     def rank(self) -> int:
-        """Order for "worst of": ok < info < warn < could-not-run < error."""
+        """Order for "worst of": skipped < ok < info < warn < could-not-run < error."""
         return _SEVERITY_ORDER[self]
 
 
 _SEVERITY_ORDER = {
+    Severity.SKIPPED: -1,
     Severity.OK: 0,
     Severity.INFO: 1,
     Severity.WARN: 2,
@@ -57,11 +65,13 @@ class Finding:
 
 @dataclass
 class CheckOutcome:
-    """That a check ran (or could not), so reports can list passes too (JUnit testcases)."""
+    """That a check ran, did not apply (skipped, with the reason) or could not run, so reports
+    can list passes and skips too (JUnit testcases)."""
 
     check_id: str
     tag: str
     scope: str
     title: str
-    status: Severity  # worst severity it produced; OK when silent
+    status: Severity  # worst severity it produced; OK when silent; SKIPPED when it did not apply
     duration_s: float = 0.0
+    reason: str = ""  # SKIPPED: why it did not apply ("no NVIDIA driver"), short and shared by like checks

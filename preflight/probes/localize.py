@@ -39,7 +39,10 @@ def lead(session: Any, slow: list[Any], results: list[ProbeResult], hosts: dict[
     session.board.put(keys.LOCALIZE_KEY, LocalizePlan(ranks if method == "pairwise" else [], group_test))
     if sets is None or not (ranks or group_test):
         return []
-    return _run(session, ranks if method == "pairwise" else [], sets, hosts, options.straggler_ratio, group_test)
+    from preflight.probes.judge import cross_dim_suspects
+
+    return _run(session, ranks if method == "pairwise" else [], sets, hosts, options.straggler_ratio, group_test,
+                slow_ranks=sorted(cross_dim_suspects(slow)))
 
 
 def localization_set(slow: list[Any], results: list[ProbeResult]) -> list[int]:
@@ -55,7 +58,7 @@ def localization_set(slow: list[Any], results: list[ProbeResult]) -> list[int]:
 
 
 def _run(session: Any, ranks: list[int], sets: Any, hosts: dict[int, str], ratio: float,
-              group_test: bool) -> list[Finding]:
+         group_test: bool, slow_ranks: list[int] | None = None) -> list[Finding]:
     """Rank 0: the round robin over `ranks` (when given), then group testing among hosts when it may
     run and the round robin was skipped or named nothing (hosttest.choose); then a summary (BW013)."""
     from preflight.probes import hosttest
@@ -89,7 +92,7 @@ def _run(session: Any, ranks: list[int], sets: Any, hosts: dict[int, str], ratio
         unfinished += "".join(f" ({why})" for why in (session.stopped_why, dead) if why)
     return findings + localization_summary.report(
         method=method, suspects=sets.suspects, good=sets.good, rounds=rounds, tests=tests,
-        seconds=time.monotonic() - began, named=named, extra=extra, unfinished=unfinished)
+        seconds=time.monotonic() - began, named=named, extra=extra, unfinished=unfinished, slow_ranks=slow_ranks)
 
 
 def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: float,

@@ -158,7 +158,8 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
         for s in slow:
             outcome.findings += straggler_group.report(s, ratio=options.straggler_ratio)
         for rank, dims in judge.cross_dim_suspects(slow).items():
-            outcome.findings += cross_dim_suspect.report(rank=rank, host=hosts.get(rank, ""), dims=dims)
+            outcome.findings += cross_dim_suspect.report(rank=rank, host=hosts.get(rank, ""), dims=dims,
+                                                         slow_groups=[s for s in slow if rank in s.ranks])
         for b in judge.below_expected(outcome.results, plan.expect):
             outcome.findings += below_expected.report(b.result, expected_gbps=b.expected_gbps)
     else:

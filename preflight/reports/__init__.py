@@ -11,8 +11,9 @@ from preflight.model import JobReport
 from preflight.reports.targets import ReportTargets
 
 
-def write_reports(report: JobReport, targets: ReportTargets) -> None:
-    """Write every requested format, then the verdict to stdout (rich on a TTY, else text).
+def write_reports(report: JobReport, targets: ReportTargets) -> list[tuple[str, str]]:
+    """Write every requested format, then the verdict to stdout (rich on a TTY, else text);
+    returns what was written, (flag, path) each.
 
     One format failing to render must not cost the others (a report is always written):
     the failure is one line on stderr and the remaining formats are still written.
@@ -28,20 +29,23 @@ def write_reports(report: JobReport, targets: ReportTargets) -> None:
         ("--junit", targets.junit, junit.write),
         ("--html", targets.html, html.write),
     ]
+    written: list[tuple[str, str]] = []
     for flag, path, write in writers:
         if not path:
             continue
         try:
             _write_whole(write, report, path)
+            written.append((flag, path))
         except Exception as exc:  # one renderer's bug or a full disk must not lose the rest
             print(f"preflight: could not write {flag} {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
     if targets.quiet:
-        return
+        return written
     if terminal.wants_rich(sys.stdout):
         terminal.render(report, sys.stdout)
     else:
         sys.stdout.write(text.render(report))
         sys.stdout.flush()
+    return written
 
 
 def _write_whole(write: Callable[[JobReport, str], None], report: JobReport, path: str) -> None:

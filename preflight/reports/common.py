@@ -11,6 +11,7 @@ SEVERITY_LABEL = {
     Severity.WARN: "WARN",
     Severity.INFO: "INFO",
     Severity.OK: "OK",
+    Severity.SKIPPED: "SKIPPED",
 }
 
 
@@ -60,3 +61,32 @@ def authentication_text(report: JobReport) -> str:
 def exclude_text(report: JobReport) -> str:
     """`--exclude=node[07-08]`, or empty when no host is bad."""
     return f"--exclude={compress_hostlist(report.bad_hosts)}" if report.bad_hosts else ""
+
+
+def skip_reasons(report: JobReport) -> dict[str, int]:
+    """Why checks did not apply -> how many, most common first (e.g. {"no NVIDIA driver": 23})."""
+    reasons: dict[str, int] = {}
+    for outcome in report.checks:
+        if outcome.status == Severity.SKIPPED:
+            reasons[outcome.reason or "did not apply"] = reasons.get(outcome.reason or "did not apply", 0) + 1
+    return dict(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
+
+
+def check_summary(report: JobReport) -> str:
+    """`48 passed, 23 skipped (no NVIDIA driver), 2 findings`: skipped is not passed.
+
+    Passed: the check ran and found nothing above info. Skipped: it did not apply here, with the
+    reason. Checks with a warning, an error or that could not run are counted by the findings."""
+    statuses = [outcome.status for outcome in report.checks]
+    passed = sum(1 for status in statuses if status in (Severity.OK, Severity.INFO))
+    parts = [f"{passed} passed"]
+    reasons = skip_reasons(report)
+    if reasons:
+        why = "; ".join(reason if len(reasons) == 1 else f"{count} {reason}" for reason, count in reasons.items())
+        parts.append(f"{sum(reasons.values())} skipped ({why})")
+    not_run = sum(1 for status in statuses if status == Severity.COULD_NOT_RUN)
+    if not_run:
+        parts.append(f"{not_run} could not run")
+    findings = len(report.findings)
+    parts.append(f"{findings} finding{'' if findings == 1 else 's'}")
+    return ", ".join(parts)

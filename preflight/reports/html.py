@@ -1,9 +1,10 @@
-"""`--html PATH`: one self-contained file (plotly.js, styles and scripts inline; no network).
+"""`--html PATH`: one self-contained file (inline SVG charts, styles and one small script; no network).
 
-Every user-derived string reaches the page through Jinja2 with autoescape, or as JSON
-inside a `<script type="application/json">` block (`tojson` escapes `<`, `>`, `&`); the
-page's own script only ever sets `textContent`. A Content-Security-Policy allows exactly
-the two inline scripts by hash and no network at all, as a second line of defence.
+Every user-derived string reaches the page through Jinja2 with autoescape, or escaped once in
+charts.py's SVG; the page's own script only ever sets `textContent`. Backticks in messages and
+hints (`nvidia-smi -r`) become <code> after escaping (the `code` filter). A Content-Security-
+Policy allows exactly the one inline script by hash and no network at all, as a second line of
+defence.
 """
 
 from __future__ import annotations
@@ -11,18 +12,21 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
-from preflight.lib.hostlist import compress_hostlist
+from preflight.lib.hostlist import compress_hostlist, ranks_text
 from preflight.model import JobReport, Severity
 from preflight.reports import charts
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
+    check_summary,
     exclude_text,
     ordered_findings,
     rank_ranges,
@@ -49,7 +53,7 @@ class Todo:
     @property
     def where(self) -> str:
         """Ranks and hosts the hint applies to."""
-        parts = [f"ranks {rank_ranges(self.ranks)}"] if self.ranks else []
+        parts = [ranks_text(self.ranks)] if self.ranks else []
         if self.hosts:
             parts.append(f"on {compress_hostlist(self.hosts)}")
         return " ".join(parts)
@@ -110,37 +114,36 @@ def _meta_rows(report: JobReport) -> list[tuple[str, str]]:
     return rows
 
 
-def _figures(report: JobReport, rank_hosts: dict[int, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(all figures for the page script, per-dimension sections for the template)."""
-    figures: list[dict[str, Any]] = []
-    matrix = charts.matrix_figure(report, rank_hosts)
-    if matrix:
-        figures.append({"id": "pf-matrix", **matrix})
+def _dimensions(report: JobReport) -> list[dict[str, Any]]:
+    """Per mesh dimension, its two charts (inline SVG) and what the heading says about it."""
     expected = expected_busbw(report)
     dims = []
-    for index, (dim, results) in enumerate(probe_dimensions(report).items()):
-        line_id, groups_id = f"pf-dim{index}-sizes", f"pf-dim{index}-groups"
-        figures.append({"id": line_id, **charts.busbw_by_size_figure(dim, results)})
-        figures.append({"id": groups_id, **charts.groups_figure(dim, results, expected.get(dim))})
-        groups = {r.group_index for r in results}
-        dims.append({"dim": dim, "line_id": line_id, "groups_id": groups_id, "groups": len(groups),
-                     "ops": sorted({r.op for r in results}), "expected": expected.get(dim),
-                     "unverified": sum(1 for r in results if not r.verified)})
-    return figures, dims
+    for dim, results in probe_dimensions(report).items():
+        ops = sorted({r.op for r in results})
+        dims.append({"dim": dim, "groups": len({r.group_index for r in results}), "ops": ops,
+                     "legend": charts.op_legend(ops), "expected": expected.get(dim),
+                     "unverified": sum(1 for r in results if not r.verified),
+                     "sizes_svg": charts.busbw_by_size_svg(dim, results),
+                     "groups_svg": charts.groups_svg(dim, results, expected.get(dim))})
+    return dims
 
 
-@functools.lru_cache(maxsize=1)
-def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
+_BACKTICKS = re.compile(r"`([^`\n]{1,200})`")
 
-    return get_plotlyjs()
+
+def inline_code(text: str) -> markupsafe.Markup:
+    """Escape text, then show `backticked` spans as <code>: the only markdown messages use."""
+    escaped = str(markupsafe.escape(text))
+    return markupsafe.Markup(_BACKTICKS.sub(r"<code>\1</code>", escaped))
 
 
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     # autoescape=True for every template: nothing user-derived is ever inserted raw.
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["code"] = inline_code
+    return env
 
 
 def _csp_hash(script: str) -> str:
@@ -151,10 +154,9 @@ def render(report: JobReport) -> str:
     """The whole report as one HTML document."""
     env = _environment()
     rank_hosts = {facts.rank: facts.host for facts in report.ranks}
-    figures, dims = _figures(report, rank_hosts)
+    dims = _dimensions(report)
     rows = _finding_rows(report, rank_hosts)
     page_js = (_TEMPLATES / "report.js").read_text()
-    plotly_js = _plotly_js()
     return env.get_template("report.html.j2").render(
         report=report,
         verdict_class=_verdict_class(report),
@@ -171,12 +173,10 @@ def render(report: JobReport) -> str:
         drift=env_drift(report),
         meta_rows=_meta_rows(report),
         dims=dims,
-        has_matrix=any(f["id"] == "pf-matrix" for f in figures),
-        figures=figures,
-        checks_ran=len(report.checks),
-        plotly_js=plotly_js,
+        matrix=charts.matrix(report, rank_hosts),
+        check_summary=check_summary(report),
         page_js=page_js,
-        csp_scripts=f"{_csp_hash(plotly_js)} {_csp_hash(page_js)}",
+        csp_scripts=_csp_hash(page_js),
     )
 
 

@@ -1,7 +1,8 @@
 """`--junit PATH`: one testcase per check id, so CI systems show preflight results natively.
 
-A check with an error finding is a failure, one that could not run is skipped (with the
-reason), anything else passes; warnings and infos go to the testcase's system-out. The
+A check with an error finding is a failure; one that did not apply here (a GPU check without
+an NVIDIA driver) or could not run is skipped, with the reason as the message; anything else
+passes; warnings and infos go to the testcase's system-out. The
 hint is the failure's message: it is what a CI page shows first.
 """
 
@@ -58,6 +59,9 @@ def build(report: JobReport) -> ET.ElementTree:
             message = not_run[0].hint or not_run[0].message if not_run else "could not run"
             skip = ET.SubElement(case, "skipped", message=message)
             skip.text = _describe(not_run)
+        elif outcome and outcome.status == Severity.SKIPPED:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=f"did not apply: {outcome.reason or 'not applicable here'}")
         rest = [f for f in found if f.severity in (Severity.WARN, Severity.INFO)]
         if rest:
             ET.SubElement(case, "system-out").text = _describe(rest) + "\n" + "\n".join(

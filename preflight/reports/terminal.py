@@ -1,4 +1,8 @@
-"""The report on a terminal, with rich: verdict banner, findings by severity with hints."""
+"""The report on a terminal, with rich: the plain text view's sections (text.py), coloured.
+
+Verdict banner (with the world, mesh and bad-hosts lines), findings with hints, the probe
+table, the environment drift table, the check summary: the same content as the plain text a
+log gets (tests/reports/test_terminal.py compares them)."""
 
 from __future__ import annotations
 
@@ -11,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from preflight.model import JobReport, Severity
-from preflight.reports import probes_table
-from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, where, world_summary
+from preflight.reports import probes_table, text
+from preflight.reports.common import SEVERITY_LABEL, check_summary, ordered_findings, where
 
 _VERDICT_STYLE = {0: "bold white on green", 1: "bold black on yellow", 3: "bold white on red"}
 _SEVERITY_STYLE = {
@@ -21,6 +25,7 @@ _SEVERITY_STYLE = {
     Severity.WARN: "yellow",
     Severity.INFO: "cyan",
     Severity.OK: "green",
+    Severity.SKIPPED: "dim",
 }
 
 
@@ -35,7 +40,7 @@ def render(report: JobReport, stream: TextIO) -> None:
     style = _VERDICT_STYLE.get(report.exit_code, "bold white on magenta")
     # Text() keeps user-derived strings (hostlists with brackets, env values) out of rich markup.
     banner = Text.assemble((f" {report.verdict.upper()} ", style), f" exit {report.exit_code}: {report.why}\n",
-                           world_summary(report))
+                           "\n".join(text.run_lines(report)))
     console.print(Panel(banner, title="preflight", expand=True))
     findings = ordered_findings(report)
     if findings:
@@ -56,7 +61,14 @@ def render(report: JobReport, stream: TextIO) -> None:
         for row in probe_rows:
             probes.add_row(*(Text(cell) for cell in row))
         console.print(probes)
-    exclude = exclude_text(report)
-    if exclude:
-        console.print(Text.assemble("bad hosts: ", (exclude, "bold")))
-    console.print(f"{len(report.checks)} check(s) ran; {len(report.findings)} finding(s)")
+    drift, more = text.drift_rows(report)
+    if drift:
+        table = Table(title=text.DRIFT_TITLE, expand=True)
+        for column in ("variable", "values"):
+            table.add_column(column, overflow="fold")
+        for row in drift:
+            table.add_row(*(Text(cell) for cell in row))
+        console.print(table)
+        if more:
+            console.print(Text(f"... and {more} more variable(s); see the HTML or JSON report"))
+    console.print(Text(check_summary(report)))

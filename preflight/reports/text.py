@@ -10,6 +10,7 @@ from preflight.model import JobReport
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
+    check_summary,
     exclude_text,
     ordered_findings,
     rank_ranges,
@@ -31,36 +32,57 @@ def _probe_table(report: JobReport) -> list[str]:
     return ["", TITLE, tabulate(rows, headers=HEADERS, tablefmt="simple", maxcolwidths=widths)]
 
 
-def _drift_table(report: JobReport) -> list[str]:
+def _shown(value: str) -> str:
+    """A value in quotes; `(unset)`, `(empty)` and `<redacted ...>` are labels, not values, and stay bare."""
+    return value if value in (UNSET, "(empty)") or value.startswith("<redacted") else repr(value)
+
+
+DRIFT_TITLE = "environment drift (variables not the same on every rank)"
+
+
+def drift_rows(report: JobReport) -> tuple[list[list[str]], int]:
+    """The drift table's rows ([variable, values]) as both terminal views show them, and how many
+    variables were left out beyond MAX_DRIFT_ROWS."""
     drift = env_drift(report, max_values=3)
-    if not drift:
-        return []
     rows = []
     for row in drift[:MAX_DRIFT_ROWS]:
-        values = "; ".join(f"{v.value if v.value == UNSET else repr(v.value)} on ranks {v.ranks}" for v in row.values)
+        values = "; ".join(f"{_shown(v.value)} on {'rank' if v.count == 1 else 'ranks'} {v.ranks} ({v.hosts})"
+                           for v in row.values)
         more = f" (+{row.distinct - len(row.values)} more)" if row.distinct > len(row.values) else ""
         rows.append([row.variable, values + more])
-    lines = ["", "environment drift (variables not the same on every rank)",
+    return rows, max(0, len(drift) - MAX_DRIFT_ROWS)
+
+
+def _drift_table(report: JobReport) -> list[str]:
+    rows, more = drift_rows(report)
+    if not rows:
+        return []
+    lines = ["", DRIFT_TITLE,
              tabulate(rows, headers=["variable", "values"], tablefmt="simple", maxcolwidths=[40, 100])]
-    if len(drift) > MAX_DRIFT_ROWS:
-        lines.append(f"  ... and {len(drift) - MAX_DRIFT_ROWS} more variable(s); see the HTML or JSON report")
+    if more:
+        lines.append(f"  ... and {more} more variable(s); see the HTML or JSON report")
+    return lines
+
+
+def run_lines(report: JobReport) -> list[str]:
+    """The lines under the verdict, shared by both terminal views: world, mesh, authenticated,
+    missing ranks, bad hosts."""
+    lines = [world_summary(report)]
+    if report.meta.mesh:
+        lines.append(f"mesh {report.meta.mesh}, backend {report.meta.backend}")
+    lines.append(f"authenticated: {authentication_text(report)}")
+    if report.missing_ranks:
+        lines.append(f"missing ranks: {rank_ranges(report.missing_ranks, limit=50)}")
+    exclude = exclude_text(report)
+    if exclude:
+        lines.append(f"bad hosts: {exclude}")
     return lines
 
 
 def render(report: JobReport) -> str:
     """The whole report as plain text."""
-    lines = [
-        f"preflight: {report.verdict.upper()} (exit {report.exit_code}): {report.why}",
-        f"  {world_summary(report)}",
-    ]
-    if report.meta.mesh:
-        lines.append(f"  mesh {report.meta.mesh}, backend {report.meta.backend}")
-    lines.append(f"  authenticated: {authentication_text(report)}")
-    if report.missing_ranks:
-        lines.append(f"  missing ranks: {rank_ranges(report.missing_ranks, limit=50)}")
-    exclude = exclude_text(report)
-    if exclude:
-        lines.append(f"  bad hosts: {exclude}")
+    lines = [f"preflight: {report.verdict.upper()} (exit {report.exit_code}): {report.why}"]
+    lines += [f"  {line}" for line in run_lines(report)]
     findings = ordered_findings(report)
     if findings:
         rows = [
@@ -75,7 +97,7 @@ def render(report: JobReport) -> str:
     lines += _probe_table(report)
     lines += _drift_table(report)
     lines.append("")
-    lines.append(f"  {len(report.checks)} check(s) ran; {len(report.findings)} finding(s)")
+    lines.append(f"  {check_summary(report)}")
     return "\n".join(lines) + "\n"
 
 

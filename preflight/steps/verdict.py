@@ -97,7 +97,7 @@ def build_report(record: RunRecord) -> JobReport:
         bad_hosts=bad_hosts(findings, sorted({f.host for f in facts})),
         verdict=verdict_text(code, findings),
         exit_code=int(code),
-        why=explain_verdict(code, findings),
+        why=explain_verdict(code, findings, merge_outcomes(record.outcomes)),
     )
 
 
@@ -132,20 +132,54 @@ def verdict_text(code: ExitCode, findings: Sequence[Finding]) -> str:
     return VERDICT_TEXT.get(code, "incomplete")
 
 
-def explain_verdict(code: ExitCode, findings: Sequence[Finding]) -> str:
-    """One line: why this verdict."""
+MAX_WHY_CHARS = 130  # with "preflight: FAILED (exit 3): " the verdict line stays under ~160 characters
+
+
+def culprit_first(findings: Sequence[Finding]) -> Finding | None:
+    """The finding the verdict line leads with: the worst severity, then the one naming the fewest
+    ranks (then hosts), so a rank that makes two groups slow (BW004) comes before the groups (BW003)."""
+    if not findings:
+        return None
+    worst = max(f.severity.rank for f in findings)
+
+    def narrowness(f: Finding) -> tuple[int, int, str]:
+        return (len(f.ranks) or 1 << 30, len(f.hosts) or 1 << 30, f.check_id)
+
+    return min((f for f in findings if f.severity.rank == worst), key=narrowness)
+
+
+def explain_verdict(code: ExitCode, findings: Sequence[Finding], outcomes: Sequence[CheckOutcome] = ()) -> str:
+    """One line: who is at fault first (rank, host), then what and how many findings.
+
+    `rank 3 on vm: BW004 in slow groups of dimensions dp, tp ... (2 errors, 1 warning)`, bounded to
+    MAX_WHY_CHARS. Checks that did not apply are counted as skipped, never as passed."""
     count = {s: sum(1 for f in findings if f.severity == s) for s in Severity}
     parts = []
     if count[Severity.ERROR]:
-        parts.append(f"{count[Severity.ERROR]} error(s)")
+        parts.append(_plural(count[Severity.ERROR], "error"))
     if count[Severity.COULD_NOT_RUN]:
         parts.append(f"{count[Severity.COULD_NOT_RUN]} could not run")
     if count[Severity.WARN]:
-        parts.append(f"{count[Severity.WARN]} warning(s)")
+        parts.append(_plural(count[Severity.WARN], "warning"))
     if not parts:
-        return "every check passed"
-    first = next((f for f in findings if f.severity == Severity.ERROR), None) or findings[0]
-    return f"{', '.join(parts)}; first: {first.check_id} {first.message}"
+        skipped = [o for o in outcomes if o.status == Severity.SKIPPED]
+        if not skipped:
+            return "every check passed"
+        reasons = sorted({o.reason for o in skipped if o.reason})
+        return f"every check that applied passed; {len(skipped)} skipped ({'; '.join(reasons) or 'did not apply'})"
+    first = culprit_first([f for f in findings if f.severity.rank >= Severity.WARN.rank]) or findings[0]
+    from preflight.reports.common import where
+
+    place = where(first)
+    tail = f" ({', '.join(parts)})"
+    head = f"{place}: {first.check_id} " if place else f"{first.check_id} "
+    room = max(20, MAX_WHY_CHARS - len(head) - len(tail))
+    message = first.message if len(first.message) <= room else first.message[: room - 1].rstrip() + "…"
+    return head + message + tail
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def bad_hosts(findings: Sequence[Finding], all_hosts: Sequence[str]) -> list[str]:
@@ -199,7 +233,7 @@ def amend_for_dead(report: JobReport, dead: dict[int, str], *, strict: bool = Fa
     report.missing_ranks = [r for r in report.missing_ranks if r in dead]
     report.exit_code = int(code)
     report.verdict = verdict_text(code, findings)
-    report.why = explain_verdict(code, findings)
+    report.why = explain_verdict(code, findings, report.checks)
     report.bad_hosts = bad_hosts(findings, sorted(set(hosts.values()) | {hosts.get(r, "") for r in dead} - {""}))
     return report
 

@@ -111,3 +111,15 @@ class _Terminal(io.TextIOBase):
 
     def isatty(self) -> bool:
         return False
+
+
+def test_on_one_host_drift_names_ranks_and_an_empty_value_is_labelled() -> None:
+    """One host tells no group apart: `unset on ranks 0-1,3, `INFO` on rank 2`, not `unset on vm, INFO on vm`."""
+    ranks = cluster(1, 4, env=BASE)
+    ranks[2].env["NCCL_DEBUG"] = "INFO"
+    ranks[3].env["NCCL_SOCKET_IFNAME"] = ""
+    for facts in ranks[:3]:
+        facts.env["NCCL_SOCKET_IFNAME"] = "eth0"
+    messages = sorted(f.message for f in run("ENV003", ranks))
+    assert messages == ["NCCL_DEBUG: unset on ranks 0-1,3, `INFO` on rank 2",
+                        "NCCL_SOCKET_IFNAME: `eth0` on ranks 0-2, (empty) on rank 3"], messages

@@ -88,16 +88,14 @@ def test_html_matrix_has_the_gpu_checks(gpu_run: dict) -> None:
     """The host x check matrix of the HTML report colours each faulty host's GPU cells."""
     assert "pf-matrix" in gpu_run["html"]
     report = json_report.load(gpu_run["json"])
-    figure = charts.matrix_figure(report, {facts.rank: facts.host for facts in report.ranks})
-    assert figure is not None
-    heatmap = figure["data"][0]
-    cell = {(host, check): heatmap["z"][row][col] for row, host in enumerate(heatmap["y"])
-            for col, check in enumerate(heatmap["x"])}
-    error, info = Severity.ERROR.rank, Severity.INFO.rank
+    grid = charts.matrix(report, {facts.rank: facts.host for facts in report.ranks})
+    assert grid is not None
+    cell = {key: severity for key, (severity, _) in grid.cells.items()}
+    error, info = Severity.ERROR, Severity.INFO
     for host, (_, _, ids) in GPU_HOSTS.items():
         for check_id in ids:
             assert cell[(host, check_id)] == (info if check_id == "GPU021" else error), (host, check_id)
-    assert cell[("gh-ok", "GPU007")] == cell[("gh-remap", "GPU003")] == Severity.OK.rank
+    assert cell[("gh-ok", "GPU007")] == cell[("gh-remap", "GPU003")] == Severity.OK
 
 
 NIC_HOSTS = {"nh-ok": "ib_healthy", "nh-mixed": "ib_mixed", "nh-noisy": "ib_noisy"}

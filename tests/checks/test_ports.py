@@ -118,6 +118,9 @@ def test_master_port_in_ephemeral_range_warns(tmp_path: Path) -> None:
     done, report = _single(port, tmp_path=tmp_path)
     assert [f["check_id"] for f in report["findings"]] == ["PORT002"], report["findings"]
     assert done.returncode == 0
+    # An env:// run has no job id: the suggestion says what it was derived from, truthfully.
+    assert "derived from this run's id" in report["findings"][0]["message"], report["findings"][0]["message"]
+    assert "job id" not in report["findings"][0]["message"]
 
 
 def test_clean_master_port_is_silent(tmp_path: Path) -> None:

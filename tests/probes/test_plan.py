@@ -10,9 +10,12 @@ from preflight.options import RunOptions, parse_expect, parse_ops, parse_sizes
 from preflight.probes.plan import CONNECT, build_plan
 
 
-def test_sizes_decimal_and_binary_units() -> None:
-    assert parse_sizes("1M,64MiB,2K,1KiB,1G,1GiB,512") == sorted(
-        [10**6, 64 * 2**20, 2000, 1024, 10**9, 2**30, 512])
+def test_sizes_are_binary_as_in_nccl_tests() -> None:
+    """K/M/G are binary as nccl-tests' `-b 1M`; KiB/MiB/GiB the same, explicitly; KB/MB/GB are SI."""
+    assert parse_sizes("1M") == [1_048_576]
+    assert parse_sizes("3M,64MiB,2K,1KiB,1G,1GiB,512") == sorted(
+        [3 * 2**20, 64 * 2**20, 2048, 1024, 2**30, 512])
+    assert parse_sizes("1MB,2KB,1GB") == [2000, 10**6, 10**9]
 
 
 @pytest.mark.parametrize("bad", ["1X", "-1M", "M", "0", "1,,2"])
@@ -29,6 +32,8 @@ def test_ops() -> None:
 
 def test_expect_units() -> None:
     assert parse_expect("tp=300GB/s,dp=400Gb/s,cp=2000MB/s,pp=7") == {"tp": 300.0, "dp": 50.0, "cp": 2.0, "pp": 7.0}
+    # A bare G/M/K is binary, as in --sizes: 1G/s is 1 GiB/s = 1.073741824 GB/s.
+    assert parse_expect("tp=1G/s,dp=1GiB/s,cp=1024M/s") == {"tp": 2**30 / 1e9, "dp": 2**30 / 1e9, "cp": 2**30 / 1e9}
     for bad in ("tp300GB/s", "tp=fast", "=3GB/s", "tp=3furlongs/s"):
         with pytest.raises(BadInput):
             parse_expect(bad)
@@ -66,7 +71,7 @@ def test_options_are_typed_and_the_mesh_resolved_once_the_world_is_known() -> No
                                silence=["bw003"])
     assert options.mesh == [MeshDim("pp", 2), MeshDim("tp", 4)] and options.world_size is None
     assert (options.sizes, options.ops, options.expect, options.silence) == (
-        [4096, 10**6], ["all_gather"], {"dp": 50.0}, ["BW003"])
+        [4096, 2**20], ["all_gather"], {"dp": 50.0}, ["BW003"])
     resolved = options.for_world(16)
     assert mesh_text(resolved.mesh) == "pp2,dp2,tp4" and resolved.world_size == 16
     assert resolved.for_world(16).mesh == resolved.mesh  # a resolved mesh resolves to itself

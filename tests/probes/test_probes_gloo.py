@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from preflight.lib.mesh_shape import dim_groups, resolve_mesh
-from tests.helpers.ranks import EXEC, plant_env, read_json, run_cli
+from tests.helpers.ranks import EXEC, plant_env, read_json, run_cli, spawn_env_ranks
 
 SMALL = ["--sizes", "64KiB,256KiB", "--warmup", "1", "--iters", "3"]
 
@@ -59,17 +59,20 @@ def test_every_group_of_every_dimension_is_measured_and_verified(tmp_path: Path,
     assert [(d["rank"], d["backend"], d["index"]) for d in devices] == [(r, "gloo", None) for r in range(n)]
 
 
+SLEEP_50MS_IN_EVERY_COLLECTIVE = """
+    import time, torch.distributed as dist
+    def slow(real):
+        def wrapper(*args, **kwargs):
+            time.sleep(0.05)
+            return real(*args, **kwargs)
+        return wrapper
+    dist.all_reduce = slow(dist.all_reduce)
+    dist.all_to_all_single = slow(dist.all_to_all_single)
+"""
+
+
 def test_sleeping_rank_flags_its_groups_and_is_named(tmp_path: Path) -> None:
-    plant = plant_env(tmp_path, {3: """
-        import time, torch.distributed as dist
-        def slow(real):
-            def wrapper(*args, **kwargs):
-                time.sleep(0.05)
-                return real(*args, **kwargs)
-            return wrapper
-        dist.all_reduce = slow(dist.all_reduce)
-        dist.all_to_all_single = slow(dist.all_to_all_single)
-    """})
+    plant = plant_env(tmp_path, {3: SLEEP_50MS_IN_EVERY_COLLECTIVE})
     # 5 iterations: with 3, a complete separation from one sibling happens by chance 1 time in 20,
     # above the 1% the straggler rule allows (judge.MAX_FALSE_ALARM), so nothing could be named.
     code, report = _launch(tmp_path, 4, ["--mesh", "pp2,tp2", *SMALL, "--iters", "5", "--straggler-ratio", "0.5"],
@@ -78,7 +81,36 @@ def test_sleeping_rank_flags_its_groups_and_is_named(tmp_path: Path) -> None:
     assert {(f["data"]["dim"], tuple(f["ranks"])) for f in stragglers} >= {("tp", (2, 3)), ("pp", (1, 3))}
     assert all(3 in f["ranks"] for f in stragglers)
     assert [f["ranks"] for f in _findings(report, "BW004")] == [[3]]
-    assert code == 0  # warnings only
+    # A 50 ms sleep in a 64-256 KiB collective is far below half its siblings' speed, confirmed
+    # twice: an error (BW003's severity rule), exit 3, the rank named first on the verdict line.
+    assert code == 3 and {f["severity"] for f in stragglers} == {"error"}
+
+
+def test_planted_50ms_straggler_fails_the_run_naming_its_rank_first(tmp_path: Path) -> None:
+    """The issue's run: 4 env:// ranks, --mesh dp2,tp2, default ratio, rank 3 sleeps 50 ms per collective."""
+    plant = plant_env(tmp_path, {3: SLEEP_50MS_IN_EVERY_COLLECTIVE})
+    out = tmp_path / "report.json"
+    runs = spawn_env_ranks(4, ["--mesh", "dp2,tp2", *SMALL, "--iters", "5", "--json", str(out)],
+                           common_env=plant, timeout=240)
+    assert [runs[r].returncode for r in range(4)] == [3] * 4, runs[0].stdout + runs[0].stderr
+    report = read_json(out)
+    verdict = next(line for line in runs[0].stdout.splitlines() if line.startswith("preflight: FAILED"))
+    assert len(verdict) < 160, verdict
+    assert verdict.startswith("preflight: FAILED (exit 3): rank 3 on "), verdict
+    assert "BW004" in verdict
+    suspects = _findings(report, "BW004")
+    assert [(f["ranks"], f["severity"]) for f in suspects] == [([3], "error")]
+    stragglers = _findings(report, "BW003")
+    assert stragglers and all(f["severity"] == "error" and 3 in f["ranks"] for f in stragglers)
+    for f in stragglers:  # the rule: both passes below half of the siblings
+        data = f["data"]
+        assert data["busbw_gbps"] < 0.5 * data["siblings_median_gbps"]
+        assert data["confirm_busbw_gbps"] < 0.5 * data["confirm_siblings_median_gbps"]
+    # Localization speaks in the same terms: it never says "nobody" while BW004 names rank 3.
+    for summary in _findings(report, "BW013"):
+        assert "nobody" not in summary["message"]
+        if not summary["data"]["named"]:
+            assert "follows rank 3 (BW004)" in summary["message"], summary["message"]
 
 
 def test_corrupting_rank_is_a_correctness_error_naming_it(tmp_path: Path) -> None:

@@ -23,25 +23,30 @@ def _report(envs: list[dict[str, str]], findings: list[Finding]) -> JobReport:
                      why="1 error(s)")
 
 
-def test_user_text_is_escaped_everywhere_outside_the_two_scripts() -> None:
-    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+def test_user_text_is_escaped_everywhere_outside_the_script() -> None:
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>`<b>in code</b>`'
     report = _report([{"A": evil}, {"A": "ok"}],
                      [Finding("NCCL001", Severity.ERROR, evil, hint=evil, ranks=[0], hosts=[evil])])
     page = html.render(report)
-    body = page.split('<script type="application/json"')[0]
+    body = page.split("<script>")[0]
     assert "<img" not in body and "alert(\"x\")</script>" not in body and "<b>job</b>" not in body
+    assert "<b>in code</b>" not in body and "<code>&lt;b&gt;in code&lt;/b&gt;</code>" in body
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in body
-    figures = page.split('id="pf-figures">', 1)[1].split("</script>", 1)[0]
-    assert "<" not in figures and ">" not in figures  # tojson escapes them, so nothing can close the block
 
 
-def test_scripts_are_inline_once_and_allowed_by_their_csp_hash() -> None:
+def test_markdown_backticks_become_code_never_literal() -> None:
+    report = _report([{}], [Finding("GPU003", Severity.ERROR, "lost", hint="reset it (`nvidia-smi -r`)", ranks=[0])])
+    page = html.render(report)
+    assert "<code>nvidia-smi -r</code>" in page and "`nvidia-smi -r`" not in page
+
+
+def test_the_one_script_is_inline_small_and_allowed_by_its_csp_hash() -> None:
     page = html.render(_report([{}], []))
     assert "<script src" not in page and "<link" not in page
     policy = htmllib.unescape(re.search(r'Content-Security-Policy" content="([^"]+)"', page).group(1))
     csp = re.search(r"script-src ([^;]+);", policy).group(1).split()
     scripts = re.findall(r"<script>(.*?)</script>", page, flags=re.S)
-    assert len(scripts) == 2 and len(scripts[0]) > 1_000_000  # plotly.js, embedded once
+    assert len(scripts) == 1 and len(scripts[0]) < 10_000  # the filters; the charts are inline SVG, no library
     for script in scripts:
         digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
         assert f"'sha256-{digest}'" in csp
@@ -79,18 +84,37 @@ def test_matrix_colours_each_host_by_the_worst_finding_and_job_wide_findings_eve
         Finding("NCCL001", Severity.ERROR, "e", hosts=["n2"]),
         Finding("RUN003", Severity.COULD_NOT_RUN, "probes not started"),
     ])
-    figure = charts.matrix_figure(report, {f.rank: f.host for f in report.ranks})
-    trace = figure["data"][0]
-    assert trace["x"] == ["ENV001", "NCCL001", "RUN003"] and trace["y"] == ["n1", "n2", "n3"]
-    assert trace["z"] == [[0, 0, 3], [0, 4, 3], [0, 0, 3]]
-    assert "n2 · NCCL001: ERROR" in trace["text"][1][1]
+    report.checks.append(CheckOutcome("GPU004", "gpu", "local", "t", Severity.SKIPPED, reason="no NVIDIA driver"))
+    grid = charts.matrix(report, {f.rank: f.host for f in report.ranks})
+    assert grid.checks == ["ENV001", "GPU004", "NCCL001", "RUN003"] and grid.hosts == ["n1", "n2", "n3"]
+    severity = [[grid.cells[(h, c)][0] for c in grid.checks] for h in grid.hosts]
+    ok, skip, err, cnr = Severity.OK, Severity.SKIPPED, Severity.ERROR, Severity.COULD_NOT_RUN
+    assert severity == [[ok, skip, ok, cnr], [ok, skip, err, cnr], [ok, skip, ok, cnr]]
+    assert "n2 · NCCL001: ERROR" in grid.cells[("n2", "NCCL001")][1]
+    assert "SKIPPED (no NVIDIA driver)" in grid.cells[("n1", "GPU004")][1]
+    page = html.render(report)
+    assert page.count('class="cell sev-skipped"') == 3  # a grey cell per host, never green
 
 
-def test_group_chart_draws_the_sibling_median_and_the_expected_rate() -> None:
+def test_group_chart_labels_groups_by_ranks_and_hosts_with_the_median_and_expected_lines() -> None:
     from tests.helpers.synthetic import probe_results
 
     results = probe_results("tp4", {r: f"n{r // 2}" for r in range(4)}, ops=("all_reduce",), sizes=(1 << 20,))
-    figure = charts.groups_figure("tp", results, expected=300.0)
-    names = [trace["name"] for trace in figure["data"]]
-    assert names == ["all_reduce @ 1 MiB", "all_reduce sibling median", "expected 300 GB/s"]
-    assert charts.groups_figure("tp", results, expected=None)["data"][-1]["name"] == "all_reduce sibling median"
+    svg = charts.groups_svg("tp", results, expected=300.0)
+    assert "ranks 0-3 on n[0-1]" in svg
+    assert svg.count('class="median-line"') == 1 and svg.count('class="expected-line"') == 1
+    assert 'class="expected-line"' not in charts.groups_svg("tp", results, expected=None)
+
+
+def test_size_chart_shows_the_slowest_group_not_only_the_median() -> None:
+    """Two groups, one at 7%: the median alone would sit halfway; the band's low edge is the straggler."""
+    from dataclasses import replace
+
+    from tests.helpers.synthetic import probe_results
+
+    results = probe_results("dp2,tp2", {r: "vm" for r in range(4)}, ops=("all_reduce",), sizes=(1 << 20,))
+    tp = [r for r in results if r.dim == "tp"]
+    slow = [replace(tp[0], busbw_gbps=tp[1].busbw_gbps * 0.07), tp[1]]
+    svg = charts.busbw_by_size_svg("tp", slow)
+    assert 'class="band"' in svg and 'class="low"' in svg
+    assert f"slowest {slow[0].busbw_gbps:.3g}" in svg

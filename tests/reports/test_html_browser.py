@@ -57,18 +57,73 @@ def test_charts_have_plot_elements_with_data(page: Any) -> None:
         counts = page.execute_script(f"""
             var groups = document.getElementById('pf-dim{dim}-groups'),
                 sizes = document.getElementById('pf-dim{dim}-sizes');
-            return [groups.data.length, groups.querySelectorAll('.scatterlayer .point').length,
-                    sizes.querySelectorAll('.scatterlayer .trace .js-line').length,
-                    groups.data[0].text[0]];
+            return [groups.querySelectorAll('g.bar rect').length, sizes.querySelectorAll('polyline.median').length,
+                    sizes.querySelectorAll('polygon.band').length,
+                    Array.prototype.map.call(groups.querySelectorAll('g.bar text.label'), function (t) {{
+                        return t.textContent; }}),
+                    groups.querySelector('g.bar title').textContent];
         """)
-        traces, points, lines, hover = counts
-        assert traces >= 4 and points >= 4 and lines >= 2  # 2 ops: points + median line each
+        bars, lines, bands, labels, hover = counts
+        assert bars >= 4 and lines == 2 and bands == 2  # 2 ops: a median line and a min..max band each
+        assert all("ranks " in label and " on node" in label for label in labels), labels  # not "group 0, 1"
         assert "ranks" in hover and "hosts node" in hover
     matrix = page.execute_script("""
         var m = document.getElementById('pf-matrix');
-        return [m.querySelectorAll('.heatmaplayer image').length, m.data[0].y, m.data[0].x];
+        return [Array.prototype.map.call(m.querySelectorAll('tbody th.host'), function (t) { return t.textContent; }),
+                Array.prototype.map.call(m.querySelectorAll('thead th.check'), function (t) { return t.textContent; }),
+                m.querySelectorAll('td.cell.sev-error').length];
     """)
-    assert matrix[0] == 1 and matrix[1] == ["node01", "node02", "node03", "node04"] and "NCCL001" in matrix[2]
+    assert matrix[0] == ["node01", "node02", "node03", "node04"] and "NCCL001" in matrix[1] and matrix[2] >= 1
+
+
+GEOMETRY = """
+    function box(el) { var r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom}; }
+    function overlaps(a, b) { return a.l < b.r - 1 && b.l < a.r - 1 && a.t < b.b - 1 && b.t < a.b - 1; }
+    var problems = [], doc = document.documentElement;
+    if (doc.scrollWidth > doc.clientWidth + 1) { problems.push('page wider than the window: ' + doc.scrollWidth); }
+    var table = document.getElementById('findings-table');
+    if (box(table).r > doc.clientWidth + 1) { problems.push('findings table runs off: ' + box(table).r); }
+    document.querySelectorAll('figure.chart-block').forEach(function (fig) {
+        var cap = fig.querySelector('figcaption'), svg = fig.querySelector('svg');
+        if (!svg) { return; }
+        var s = box(svg);
+        if (overlaps(box(cap), s)) { problems.push(fig.id + ': caption over the chart'); }
+        if (s.r > box(fig).r + 1) { problems.push(fig.id + ': chart wider than its box'); }
+        var texts = Array.prototype.slice.call(svg.querySelectorAll('text'));
+        texts.forEach(function (t) {
+            var b = box(t);
+            if (b.l < s.l - 1 || b.r > s.r + 1 || b.t < s.t - 1 || b.b > s.b + 1) {
+                problems.push(fig.id + ': text cut off: ' + t.textContent);
+            }
+        });
+        var labels = texts.filter(function (t) { return t.classList.contains('label'); });
+        for (var i = 1; i < labels.length; i++) {
+            if (overlaps(box(labels[i - 1]), box(labels[i]))) { problems.push(fig.id + ': labels overlap'); }
+        }
+    });
+    document.querySelectorAll('.dim').forEach(function (dim) {
+        var heading = box(dim.querySelector('h3'));
+        dim.querySelectorAll('figure').forEach(function (fig) {
+            if (overlaps(heading, box(fig))) { problems.push('heading over ' + fig.id); }
+        });
+    });
+    var charts = document.querySelectorAll('figure.chart-block svg').length;
+    var tools = document.querySelectorAll('.modebar, .modebar-container').length;
+    return [problems, charts, tools];
+"""
+
+
+@pytest.mark.parametrize("width", [1400, 800])
+def test_nothing_overlaps_or_runs_off_at_1400_and_800_px(page: Any, width: int) -> None:
+    """Geometry in the real browser: no chart toolbar, captions and headings beside (not over) the
+    charts, no label cut off or over another, no table running off the page."""
+    page.set_window_size(width, 1000)
+    try:
+        problems, charts, tools = page.execute_script(GEOMETRY)
+    finally:
+        page.set_window_size(1400, 1000)
+    assert charts == 4 and tools == 0
+    assert problems == [], problems
 
 
 def test_filtering_by_host(page: Any) -> None:

@@ -56,7 +56,7 @@ def test_text_report_has_probe_and_drift_tables() -> None:
     rows = [line for line in probes.splitlines() if line.startswith(("dp ", "pp ", "tp "))]
     # One row per dimension x op x size, each dimension's ops at every size.
     assert len(rows) == len({(p.dim, p.op, p.size_bytes) for p in report.probes}) == 3 * 3 * 7
-    assert "'mlx5_1' on ranks 48-55" in out
+    assert "'mlx5_1' on ranks 48-55 (gpu0007)" in out
     assert max(len(line) for line in out.splitlines()) < 200  # readable in a Slurm .out file
 
 

@@ -49,3 +49,27 @@ def test_text_is_plain_and_names_ranks_and_hosts() -> None:
     assert out.startswith("preflight: FAILED (exit 3)")
     assert "ranks 3-5,7 on gpu[002-003]" in out
     assert "--exclude=gpu[002-003]" in out
+
+
+def _words(text_out: str) -> str:
+    return " ".join(text_out.replace("│", " ").replace("┃", " ").split())
+
+
+def test_rich_and_plain_views_show_the_same_sections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Terminal parity: every section and line of the plain text is in the rich view too."""
+    from tests.helpers.synthetic import big_report
+
+    monkeypatch.setenv("COLUMNS", "400")  # wide enough that rich folds no cell: compare whole texts
+    full = big_report(world_size=64, ranks_per_host=8, mesh="dp8,tp8")  # host gpu0007 drifts
+    stream = FakeTTY()
+    terminal.render(full, stream)
+    rich_out, plain_out = _words(stream.getvalue()), text.render(full)
+    expected = [full.verdict.upper(), full.why, *text.run_lines(full), text.DRIFT_TITLE, "collective probes"]
+    expected += [f.message for f in full.findings] + [f.check_id for f in full.findings]
+    rows, _ = text.drift_rows(full)
+    expected += [cell for row in rows for cell in row]
+    assert any(line.startswith("mesh dp8,tp8, backend") for line in text.run_lines(full))
+    assert rows, "the synthetic report has drift"
+    for item in expected:
+        assert _words(item) in _words(plain_out), item
+        assert _words(item) in rich_out, item
