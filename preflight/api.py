@@ -71,6 +71,7 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
           silence: Sequence[str] = (), strict: bool = False, sizes: str = "", ops: str = "", expect: str = "",
           json: Path | None = None, html: Path | None = None, junit: Path | None = None, text: Path | None = None,
           exclude_file: Path | None = None, quiet: bool = False, out_dir: Path | None = None,
+          device_budget_s: float | None = None, device_sustain_s: float = 0.0,
           on_failure: OnFailure = "raise") -> JobReport:
     """Run preflight's steps on this job's own process groups; call it on every rank. Returns the JobReport.
 
@@ -78,8 +79,8 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     None for the world as one dimension. The keywords are the CLI's flags (`--timeout`,
     `--check-timeout`, `--probe-timeout`, `--only`, `--skip`, `--silence`, `--strict`, `--sizes`,
     `--ops`, `--expect`, `--json`/`--html`/`--junit`/`--text`/`--exclude-file` written by rank 0,
-    `--quiet`, `--out-dir`). on_failure: "raise" PreflightFailed on every rank, "warn" a
-    PreflightWarning and return, "return" the report silently (its exit_code says).
+    `--quiet`, `--out-dir`, `--device-budget`, `--device-sustain`). on_failure: "raise"
+    PreflightFailed on every rank, "warn" a PreflightWarning and return, "return" the report silently (its exit_code says).
     A call that is wrong on its face (no process group, a mesh of another world, a keyword of
     the wrong type or value) raises RuntimeError, TypeError or ValueError on that rank before
     any rank waits for another.
@@ -90,6 +91,10 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
         raise RuntimeError("preflight.check: torch.distributed has no default process group; "
                            "call init_process_group (or init_device_mesh) first")
     _typed(timeout_s=timeout_s, check_timeout_s=check_timeout_s, probe_timeout_s=probe_timeout_s)
+    if device_budget_s is not None:
+        _typed(device_budget_s=device_budget_s)
+    if device_sustain_s:
+        _typed(device_sustain_s=device_sustain_s)
     _typed_names(only=only, skip=skip, silence=silence)
     _typed_flags(strict=strict, quiet=quiet)
     _typed_text(sizes=sizes, ops=ops, expect=expect)
@@ -106,7 +111,8 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
             strict=strict, out_dir=_path(out_dir),
             reports=ReportTargets(json=_path(json), html=_path(html), junit=_path(junit), text=_path(text),
                                   exclude=_path(exclude_file), quiet=quiet),
-            backend=backend, command_line=f"preflight.check({_mesh_repr(dims)})")
+            backend=backend, device_budget_s=device_budget_s, device_sustain_s=device_sustain_s,
+            command_line=f"preflight.check({_mesh_repr(dims)})")
         options = replace(options, mesh=dims, world_size=world_size)
         validate_selection(options)
         world = resolve_world(os.environ)

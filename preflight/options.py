@@ -70,6 +70,11 @@ class RunOptions:
     strict_bandwidth: bool = False  # a group below its hardware profile is an error (BW007), not a warning (BW011)
     localize: str = "auto"  # auto | pairwise (never group testing) | grouptest (whenever it can run)
     expect: dict[str, float] = field(default_factory=dict)  # expected busbw per dimension, GB/s
+    # device probes (probes/device_family.py): --expect's device figures (TFLOP/s, GB/s) by name,
+    # the family's time budget per device (None: its default per device kind), sustained load
+    device_expect: dict[str, float] = field(default_factory=dict)
+    device_budget_s: float | None = None
+    device_sustain_s: float = 0.0
     # facts
     sysfs_root: str = "/sys"
     verdict_file: str | None = None  # `preflight launch` reads rank 0's code here
@@ -92,8 +97,9 @@ class RunOptions:
     @classmethod
     def parse(cls, *, mesh: str = "", sizes: str = "", ops: str = "", expect: str = "", **typed: Any) -> RunOptions:
         """RunOptions from --mesh, --sizes, --ops and --expect as written, plus the fields already typed."""
+        mesh_expect, device_expect = split_device_expect(expect)
         return cls(mesh=parse_mesh_syntax(mesh), sizes=parse_sizes(sizes), ops=parse_ops(ops),
-                   expect=parse_expect(expect), **typed)
+                   expect=parse_expect(mesh_expect), device_expect=device_expect, **typed)
 
     def for_world(self, world_size: int) -> RunOptions:
         """These options with the mesh resolved for world_size (BadInput when its arithmetic fails)."""
@@ -104,6 +110,16 @@ class RunOptions:
         if Tags.PROBE in self.skip:
             return False
         return not self.only or Tags.PROBE in self.only
+
+    def device_probes_enabled(self) -> bool:
+        """Device probes run unless `--skip gpu-probe`, or `--only` names tags without `gpu-probe`."""
+        if Tags.GPU_PROBE in self.skip:
+            return False
+        return not self.only or Tags.GPU_PROBE in self.only
+
+    def any_probes(self) -> bool:
+        """The probe step runs at all: for the collectives, the device probes, or both."""
+        return self.probes_enabled() or self.device_probes_enabled()
 
 
 def parse_size(text: str) -> int:
@@ -165,6 +181,47 @@ def parse_rate(text: str) -> float:
     if number * _RATE_UNITS[key] > MAX_RATE:
         raise BadInput(f"--expect: {shown(text)} is above the maximum {MAX_RATE:g} GB/s")
     return number * _RATE_UNITS[key]
+
+
+# --expect's device figures: name -> unit kind. `gemm` is the device's headline product (bf16 on a
+# GPU, fp32 on CPU), `hbm` its memory copy (bytes read + written).
+DEVICE_FIGURES = {"gemm": "flops", "gemm_bf16": "flops", "gemm_fp16": "flops", "gemm_tf32": "flops",
+                  "gemm_fp32": "flops", "hbm": "bytes", "copy": "bytes", "h2d": "bytes", "d2h": "bytes"}
+_FLOPS = re.compile(r"([0-9.]{1,32})\s{0,8}(TFLOPS|TFLOP/S|TF|TFLOPS/S|GFLOPS|GFLOP/S|PFLOPS|PFLOP/S)?", re.ASCII)
+_FLOPS_SCALE = {"": 1.0, "TF": 1.0, "TFLOPS": 1.0, "TFLOP/S": 1.0, "TFLOPS/S": 1.0, "GFLOPS": 1e-3, "GFLOP/S": 1e-3,
+                "PFLOPS": 1e3, "PFLOP/S": 1e3}
+MAX_TFLOPS = 1e6  # an --expect above an exaflop per device is a typo
+
+
+def parse_flops(text: str) -> float:
+    """`700TFLOPS` -> 700.0 (TFLOP/s); GFLOPS and PFLOPS scale; a bare number is TFLOP/s."""
+    match = _FLOPS.fullmatch(text.strip().upper())
+    if not match:
+        raise BadInput(f"--expect: {shown(text)} is not a compute rate (e.g. 700TFLOPS)")
+    value = ascii_decimal(match.group(1), "--expect") * _FLOPS_SCALE[match.group(2) or ""]
+    if value <= 0 or value > MAX_TFLOPS:
+        raise BadInput(f"--expect: {shown(text)} is not a compute rate between 0 and {MAX_TFLOPS:g} TFLOP/s")
+    return value
+
+
+def split_device_expect(text: str) -> tuple[str, dict[str, float]]:
+    """`tp=300GB/s,gemm=700TFLOPS,hbm=2.8TB/s` -> ("tp=300GB/s", {"gemm": 700.0, "copy": 2800.0}).
+
+    The device figures (DEVICE_FIGURES) are taken out and parsed here; the rest is left for
+    parse_expect (mesh dimensions). `hbm` is stored as `copy`, the figure it sets.
+    """
+    if not text.strip():
+        return text, {}
+    rest, device = [], {}
+    for part in _bounded_list(text, "--expect"):
+        name = part.partition("=")[0].strip()
+        if name not in DEVICE_FIGURES:
+            rest.append(part)
+            continue
+        rate = part.partition("=")[2]
+        figure = "copy" if name == "hbm" else name
+        device[figure] = parse_flops(rate) if DEVICE_FIGURES[name] == "flops" else parse_rate(rate)
+    return ",".join(rest), device
 
 
 def parse_expect(text: str) -> dict[str, float]:

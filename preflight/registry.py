@@ -45,6 +45,7 @@ class Tags:
 
     ENV = "env"
     GPU = "gpu"  # the health of the GPU each rank will use (NVML)
+    GPU_PROBE = "gpu-probe"  # also switches the device probes on or off (matrix, copy, host link, correctness)
     LAYOUT = "layout"
     LIMITS = "limits"
     NCCL = "nccl"

@@ -183,7 +183,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.outcomes += outcomes
     go, reason = _decide_go(record)  # 7
     exchange.announce("go", {"go": go, "reason": reason})
-    if not options.probes_enabled():
+    if not options.any_probes():
         return
     with phases.step("probes"):  # 8
         if not go:
@@ -209,7 +209,7 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
               f"exit {int(ExitCode.INCOMPLETE)}")
         return int(ExitCode.INCOMPLETE)
     decision = exchange.wait_for("go", options.timeout_s + VERDICT_MARGIN_S)  # 7
-    if decision and decision.get("go") and options.probes_enabled():
+    if decision and decision.get("go") and options.any_probes():
         record.probes = probes.run_probes(world, options, exchange.store, groups)  # 8
     recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.check_timeout_s)  # after step 8
     verdict = exchange.wait_for("verdict", options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9

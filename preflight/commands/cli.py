@@ -53,6 +53,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    """Zero or a positive decimal (as _positive_float)."""
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    return _positive_float(text)
+
+
 def _non_negative_int(text: str) -> int:
     try:
         return ascii_int(text, "value", minimum=0, maximum=MAX_COUNT)
@@ -109,7 +116,15 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     probe.add_argument("--probe-timeout", dest="probe_timeout_s", type=_positive_float, default=30.0,
                        help="deadline of one collective (default 30 s)")
     probe.add_argument("--straggler-ratio", type=_positive_float, default=0.8)
-    probe.add_argument("--expect", default="", help="expected busbw per dimension, e.g. tp=300GB/s")
+    probe.add_argument("--expect", default="",
+                       help="expected busbw per dimension, e.g. tp=300GB/s, and device figures, e.g. "
+                            "gemm=700TFLOPS,hbm=2.8TB/s,h2d=50GB/s (docs/probes.md)")
+    probe.add_argument("--device-budget", dest="device_budget_s", type=_positive_float, default=None,
+                       help="seconds the device probes may take per device (default 5 on a GPU, 0.25 on CPU; "
+                            "`--skip gpu-probe` turns them off)")
+    probe.add_argument("--device-sustain", dest="device_sustain_s", type=_non_negative_float, default=0.0,
+                       help="seconds of continuous matrix load with NVML sampled, after the device probes "
+                            "(default 0: NVML is sampled between the bursts only)")
     probe.add_argument("--localize", choices=LOCALIZE, default="auto",
                        help="how slow groups are localized: auto (default; see docs/probes.md), pairwise "
                             "(the round robin only), grouptest (group testing among hosts whenever it can run)")
@@ -184,6 +199,8 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         iters=args.iters,
         probe_timeout_s=args.probe_timeout_s,
         straggler_ratio=args.straggler_ratio,
+        device_budget_s=args.device_budget_s,
+        device_sustain_s=args.device_sustain_s,
         strict_bandwidth=args.strict_bandwidth,
         localize=args.localize,
         sysfs_root=args.sysfs_root,
