@@ -80,7 +80,8 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     `--check-timeout`, `--probe-timeout`, `--only`, `--skip`, `--silence`, `--strict`, `--sizes`,
     `--ops`, `--expect`, `--json`/`--html`/`--junit`/`--text`/`--exclude-file` written by rank 0,
     `--quiet`, `--out-dir`, `--device-budget`, `--device-sustain`). on_failure: "raise"
-    PreflightFailed on every rank, "warn" a PreflightWarning and return, "return" the report silently (its exit_code says).
+    PreflightFailed on every rank, "warn" a PreflightWarning and return, "return" the report
+    silently (its exit_code says).
     A call that is wrong on its face (no process group, a mesh of another world, a keyword of
     the wrong type or value) raises RuntimeError, TypeError or ValueError on that rank before
     any rank waits for another.

@@ -7,7 +7,6 @@ its SKU's peak. Figures are in TFLOP/s (matrix products) and GB/s (copies, bytes
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 # Figure names, as --expect, the report and the checks name them.
@@ -29,9 +28,13 @@ class Measured:
 
     @property
     def value(self) -> float:
-        """The figure: the median over both passes' bursts (0.0 when nothing was measured)."""
-        both = self.bursts + self.confirm
-        return statistics.median(both) if both else 0.0
+        """The figure: the best burst of both passes (0.0 when nothing was measured).
+
+        The best, not the mean: noise (a preempted thread, another process) only ever slows a
+        burst down, so the best burst is the closest to what the device can do, and a device
+        that is really slow is slow in every burst.
+        """
+        return max(self.bursts + self.confirm, default=0.0)
 
 
 @dataclass
@@ -98,6 +101,7 @@ class DeviceFigure:
     peak: float | None = None  # the SKU's peak, or --expect's figure
     peak_source: str = ""  # "H100 SXM5 datasheet", "--expect", "" (none)
     pct_of_peak: float | None = None
+    bursts: list[float] = field(default_factory=list)  # every timed burst, first pass then second
 
 
 @dataclass
@@ -134,8 +138,8 @@ class Slow:
     unit: str
     value: float
     siblings_median: float
-    passes: list[float]  # this device's median in each pass
-    siblings_passes: list[float]  # the siblings' median in each pass
+    passes: list[float]  # this device's best burst in each pass
+    siblings_passes: list[float]  # the median of the siblings' best bursts in each pass
     siblings: int
     ratio: float
 

@@ -3,7 +3,8 @@
 Run by every rank on its own bound device (the session's GPU, or the CPU under gloo), at the
 same time, before the collectives. Each figure is timed nccl-tests-style: a warm-up call, one
 call to size the burst, then bursts of back-to-back calls with one synchronisation each
-(CUDA events on a GPU), `device_boundary.TorchDevice.burst`. Every figure is measured in two
+(CUDA events on a GPU; on CPU the thread's CPU time, since the ranks of a host share its
+cores), `device_boundary.TorchDevice.burst`. Every figure is measured in two
 passes, the second after all the others, so that rank 0 blames only a device slow in both
 (device_judge.py): a moment of noise is not a slow device.
 
@@ -25,7 +26,7 @@ from preflight.lib.errors import one_line
 from preflight.model.device_probe import DeviceReport, Measured
 from preflight.probes.device_boundary import SDC_SEED
 
-DEFAULT_BUDGET_S = {"cuda": 5.0, "cpu": 0.25}
+DEFAULT_BUDGET_S = {"cuda": 5.0, "cpu": 0.1}
 BURSTS = 5  # per figure and pass: a median of 5 is not moved by one preempted burst
 PASSES = 2
 
@@ -77,7 +78,6 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
         report.skipped.update({"h2d": "no host link on CPU", "d2h": "no host link on CPU"})
     slot_s = budget * 0.9 / max(1, len(figures) * PASSES)
     with _one_thread(device):
-        _correctness(device, report, sizes)
         prepared: dict[str, tuple[Measured, Callable[[], Any]]] = {}
         for name, (size, make) in figures.items():
             try:
@@ -85,19 +85,27 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
             except Exception as exc:  # out of memory, a dtype this device lacks
                 report.errors[name] = f"{type(exc).__name__}: {one_line(exc)}"[:300]
         for pass_index in range(PASSES):
-            for name, (measured, call) in list(prepared.items()):
-                try:
-                    values = _bursts(device, call, slot_s, measured, report, began)
-                except Exception as exc:
-                    report.errors[name] = f"{type(exc).__name__}: {one_line(exc)}"[:300]
-                    del prepared[name]
-                    continue
-                (measured.bursts if pass_index == 0 else measured.confirm).extend(values)
+            if pass_index == 0:
+                _correctness(device, report, sizes)
+            _pass(device, prepared, pass_index, slot_s, report, began)
         if sustain_s > 0 and "gemm_bf16" in prepared:
             _sustain(device, prepared["gemm_bf16"], sustain_s, report, began)
     report.measured = [m for m, _ in prepared.values()]
     report.elapsed_s = time.monotonic() - began
     return report
+
+
+def _pass(device: Any, prepared: dict[str, tuple[Measured, Callable[[], Any]]], pass_index: int, slot_s: float,
+          report: DeviceReport, began: float) -> None:
+    """One pass over every prepared figure; a figure that raises is dropped with its reason."""
+    for name, (measured, call) in list(prepared.items()):
+        try:
+            values = _bursts(device, call, slot_s, measured, report, began)
+        except Exception as exc:
+            report.errors[name] = f"{type(exc).__name__}: {one_line(exc)}"[:300]
+            del prepared[name]
+            continue
+        (measured.bursts if pass_index == 0 else measured.confirm).extend(values)
 
 
 def _figures(device: Any, sizes: Sizes) -> dict[str, tuple[int, Callable[[], Callable[[], Any]]]]:

@@ -1,8 +1,8 @@
 """Rank 0: judge every device's figures against its siblings and its SKU, and compare the results.
 
 Siblings are the devices of the same model in this job (same kind and name). A device is slow
-at a figure when, in BOTH passes (device_family.PASSES), its median burst is below SLOW_RATIO
-of its siblings' median: a burst of noise in one pass is not a slow device (confirm before
+at a figure when, in BOTH passes (device_family.PASSES), its best burst is below SLOW_RATIO
+of the median of its siblings' best bursts: a burst of noise in one pass is not a slow device (confirm before
 blame, as the collective straggler rule does). At least MIN_SIBLINGS other devices are needed:
 with one sibling nobody can tell which of the two is slow.
 
@@ -64,7 +64,7 @@ def _pass_medians(report: DeviceReport, name: str) -> list[float]:
     m = report.figure(name)
     if m is None:
         return []
-    return [statistics.median(p) for p in (m.bursts, m.confirm) if p]
+    return [max(p) for p in (m.bursts, m.confirm) if p]
 
 
 def judge(reports: Mapping[int, DeviceReport], missing: Mapping[int, str], hosts: Mapping[int, str],
@@ -108,7 +108,8 @@ def _judge_figures(members: list[DeviceReport], rows: dict[int, DeviceRow], out:
         for report in have:
             value = report.figure(name).value  # type: ignore[union-attr]
             others = [o for o in have if o.rank != report.rank]
-            figure = DeviceFigure(name, UNITS[name], value)
+            measured = report.figure(name)
+            figure = DeviceFigure(name, UNITS[name], value, bursts=[*measured.bursts, *measured.confirm])  # type: ignore[union-attr]
             if others:
                 figure.siblings_median = statistics.median(o.figure(name).value for o in others)  # type: ignore[union-attr]
                 figure.pct_of_siblings = value / figure.siblings_median if figure.siblings_median else None
