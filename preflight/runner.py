@@ -195,6 +195,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         outcome.findings += judge_profiles(outcome.results, record.all_facts, outcome.device_ids, outcome.backend,
                                            options.expect, strict=options.strict_bandwidth)
         record.probes = outcome
+        record.outcomes += outcome.device_outcomes
         record.findings += outcome.findings + probes.backend_findings(outcome, options.backend, record.all_facts)
 
 

@@ -19,7 +19,7 @@ import jinja2
 
 from preflight.lib.hostlist import compress_hostlist
 from preflight.model import JobReport, Severity
-from preflight.reports import charts
+from preflight.reports import charts, device_table
 from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, rank_ranges, where, world_summary
 from preflight.reports.drift_table import env_drift
 from preflight.reports.probe_dims import expected_busbw, probe_dimensions
@@ -162,6 +162,8 @@ def render(report: JobReport) -> str:
         drift=env_drift(report),
         meta_rows=_meta_rows(report),
         dims=dims,
+        device_grids=device_table.grids(report),
+        cell_colour=device_table.cell_colour,
         has_matrix=any(f["id"] == "pf-matrix" for f in figures),
         figures=figures,
         checks_ran=len(report.checks),

@@ -25,7 +25,7 @@ from preflight.checks.device_probe import (
     throttled_under_load,
 )
 from preflight.lib.errors import one_line
-from preflight.model import Finding
+from preflight.model import CheckOutcome, Finding, Severity
 from preflight.model.device_probe import DeviceReport, DeviceRow
 from preflight.options import RunOptions
 from preflight.probes import device_judge, device_store, liveness
@@ -81,13 +81,29 @@ def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: An
 
 def lead(session: Any, options: RunOptions, watch: liveness.Watch,
          hosts: dict[int, str]) -> tuple[list[DeviceRow], list[Finding]]:
-    """Rank 0: every rank's report, judged; the rows for the report and the findings."""
+    """Rank 0: every rank's report, judged; the rows for the report and the findings (outcomes() lists
+    every device check for the JUnit report, passed or not)."""
     world = session.world
     wait_s = session.timeout_s + _budget(options, session.device) * 3 + options.device_sustain_s + 30
     reports, missing = device_store.gather(session.store, world.world_size, wait_s, dead=watch.dead)
     missing = {r: why for r, why in missing.items() if r not in watch.dead()}  # RUN008 names the dead
     judged = device_judge.judge(reports, missing, hosts, options.device_expect)
     return judged.rows, findings(judged)
+
+
+ALL_CHECKS = (result_differs, result_unrepeatable, matrix_slow, copy_slow, host_link_slow, below_sku_peak,
+              below_expected, throttled_under_load, device_could_not_run)
+
+
+def outcomes(found: list[Finding]) -> list[CheckOutcome]:
+    """One outcome per device check: its worst finding's severity, OK when it found nothing."""
+    out = []
+    for check in ALL_CHECKS:
+        spec = check.spec
+        mine = [f.severity for f in found if f.check_id == spec.id]
+        status = max(mine, key=lambda s: s.rank, default=Severity.OK)
+        out.append(CheckOutcome(spec.id, spec.tag, spec.scope, spec.title, status))
+    return out
 
 
 def findings(judged: device_judge.Judged) -> list[Finding]:

@@ -28,7 +28,7 @@ from preflight.checks.probe_findings import (
 from preflight.checks.run_findings import rank_died
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
-from preflight.model import Finding, ProbeDevice, ProbeResult, RankFacts, World
+from preflight.model import CheckOutcome, Finding, ProbeDevice, ProbeResult, RankFacts, World
 from preflight.model.device_probe import DeviceRow
 from preflight.model.probe_faults import Hang
 from preflight.options import RunOptions
@@ -47,6 +47,7 @@ class ProbeOutcome:
     device_ids: dict[int, str] = field(default_factory=dict)  # rank 0: rank -> its GPU's PCI bus id or UUID
     dead: list[int] = field(default_factory=list)  # rank 0: ranks whose heartbeat stopped (probes/liveness.py)
     device_rows: list[DeviceRow] = field(default_factory=list)  # rank 0: every device's figures (device_probes.py)
+    device_outcomes: list[CheckOutcome] = field(default_factory=list)  # rank 0: every device check, for JUnit
     # A collective of this rank never finished: its communicator must not be destroyed, and the
     # process must leave by os._exit once the verdict is out (a gloo group's destructor would
     # join the thread still inside it and hang the process at interpreter exit).
@@ -117,6 +118,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
                 outcome.device_rows, device_findings = device_probes.lead(session, options, watch,
                                                                           hosts=dict(outcome_hosts(outcome)))
                 outcome.findings += device_findings
+                outcome.device_outcomes = device_probes.outcomes(device_findings)
             outcome.dead = sorted(watch.dead())
         else:
             outcome = ProbeOutcome()
