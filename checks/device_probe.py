@@ -203,7 +203,6 @@ def below_sku_peak(below: BelowPeak) -> Iterable[Problem]:
     severity=Severity.ERROR,
     hint="The device missed the figure you asked for with --expect; check it as for DEV006, or "
     "correct --expect.",
-    blames_host=True,
 )
 def below_expected(below: BelowPeak) -> Iterable[Problem]:
     """A device figure is below what `--expect` asked for (gemm=700TFLOPS, hbm=2.8TB/s, h2d=50GB/s)."""
