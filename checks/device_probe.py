@@ -43,10 +43,10 @@ def _slow_problem(slow: Slow) -> Problem:
 
 SLOW_EXPLAIN = """
     All devices of one model in the job run the same measurement at the same time; a device
-    is slow when its median burst is below the threshold share of its siblings' median in
-    BOTH passes (each figure is measured twice, the second time after every other figure):
-    0.85 on a GPU, 0.5 on CPU, where the ranks of a host share its cores. At least two
-    siblings are needed. The figure's % of its siblings' median and of its SKU's peak are in
+    is slow when its best burst is below the threshold share of the median of its siblings'
+    best bursts in BOTH passes (each figure is measured twice, the second time after every
+    other figure): 0.85 on a GPU, 0.5 on CPU (timed by the thread's CPU time there, since the
+    ranks of a host share its cores). At least two siblings are needed. The figure's % of its siblings' median and of its SKU's peak are in
     the device table of every report.
 """
 
@@ -119,8 +119,9 @@ def result_unrepeatable(row: DeviceRow) -> Iterable[Problem]:
 def matrix_slow(slow: Slow) -> Iterable[Problem]:
     """Matrix throughput (TFLOP/s) of a device is well below its siblings'.
 
-    Back-to-back matrix products (bf16, fp16 and tf32 8192^3 on a GPU, a small fp32 product
-    on CPU), timed with one synchronisation per burst (CUDA events on a GPU).
+    Back-to-back matrix products through torch.matmul (bf16, fp16 and tf32 8192^3 on a GPU,
+    a 192^3 fp32 product on CPU), timed with one synchronisation per burst (CUDA events on a
+    GPU).
     """
     yield _slow_problem(slow)
 
