@@ -46,8 +46,8 @@ SLOW_EXPLAIN = """
     is slow when its best burst is below the threshold share of the median of its siblings'
     best bursts in BOTH passes (each figure is measured twice, the second time after every
     other figure): 0.85 on a GPU, 0.5 on CPU (timed by the thread's CPU time there, since the
-    ranks of a host share its cores). At least two siblings are needed. The figure's % of its siblings' median and of its SKU's peak are in
-    the device table of every report.
+    ranks of a host share its cores). At least two siblings are needed. The figure's % of its
+    siblings' median and of its SKU's peak are in the device table of every report.
 """
 
 
