@@ -112,10 +112,11 @@ class RunOptions:
         return not self.only or Tags.PROBE in self.only
 
     def device_probes_enabled(self) -> bool:
-        """Device probes run unless `--skip gpu-probe`, or `--only` names tags without `gpu-probe`."""
-        if Tags.GPU_PROBE in self.skip:
+        """Device probes run unless `--skip gpu-probe` or `--skip probe` (they are part of step 8),
+        or `--only` names neither `gpu-probe` nor `probe`."""
+        if Tags.GPU_PROBE in self.skip or Tags.PROBE in self.skip:
             return False
-        return not self.only or Tags.GPU_PROBE in self.only
+        return not self.only or Tags.GPU_PROBE in self.only or Tags.PROBE in self.only
 
     def any_probes(self) -> bool:
         """The probe step runs at all: for the collectives, the device probes, or both."""
