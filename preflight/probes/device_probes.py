@@ -33,6 +33,9 @@ from preflight.probes.device_boundary import cpu_model, open_device
 from preflight.probes.device_family import DEFAULT_BUDGET_S, run_family
 from preflight.probes.timing import barrier
 
+# On top of three times the budget: allocations, pinning host memory, cuBLAS's first call. A device
+# still busy after that is stuck (DEV009), and the rank goes on.
+GRACE_S = 20.0
 SLOW_CHECKS = {"gemm": matrix_slow, "copy": copy_slow, "h2d": host_link_slow, "d2h": host_link_slow}
 
 
@@ -61,7 +64,7 @@ def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: An
     else:
         report.name = cpu_model()
     budget = _budget(options, kind)
-    deadline_s = budget * 3 + options.device_sustain_s + 30  # sizing and warm-ups on top of the budget
+    deadline_s = budget * 3 + options.device_sustain_s + GRACE_S
     began = time.monotonic()
     try:
         barrier(session.control, time.monotonic() + session.timeout_s)  # every device starts together
@@ -84,7 +87,7 @@ def lead(session: Any, options: RunOptions, watch: liveness.Watch,
     """Rank 0: every rank's report, judged; the rows for the report and the findings (outcomes() lists
     every device check for the JUnit report, passed or not)."""
     world = session.world
-    wait_s = session.timeout_s + _budget(options, session.device) * 3 + options.device_sustain_s + 30
+    wait_s = session.timeout_s + _budget(options, session.device) * 3 + options.device_sustain_s + GRACE_S
     reports, missing = device_store.gather(session.store, world.world_size, wait_s, dead=watch.dead)
     missing = {r: why for r, why in missing.items() if r not in watch.dead()}  # RUN008 names the dead
     judged = device_judge.judge(reports, missing, hosts, options.device_expect)
