@@ -165,15 +165,17 @@ class TorchDevice:
         return str(value) if value else ""
 
 
-def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = None) -> TorchDevice:
-    """The real device of this rank, with NVML opened on its GPU where the host has NVML."""
+def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = None,
+                deadline_s: float = 60.0) -> TorchDevice:
+    """The real device of this rank, with NVML opened on its GPU (matched by PCI bus id) where the host
+    has NVML; NVML is not called after deadline_s."""
     if kind != "cuda":
         return TorchDevice("cpu")
     from preflight.steps.gather import nvml_source
 
-    nvml, _ = nvml_source.open_nvml(deadline_s=30.0)
+    nvml, _ = nvml_source.open_nvml(deadline_s=deadline_s)
     handle = None
-    if nvml is not None:
+    if nvml is not None and pci_bus_id:
         try:
             for i in range(nvml.count()):
                 candidate = nvml.handle(i)

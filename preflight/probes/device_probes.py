@@ -69,7 +69,7 @@ def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: An
     try:
         barrier(session.control, time.monotonic() + session.timeout_s)  # every device starts together
         device = device or open_device(kind, bound.index if bound else None, bound.pci_bus_id if bound else "",
-                                       cuda=session.cuda)
+                                       cuda=session.cuda, deadline_s=deadline_s)
         report.serial = device.serial() if kind == "cuda" else ""
         liveness.bounded(lambda: run_family(device, report, budget, options.device_sustain_s), deadline_s, watch)
     except liveness.StillRunning as exc:
