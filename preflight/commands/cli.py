@@ -123,7 +123,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                        help="seconds the device probes may take per device (default 4 on a GPU, 0.05 on CPU; "
                             "`--skip gpu-probe` turns them off)")
     probe.add_argument("--device-sustain", dest="device_sustain_s", type=_non_negative_float, default=0.0,
-                       help="seconds of continuous matrix load with NVML sampled, after the device probes "
+                       help="seconds of continuous bf16 load on the GPU with NVML sampled, after the device probes "
                             "(default 0: NVML is sampled between the bursts only)")
     probe.add_argument("--localize", choices=LOCALIZE, default="auto",
                        help="how slow groups are localized: auto (default; see docs/probes.md), pairwise "

@@ -31,6 +31,7 @@ from preflight.probes.device_boundary import SDC_SEED
 DEFAULT_BUDGET_S = {"cuda": 4.0, "cpu": 0.05}
 BURSTS = 5  # per figure and pass: a median of 5 is not moved by one preempted burst
 PASSES = 2
+MAX_SUSTAIN_SAMPLES = 200  # NVML samples of --device-sustain, spread over its length
 
 
 @dataclass(frozen=True)
@@ -174,12 +175,16 @@ def _sustain(device: Any, prepared: tuple[Measured, Callable[[], Any]], sustain_
              began: float) -> None:
     """`--device-sustain`: continuous bf16 products for sustain_s, NVML sampled between bursts."""
     measured, call = prepared
+    every_s = max(0.25, sustain_s / MAX_SUSTAIN_SAMPLES)  # a bounded report, however long the load
     until = time.monotonic() + sustain_s
+    last = 0.0
     while time.monotonic() < until:
         device.burst(call, measured.iters)
-        sample = device.sample(time.monotonic() - began)
-        if sample is not None:
-            report.samples.append(sample)
+        if time.monotonic() - last >= every_s:
+            last = time.monotonic()
+            sample = device.sample(last - began)
+            if sample is not None:
+                report.samples.append(sample)
 
 
 def _correctness(device: Any, report: DeviceReport, sizes: Sizes) -> None:

@@ -148,3 +148,11 @@ def test_rates_count_flops_and_bytes_as_the_tools_do() -> None:
     assert rate("gemm_bf16", 8192, 10, 0.0138) == pytest.approx(2 * 8192**3 * 10 / 0.0138 / 1e12)
     assert rate("copy", 2**30, 1, 1.0) == pytest.approx(2 * 2**30 / 1e9)  # read + written
     assert rate("h2d", 2**30, 1, 1.0) == pytest.approx(2**30 / 1e9)  # crosses the link once
+
+
+def test_sustained_load_is_sampled_at_a_bounded_rate() -> None:
+    device = FakeDevice(samples=[NvmlSample(0.1, 1980, 1980, 0, 60, 690.0)])
+    report = DeviceReport(0, "node0", "cuda", name=device.name)
+    run_family(device, report, budget_s=1.0, sustain_s=0.6)
+    during_bursts = 3 * 2 * 5  # bf16, fp16, tf32: a sample after each burst of both passes
+    assert during_bursts < len(report.samples) <= during_bursts + 4  # every 0.25 s of the 0.6 s
