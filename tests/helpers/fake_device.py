@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from preflight.model.device_probe import HostLink, NvmlSample
+from preflight.model.device_probe import DeviceReport, HostLink, NvmlSample
+from preflight.probes.device_family import run_family
 
 HEALTHY_H100 = {"gemm_bf16": 798.0, "gemm_fp16": 790.0, "gemm_tf32": 380.0, "copy": 3000.0, "h2d": 53.0, "d2h": 54.0}
 GEN5_X16 = HostLink(gen=5, width=16, max_gen=5, max_width=16)
@@ -120,3 +121,10 @@ class FakeDevice:
 
     def serial(self) -> str:
         return self.serial_number
+
+
+def measure(rank: int, device: FakeDevice, host: str = "") -> DeviceReport:
+    """One rank's report from a fake GPU, as device_probes.measure would publish it (8 GPUs per node)."""
+    report = DeviceReport(rank, host or f"node{rank // 8}", "cuda", name=device.name, index=rank % 8,
+                          uuid=f"GPU-{rank:04d}", serial=device.serial(), software="torch 2.13 cuda 12.8")
+    return run_family(device, report, budget_s=5.0)

@@ -13,14 +13,7 @@ from preflight.model.device_probe import DeviceReport, HostLink, NvmlSample
 from preflight.probes import device_judge
 from preflight.probes.device_family import rate, run_family
 from preflight.probes.device_probes import findings, outcomes
-from tests.helpers.fake_device import HEALTHY_H100, FakeDevice
-
-
-def measure(rank: int, device: FakeDevice, host: str = "") -> DeviceReport:
-    """One rank's report from the fake device, as device_probes.measure would publish it."""
-    report = DeviceReport(rank, host or f"node{rank // 8}", "cuda", name=device.name, index=rank % 8,
-                          uuid=f"GPU-{rank:04d}", serial=device.serial(), software="torch 2.13 cuda 12.8")
-    return run_family(device, report, budget_s=5.0)
+from tests.helpers.fake_device import HEALTHY_H100, FakeDevice, measure
 
 
 def judged(devices: dict[int, FakeDevice], expect: dict[str, float] | None = None) -> device_judge.Judged:

@@ -9,8 +9,7 @@ from preflight.model import JobReport, ReportMeta
 from preflight.probes import device_judge
 from preflight.probes.device_probes import findings, outcomes
 from preflight.reports import device_table, html, junit, terminal, text
-from tests.helpers.fake_device import HEALTHY_H100, FakeDevice
-from tests.probes.test_device_judge import measure
+from tests.helpers.fake_device import HEALTHY_H100, FakeDevice, measure
 
 
 def _report(n: int = 16, slow: int = 11) -> JobReport:
