@@ -45,7 +45,7 @@ class Sizes:
 
 
 SIZES = {
-    "cuda": Sizes(gemm_n=8192, copy_bytes=512 * 2**20, host_bytes=256 * 2**20, sdc_n=4096),
+    "cuda": Sizes(gemm_n=8192, copy_bytes=512 * 2**20, host_bytes=256 * 2**20, sdc_n=2048),
     "cpu": Sizes(gemm_n=192, copy_bytes=4 * 2**20, host_bytes=0, sdc_n=128),
 }
 

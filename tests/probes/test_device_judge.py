@@ -30,7 +30,7 @@ def test_fake_h100_figures_are_timed_from_its_rates_and_judged_against_the_table
     assert {m.name: round(m.value, 1) for m in report.measured} == HEALTHY_H100
     assert all(len(m.bursts) == 5 and len(m.confirm) == 5 and m.iters > 1 for m in report.measured)
     assert report.serial == "1654922000001" and report.link == HostLink(5, 16, 5, 16)
-    assert report.sdc_digest == report.sdc_repeat_digest and report.sdc_method.startswith("fp32 matmul 4096")
+    assert report.sdc_digest == report.sdc_repeat_digest and report.sdc_method.startswith("fp32 matmul 2048")
     row = judged({0: FakeDevice()}).rows[0]
     bf16 = row.figure("gemm_bf16")
     assert bf16.peak == 989.0 and bf16.peak_source == "NVIDIA H100 datasheet (SXM5)"
