@@ -10,6 +10,7 @@ collectives, when every rank's report is in the store. The family runs in a boun
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -73,7 +74,9 @@ def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: An
         report.serial = device.serial() if kind == "cuda" else ""
         liveness.bounded(lambda: run_family(device, report, budget, options.device_sustain_s), deadline_s, watch)
     except liveness.StillRunning as exc:
-        report.errors["every figure"] = f"did not finish within {deadline_s:g}s ({exc})"
+        # The abandoned thread still fills `report`: send a copy of what it was, and this reason only.
+        report = dataclasses.replace(report, measured=[], samples=[], skipped={},
+                                     errors={"every figure": f"did not finish within {deadline_s:g}s ({exc})"})
         session.abandoned = True  # the device may still be busy: no clean teardown
     except Exception as exc:  # the barrier timed out, the device could not be opened
         report.errors["every figure"] = f"{type(exc).__name__}: {one_line(exc)}"[:300]
