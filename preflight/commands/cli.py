@@ -120,7 +120,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                        help="expected busbw per dimension, e.g. tp=300GB/s, and device figures, e.g. "
                             "gemm=700TFLOPS,hbm=2.8TB/s,h2d=50GB/s (docs/probes.md)")
     probe.add_argument("--device-budget", dest="device_budget_s", type=_positive_float, default=None,
-                       help="seconds the device probes may take per device (default 4 on a GPU, 0.05 on CPU; "
+                       help="seconds the device probes may take per device (default 4 on a GPU, 0.03 on CPU; "
                             "`--skip gpu-probe` turns them off)")
     probe.add_argument("--device-sustain", dest="device_sustain_s", type=_non_negative_float, default=0.0,
                        help="seconds of continuous bf16 load on the GPU with NVML sampled, after the device probes "

@@ -27,8 +27,8 @@ from preflight.model.device_probe import DeviceReport, Measured
 from preflight.probes.device_boundary import SDC_SEED
 
 # The timed part: on a GPU 4 s, which with allocations, cuBLAS's first call and pinning keeps the
-# family under ~5 s; on CPU 0.05 s of the thread's CPU time (one fp32 figure and one copy).
-DEFAULT_BUDGET_S = {"cuda": 4.0, "cpu": 0.05}
+# family under ~5 s; on CPU 0.03 s of the thread's CPU time (one fp32 figure and one copy).
+DEFAULT_BUDGET_S = {"cuda": 4.0, "cpu": 0.03}
 BURSTS = 5  # per figure and pass: a median of 5 is not moved by one preempted burst
 PASSES = 2
 MAX_SUSTAIN_SAMPLES = 200  # NVML samples of --device-sustain, spread over its length
