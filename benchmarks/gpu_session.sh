@@ -48,5 +48,8 @@ log "fidelity"
 for size in 1MiB 256MiB; do
   timeout 240 python3 benchmarks/probe_fidelity.py --backend nccl --ranks 2 --size $size --iters 20 --rounds 5
 done 2>&1 | tee "$RES/fidelity.txt"
+log "device probes: a run of the family alone, and its fidelity against a bare torch loop"
+timeout 120 python3 -m preflight run --only gpu-probe --json "$RES/device.json" --text "$RES/device.txt"; echo "exit $?"
+timeout 300 python3 benchmarks/device_fidelity.py --device cuda --rounds 5 2>&1 | tee "$RES/device_fidelity.txt"
 log done
 tar czf "$OUT/results.tgz" -C "$RES" .

@@ -71,6 +71,7 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
           silence: Sequence[str] = (), strict: bool = False, sizes: str = "", ops: str = "", expect: str = "",
           json: Path | None = None, html: Path | None = None, junit: Path | None = None, text: Path | None = None,
           exclude_file: Path | None = None, quiet: bool = False, out_dir: Path | None = None,
+          device_budget_s: float | None = None, device_sustain_s: float = 0.0,
           on_failure: OnFailure = "raise") -> JobReport:
     """Run preflight's steps on this job's own process groups; call it on every rank. Returns the JobReport.
 
@@ -80,8 +81,9 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     is the world. The keywords are the CLI's flags (`--timeout`,
     `--check-timeout`, `--probe-timeout`, `--only`, `--skip`, `--silence`, `--strict`, `--sizes`,
     `--ops`, `--expect`, `--json`/`--html`/`--junit`/`--text`/`--exclude-file` written by rank 0,
-    `--quiet`, `--out-dir`). on_failure: "raise" PreflightFailed on every rank, "warn" a
-    PreflightWarning and return, "return" the report silently (its exit_code says).
+    `--quiet`, `--out-dir`, `--device-budget`, `--device-sustain`). on_failure: "raise"
+    PreflightFailed on every rank, "warn" a PreflightWarning and return, "return" the report
+    silently (its exit_code says).
     A call that is wrong on its face (no process group, a mesh of another world, a keyword of
     the wrong type or value) raises RuntimeError, TypeError or ValueError on that rank before
     any rank waits for another.
@@ -104,7 +106,8 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
             # Paths as given (str or os.PathLike): RunOptions checks their type and makes them str.
             out_dir=out_dir, reports=ReportTargets(json=json, html=html, junit=junit, text=text,  # type: ignore[arg-type]
                                                    exclude=exclude_file, quiet=quiet),  # type: ignore[arg-type]
-            backend=backend, command_line=f"preflight.check({_mesh_repr(dims)})")
+            backend=backend, device_budget_s=device_budget_s, device_sustain_s=device_sustain_s,
+            command_line=f"preflight.check({_mesh_repr(dims)})")
         options = replace(options, mesh=dims, world_size=world_size)
         world = resolve_world(os.environ)
     except TypeError as exc:  # BadOptionType: a keyword of the wrong type

@@ -56,7 +56,8 @@ FLAGS = {"timeout_s": "--timeout", "check_timeout_s": "--check-timeout", "probe_
          "strict": "--strict", "strict_bandwidth": "--strict-bandwidth", "warmup": "--warmup", "iters": "--iters",
          "out_dir": "--out-dir", "run_id": "--run-id", "sizes": "--sizes", "ops": "--ops", "expect": "--expect",
          "json": "--json", "html": "--html", "junit": "--junit", "text": "--text", "exclude": "--exclude-file",
-         "quiet": "--quiet", "backend": "--backend", "localize": "--localize"}
+         "quiet": "--quiet", "backend": "--backend", "localize": "--localize",
+         "device_budget_s": "--device-budget", "device_sustain_s": "--device-sustain"}
 
 
 @dataclass
@@ -93,6 +94,11 @@ class RunOptions:
     strict_bandwidth: bool = False  # a group below its hardware profile is an error (BW007), not a warning (BW011)
     localize: str = "auto"  # auto | pairwise (never group testing) | grouptest (whenever it can run)
     expect: dict[str, float] = field(default_factory=dict)  # expected busbw per dimension, GB/s
+    # device probes (probes/device_family.py): --expect's device figures (TFLOP/s, GB/s) by name,
+    # the family's time budget per device (None: its default per device kind), sustained load
+    device_expect: dict[str, float] = field(default_factory=dict)
+    device_budget_s: float | None = None
+    device_sustain_s: float = 0.0
     # facts
     sysfs_root: str = "/sys"
     verdict_file: str | None = None  # `preflight launch` reads rank 0's code here
@@ -102,6 +108,12 @@ class RunOptions:
         for name in ("timeout_s", "check_timeout_s", "probe_timeout_s"):
             setattr(self, name, _bounded_number(name, getattr(self, name), MAX_SECONDS, "a number of seconds"))
         self.straggler_ratio = _bounded_number("straggler_ratio", self.straggler_ratio, MAX_RATIO, "a number")
+        if self.device_budget_s is not None:
+            self.device_budget_s = _bounded_number("device_budget_s", self.device_budget_s, MAX_SECONDS,
+                                                   "a number of seconds")
+        if self.device_sustain_s != 0:
+            self.device_sustain_s = _bounded_number("device_sustain_s", self.device_sustain_s, MAX_SECONDS,
+                                                    "a number of seconds")
         self.warmup, self.iters = _count("warmup", self.warmup), _count("iters", self.iters)
         for name in ("strict", "strict_bandwidth"):
             _flag(name, getattr(self, name))
@@ -129,8 +141,9 @@ class RunOptions:
             if not isinstance(text, str):
                 raise BadOptionType(f"{name} must be a string as on the command line (e.g. sizes=\"1M,64M\"), "
                                     f"not {type(text).__name__}")
+        mesh_expect, device_expect = split_device_expect(expect)
         return cls(mesh=parse_mesh_syntax(mesh), sizes=parse_sizes(sizes), ops=parse_ops(ops),
-                   expect=parse_expect(expect), **typed)
+                   expect=parse_expect(mesh_expect), device_expect=device_expect, **typed)
 
     def for_world(self, world_size: int) -> RunOptions:
         """These options with the mesh resolved for world_size (BadInput when its arithmetic fails)."""
@@ -141,6 +154,17 @@ class RunOptions:
         if Tags.PROBE in self.skip:
             return False
         return not self.only or Tags.PROBE in self.only
+
+    def device_probes_enabled(self) -> bool:
+        """Device probes run unless `--skip gpu-probe` or `--skip probe` (they are part of step 8),
+        or `--only` names neither `gpu-probe` nor `probe`."""
+        if Tags.GPU_PROBE in self.skip or Tags.PROBE in self.skip:
+            return False
+        return not self.only or Tags.GPU_PROBE in self.only or Tags.PROBE in self.only
+
+    def any_probes(self) -> bool:
+        """The probe step runs at all: for the collectives, the device probes, or both."""
+        return self.probes_enabled() or self.device_probes_enabled()
 
 
 def option_name(name: str) -> str:
@@ -291,6 +315,47 @@ def parse_rate(text: str) -> float:
     if number * _RATE_UNITS[key] > MAX_RATE:
         raise BadInput(f"--expect: {shown(text)} is above the maximum {MAX_RATE:g} GB/s")
     return number * _RATE_UNITS[key]
+
+
+# --expect's device figures: name -> unit kind. `gemm` is the device's headline product (bf16 on a
+# GPU, fp32 on CPU), `hbm` its memory copy (bytes read + written).
+DEVICE_FIGURES = {"gemm": "flops", "gemm_bf16": "flops", "gemm_fp16": "flops", "gemm_tf32": "flops",
+                  "gemm_fp32": "flops", "hbm": "bytes", "copy": "bytes", "h2d": "bytes", "d2h": "bytes"}
+_FLOPS = re.compile(r"([0-9.]{1,32})\s{0,8}(TFLOPS|TFLOP/S|TF|TFLOPS/S|GFLOPS|GFLOP/S|PFLOPS|PFLOP/S)?", re.ASCII)
+_FLOPS_SCALE = {"": 1.0, "TF": 1.0, "TFLOPS": 1.0, "TFLOP/S": 1.0, "TFLOPS/S": 1.0, "GFLOPS": 1e-3, "GFLOP/S": 1e-3,
+                "PFLOPS": 1e3, "PFLOP/S": 1e3}
+MAX_TFLOPS = 1e6  # an --expect above an exaflop per device is a typo
+
+
+def parse_flops(text: str) -> float:
+    """`700TFLOPS` -> 700.0 (TFLOP/s); GFLOPS and PFLOPS scale; a bare number is TFLOP/s."""
+    match = _FLOPS.fullmatch(text.strip().upper())
+    if not match:
+        raise BadInput(f"--expect: {shown(text)} is not a compute rate (e.g. 700TFLOPS)")
+    value = ascii_decimal(match.group(1), "--expect") * _FLOPS_SCALE[match.group(2) or ""]
+    if value <= 0 or value > MAX_TFLOPS:
+        raise BadInput(f"--expect: {shown(text)} is not a compute rate between 0 and {MAX_TFLOPS:g} TFLOP/s")
+    return value
+
+
+def split_device_expect(text: str) -> tuple[str, dict[str, float]]:
+    """`tp=300GB/s,gemm=700TFLOPS,hbm=2.8TB/s` -> ("tp=300GB/s", {"gemm": 700.0, "copy": 2800.0}).
+
+    The device figures (DEVICE_FIGURES) are taken out and parsed here; the rest is left for
+    parse_expect (mesh dimensions). `hbm` is stored as `copy`, the figure it sets.
+    """
+    if not text.strip():
+        return text, {}
+    rest, device = [], {}
+    for part in _bounded_list(text, "--expect"):
+        name = part.partition("=")[0].strip()
+        if name not in DEVICE_FIGURES:
+            rest.append(part)
+            continue
+        rate = part.partition("=")[2]
+        figure = "copy" if name == "hbm" else name
+        device[figure] = parse_flops(rate) if DEVICE_FIGURES[name] == "flops" else parse_rate(rate)
+    return ",".join(rest), device
 
 
 def parse_expect(text: str) -> dict[str, float]:

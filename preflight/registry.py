@@ -50,6 +50,9 @@ class Tags:
 
     ENV = "env"
     GPU = "gpu"  # the health of the GPU each rank will use (NVML)
+    # also switches the device probes on or off (matrix, copy, host link, correctness); they are part
+    # of step 8, so `--skip probe` leaves them out too and `--only probe` keeps them
+    GPU_PROBE = "gpu-probe"
     LAYOUT = "layout"
     LIMITS = "limits"
     NCCL = "nccl"

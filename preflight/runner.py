@@ -188,7 +188,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.outcomes += outcomes
     go, reason = _decide_go(record)  # 7
     exchange.announce("go", {"go": go, "reason": reason})
-    if not options.probes_enabled():
+    if not options.any_probes():
         return
     with phases.step("probes"):  # 8
         if not go:
@@ -200,6 +200,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         outcome.findings += judge_profiles(outcome.results, record.all_facts, outcome.device_ids, outcome.backend,
                                            options.expect, strict=options.strict_bandwidth)
         record.probes = outcome
+        record.outcomes += outcome.device_outcomes
         record.findings += outcome.findings + probes.backend_findings(outcome, options.backend, record.all_facts)
 
 
@@ -216,7 +217,7 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
               f"exit {int(ExitCode.INCOMPLETE)}")
         return int(ExitCode.INCOMPLETE)
     decision = exchange.wait_for("go", options.timeout_s + VERDICT_MARGIN_S)  # 7
-    if decision and decision.get("go") and options.probes_enabled():
+    if decision and decision.get("go") and options.any_probes():
         record.probes = probes.run_probes(world, options, exchange.store, groups, alive=exchange.liveness)  # 8
     recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.check_timeout_s)  # after step 8
     # This rank beats until here (channel/liveness.py): rank 0 waits for every rank that is alive.

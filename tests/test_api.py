@@ -63,6 +63,9 @@ def test_a_healthy_job_passes_then_trains_on_its_own_groups(healthy: tuple[Path,
     # every dimension of the job's mesh was probed, group by group, and the world's all_reduce
     groups = {(p["dim"], tuple(p["ranks"])) for p in report["probes"]}
     assert {("dp", (0, 2)), ("dp", (1, 3)), ("tp", (0, 1)), ("tp", (2, 3)), ("world", (0, 1, 2, 3))} <= groups
+    # each rank's own device was measured too, on the job's own groups, and agreed
+    devices = [(r["rank"], r["kind"], r["sdc"]) for r in report["device_probes"]]
+    assert devices == [(r, "cpu", "agrees") for r in range(4)]
     world = json.loads((out / "world.json").read_text())
     assert world["meta"]["mesh"] == "" and {p["dim"] for p in world["probes"]} == {"world"}
     assert report["meta"]["run_id"] != world["meta"]["run_id"]  # a second call, its own keys
@@ -101,6 +104,7 @@ def test_bad_calls_give_one_clear_error_each(healthy: tuple[Path, dict]) -> None
         ("ValueError", "on_failure='ignore': one of raise, warn, return"),
         ("ValueError", "unknown tag 'nosuchtag'"),
         ("ValueError", "probe_timeout_s (--probe-timeout)=1000000000.0: must be above 0 and at most 604800"),
+        ("TypeError", "device_budget_s (--device-budget) must be a number of seconds, not str"),
     ]
     for record in ranks.values():
         assert len(record["errors"]) == len(expected)

@@ -49,6 +49,11 @@ def bound_key(rank: int) -> str:
     return f"dev/{rank}"
 
 
+def device_key(rank: int) -> str:
+    """DeviceReport: what a rank measured on its own device (probes/device_store.py)."""
+    return f"device/{rank}"
+
+
 def setup_key(rank: int) -> str:
     """SetupStage: the setup stage a rank has reached."""
     return f"setup/{rank}"

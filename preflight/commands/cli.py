@@ -46,6 +46,13 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _non_negative_float(text: str) -> float:
+    """Zero or a positive decimal (as _positive_float)."""
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    return _positive_float(text)
+
+
 def _non_negative_int(text: str) -> int:
     try:
         return parse_count(text)
@@ -152,9 +159,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                        "0 < RATIO <= 1 (default 0.8); confirmed twice below 0.5 it is an error "
                        "(`preflight explain BW003`)")
     probe.add_argument("--expect", default="", metavar="DIM=RATE[,DIM=RATE]",
-                       help="expected busbw per mesh dimension, e.g. tp=300GB/s,dp=400Gb/s; units GB/s "
+                       help="expected busbw per mesh dimension, e.g. tp=300GB/s,dp=400Gb/s, and device figures, "
+                       "e.g. gemm=700TFLOPS,hbm=2.8TB/s,h2d=50GB/s (docs/probes.md); units GB/s "
                        "(1e9 B/s, nccl-tests' busbw), MB/s, TB/s, GiB/s or G/s (binary), Gb/s (bits); "
                        "below 0.9x is an error (default: none; a hardware profile on NCCL)")
+    probe.add_argument("--device-budget", dest="device_budget_s", type=_positive_float, default=None,
+                       help="seconds the device probes may take per device (default 4 on a GPU, 0.03 on CPU; "
+                            "`--skip gpu-probe` turns them off)")
+    probe.add_argument("--device-sustain", dest="device_sustain_s", type=_non_negative_float, default=0.0,
+                       help="seconds of continuous bf16 load on the GPU with NVML sampled, after the device probes "
+                            "(default 0: NVML is sampled between the bursts only)")
     probe.add_argument("--localize", choices=LOCALIZE, default="auto",
                        help="how slow groups are localized: auto (default; see docs/probes.md), pairwise "
                             "(the round robin only), grouptest (group testing among hosts whenever it can run)")
@@ -241,6 +255,8 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         iters=args.iters,
         probe_timeout_s=args.probe_timeout_s,
         straggler_ratio=args.straggler_ratio,
+        device_budget_s=args.device_budget_s,
+        device_sustain_s=args.device_sustain_s,
         strict_bandwidth=args.strict_bandwidth,
         localize=args.localize,
         sysfs_root=args.sysfs_root,

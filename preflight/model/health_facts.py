@@ -1,7 +1,7 @@
 """GPU and RDMA-port health facts: what NVML and the InfiniBand counters say about fitness for a long job.
 
 Filled by preflight/steps/gather/gpu_health.py (NVML, through the one boundary
-preflight/steps/gather/nvml_source.py) and nic_health.py (sysfs under `--sysfs-root`), read by
+preflight/lib/nvml_source.py) and nic_health.py (sysfs under `--sysfs-root`), read by
 checks/gpu_health.py and checks/nic_health.py. `None` on a field means NVML did not give it:
 `GpuHealth.unavailable` names the reads NVML answered NotSupported / NoPermission (a fact of that
 GPU, reported as info), `GpuHealth.errors` the reads that failed otherwise.

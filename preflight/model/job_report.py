@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from preflight.model.device_probe import DeviceRow
 from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
 from preflight.model.probe_results import ProbeDevice, ProbeResult
 from preflight.model.rank_facts import RankFacts
@@ -48,6 +49,7 @@ class JobReport:
     checks: list[CheckOutcome] = field(default_factory=list)
     probes: list[ProbeResult] = field(default_factory=list)
     probe_devices: list[ProbeDevice] = field(default_factory=list)  # per rank: backend used, bound GPU
+    device_probes: list[DeviceRow] = field(default_factory=list)  # per rank: its device's figures, judged
     # Step 5's outcome: the roster of listeners, each prober host's results, hosts with none (None: not run).
     reachability: ReachabilityOutcome | None = None
     missing_ranks: list[int] = field(default_factory=list)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from preflight.model.findings import Finding
+from preflight.model.device_probe import DeviceRow
+from preflight.model.findings import CheckOutcome, Finding
 from preflight.model.probe_results import ProbeDevice, ProbeResult
 
 
@@ -19,6 +20,8 @@ class ProbeOutcome:
     devices: list[ProbeDevice] = field(default_factory=list)  # rank 0: every rank's backend and bound GPU
     device_ids: dict[int, str] = field(default_factory=dict)  # rank 0: rank -> its GPU's PCI bus id or UUID
     dead: list[int] = field(default_factory=list)  # rank 0: ranks whose heartbeat stopped (probes/liveness.py)
+    device_rows: list[DeviceRow] = field(default_factory=list)  # rank 0: every device figure (probes/device_probes.py)
+    device_outcomes: list[CheckOutcome] = field(default_factory=list)  # rank 0: every device check, for JUnit
     # A collective of this rank never finished: its communicator must not be destroyed, and the
     # process must leave by os._exit once the verdict is out (a gloo group's destructor would
     # join the thread still inside it and hang the process at interpreter exit).

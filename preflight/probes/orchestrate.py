@@ -33,7 +33,7 @@ from preflight.model.messages import RemeasureSteps
 from preflight.model.probe_faults import Hang
 from preflight.model.probe_outcome import ProbeOutcome
 from preflight.options import RunOptions
-from preflight.probes import liveness, localize, setup
+from preflight.probes import device_probes, liveness, localize, setup
 
 
 def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
@@ -87,11 +87,20 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
                                    reason=f"{type(exc).__name__}: {one_line(exc)}")
             return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
         mark("done")
-        records, status = ses.run_steps(session)
+        # --- device probes (probes/device_probes.py): every rank's own device, before the collectives ---
+        if options.device_probes_enabled():
+            device_probes.measure(session, options, watch)
+        # --- end device probes ---
+        records, status = ses.run_steps(session) if options.probes_enabled() else ([], ses.Status())
         stopped_at = time.monotonic()
         ses.publish(Board(pstore), world.rank, world.host, records, status)
         if world.rank == 0:
             outcome = _judge_on_rank_zero(session, status, options, stopped_at, watch)
+            if options.device_probes_enabled():  # after the collectives: every device report is in by now
+                outcome.device_rows, device_findings = device_probes.lead(session, options, watch,
+                                                                          hosts=dict(outcome_hosts(outcome)))
+                outcome.findings += device_findings
+                outcome.device_outcomes = device_probes.outcomes(device_findings)
             outcome.dead = sorted(watch.dead())
         else:
             outcome = ProbeOutcome()
@@ -108,6 +117,11 @@ def backend_findings(outcome: ProbeOutcome, requested: str, facts: Sequence[Rank
     if requested != "auto" or outcome.backend != "gloo" or not gpu_hosts:
         return []
     return gpu_job_probed_on_gloo.report(reason=outcome.backend_reason or "no reason recorded", gpu_hosts=gpu_hosts)
+
+
+def outcome_hosts(outcome: ProbeOutcome) -> dict[int, str]:
+    """Rank -> host of every rank whose session opened (to name a rank whose device report never came)."""
+    return {d.rank: d.host for d in outcome.devices}
 
 
 def outcome_has_hang(outcome: ProbeOutcome) -> bool:

@@ -22,7 +22,7 @@ import markupsafe
 
 from preflight.lib.hostlist import compress_hostlist, ranks_text
 from preflight.model import JobReport, Severity
-from preflight.reports import charts
+from preflight.reports import charts, device_table
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
@@ -175,6 +175,8 @@ def render(report: JobReport) -> str:
         dims=dims,
         matrix=charts.matrix(report, rank_hosts),
         check_summary=check_summary(report),
+        device_grids=device_table.grids(report),
+        cell_colour=device_table.cell_colour,
         page_js=page_js,
         csp_scripts=_csp_hash(page_js),
     )

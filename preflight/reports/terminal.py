@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from preflight.model import JobReport, Severity
-from preflight.reports import probes_table, text
+from preflight.reports import device_table, probes_table, text
 from preflight.reports.common import SEVERITY_LABEL, check_summary, ordered_findings, where
 
 _VERDICT_STYLE = {0: "bold white on green", 1: "bold black on yellow", 3: "bold white on red"}
@@ -71,4 +71,15 @@ def render(report: JobReport, stream: TextIO) -> None:
         console.print(table)
         if more:
             console.print(Text(f"... and {more} more variable(s); see the HTML or JSON report"))
+    device_rows = device_table.device_rows(report)
+    if device_rows:
+        devices = Table(title=device_table.TITLE, expand=True)
+        for column in device_table.HEADERS:
+            devices.add_column(column, overflow="fold")
+        for row in device_rows:
+            devices.add_row(*(Text(cell) for cell in row))
+        console.print(devices)
+        hidden = len(report.device_probes) - len(device_table.shown_devices(report))
+        if hidden:
+            console.print(f"... and {hidden} more device(s) near their siblings' median; see the HTML or JSON report")
     console.print(Text(check_summary(report)))

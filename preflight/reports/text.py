@@ -7,6 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from preflight.model import JobReport
+from preflight.reports import device_table
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
@@ -30,6 +31,17 @@ def _probe_table(report: JobReport) -> list[str]:
     widths = [None] * len(HEADERS)
     widths[HEADERS.index("slowest group")] = 44
     return ["", TITLE, tabulate(rows, headers=HEADERS, tablefmt="simple", maxcolwidths=widths)]
+
+
+def _device_table(report: JobReport) -> list[str]:
+    rows = device_table.device_rows(report)
+    if not rows:
+        return []
+    lines = ["", device_table.TITLE, tabulate(rows, headers=device_table.HEADERS, tablefmt="simple")]
+    hidden = len(report.device_probes) - len(device_table.shown_devices(report))
+    if hidden:
+        lines.append(f"  ... and {hidden} more device(s) near their siblings' median; see the HTML or JSON report")
+    return lines
 
 
 def _shown(value: str) -> str:
@@ -95,6 +107,7 @@ def render(report: JobReport) -> str:
                      tablefmt="simple", maxcolwidths=[None, None, 60, 30, 60])
         )
     lines += _probe_table(report)
+    lines += _device_table(report)
     lines += _drift_table(report)
     lines.append("")
     lines.append(f"  {check_summary(report)}")

@@ -92,6 +92,7 @@ def build_report(record: RunRecord) -> JobReport:
         checks=merge_outcomes(record.outcomes),
         probes=list(record.probes.results) if record.probes else [],
         probe_devices=list(record.probes.devices) if record.probes else [],
+        device_probes=list(record.probes.device_rows) if record.probes else [],
         reachability=record.reachability,
         missing_ranks=list(record.missing),
         bad_hosts=bad_hosts(findings, sorted({f.host for f in facts})),

@@ -3,7 +3,7 @@
 Ranks are real processes (env:// over a real c10d TCPStore, gloo), each on a fake host (real UTS
 and mount namespaces, tests/helpers/hosts.py). The two things that cannot exist here are faked,
 data-driven, at their one boundary each: NVML, replayed from tests/fixtures/nvml/ through
-PREFLIGHT_NVML_REPLAY (read only by preflight/steps/gather/nvml_source.py), and the InfiniBand
+PREFLIGHT_NVML_REPLAY (read only by preflight/lib/nvml_source.py), and the InfiniBand
 sysfs, a fixture tree from tests/fixtures/sysfs/ bind-mounted per host over the folder every rank
 gets as --sysfs-root. A planted hook (tests/helpers/ranks.plant_env) bumps one port's counter
 after that rank's probes, between the two counter reads.

@@ -13,6 +13,7 @@ from tests.helpers.ranks import run_cli
     (["launch", "-n", "4", "--sizes", "1Q"], "is not a size"),
     (["launch", "-n", "4", "--ops", "allreduce"], "unknown op"),
     (["launch", "-n", "4", "--mesh", "pp2,tp2", "--expect", "ep=1GB/s"], "no mesh dimension 'ep'"),
+    (["launch", "-n", "4", "--expect", "gemm=fast"], "is not a compute rate"),
 ])
 def test_bad_probe_options_exit_2_with_one_line(args: list[str], words: str) -> None:
     proc = run_cli(args, timeout=60)

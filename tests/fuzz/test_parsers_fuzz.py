@@ -19,7 +19,7 @@ from preflight.lib.hostlist import MAX_HOSTS, compress_hostlist, count_hostlist,
 from preflight.lib.mesh_shape import parse_mesh_syntax, resolve_mesh
 from preflight.lib.numbers import ascii_int
 from preflight.lib.slurm_layout import parse_tasks_per_node
-from preflight.options import parse_expect, parse_ops, parse_rate, parse_sizes
+from preflight.options import parse_expect, parse_flops, parse_ops, parse_rate, parse_sizes, split_device_expect
 from preflight.steps.launchers import resolve_world
 from tests.fuzz.strategies import FUZZ, FUZZ_CLI, TRICKY, any_text
 
@@ -175,6 +175,25 @@ def test_expect_and_rates_parse_or_are_bad_input(text: str) -> None:
             continue
         values = result.values() if isinstance(result, dict) else [result]
         assert all(0 < v <= 1e6 for v in values)
+
+
+@FUZZ
+@given(st.one_of(any_text, st.from_regex(
+    r"(gemm|hbm|h2d|tp)=[0-9.]{1,30}(TFLOPS|GFLOPS|TB/s|GB/s|)(,[a-z]{2,4}=[0-9]{1,4})?", fullmatch=True)))
+def test_device_expect_parses_or_is_bad_input(text: str) -> None:
+    try:
+        rest, device = split_device_expect(text)
+        flops = parse_flops(text)
+    except BadInput:
+        return
+    assert all(0 < v <= 1e6 for v in device.values()) and 0 < flops <= 1e6 and isinstance(rest, str)
+
+
+def test_device_expect_is_split_from_the_dimensions() -> None:
+    rest, device = split_device_expect("tp=300GB/s,gemm=700TFLOPS,hbm=2.8TB/s,h2d=50GB/s,gemm_tf32=0.4PFLOPS")
+    assert rest == "tp=300GB/s" and device == {"gemm": 700.0, "copy": 2800.0, "h2d": 50.0, "gemm_tf32": 400.0}
+    with pytest.raises(BadInput):
+        split_device_expect("gemm=700GB/s")
 
 
 @pytest.mark.parametrize("call", [

@@ -13,4 +13,6 @@
 - slurm.py: a real Slurm, on this host (fake nodes through multiple slurmd) or over netns hosts
   (a slurmd in each).
 - browser.py, synthetic.py: headless chromium, made-up probe results.
+- fake_cuda.py, fake_device.py: data-driven FAKES of the CUDA boundaries (the probe session's
+  `cuda=`, the device probes' `device=`), where no GPU exists.
 """

@@ -19,12 +19,13 @@ from tests.helpers.ranks import read_json, run_cli
 
 RUNS = 10
 BANDWIDTH_WARNINGS = {"BW003", "BW004", "BW005", "BW006", "BW012"}
+DEVICE_FINDINGS = {f"DEV00{i}" for i in range(1, 10)}  # the device probes (probes/device_judge.py)
 SMALL = ["--sizes", "256KiB,1MiB", "--warmup", "1", "--iters", "5"]
 
 
 @pytest.mark.timeout(1500)  # RUNS whole launches; a does-not-hang bound, not a speed claim
 @pytest.mark.parametrize(("n", "mesh"), [(8, "pp2,tp4"), (4, "dp2,tp2")])
-def test_healthy_runs_raise_no_bandwidth_warning(tmp_path: Path, n: int, mesh: str) -> None:
+def test_healthy_runs_raise_no_bandwidth_or_device_warning(tmp_path: Path, n: int, mesh: str) -> None:
     raised: list[str] = []
     for attempt in range(RUNS):
         out = tmp_path / f"run-{attempt}.json"
@@ -34,6 +35,8 @@ def test_healthy_runs_raise_no_bandwidth_warning(tmp_path: Path, n: int, mesh: s
         assert report["probes"] and all(p["verified"] for p in report["probes"])
         # Every group was timed per iteration: the straggler rule had the spread to weigh.
         assert all(len(p["iter_busbw_gbps"]) == 5 for p in report["probes"])
+        # Every rank's device was measured too, and agreed with its siblings.
+        assert len(report["device_probes"]) == n and all(r["sdc"] == "agrees" for r in report["device_probes"])
         raised += [f"run {attempt}: {f['check_id']} {f['message']}" for f in report["findings"]
-                   if f["check_id"] in BANDWIDTH_WARNINGS]
+                   if f["check_id"] in BANDWIDTH_WARNINGS | DEVICE_FINDINGS]
     assert raised == []

@@ -162,3 +162,22 @@ def test_the_runs_own_html_opens_without_errors(page: Any, planted_run: PlantedR
     assert wait_ready(page) == "1"  # the matrix only: this run's probes never started
     assert console_errors(page) == []
     assert page.find_element("id", "no-probes").is_displayed()
+
+
+def test_device_grids_show_the_slow_gpu(driver: Any, tmp_path: Path) -> None:
+    from preflight.reports import html
+    from tests.reports.test_device_table import _report
+
+    page_file = tmp_path / "devices.html"
+    page_file.write_text(html.render(_report()), encoding="utf-8")
+    driver.get(page_file.as_uri())
+    wait_ready(driver)
+    assert console_errors(driver) == []
+    grids = driver.find_elements("css selector", "#devices .device-grid")
+    assert [g.get_attribute("data-figure") for g in grids] == ["gemm_bf16", "gemm_fp16", "gemm_tf32", "copy", "h2d",
+                                                                "d2h"]
+    bf16 = grids[0]
+    assert "slowest: rank 11 on node1 GPU 3" in bf16.find_element("css selector", ".slowest").text
+    red = [c for c in bf16.find_elements("css selector", "td.device-cell")
+           if "244, 163, 163" in c.value_of_css_property("background-color")]
+    assert [c.get_attribute("title") for c in red] == ["rank 11: 400 TFLOP/s"]

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from torch.distributed import TCPStore
 
+from preflight.lib import nvml_source
 from preflight.model import RankFacts, World
 from preflight.options import RunOptions
 from preflight.steps import recheck
-from preflight.steps.gather import GatherOptions, gpu_health, gpus, links, nic_health, nvml_source
+from preflight.steps.gather import GatherOptions, gpu_health, gpus, links, nic_health
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

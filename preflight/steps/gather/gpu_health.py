@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from preflight.lib import nvml_source
+from preflight.lib.nvml_source import Nvml, NvmlError
 from preflight.model import GpuHealth, GpuProcess, NvLinkHealth, RankFacts
-from preflight.steps.gather import nvml_source
-from preflight.steps.gather.nvml_source import Nvml, NvmlError
 
 if TYPE_CHECKING:
     from preflight.steps.gather import GatherOptions

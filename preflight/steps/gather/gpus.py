@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from preflight.lib import nvml_source
 from preflight.model import GpuFacts, RankFacts
-from preflight.steps.gather import nvml_source
 
 if TYPE_CHECKING:
     from preflight.steps.gather import GatherOptions

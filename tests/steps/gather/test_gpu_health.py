@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from preflight.lib import nvml_source
 from preflight.model import RankFacts, World
-from preflight.steps.gather import GatherOptions, gpu_health, gpus, nvml_source
+from preflight.steps.gather import GatherOptions, gpu_health, gpus
 from preflight.steps.gather.gpu_health import bind, read_health, take_xid_watch, visible_indices
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "nvml"

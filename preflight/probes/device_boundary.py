@@ -1,0 +1,188 @@
+"""The one boundary between the device probes and the device: torch on CPU or on the bound CUDA GPU.
+
+Everything the device family does to a device goes through a `Device` (device_family.py only
+asks it): make deterministic operands, run a burst of back-to-back calls and time it with one
+synchronisation (CUDA events on a GPU, the monotonic clock on CPU), pinned host buffers, the
+result's digest, and NVML reads of the bound GPU (PCIe link, serial, clocks under load).
+
+`TorchDevice` is the real one. The CUDA-only parts (events, pinned copies, NVML sampling) exist
+only where a GPU does; tests replay them with a data-driven FAKE at this same boundary
+(tests/helpers/fake_device.py), never by patching the family.
+
+The matrix product is `torch.matmul`, the public entry point a user's own code calls, so that
+a fault planted from outside (a wrapped torch.matmul, a sitecustomize) is measured as it would
+slow or corrupt a training step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import time
+from collections.abc import Callable
+from typing import Any
+
+from preflight.model.device_probe import HostLink, NvmlSample
+
+SDC_SEED = 1234
+
+
+def cpu_model() -> str:
+    """The CPU model as /proc/cpuinfo names it (platform's answer elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()[:120]
+    except OSError:
+        pass
+    return platform.processor()[:120] or "cpu"
+
+
+class TorchDevice:
+    """This rank's device as torch drives it: "cpu", or the CUDA ordinal the session bound."""
+
+    def __init__(self, kind: str, index: int | None = None, cuda: Any = None, nvml: Any = None,
+                 nvml_handle: Any = None) -> None:
+        import torch
+
+        self.torch = torch
+        self.kind = kind
+        self.index = index
+        self.cuda = cuda if cuda is not None else (torch.cuda if kind == "cuda" else None)
+        self.nvml, self.nvml_handle = nvml, nvml_handle
+        self.device = torch.device("cuda", index) if kind == "cuda" else torch.device("cpu")
+
+    # ---- what the device can run ----
+    def dtypes(self) -> dict[str, Any]:
+        """Figure name -> dtype of the matrix products this device runs (bf16/fp16/tf32 on a GPU, fp32 on CPU)."""
+        t = self.torch
+        if self.kind == "cuda":
+            return {"gemm_bf16": t.bfloat16, "gemm_fp16": t.float16, "gemm_tf32": t.float32}
+        return {"gemm_fp32": t.float32}
+
+    def has_host_link(self) -> bool:
+        """Only a GPU has a host link to measure (pinned copies)."""
+        return self.kind == "cuda"
+
+    # ---- operands ----
+    def matrices(self, n: int, dtype: Any, seed: int) -> tuple[Any, Any]:
+        """Two n x n matrices from a generator seeded on the device itself (filling 8192^2 on the host
+        would cost seconds): every device of one kind and software gets the same values."""
+        gen = self.torch.Generator(device=self.device).manual_seed(seed)
+        a = self.torch.randn(n, n, generator=gen, device=self.device).to(dtype)
+        b = self.torch.randn(n, n, generator=gen, device=self.device).to(dtype)
+        return a, b
+
+    def buffers(self, nbytes: int) -> tuple[Any, Any]:
+        """Destination and source of a device-to-device copy, nbytes each."""
+        src = self.torch.ones(nbytes // 4, dtype=self.torch.float32, device=self.device)
+        return self.torch.empty_like(src), src
+
+    def host_buffers(self, nbytes: int) -> tuple[Any, Any]:
+        """A pinned host buffer and a device buffer of nbytes (CUDA only)."""
+        host = self.torch.ones(nbytes // 4, dtype=self.torch.float32).pin_memory()
+        return host, self.torch.empty(nbytes // 4, dtype=self.torch.float32, device=self.device)
+
+    # ---- the calls measured ----
+    def matmul(self, a: Any, b: Any, tf32: bool = False) -> Any:
+        """a @ b through torch.matmul (tf32 allowed only for the tf32 figure)."""
+        if self.kind != "cuda":
+            return self.torch.matmul(a, b)
+        backend = self.torch.backends.cuda.matmul
+        saved = backend.allow_tf32
+        backend.allow_tf32 = tf32
+        try:
+            return self.torch.matmul(a, b)
+        finally:
+            backend.allow_tf32 = saved
+
+    @staticmethod
+    def copy(dst: Any, src: Any) -> None:
+        """dst <- src (device to device, host to device or device to host, non-blocking where pinned)."""
+        dst.copy_(src, non_blocking=True)
+
+    # ---- the one timing loop ----
+    def burst(self, call: Callable[[], Any], iters: int) -> float:
+        """Seconds for `iters` back-to-back calls, one synchronisation at the end (CUDA events on a GPU,
+        the thread's CPU time on CPU)."""
+        if self.kind == "cuda":
+            start, end = self.cuda.Event(enable_timing=True), self.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                call()
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) / 1e3
+        # On CPU the clock is this thread's CPU time: the ranks of a host share its cores with each
+        # other and with every other process, and a burst descheduled by them is not a slow device.
+        began = time.thread_time()
+        for _ in range(iters):
+            call()
+        return time.thread_time() - began
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work."""
+        if self.kind == "cuda":
+            self.cuda.synchronize()
+
+    # ---- correctness ----
+    def digest(self, tensor: Any) -> tuple[str, list[float]]:
+        """sha256 of the result's bytes, and its row-block sums (8 figures, for a tolerance comparison)."""
+        host = tensor.detach().to("cpu").contiguous()
+        raw = host.view(self.torch.uint8) if host.dtype.itemsize > 0 else host
+        blocks = host.float().reshape(8, -1).sum(dim=1).tolist()
+        return hashlib.sha256(raw.numpy().tobytes()).hexdigest()[:32], [float(v) for v in blocks]
+
+    # ---- NVML (CUDA only) ----
+    def nvml_read(self, what: str) -> Any:
+        """One read of the bound GPU through the NVML boundary (lib/nvml_source.py); None if it fails."""
+        if self.nvml is None or self.nvml_handle is None:
+            return None
+        try:
+            return self.nvml.read(self.nvml_handle, what)
+        except Exception:  # NotSupported, NoPermission, a lost GPU: the sample says "unknown"
+            return None
+
+    def sample(self, t_s: float) -> NvmlSample | None:
+        """SM clock, clock event reasons, temperature and power now (None without NVML)."""
+        if self.nvml_handle is None:
+            return None
+        power = self.nvml_read("power_usage")
+        return NvmlSample(t_s, self.nvml_read("sm_clock"), self.nvml_read("max_sm_clock"),
+                          self.nvml_read("clock_event_reasons"), self.nvml_read("temperature"),
+                          power / 1000.0 if isinstance(power, (int, float)) else None)
+
+    def link(self) -> HostLink | None:
+        """The PCIe link now (read during the host copies, when the link is up to speed)."""
+        if self.nvml_handle is None:
+            return None
+        return HostLink(self.nvml_read("pcie_gen"), self.nvml_read("pcie_width"),
+                        self.nvml_read("pcie_max_gen"), self.nvml_read("pcie_max_width"))
+
+    def serial(self) -> str:
+        """The board serial NVML reports ("" when it cannot)."""
+        value = self.nvml_read("serial")
+        return str(value) if value else ""
+
+
+def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = None,
+                deadline_s: float = 60.0) -> TorchDevice:
+    """The real device of this rank, with NVML opened on its GPU (matched by PCI bus id) where the host
+    has NVML; NVML is not called after deadline_s."""
+    if kind != "cuda":
+        return TorchDevice("cpu")
+    from preflight.lib import nvml_source
+
+    nvml, _ = nvml_source.open_nvml(deadline_s=deadline_s)
+    handle = None
+    if nvml is not None and pci_bus_id:
+        try:
+            for i in range(nvml.count()):
+                candidate = nvml.handle(i)
+                if str(nvml.read(candidate, "pci_bus_id")).upper().endswith(pci_bus_id.upper()[-12:]):
+                    handle = candidate
+                    break
+        except Exception:
+            handle = None
+    return TorchDevice("cuda", index, cuda=cuda, nvml=nvml, nvml_handle=handle)

@@ -1,0 +1,202 @@
+"""The device probes on one rank: matrix throughput, memory copy, host link and a correctness digest.
+
+Run by every rank on its own bound device (the session's GPU, or the CPU under gloo), at the
+same time, before the collectives. Each figure is timed nccl-tests-style: a warm-up call, one
+call to size the burst, then bursts of back-to-back calls with one synchronisation each
+(CUDA events on a GPU; on CPU the thread's CPU time, since the ranks of a host share its
+cores), `device_boundary.TorchDevice.burst`. Every figure is measured in two
+passes, the second after all the others, so that rank 0 blames only a device slow in both
+(device_judge.py): a moment of noise is not a slow device.
+
+The family fits a time budget (`--device-budget`, default DEFAULT_BUDGET_S per device kind):
+every figure's passes share it equally, so the whole family stays within it, whatever the
+device's speed. Sizes saturate an H100-class GPU (8192^3 products, 512 MiB copies) and stay
+small on CPU, where the ranks of a host share cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from preflight.lib.errors import one_line
+from preflight.model.device_probe import DeviceReport, Measured
+from preflight.probes.device_boundary import SDC_SEED
+
+# The timed part: on a GPU 4 s, which with allocations, cuBLAS's first call and pinning keeps the
+# family under ~5 s; on CPU 0.03 s of the thread's CPU time (one fp32 figure and one copy).
+DEFAULT_BUDGET_S = {"cuda": 4.0, "cpu": 0.03}
+BURSTS = 5  # per figure and pass: a median of 5 is not moved by one preempted burst
+PASSES = 2
+MAX_SUSTAIN_SAMPLES = 200  # NVML samples of --device-sustain, spread over its length
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Operand sizes of one device kind."""
+
+    gemm_n: int  # matrix side of the throughput products
+    copy_bytes: int  # per device-to-device copy (read once, written once)
+    host_bytes: int  # per pinned host copy
+    sdc_n: int  # matrix side of the correctness product
+
+
+SIZES = {
+    "cuda": Sizes(gemm_n=8192, copy_bytes=512 * 2**20, host_bytes=256 * 2**20, sdc_n=2048),
+    "cpu": Sizes(gemm_n=192, copy_bytes=4 * 2**20, host_bytes=0, sdc_n=128),
+}
+
+
+@contextlib.contextmanager
+def _one_thread(device: Any) -> Iterator[None]:
+    """On CPU, one intra-op thread: the ranks of a host share its cores, and a product spread over
+    threads other ranks also use measures the scheduler, not the device."""
+    if device.kind != "cpu":
+        yield
+        return
+    torch = device.torch
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def run_family(device: Any, report: DeviceReport, budget_s: float | None = None, sustain_s: float = 0.0,
+               sizes: Sizes | None = None) -> DeviceReport:
+    """Measure every figure of `device` into `report` (filled in place and returned); never raises.
+
+    A figure that raises is recorded in report.errors (could not run, never a pass); the others
+    are still measured.
+    """
+    began = time.monotonic()
+    budget = budget_s if budget_s is not None else DEFAULT_BUDGET_S.get(device.kind, 1.0)
+    sizes = sizes or SIZES.get(device.kind, SIZES["cpu"])
+    figures = _figures(device, sizes)
+    if not device.has_host_link():
+        report.skipped.update({"h2d": "no host link on CPU", "d2h": "no host link on CPU"})
+    slot_s = budget * 0.9 / max(1, len(figures) * PASSES)
+    with _one_thread(device):
+        prepared: dict[str, tuple[Measured, Callable[[], Any]]] = {}
+        for name, (size, make) in figures.items():
+            try:
+                prepared[name] = (Measured(name, size=size), make())
+            except Exception as exc:  # out of memory, a dtype this device lacks
+                report.errors[name] = f"{type(exc).__name__}: {one_line(exc)}"[:300]
+        for pass_index in range(PASSES):
+            if pass_index == 0:
+                _correctness(device, report, sizes)
+            _pass(device, prepared, pass_index, slot_s, report, began)
+        if sustain_s > 0 and "gemm_bf16" in prepared:
+            _sustain(device, prepared["gemm_bf16"], sustain_s, report, began)
+    report.measured = [m for m, _ in prepared.values()]
+    report.elapsed_s = time.monotonic() - began
+    return report
+
+
+def _pass(device: Any, prepared: dict[str, tuple[Measured, Callable[[], Any]]], pass_index: int, slot_s: float,
+          report: DeviceReport, began: float) -> None:
+    """One pass over every prepared figure; a figure that raises is dropped with its reason."""
+    for name, (measured, call) in list(prepared.items()):
+        try:
+            values = _bursts(device, call, slot_s, measured, report, began)
+        except Exception as exc:
+            report.errors[name] = f"{type(exc).__name__}: {one_line(exc)}"[:300]
+            del prepared[name]
+            continue
+        (measured.bursts if pass_index == 0 else measured.confirm).extend(values)
+
+
+def _figures(device: Any, sizes: Sizes) -> dict[str, tuple[int, Callable[[], Callable[[], Any]]]]:
+    """Figure name -> (size, a maker of the zero-argument call one burst repeats)."""
+    out: dict[str, tuple[int, Callable[[], Callable[[], Any]]]] = {}
+    for name, dtype in device.dtypes().items():
+        def make(dtype: Any = dtype, tf32: bool = name == "gemm_tf32") -> Callable[[], Any]:
+            a, b = device.matrices(sizes.gemm_n, dtype, seed=7)
+            return lambda: device.matmul(a, b, tf32=tf32)
+        out[name] = (sizes.gemm_n, make)
+
+    def make_copy() -> Callable[[], Any]:
+        dst, src = device.buffers(sizes.copy_bytes)
+        return lambda: device.copy(dst, src)
+    out["copy"] = (sizes.copy_bytes, make_copy)
+    if device.has_host_link():
+        def make_h2d() -> Callable[[], Any]:
+            host, dev = device.host_buffers(sizes.host_bytes)
+            return lambda: device.copy(dev, host)
+
+        def make_d2h() -> Callable[[], Any]:
+            host, dev = device.host_buffers(sizes.host_bytes)
+            return lambda: device.copy(host, dev)
+        out["h2d"] = (sizes.host_bytes, make_h2d)
+        out["d2h"] = (sizes.host_bytes, make_d2h)
+    return out
+
+
+def rate(name: str, size: int, iters: int, seconds: float) -> float:
+    """TFLOP/s of `iters` n^3 products (2 n^3 flops each), or GB/s of copies.
+
+    A device copy reads and writes every byte (2 x size, as bandwidth tools count it); a host
+    copy crosses the link once (size).
+    """
+    if seconds <= 0:
+        return 0.0
+    if name.startswith("gemm"):
+        return 2.0 * size**3 * iters / seconds / 1e12
+    moved = 2 * size if name == "copy" else size
+    return moved * iters / seconds / 1e9
+
+
+def _bursts(device: Any, call: Callable[[], Any], slot_s: float, measured: Measured, report: DeviceReport,
+            began: float) -> list[float]:
+    """BURSTS timed bursts of `call` filling about slot_s; NVML sampled after each on a GPU."""
+    device.burst(call, 1)  # warm-up: kernels chosen, memory touched
+    if not measured.iters:
+        one = max(device.burst(call, 1), 1e-6)
+        measured.iters = max(1, min(100_000, int(slot_s / BURSTS / one)))
+    values = []
+    for _ in range(BURSTS):
+        seconds = device.burst(call, measured.iters)
+        values.append(rate(measured.name, measured.size, measured.iters, seconds))
+        if measured.name.startswith("gemm"):
+            sample = device.sample(time.monotonic() - began)
+            if sample is not None:
+                report.samples.append(sample)
+        if measured.name in ("h2d", "d2h") and report.link is None:
+            report.link = device.link()  # under load: an idle link may have trained down to save power
+    return values
+
+
+def _sustain(device: Any, prepared: tuple[Measured, Callable[[], Any]], sustain_s: float, report: DeviceReport,
+             began: float) -> None:
+    """`--device-sustain`: continuous bf16 products for sustain_s, NVML sampled between bursts."""
+    measured, call = prepared
+    every_s = max(0.25, sustain_s / MAX_SUSTAIN_SAMPLES)  # a bounded report, however long the load
+    until = time.monotonic() + sustain_s
+    last = 0.0
+    while time.monotonic() < until:
+        device.burst(call, measured.iters)
+        if time.monotonic() - last >= every_s:
+            last = time.monotonic()
+            sample = device.sample(last - began)
+            if sample is not None:
+                report.samples.append(sample)
+
+
+def _correctness(device: Any, report: DeviceReport, sizes: Sizes) -> None:
+    """One deterministic product, twice: its digest travels to rank 0, which compares devices of one model."""
+    torch = device.torch
+    try:
+        a, b = device.matrices(sizes.sdc_n, torch.float32, seed=SDC_SEED)
+        first = device.matmul(a, b, tf32=False)
+        second = device.matmul(a, b, tf32=False)
+        device.synchronize()
+        report.sdc_digest, report.sdc_checksum = device.digest(first)
+        report.sdc_repeat_digest, _ = device.digest(second)
+        report.sdc_method = f"fp32 matmul {sizes.sdc_n}x{sizes.sdc_n}, inputs seeded {SDC_SEED}, tf32 off"
+    except Exception as exc:
+        report.errors["sdc"] = f"{type(exc).__name__}: {one_line(exc)}"[:300]

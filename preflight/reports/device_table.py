@@ -1,0 +1,124 @@
+"""The device table the text and terminal reports show, and the HTML's host x device grids.
+
+One row per device: host, index, UUID, every figure with its % of the siblings' median and
+of its SKU's peak (or --expect's figure; "none" where nothing is known), correctness and the
+PCIe link. The HTML shows one grid per figure: hosts down, devices across, each cell
+coloured by its % of the siblings' median, the slowest cell named under the grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from preflight.model import JobReport
+from preflight.model.device_probe import UNITS, DeviceFigure, DeviceRow
+
+TITLE = "device probes: each figure, % of its siblings' median (same model), % of its peak"
+HEADERS = ["rank", "host", "device", "uuid", "figure", "value", "of siblings", "of peak", "result", "link"]
+
+
+def _pct(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "none"
+
+
+def _device(row: DeviceRow) -> str:
+    if row.kind == "cuda":
+        return f"GPU {row.index if row.index is not None else '?'} {row.name}".strip()
+    return f"CPU {row.name}".strip()
+
+
+def _link(row: DeviceRow) -> str:
+    link = row.link
+    if link is None or link.gen is None:
+        return ""
+    text = f"Gen{link.gen} x{link.width}"
+    if link.max_gen and (link.max_gen, link.max_width) != (link.gen, link.width):
+        text += f" (max Gen{link.max_gen} x{link.max_width})"
+    return text
+
+
+def _peak(figure: DeviceFigure) -> str:
+    if figure.pct_of_peak is None:
+        return "none"
+    return f"{figure.pct_of_peak:.0%} of {figure.peak:.4g} ({figure.peak_source})"
+
+
+MAX_DEVICES = 32  # the text and terminal show the devices furthest below their siblings; the JSON has all
+
+
+def _worst(row: DeviceRow) -> float:
+    shares = [f.pct_of_siblings for f in row.figures if f.pct_of_siblings is not None]
+    return min(shares, default=1.0) - (1.0 if row.errors or row.sdc in ("differs", "unrepeatable") else 0.0)
+
+
+def shown_devices(report: JobReport, limit: int = MAX_DEVICES) -> list[DeviceRow]:
+    """Every device when they are few; else the `limit` furthest below their siblings (or failing), by rank."""
+    rows = report.device_probes
+    if len(rows) <= limit:
+        return list(rows)
+    return sorted(sorted(rows, key=_worst)[:limit], key=lambda r: r.rank)
+
+
+def device_rows(report: JobReport, limit: int = MAX_DEVICES) -> list[list[str]]:
+    """Rows for HEADERS, a row per device and figure; empty when the device probes did not run."""
+    out = []
+    for row in shown_devices(report, limit):
+        first = True
+        for figure in row.figures:
+            ident = [str(row.rank), row.host, _device(row), row.uuid] if first else ["", "", "", ""]
+            tail = [row.sdc or "", _link(row)] if first else ["", ""]
+            out.append([*ident, figure.name, f"{figure.value:.4g} {figure.unit}", _pct(figure.pct_of_siblings),
+                        _peak(figure), *tail])
+            first = False
+        for name, why in sorted(row.errors.items()):
+            ident = [str(row.rank), row.host, _device(row), row.uuid] if first else ["", "", "", ""]
+            out.append([*ident, name, "could not run", "", why[:60], "", ""])
+            first = False
+    return out
+
+
+@dataclass
+class Grid:
+    """One figure over the job: hosts down, device indexes across, % of siblings' median per cell."""
+
+    figure: str
+    unit: str
+    hosts: list[str]
+    columns: list[str]  # device index (GPU) or rank (CPU), as text
+    cells: dict[tuple[str, str], tuple[float, float | None, int]]  # (host, column) -> (value, % of siblings, rank)
+    slowest: str  # "rank 3 on node2 GPU 3: 41% of its siblings' median" ("" when none)
+
+
+def grids(report: JobReport) -> list[Grid]:
+    """One grid per figure measured, in UNITS' order."""
+    out = []
+    for name in UNITS:
+        cells: dict[tuple[str, str], tuple[float, float | None, int]] = {}
+        worst: tuple[float, str] | None = None
+        for row in report.device_probes:
+            figure = row.figure(name)
+            if figure is None:
+                continue
+            column = str(row.index) if row.kind == "cuda" and row.index is not None else f"rank {row.rank}"
+            cells[(row.host, column)] = (figure.value, figure.pct_of_siblings, row.rank)
+            if figure.pct_of_siblings is not None and (worst is None or figure.pct_of_siblings < worst[0]):
+                worst = (figure.pct_of_siblings, f"rank {row.rank} on {row.host} {_device(row)}: "
+                                                 f"{figure.value:.4g} {figure.unit}, {figure.pct_of_siblings:.0%} "
+                                                 "of its siblings' median")
+        if not cells:
+            continue
+        hosts = sorted({h for h, _ in cells})
+        columns = sorted({c for _, c in cells}, key=lambda c: (not c.isdigit(), int(c) if c.isdigit() else c))
+        out.append(Grid(name, UNITS[name], hosts, columns, cells, worst[1] if worst else ""))
+    return out
+
+
+def cell_colour(pct: float | None) -> str:
+    """A cell's background by its % of the siblings' median: green at par, amber below 95%, red below 85%."""
+    if pct is None:
+        return "#e0e0e0"
+    if pct >= 0.95:
+        return "#b7e1b0"
+    if pct >= 0.85:
+        return "#ffe08a"
+    return "#f4a3a3"

@@ -1,0 +1,130 @@
+"""A FAKE of the device probes' one boundary (preflight/probes/device_boundary.TorchDevice) for a GPU.
+
+No GPU exists on CI machines. This object answers what the device family asks a device, from
+data: the rate it delivers per figure (TFLOP/s for products, GB/s for copies), on a virtual
+clock like tests/helpers/fake_cuda.py's events (a burst's seconds are the work queued during
+it divided by the rate: CUDA events measure the stream, not the host); the digests its
+correctness product gives, in order; the PCIe link and the NVML samples it reports; a figure
+that fails. It is passed where the real device would be (device_family.run_family's `device`,
+device_probes.measure's `device=`); no test patches the family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from preflight.model.device_probe import DeviceReport, HostLink, NvmlSample
+from preflight.probes.device_family import run_family
+
+HEALTHY_H100 = {"gemm_bf16": 798.0, "gemm_fp16": 790.0, "gemm_tf32": 380.0, "copy": 3000.0, "h2d": 53.0, "d2h": 54.0}
+GEN5_X16 = HostLink(gen=5, width=16, max_gen=5, max_width=16)
+
+
+@dataclass
+class FakeOperand:
+    """What the family holds instead of a tensor: where it lives, its size, its dtype."""
+
+    where: str  # "device" | "host"
+    nbytes: int = 0
+    n: int = 0
+    dtype: Any = None
+
+
+@dataclass
+class FakeDevice:
+    """One GPU, answered from data."""
+
+    rates: dict[str, float] = field(default_factory=lambda: dict(HEALTHY_H100))
+    name: str = "NVIDIA H100 80GB HBM3"
+    link_read: HostLink | None = field(default_factory=lambda: HostLink(5, 16, 5, 16))
+    samples: list[NvmlSample] = field(default_factory=list)  # replayed in order, the last one repeated
+    digests: list[str] = field(default_factory=lambda: ["d" * 32])  # per correctness product, the last repeated
+    checksum: list[float] = field(default_factory=lambda: [1.0] * 8)
+    failing: dict[str, str] = field(default_factory=dict)  # figure -> the error its calls raise
+    serial_number: str = "1654922000001"
+    # the rate of each burst, in order, overriding `rates` (a figure slow in one pass only)
+    burst_rates: dict[str, list[float]] = field(default_factory=dict)
+    kind: str = "cuda"
+    torch: Any = torch
+    queued_s: float = 0.0
+    products: int = 0
+    digested: int = 0
+    bursts: dict[str, int] = field(default_factory=dict)
+    _current: str = ""
+
+    def dtypes(self) -> dict[str, Any]:
+        return {"gemm_bf16": torch.bfloat16, "gemm_fp16": torch.float16, "gemm_tf32": torch.float32}
+
+    def has_host_link(self) -> bool:
+        return True
+
+    def matrices(self, n: int, dtype: Any, seed: int) -> tuple[FakeOperand, FakeOperand]:
+        return FakeOperand("device", n=n, dtype=dtype), FakeOperand("device", n=n, dtype=dtype)
+
+    def buffers(self, nbytes: int) -> tuple[FakeOperand, FakeOperand]:
+        return FakeOperand("device", nbytes), FakeOperand("device", nbytes)
+
+    def host_buffers(self, nbytes: int) -> tuple[FakeOperand, FakeOperand]:
+        return FakeOperand("host", nbytes), FakeOperand("device", nbytes)
+
+    def _rate(self, figure: str) -> float:
+        if figure in self.failing:
+            raise RuntimeError(self.failing[figure])
+        queue = self.burst_rates.get(figure)
+        if queue:
+            return queue[min(self.bursts.get(figure, 0), len(queue) - 1)]
+        return self.rates[figure]
+
+    def matmul(self, a: FakeOperand, b: FakeOperand, tf32: bool = False) -> FakeOperand:
+        if a.dtype == torch.float32 and not tf32:  # the correctness product
+            self.products += 1
+            return FakeOperand("device", n=a.n)
+        figure = {torch.bfloat16: "gemm_bf16", torch.float16: "gemm_fp16"}.get(a.dtype, "gemm_tf32")
+        self._current = figure
+        self.queued_s += 2.0 * a.n**3 / (self._rate(figure) * 1e12)
+        return FakeOperand("device", n=a.n)
+
+    def copy(self, dst: FakeOperand, src: FakeOperand) -> None:
+        figure = "copy" if dst.where == src.where else ("h2d" if src.where == "host" else "d2h")
+        self._current = figure
+        moved = 2 * dst.nbytes if figure == "copy" else dst.nbytes
+        self.queued_s += moved / (self._rate(figure) * 1e9)
+
+    def burst(self, call: Callable[[], Any], iters: int) -> float:
+        began = self.queued_s
+        for _ in range(iters):
+            call()
+        if iters > 1:  # sized bursts only: the warm-up and sizing calls are not counted
+            self.bursts[self._current] = self.bursts.get(self._current, 0) + 1
+        return self.queued_s - began
+
+    def synchronize(self) -> None:
+        pass
+
+    def digest(self, tensor: FakeOperand) -> tuple[str, list[float]]:
+        value = self.digests[min(self.digested, len(self.digests) - 1)]
+        self.digested += 1
+        return value, list(self.checksum)
+
+    def sample(self, t_s: float) -> NvmlSample | None:
+        if not self.samples:
+            return None
+        index = min(sum(self.bursts.values()), len(self.samples)) - 1
+        return self.samples[max(index, 0)]
+
+    def link(self) -> HostLink | None:
+        return self.link_read
+
+    def serial(self) -> str:
+        return self.serial_number
+
+
+def measure(rank: int, device: FakeDevice, host: str = "") -> DeviceReport:
+    """One rank's report from a fake GPU, as device_probes.measure would publish it (8 GPUs per node)."""
+    report = DeviceReport(rank, host or f"node{rank // 8}", "cuda", name=device.name, index=rank % 8,
+                          uuid=f"GPU-{rank:04d}", serial=device.serial(), software="torch 2.13 cuda 12.8")
+    return run_family(device, report, budget_s=5.0)
