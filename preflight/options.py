@@ -17,7 +17,7 @@ from typing import Any
 
 from preflight.lib.errors import BadInput
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim, mesh_text, parse_mesh_syntax, resolve_dims
-from preflight.lib.numbers import ascii_decimal, shown
+from preflight.lib.numbers import ascii_decimal, ascii_int, shown
 from preflight.registry import Tags
 from preflight.reports.targets import ReportTargets
 
@@ -33,6 +33,7 @@ MAX_RATE = 1e6  # GB/s (1 PB/s): an --expect above it is a typo
 # Rates: bytes per second (GB/s, MB/s, GiB/s) or bits (Gb/s, Gbit/s, Gbps); GB = 1e9 B.
 _RATE_UNITS = {"GB/S": 1.0, "MB/S": 1e-3, "GIB/S": 2**30 / 1e9, "TB/S": 1e3, "GBIT/S": 1 / 8}
 _RATE = re.compile(r"([0-9.]{1,32})\s{0,8}([A-Za-z/]{0,8})", re.ASCII)
+MAX_FLAKY_WINDOW = 1000  # --flaky K/N: more runs than that is not "recent"
 MAX_LIST_CHARS = 4096  # --sizes, --ops, --expect: longer is not a list anyone typed
 
 
@@ -70,6 +71,12 @@ class RunOptions:
     strict_bandwidth: bool = False  # a group below its hardware profile is an error (BW007), not a warning (BW011)
     localize: str = "auto"  # auto | pairwise (never group testing) | grouptest (whenever it can run)
     expect: dict[str, float] = field(default_factory=dict)  # expected busbw per dimension, GB/s
+    # history (docs/history.md)
+    history: str = ""  # --history / PREFLIGHT_HISTORY: sqlite:///path or postgresql://...; "" none
+    history_timeout_s: float = 10.0  # every wait on the history (lock, connect, statement), each side of the verdict
+    metrics: str | None = None  # --metrics: Prometheus textfile for node_exporter
+    flaky_failures: int = 3  # --flaky K/N: failed in K ...
+    flaky_window: int = 10  # ... of its last N recorded runs
     # facts
     sysfs_root: str = "/sys"
     verdict_file: str | None = None  # `preflight launch` reads rank 0's code here
@@ -81,6 +88,11 @@ class RunOptions:
         if self.localize not in LOCALIZE:
             raise BadInput(f"--localize {self.localize!r}: one of {', '.join(LOCALIZE)}")
         self.silence = [check_id.upper() for check_id in self.silence]
+        if self.history:
+            check_history_url(self.history)
+        if not 1 <= self.flaky_failures <= self.flaky_window <= MAX_FLAKY_WINDOW:
+            raise BadInput(f"--flaky {self.flaky_failures}/{self.flaky_window}: K/N with 1 <= K <= N <= "
+                           f"{MAX_FLAKY_WINDOW}")
         if self.world_size is not None:
             self.mesh = resolve_dims(self.mesh, self.world_size)
         names = {d.name for d in self.mesh} | {WORLD_DIM} | ({"dp"} if self.world_size is None else set())
@@ -90,8 +102,11 @@ class RunOptions:
                                f"(mesh: {mesh_text(self.mesh) or 'none'})")
 
     @classmethod
-    def parse(cls, *, mesh: str = "", sizes: str = "", ops: str = "", expect: str = "", **typed: Any) -> RunOptions:
-        """RunOptions from --mesh, --sizes, --ops and --expect as written, plus the fields already typed."""
+    def parse(cls, *, mesh: str = "", sizes: str = "", ops: str = "", expect: str = "", flaky: str = "",
+              **typed: Any) -> RunOptions:
+        """RunOptions from --mesh, --sizes, --ops, --expect and --flaky as written, plus the fields already typed."""
+        if flaky:
+            typed["flaky_failures"], typed["flaky_window"] = parse_flaky(flaky)
         return cls(mesh=parse_mesh_syntax(mesh), sizes=parse_sizes(sizes), ops=parse_ops(ops),
                    expect=parse_expect(expect), **typed)
 
@@ -178,3 +193,24 @@ def parse_expect(text: str) -> dict[str, float]:
             raise BadInput(f"--expect: {shown(part.strip())} is not DIM=RATE (e.g. tp=300GB/s)")
         expected[name.strip()] = parse_rate(rate)
     return expected
+
+
+def check_history_url(url: str) -> str:
+    """The --history URL when it is one preflight can use (sqlite:///path, postgresql://...); else BadInput."""
+    from preflight.history.store import HistoryError, check_url  # SQLAlchemy only when a history is asked for
+
+    if len(url) > MAX_LIST_CHARS:
+        raise BadInput(f"--history: {shown(url)} is longer than {MAX_LIST_CHARS} characters")
+    try:
+        return check_url(url)
+    except HistoryError as exc:
+        raise BadInput(f"--history: {exc}") from None
+
+
+def parse_flaky(text: str) -> tuple[int, int]:
+    """`3/10` -> (3, 10): failed in 3 of the last 10 recorded runs."""
+    failures, sep, window = text.strip().partition("/")
+    if not sep:
+        raise BadInput(f"--flaky: {shown(text)} is not K/N (e.g. 3/10)")
+    return (ascii_int(failures.strip(), "--flaky K", minimum=1, maximum=MAX_FLAKY_WINDOW),
+            ascii_int(window.strip(), "--flaky N", minimum=1, maximum=MAX_FLAKY_WINDOW))

@@ -45,6 +45,7 @@ class Tags:
 
     ENV = "env"
     GPU = "gpu"  # the health of the GPU each rank will use (NVML)
+    HISTORY = "history"  # this run against the recorded history (--history)
     LAYOUT = "layout"
     LIMITS = "limits"
     NCCL = "nccl"

@@ -99,6 +99,17 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--exclude-file", metavar="PATH", help="write bad hosts, one per line, for sbatch --exclude")
     out.add_argument("--quiet", action="store_true", help="print nothing on stdout")
 
+    history = parser.add_argument_group("history and metrics (docs/history.md)")
+    history.add_argument("--history", metavar="URL", default=None,
+                         help="record the run and judge it against its past: sqlite:///path/history.db or "
+                              "postgresql://user@host/db (default: $PREFLIGHT_HISTORY)")
+    history.add_argument("--history-timeout", dest="history_timeout_s", type=_positive_float, default=10.0,
+                         help="seconds the history may take before and after the verdict (default 10)")
+    history.add_argument("--flaky", default="", metavar="K/N",
+                         help="a host that failed in K of its last N recorded runs is flaky (default 3/10)")
+    history.add_argument("--metrics", metavar="PATH",
+                         help="write the run's figures as Prometheus text for node_exporter's textfile collector")
+
     probe = parser.add_argument_group("probes")
     probe.add_argument("--mesh", default="", help="DeviceMesh shape, outermost first, e.g. pp2,tp4")
     probe.add_argument("--backend", choices=BACKENDS, default="auto")
@@ -169,6 +180,10 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         sizes=args.sizes,
         ops=args.ops,
         expect=args.expect,
+        flaky=args.flaky,
+        history=history_url(args.history),
+        history_timeout_s=args.history_timeout_s,
+        metrics=args.metrics,
         timeout_s=args.timeout_s,
         check_timeout_s=args.check_timeout_s,
         out_dir=args.out_dir,
@@ -190,6 +205,11 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         verdict_file=args.verdict_file,
         command_line=shlex.join(["preflight", *argv]),
     )
+
+
+def history_url(flag: str | None) -> str:
+    """--history, else $PREFLIGHT_HISTORY, else "" (no history)."""
+    return flag if flag is not None else os.environ.get("PREFLIGHT_HISTORY", "")
 
 
 def _with_default_command(argv: list[str]) -> list[str]:

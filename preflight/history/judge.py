@@ -1,0 +1,134 @@
+"""This run against the history: figures below a subject's own past, and hosts that fail often.
+
+The own-past rule, per subject (a host, or a GPU by UUID) and per comparable figure (same
+kind, dim, op, message size and group shape: `FigureRow.key`), at each (dim, op)'s largest
+size: the subject's last WINDOW figures from runs in which it was healthy (not on the
+verdict's exclude list) are its own record. With at least MIN_RUNS of them, the figure is
+named when it is below (1 - MARGIN) x their 10th percentile. The 10th percentile is the
+subject's own noise floor: nine in ten of its healthy runs reached it, so a figure a
+further 25% below it is outside what that subject's noise has produced, whatever its
+siblings in this job measured (a whole job slowed the same way passes the straggler rule,
+not this one). MIN_RUNS keeps a young history from judging. The finding says what changed
+and by how much: the figure, its median, its p10, how many runs.
+
+Flaky: a host that failed (was on the exclude list) in at least `failures` of its last
+`window` recorded runs, before this one (`--flaky K/N`, default 3/10).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, and_, select
+
+from preflight.history import schema
+from preflight.history.record import FigureRow
+
+WINDOW = 30  # the last healthy runs a subject's figure is compared with
+MIN_RUNS = 5  # fewer and the history does not judge
+MARGIN = 0.25  # below (1 - MARGIN) x the subject's own p10
+HISTORY_SOURCE = "history"  # ProbeResult.expected_source's prefix when the expectation came from here
+
+
+@dataclass(frozen=True)
+class OwnPast:
+    """One subject's record for one comparable figure."""
+
+    subject: str
+    key: tuple[str, str, str, int, int, int]
+    values: list[float]  # newest first
+
+    @property
+    def median(self) -> float:
+        """Its typical figure."""
+        return statistics.median(self.values)
+
+    @property
+    def p10(self) -> float:
+        """Its own noise floor: the 10th percentile (nearest rank) of its healthy runs."""
+        ordered = sorted(self.values)
+        return ordered[max(0, int(0.1 * len(ordered) + 0.5) - 1)]
+
+
+@dataclass(frozen=True)
+class Drop:
+    """A figure of this run clearly below its subject's own past."""
+
+    row: FigureRow
+    past: OwnPast
+
+    @property
+    def threshold(self) -> float:
+        """Below this, the figure is named."""
+        return (1 - MARGIN) * self.past.p10
+
+
+def own_past(conn: Connection, row: FigureRow, window: int = WINDOW) -> OwnPast:
+    """The subject's last `window` healthy figures comparable with `row` (indexed by subject, newest first)."""
+    f, h = schema.figures, schema.run_hosts
+    query = (select(f.c.value).select_from(f.join(h, and_(h.c.run_pk == f.c.run_pk, h.c.host == f.c.host)))
+             .where(f.c.subject == row.subject, f.c.kind == row.kind, f.c.dim == row.dim, f.c.op == row.op,
+                    f.c.size_bytes == row.size_bytes, f.c.group_size == row.group_size,
+                    f.c.group_hosts == row.group_hosts, h.c.failed.is_(False))
+             .order_by(f.c.run_pk.desc()).limit(window))
+    return OwnPast(row.subject, row.key, [float(v) for v in conn.execute(query).scalars()])
+
+
+def judged_rows(rows: Sequence[FigureRow]) -> list[FigureRow]:
+    """The rows the rule looks at: each (kind, dim, op)'s largest size (smaller ones measure latency)."""
+    largest: dict[tuple[str, str, str], int] = {}
+    for r in rows:
+        largest[(r.kind, r.dim, r.op)] = max(largest.get((r.kind, r.dim, r.op), 0), r.size_bytes)
+    return [r for r in rows if r.size_bytes == largest[(r.kind, r.dim, r.op)]]
+
+
+def drops(conn: Connection, rows: Sequence[FigureRow], *, min_runs: int = MIN_RUNS) -> tuple[list[Drop], list[OwnPast]]:
+    """(figures below their subject's own past, every record consulted) for this run's judged rows.
+
+    A subject in several groups of one (dim, op) (a host in two dp groups) is judged on its
+    best figure of them: one slow partner must not make a healthy host look slower than itself.
+    """
+    best: dict[tuple[str, tuple[str, str, str, int, int, int]], FigureRow] = {}
+    for r in judged_rows(rows):
+        k = (r.subject, r.key)
+        if k not in best or r.value > best[k].value:
+            best[k] = r
+    found, consulted = [], []
+    for row in best.values():
+        past = own_past(conn, row)
+        consulted.append(past)
+        if len(past.values) >= min_runs and row.value < (1 - MARGIN) * past.p10:
+            found.append(Drop(row, past))
+    return found, consulted
+
+
+@dataclass(frozen=True)
+class Flaky:
+    """A host that failed in `failed` of its last `runs` recorded runs."""
+
+    host: str
+    failed: int
+    runs: int
+    run_ids: list[str]  # the failed runs' ids, newest first
+
+
+def flaky_hosts(conn: Connection, hosts: Iterable[str], failures: int, window: int) -> list[Flaky]:
+    """The hosts among `hosts` that failed in at least `failures` of their last `window` runs."""
+    h, r = schema.run_hosts, schema.runs
+    out = []
+    for host in sorted(set(hosts)):
+        rows = conn.execute(select(h.c.failed, r.c.run_id).select_from(h.join(r, r.c.id == h.c.run_pk))
+                            .where(h.c.host == host).order_by(h.c.run_pk.desc()).limit(window)).all()
+        failed = [run_id for was_failed, run_id in rows if was_failed]
+        if len(failed) >= failures:
+            out.append(Flaky(host, len(failed), len(rows), failed))
+    return out
+
+
+def all_flaky(conn: Connection, failures: int, window: int) -> list[Flaky]:
+    """Every host of the history that is flaky by the rule (`preflight history exclude --flaky`)."""
+    hosts = conn.execute(select(schema.run_hosts.c.host).where(schema.run_hosts.c.failed.is_(True))
+                         .distinct()).scalars()
+    return flaky_hosts(conn, list(hosts), failures, window)
