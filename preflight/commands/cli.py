@@ -21,7 +21,7 @@ from preflight.lib.numbers import ascii_decimal, ascii_int
 from preflight.model import ExitCode
 from preflight.options import BACKENDS, LOCALIZE, ReportTargets, RunOptions
 
-SUBCOMMANDS = ("run", "launch", "list", "explain", "report")
+SUBCOMMANDS = ("run", "launch", "list", "explain", "report", "history")
 
 EPILOG = """exit codes: 0 passed (warnings allowed), 1 warnings with --strict, 2 bad usage or input,
 3 failed (errors, missing ranks), 4 incomplete (a check could not run, or interrupted).
@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{run,launch,list,explain,report}")
+    commands = parser.add_subparsers(dest="command", metavar="{run,launch,list,explain,report,history}")
 
     run = commands.add_parser("run", help="run as this process's rank (srun, torchrun, mpirun, env://)",
                               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -170,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the bad hosts when the failure is theirs alone (what a resubmission excludes); "
                         "empty when resubmitting cannot help")
     report.add_argument("--json", dest="json_path", metavar="PATH")
+
+    from preflight.commands.history import add_parser as add_history
+
+    add_history(commands)
     return parser
 
 
@@ -267,6 +271,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from preflight.commands.rerender import rerender
 
         return rerender(args)
+    if args.command == "history":
+        from preflight.commands.history import run_history
+
+        return run_history(args)
     options = options_from_args(args, argv)
     validate_selection(options)
     if args.command == "launch":

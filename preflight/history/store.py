@@ -162,7 +162,8 @@ def ensure_schema(conn: Connection, url: str, *, create: bool) -> bool:
 
 def describe_failure(url: str, exc: BaseException) -> str:
     """One line for a database failure, naming the usual cause."""
-    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    text_ = str(getattr(exc, "orig", None) or exc).strip()
+    detail = text_.splitlines()[0][:200] if text_ else type(exc).__name__
     lowered = detail.lower()
     if "not a database" in lowered or "malformed" in lowered:
         what = "corrupt (not a SQLite database): left untouched"
