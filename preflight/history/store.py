@@ -93,12 +93,16 @@ def _sqlite_engine(parsed: Any, timeout_s: float) -> Engine:
         cursor = dbapi.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
         cursor.execute("PRAGMA foreign_keys = ON")
-        try:
-            cursor.execute("PRAGMA journal_mode = WAL")  # persistent in the file; a read-only one keeps its mode
-            cursor.execute("PRAGMA synchronous = NORMAL")  # WAL's safe setting: a commit survives a crash of the job
-        except sqlite3.OperationalError as exc:
-            if "readonly" not in str(exc) and "read-only" not in str(exc):
-                raise
+        # WAL is written into the file's header: only into a new file or a preflight history, never
+        # into someone else's database (which ensure_schema then refuses, unchanged).
+        tables = {row[0] for row in cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables or schema.meta.name in tables:
+            try:
+                cursor.execute("PRAGMA journal_mode = WAL")  # persistent in the file
+            except sqlite3.OperationalError as exc:  # a read-only file keeps its mode; reading still works
+                if "readonly" not in str(exc) and "read-only" not in str(exc):
+                    raise
+        cursor.execute("PRAGMA synchronous = NORMAL")  # WAL's safe setting: a commit survives the job's crash
         cursor.close()
 
     @event.listens_for(engine, "begin")
