@@ -40,7 +40,8 @@ class NodeExporter:
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"node_exporter did not start: {self.proc.stderr.read() if self.proc.stderr else ''}")
+                    why = self.proc.stderr.read() if self.proc.stderr else ""
+                    raise RuntimeError(f"node_exporter did not start: {why}") from None
                 time.sleep(0.1)
 
     def scrape(self) -> str:

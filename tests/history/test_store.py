@@ -13,6 +13,7 @@ import hashlib
 import multiprocessing
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -25,7 +26,7 @@ from tests.helpers.synthetic import history_report
 WRITERS = 64
 
 
-def _write_one(url: str, index: int, barrier: multiprocessing.synchronize.Barrier, errors: multiprocessing.Queue) -> None:
+def _write_one(url: str, index: int, barrier: Any, errors: Any) -> None:
     report = history_report(f"run-{index}", [f"node{index % 8}", f"node{(index + 1) % 8}"])
     try:
         barrier.wait(timeout=120)  # everyone writes at once
@@ -95,8 +96,10 @@ def test_newer_schema_is_refused_and_left_untouched(tmp_path: Path) -> None:
     db = tmp_path / "history.db"
     url = f"sqlite:///{db}"
     _write(url)
-    with sqlite3.connect(db) as raw:
+    raw = sqlite3.connect(db)
+    with raw:
         raw.execute("UPDATE preflight_meta SET value = '99' WHERE key = 'schema_version'")
+    raw.close()  # the last connection: SQLite checkpoints the WAL into the file, whose bytes are then compared
     before = _digest(db)
     with pytest.raises(HistoryError, match=r"history schema 99 is newer than this preflight's 1"):
         _write(url)
@@ -149,7 +152,7 @@ def test_read_only_postgresql_history_is_one_line(postgres) -> None:
     postgres.psql("CREATE ROLE reader LOGIN")
     postgres.psql("GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader")
     reader_url = postgres.url.replace("pf@", "reader@")
-    with pytest.raises(HistoryError, match="permission denied|read-only|unusable") as caught:
+    with pytest.raises(HistoryError, match=r"permission denied|read-only|unusable") as caught:
         _write(reader_url)
     assert "\n" not in str(caught.value)
     with transaction(reader_url, 5.0, write=False) as conn:  # reading still works
