@@ -26,9 +26,9 @@ def test_metrics_file_is_scraped_by_node_exporter_with_every_labelled_figure(tmp
 
     families = {f.name: f for f in text_string_to_metric_families(exporter.scrape())}
     # node_exporter read the file without complaint.
-    errors = [s for s in families["node_textfile_scrape_error"].samples]
-    assert [s.value for s in errors] == [0.0]
-    busbw = {(s.labels["host"], s.labels["rank"], s.labels["dimension"], s.labels["op"], s.labels["size_bytes"]): s.value
+    assert [s.value for s in families["node_textfile_scrape_error"].samples] == [0.0]
+    labels = ("host", "rank", "dimension", "op", "size_bytes")
+    busbw = {tuple(s.labels[name] for name in labels): s.value
              for s in families["preflight_collective_busbw_bytes_per_second"].samples}
     expected = {(host, str(rank), p["dim"], p["op"], str(p["size_bytes"])): p["busbw_gbps"] * 1e9
                 for p in report["probes"] for rank, host in zip(p["ranks"], p["hosts"])}
