@@ -42,7 +42,9 @@ def below_own_history(drop: Drop) -> Iterable[Problem]:
     Per subject and comparable figure (same op, dimension, message size and group shape), at
     the largest size: named when below 0.75 x the 10th percentile of its last 30 healthy runs
     (at least 5). The p10 is the subject's own noise floor; a whole job slowed the same way
-    passes the straggler rule, not this one. Rules in docs/history.md.
+    passes the straggler rule, not this one. A host is named only when every figure of it the
+    history can judge is below its past (one slow group shared with a slow host does not name
+    a healthy one). Rules in docs/history.md.
     """
     row, past = drop.row, drop.past
     who = f"GPU {row.gpu_uuid} on {row.host}" if row.gpu_uuid else row.host

@@ -8,7 +8,9 @@ named when it is below (1 - MARGIN) x their 10th percentile. The 10th percentile
 subject's own noise floor: nine in ten of its healthy runs reached it, so a figure a
 further 25% below it is outside what that subject's noise has produced, whatever its
 siblings in this job measured (a whole job slowed the same way passes the straggler rule,
-not this one). MIN_RUNS keeps a young history from judging. The finding says what changed
+not this one). MIN_RUNS keeps a young history from judging. A subject is named only when
+every figure of it the history can judge is below its own past (a healthy host sharing one
+slow group with a slow host is cleared by its other groups). The finding says what changed
 and by how much: the figure, its median, its p10, how many runs.
 
 Flaky: a host that failed (was on the exclude list) in at least `failures` of its last
@@ -88,20 +90,30 @@ def drops(conn: Connection, rows: Sequence[FigureRow], *, min_runs: int = MIN_RU
     """(figures below their subject's own past, every record consulted) for this run's judged rows.
 
     A subject in several groups of one (dim, op) (a host in two dp groups) is judged on its
-    best figure of them: one slow partner must not make a healthy host look slower than itself.
+    best figure of them, and a subject is named only when every figure of it the history
+    can judge is below its own past: a healthy host that shares one slow group with a slow
+    host measures normally in its other groups, and is cleared by them. (With one group per
+    host, the whole world as one group, every member of a slow group is named: collectives
+    cannot tell its members apart.)
     """
     best: dict[tuple[str, tuple[str, str, str, int, int, int]], FigureRow] = {}
     for r in judged_rows(rows):
         k = (r.subject, r.key)
         if k not in best or r.value > best[k].value:
             best[k] = r
-    found, consulted = [], []
+    found: dict[str, list[Drop]] = {}
+    cleared: set[str] = set()
+    consulted = []
     for row in best.values():
         past = own_past(conn, row)
         consulted.append(past)
-        if len(past.values) >= min_runs and row.value < (1 - MARGIN) * past.p10:
-            found.append(Drop(row, past))
-    return found, consulted
+        if len(past.values) < min_runs:
+            continue
+        if row.value < (1 - MARGIN) * past.p10:
+            found.setdefault(row.subject, []).append(Drop(row, past))
+        else:
+            cleared.add(row.subject)
+    return [d for subject, dropped in found.items() if subject not in cleared for d in dropped], consulted
 
 
 @dataclass(frozen=True)
