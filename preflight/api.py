@@ -71,15 +71,16 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
           silence: Sequence[str] = (), strict: bool = False, sizes: str = "", ops: str = "", expect: str = "",
           json: Path | None = None, html: Path | None = None, junit: Path | None = None, text: Path | None = None,
           exclude_file: Path | None = None, quiet: bool = False, out_dir: Path | None = None,
-          on_failure: OnFailure = "raise") -> JobReport:
+          history: str | None = None, metrics: Path | None = None, on_failure: OnFailure = "raise") -> JobReport:
     """Run preflight's steps on this job's own process groups; call it on every rank. Returns the JobReport.
 
     mesh: the job's DeviceMesh over the whole world (init_device_mesh's row-major layout), or
     None for the world as one dimension. The keywords are the CLI's flags (`--timeout`,
     `--check-timeout`, `--probe-timeout`, `--only`, `--skip`, `--silence`, `--strict`, `--sizes`,
     `--ops`, `--expect`, `--json`/`--html`/`--junit`/`--text`/`--exclude-file` written by rank 0,
-    `--quiet`, `--out-dir`). on_failure: "raise" PreflightFailed on every rank, "warn" a
-    PreflightWarning and return, "return" the report silently (its exit_code says).
+    `--quiet`, `--out-dir`, `--history` (None: $PREFLIGHT_HISTORY), `--metrics`). on_failure:
+    "raise" PreflightFailed on every rank, "warn" a PreflightWarning and return, "return" the
+    report silently (its exit_code says).
     A call that is wrong on its face (no process group, a mesh of another world, a keyword of
     the wrong type or value) raises RuntimeError, TypeError or ValueError on that rank before
     any rank waits for another.
@@ -92,8 +93,10 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     _typed(timeout_s=timeout_s, check_timeout_s=check_timeout_s, probe_timeout_s=probe_timeout_s)
     _typed_names(only=only, skip=skip, silence=silence)
     _typed_flags(strict=strict, quiet=quiet)
-    _typed_text(sizes=sizes, ops=ops, expect=expect)
-    _typed_paths(json=json, html=html, junit=junit, text=text, exclude_file=exclude_file, out_dir=out_dir)
+    history = os.environ.get("PREFLIGHT_HISTORY", "") if history is None else history
+    _typed_text(sizes=sizes, ops=ops, expect=expect, history=history)
+    _typed_paths(json=json, html=html, junit=junit, text=text, exclude_file=exclude_file, out_dir=out_dir,
+                 metrics=metrics)
     if on_failure not in ON_FAILURE:
         raise ValueError(f"preflight.check: on_failure={on_failure!r}: one of {', '.join(ON_FAILURE)}")
     world_size, rank = dist.get_world_size(), dist.get_rank()
@@ -106,7 +109,8 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
             strict=strict, out_dir=_path(out_dir),
             reports=ReportTargets(json=_path(json), html=_path(html), junit=_path(junit), text=_path(text),
                                   exclude=_path(exclude_file), quiet=quiet),
-            backend=backend, command_line=f"preflight.check({_mesh_repr(dims)})")
+            backend=backend, history=history, metrics=_path(metrics),
+            command_line=f"preflight.check({_mesh_repr(dims)})")
         options = replace(options, mesh=dims, world_size=world_size)
         validate_selection(options)
         world = resolve_world(os.environ)
