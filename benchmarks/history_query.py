@@ -34,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from preflight.history import judge, schema
 from preflight.history.queries import Filters, runs_shown
-from preflight.history.record import FigureRow, write_run
+from preflight.history.record import write_run
 from preflight.history.store import transaction
+from preflight.model.history_records import FigureRow
 from tests.helpers.synthetic import history_report  # a FAKE 256-host run, for the write's cost
 
 BATCH_RUNS = 200

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from preflight.history.judge import MARGIN, Drop, Flaky
 from preflight.lib.units import human_bytes
 from preflight.model import Severity
+from preflight.model.history_records import Drop, Flaky
 from preflight.registry import Problem, Tags, engine_check
 
 
@@ -51,7 +51,7 @@ def below_own_history(drop: Drop) -> Iterable[Problem]:
     yield Problem(
         f"{who}: {row.dim} {row.op} busbw {row.value:.3g} {row.unit} at {human_bytes(row.size_bytes)}, its last "
         f"{len(past.values)} runs' median {past.median:.3g} {row.unit} ({row.value / past.median:.0%}; "
-        f"below {1 - MARGIN:.0%} of its p10 {past.p10:.3g})",
+        f"below {1 - drop.margin:.0%} of its p10 {past.p10:.3g})",
         hosts=[row.host] if row.host else [],
         data={"subject": row.subject, "kind": row.kind, "dim": row.dim, "op": row.op, "size_bytes": row.size_bytes,
               "value": row.value, "unit": row.unit, "median": past.median, "p10": past.p10,

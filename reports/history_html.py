@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from preflight.model.history_records import HistoryFilters, RunView
+from preflight.reports.history_trends import series
 from preflight.reports.html import _csp_hash, _environment, _plotly_js
-
-if TYPE_CHECKING:
-    from preflight.history.queries import Filters, RunView
 
 MAX_SERIES = 64  # lines per chart: beyond that, the hosts with the lowest latest figure
 
 
 def trend_figures(runs: list[RunView]) -> list[dict[str, Any]]:
     """Plotly figure specs: per figure label, one line per subject over the runs (oldest first)."""
-    from preflight.commands.history import series
-
     by_label: dict[str, dict[str, list[tuple[str, float]]]] = {}
     for subject, labels in series(runs).items():
         for label, points in labels.items():
@@ -51,7 +48,7 @@ PAGE_JS = """(function () {
 })();"""
 
 
-def render(runs: list[RunView], filters: Filters, url: str) -> str:
+def render(runs: list[RunView], filters: HistoryFilters, url: str) -> str:
     """The whole page."""
     plotly_js = _plotly_js()
     return _environment().get_template("history.html.j2").render(
@@ -59,7 +56,7 @@ def render(runs: list[RunView], filters: Filters, url: str) -> str:
         csp_scripts=f"{_csp_hash(plotly_js)} {_csp_hash(PAGE_JS)}")
 
 
-def write(runs: list[RunView], filters: Filters, url: str, path: Path) -> None:
+def write(runs: list[RunView], filters: HistoryFilters, url: str, path: Path) -> None:
     """Write the page to path, creating parent folders."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(runs, filters, url), encoding="utf-8")

@@ -22,19 +22,15 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from preflight.lib.errors import BadInput
-from preflight.lib.units import human_bytes
+from preflight.model.history_records import HistoryFilters, RunView
 from preflight.options import check_history_url, parse_flaky
-
-if TYPE_CHECKING:  # SQLAlchemy is imported only when the subcommand runs: `preflight --help` stays fast
-    from preflight.history.queries import Filters, RunView
+from preflight.reports.history_trends import series, spark
 
 ACTIONS = ("show", "exclude", "prune")
 _DURATION = re.compile(r"([0-9]{1,6})\s{0,4}([smhdw])", re.ASCII)
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-SPARK = "▁▂▃▄▅▆▇█"
 MAX_LAST = 100_000
 
 
@@ -147,7 +143,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def _show(url: str, args: argparse.Namespace) -> int:
-    from preflight.history.queries import Filters, runs_shown
+    from preflight.history.queries import runs_shown
     from preflight.history.store import shown_url, transaction
 
     try:
@@ -156,7 +152,7 @@ def _show(url: str, args: argparse.Namespace) -> int:
         raise BadInput(f"--last: {args.last[:20]!r} is not a number") from None
     if not 1 <= last <= MAX_LAST:
         raise BadInput(f"--last: between 1 and {MAX_LAST}")
-    filters = Filters(host=args.host, gpu=args.gpu, check=args.check,
+    filters = HistoryFilters(host=args.host, gpu=args.gpu, check=args.check,
                       since=parse_since(args.since) if args.since else None, last=last)
     with transaction(url, args.timeout_s, write=False) as conn:
         runs = [] if conn.info.get("preflight_empty") else runs_shown(conn, filters)
@@ -178,25 +174,6 @@ def _show(url: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def figure_label(kind: str, dim: str, op: str, size_bytes: int) -> str:
-    """`tp all_reduce 256MiB`: the column/series name of one comparable figure."""
-    what = f"{dim} {op}" if kind == "collective" else f"{kind} {dim} {op}".strip()
-    return f"{what} {human_bytes(size_bytes)}".strip()
-
-
-def series(runs: list[RunView]) -> dict[str, dict[str, list[tuple[str, float]]]]:
-    """subject -> figure label -> [(run started, value)], oldest first: the trends."""
-    out: dict[str, dict[str, list[tuple[str, float]]]] = {}
-    for run in reversed(runs):
-        best: dict[tuple[str, str], float] = {}
-        for f in run.figures:
-            key = (f.subject, figure_label(f.kind, f.dim, f.op, f.size_bytes))
-            best[key] = max(best.get(key, 0.0), f.value)  # a host in several groups: its best, as judge does
-        for (subject, label), value in best.items():
-            out.setdefault(subject, {}).setdefault(label, []).append((run.started_at, value))
-    return out
-
-
 def host_summary(runs: list[RunView]) -> list[dict[str, object]]:
     """Per host over the runs shown: runs, failures, last failure, and each figure's latest and median."""
     hosts: dict[str, dict[str, object]] = {}
@@ -214,16 +191,7 @@ def host_summary(runs: list[RunView]) -> list[dict[str, object]]:
     return [hosts[h] for h in sorted(hosts)]
 
 
-def spark(values: list[float]) -> str:
-    """A sparkline of the values, oldest left."""
-    if not values:
-        return ""
-    low, high = min(values), max(values)
-    span = (high - low) or 1.0
-    return "".join(SPARK[min(len(SPARK) - 1, int((v - low) / span * (len(SPARK) - 1) + 0.5))] for v in values)
-
-
-def print_tables(runs: list[RunView], filters: Filters, summary: list[dict[str, object]]) -> None:
+def print_tables(runs: list[RunView], filters: HistoryFilters, summary: list[dict[str, object]]) -> None:
     """The terminal view: the runs, then per host (or the one host/GPU) its figures' trends."""
     from rich.console import Console
     from rich.table import Table

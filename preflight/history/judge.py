@@ -19,52 +19,17 @@ Flaky: a host that failed (was on the exclude list) in at least `failures` of it
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import Connection, and_, select
 
 from preflight.history import schema
-from preflight.history.record import FigureRow
+from preflight.model.history_records import Drop, FigureRow, Flaky, OwnPast
 
 WINDOW = 30  # the last healthy runs a subject's figure is compared with
 MIN_RUNS = 5  # fewer and the history does not judge
 MARGIN = 0.25  # below (1 - MARGIN) x the subject's own p10
 HISTORY_SOURCE = "history"  # ProbeResult.expected_source's prefix when the expectation came from here
-
-
-@dataclass(frozen=True)
-class OwnPast:
-    """One subject's record for one comparable figure."""
-
-    subject: str
-    key: tuple[str, str, str, int, int, int]
-    values: list[float]  # newest first
-
-    @property
-    def median(self) -> float:
-        """Its typical figure."""
-        return statistics.median(self.values)
-
-    @property
-    def p10(self) -> float:
-        """Its own noise floor: the 10th percentile (nearest rank) of its healthy runs."""
-        ordered = sorted(self.values)
-        return ordered[max(0, int(0.1 * len(ordered) + 0.5) - 1)]
-
-
-@dataclass(frozen=True)
-class Drop:
-    """A figure of this run clearly below its subject's own past."""
-
-    row: FigureRow
-    past: OwnPast
-
-    @property
-    def threshold(self) -> float:
-        """Below this, the figure is named."""
-        return (1 - MARGIN) * self.past.p10
 
 
 def own_past(conn: Connection, row: FigureRow, window: int = WINDOW) -> OwnPast:
@@ -110,20 +75,10 @@ def drops(conn: Connection, rows: Sequence[FigureRow], *, min_runs: int = MIN_RU
         if len(past.values) < min_runs:
             continue
         if row.value < (1 - MARGIN) * past.p10:
-            found.setdefault(row.subject, []).append(Drop(row, past))
+            found.setdefault(row.subject, []).append(Drop(row, past, MARGIN))
         else:
             cleared.add(row.subject)
     return [d for subject, dropped in found.items() if subject not in cleared for d in dropped], consulted
-
-
-@dataclass(frozen=True)
-class Flaky:
-    """A host that failed in `failed` of its last `runs` recorded runs."""
-
-    host: str
-    failed: int
-    runs: int
-    run_ids: list[str]  # the failed runs' ids, newest first
 
 
 def flaky_hosts(conn: Connection, hosts: Iterable[str], failures: int, window: int) -> list[Flaky]:

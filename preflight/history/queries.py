@@ -8,61 +8,14 @@ runs themselves newest first) and stops at `last` runs, so one host's view of a 
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Select, delete, select
 
 from preflight.history import schema
+from preflight.model.history_records import FigureView, HistoryFilters, RunView
 
 
-@dataclass(frozen=True)
-class Filters:
-    """Which runs to show: all given filters hold; `last` newest runs at most."""
-
-    host: str = ""
-    gpu: str = ""  # a GPU UUID
-    check: str = ""  # a check id: runs with a finding of it
-    since: float | None = None  # seconds since the epoch
-    last: int = 50
-
-
-@dataclass
-class FigureView:
-    """One figure of one subject in one run."""
-
-    subject: str
-    host: str
-    gpu_uuid: str
-    kind: str
-    dim: str
-    op: str
-    size_bytes: int
-    group_size: int
-    group_hosts: int
-    value: float
-    unit: str
-
-
-@dataclass
-class RunView:
-    """One run as `preflight history` shows it (terminal, --json, --html)."""
-
-    run_id: str
-    job_id: str
-    started_at: str  # ISO 8601, UTC
-    verdict: str
-    exit_code: int
-    world_size: int
-    num_nodes: int
-    mesh: str
-    backend: str
-    hosts: list[dict[str, object]] = field(default_factory=list)  # {"host", "failed"}
-    gpus: list[dict[str, object]] = field(default_factory=list)  # {"host", "uuid", "serial", "name"}
-    findings: list[dict[str, object]] = field(default_factory=list)  # {"check_id", "severity", "message", "hosts"}
-    figures: list[FigureView] = field(default_factory=list)
-
-
-def _candidates(filters: Filters) -> Select:
+def _candidates(filters: HistoryFilters) -> Select:
     """Run ids newest first, from the most selective index the filters allow (host, GPU, or the runs)."""
     r, h, g = schema.runs, schema.run_hosts, schema.run_gpus
     if filters.host:
@@ -78,7 +31,7 @@ def _candidates(filters: Filters) -> Select:
     return query
 
 
-def _run_ids(conn: Connection, filters: Filters) -> list[int]:
+def _run_ids(conn: Connection, filters: HistoryFilters) -> list[int]:
     query = _candidates(filters)
     if not (filters.check or (filters.gpu and filters.host)):
         return list(dict.fromkeys(conn.execute(query.limit(filters.last)).scalars()))
@@ -90,7 +43,7 @@ def _run_ids(conn: Connection, filters: Filters) -> list[int]:
     return ids[: filters.last]
 
 
-def _matching(conn: Connection, ids: list[int], filters: Filters) -> list[int]:
+def _matching(conn: Connection, ids: list[int], filters: HistoryFilters) -> list[int]:
     keep = set(ids)
     if filters.gpu and filters.host:
         g = schema.run_gpus
@@ -107,7 +60,7 @@ def iso(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def runs_shown(conn: Connection, filters: Filters) -> list[RunView]:
+def runs_shown(conn: Connection, filters: HistoryFilters) -> list[RunView]:
     """The runs the filters select, newest first, each with its hosts, GPUs, findings and figures.
 
     With --host (or --gpu) the figures are that subject's, the findings those naming it (or no host).

@@ -10,39 +10,17 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from sqlalchemy import Connection, insert
 
 from preflight import __version__
 from preflight.history import schema
 from preflight.model import JobReport, ProbeDevice, ProbeResult
+from preflight.model.history_records import FigureRow
 
 COLLECTIVE = "collective"
 BUSBW_UNIT = "GB/s"
-
-
-@dataclass(frozen=True)
-class FigureRow:
-    """One measured figure of one subject (a host, or a GPU by UUID) in one run."""
-
-    kind: str  # "collective"; device probes: their own kind, e.g. "hbm_bandwidth"
-    subject: str  # the host, or the GPU's UUID
-    value: float
-    unit: str
-    host: str = ""
-    gpu_uuid: str = ""
-    dim: str = ""
-    op: str = ""
-    group_index: int = -1
-    group_size: int = 0
-    group_hosts: int = 0
-    size_bytes: int = 0
-
-    @property
-    def key(self) -> tuple[str, str, str, int, int, int]:
-        """What makes two runs' figures of one subject comparable: same measurement, same group shape."""
-        return (self.kind, self.dim, self.op, self.size_bytes, self.group_size, self.group_hosts)
 
 
 def figure_rows(results: Sequence[ProbeResult], devices: Sequence[ProbeDevice]) -> list[FigureRow]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from preflight.checks.history_findings import below_own_history, flaky_host, history_unusable, metrics_not_written
 from preflight.history import judge
-from preflight.history.record import FigureRow, figure_rows, write_run
+from preflight.history.record import figure_rows, write_run
 from preflight.history.store import HistoryError, missing_file, shown_url, transaction
 from preflight.lib.deadline import call_with_deadline
 from preflight.model import Finding, JobReport, ProbeResult
+from preflight.model.history_records import Drop, FigureRow, Flaky, OwnPast
 from preflight.options import RunOptions
 from preflight.steps.verdict import RunRecord
 
@@ -39,7 +40,7 @@ def recall(record: RunRecord) -> list[Finding]:
 
 
 def _judge(options: RunOptions, rows: list[FigureRow],
-           hosts: list[str]) -> tuple[list[judge.Drop], list[judge.Flaky], list[judge.OwnPast]]:
+           hosts: list[str]) -> tuple[list[Drop], list[Flaky], list[OwnPast]]:
     if missing_file(options.history):
         return [], [], []  # the first run of a new history
     with transaction(options.history, options.history_timeout_s, write=False) as conn:
@@ -50,7 +51,7 @@ def _judge(options: RunOptions, rows: list[FigureRow],
     return drops, flaky, pasts
 
 
-def _history_expectations(results: list[ProbeResult], rows: list[FigureRow], pasts: list[judge.OwnPast]) -> None:
+def _history_expectations(results: list[ProbeResult], rows: list[FigureRow], pasts: list[OwnPast]) -> None:
     """A result with no --expect and no profile: the lowest median of its hosts' own pasts, when each has one."""
     by_subject = {(p.subject, p.key): p for p in pasts if len(p.values) >= judge.MIN_RUNS}
     keys = {(r.dim, r.op, r.size_bytes, r.group_size, r.group_hosts): r.key for r in rows}
