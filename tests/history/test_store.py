@@ -10,6 +10,7 @@ here is the store, not the probes.
 from __future__ import annotations
 
 import hashlib
+import json
 import multiprocessing
 import sqlite3
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from preflight.commands.cli import main
 from preflight.history import schema
 from preflight.history.record import write_run
 from preflight.history.store import HistoryError, transaction
@@ -157,3 +159,18 @@ def test_read_only_postgresql_history_is_one_line(postgres) -> None:
     assert "\n" not in str(caught.value)
     with transaction(reader_url, 5.0, write=False) as conn:  # reading still works
         assert conn.execute(select(func.count()).select_from(schema.runs)).scalar() >= 1
+
+
+def test_postgresql_answers_history_and_the_rules_as_sqlite_does(postgres, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # One code path: the same queries, rules and CLI on a real PostgreSQL (a fresh database of its own).
+    postgres.psql("CREATE DATABASE rules")
+    url = postgres.url.rsplit("/", 1)[0] + "/rules"
+    for i in range(6):
+        with transaction(url, 10.0, write=True) as conn:
+            write_run(conn, history_report(f"pg{i}", ["p1", "p2"], bad_hosts=["p2"] if i % 2 else []))
+    assert main(["history", "--history", url, "--host", "p2", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["run_id"] for r in runs] == [f"pg{i}" for i in range(5, -1, -1)]
+    assert main(["history", "exclude", "--flaky", "3/6", "--history", url]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["p2"]
