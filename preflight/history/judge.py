@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import Connection, and_, select
 
 from preflight.history import schema
+from preflight.history.record import COLLECTIVE
 from preflight.model.history_records import Drop, FigureRow, Flaky, OwnPast
 
 WINDOW = 30  # the last healthy runs a subject's figure is compared with
@@ -44,7 +45,13 @@ def own_past(conn: Connection, row: FigureRow, window: int = WINDOW) -> OwnPast:
 
 
 def judged_rows(rows: Sequence[FigureRow]) -> list[FigureRow]:
-    """The rows the rule looks at: each (kind, dim, op)'s largest size (smaller ones measure latency)."""
+    """The rows the rule looks at: each (kind, dim, op)'s largest size (smaller ones measure latency).
+
+    A collective's figure is its group's: it is judged per host (its per-GPU copies keep the
+    GPU's record but would only repeat the host's finding once per GPU); a device probe's
+    figure is one GPU's own, and is judged per GPU.
+    """
+    rows = [r for r in rows if not (r.kind == COLLECTIVE and r.gpu_uuid)]
     largest: dict[tuple[str, str, str], int] = {}
     for r in rows:
         largest[(r.kind, r.dim, r.op)] = max(largest.get((r.kind, r.dim, r.op), 0), r.size_bytes)

@@ -15,6 +15,7 @@ from preflight.model import (
     CheckOutcome,
     Finding,
     JobReport,
+    ProbeDevice,
     ProbeResult,
     RankFacts,
     ReportMeta,
@@ -127,9 +128,11 @@ def big_report(world_size: int = 1024, ranks_per_host: int = 8, mesh: str = "dp8
 
 def history_report(run_id: str, hosts: Sequence[str], *, ranks_per_host: int = 1, mesh: str = "",
                    bad_hosts: Sequence[str] = (), slow_hosts: Mapping[str, float] | None = None,
-                   started_at: str = "2026-01-01T00:00:00+00:00", link_gbps: float = 40.0) -> JobReport:
+                   started_at: str = "2026-01-01T00:00:00+00:00", link_gbps: float = 40.0,
+                   gpus: bool = False) -> JobReport:
     """A small finished run over `hosts` (a FAKE run, for history writers and benchmarks): a world
-    (or `mesh`) of all_reduce figures at two sizes, `bad_hosts` failed with a GPU003 error each."""
+    (or `mesh`) of all_reduce figures at two sizes, `bad_hosts` failed with a GPU003 error each;
+    `gpus`: every rank bound a GPU (UUID GPU-<host>-<rank>), as on NCCL."""
     rank_hosts = {r: hosts[r // ranks_per_host] for r in range(len(hosts) * ranks_per_host)}
     world_size = len(rank_hosts)
     mesh = mesh or f"world{world_size}"
@@ -142,5 +145,7 @@ def history_report(run_id: str, hosts: Sequence[str], *, ranks_per_host: int = 1
                       master_addr=hosts[0], master_port=29500, mesh=mesh, backend="gloo", started_at=started_at,
                       finished_at=started_at)
     failed = bool(bad_hosts)
-    return JobReport(meta=meta, ranks=ranks, findings=findings, probes=probes, bad_hosts=sorted(bad_hosts),
-                     verdict="failed" if failed else "passed", exit_code=3 if failed else 0)
+    devices = [ProbeDevice(r, h, "nccl", index=0, uuid=f"GPU-{h}-{r}") for r, h in rank_hosts.items()] if gpus else []
+    return JobReport(meta=meta, ranks=ranks, findings=findings, probes=probes, probe_devices=devices,
+                     bad_hosts=sorted(bad_hosts), verdict="failed" if failed else "passed",
+                     exit_code=3 if failed else 0)

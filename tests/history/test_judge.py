@@ -74,3 +74,16 @@ def test_flaky_counts_failures_in_the_last_n_runs(tmp_path: Path) -> None:
         flaky = judge.flaky_hosts(conn, HOSTS, 3, 10)  # n1's failures are older than its last 10 runs
         assert [(f.host, f.failed, f.runs) for f in flaky] == [("n2", 3, 10)]
         assert [f.host for f in judge.all_flaky(conn, 1, 3)] == ["n2", "n3"]
+
+
+def test_a_collective_is_judged_per_host_not_once_per_gpu(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    for i in range(6):  # NCCL runs: every figure also recorded under each rank's GPU UUID
+        with transaction(url, 10.0, write=True) as conn:
+            write_run(conn, history_report(f"g{i}", HOSTS, mesh="dp2,tp2", link_gbps=40.0 * NOISE[i], gpus=True))
+    now = history_report("now", HOSTS, mesh="dp2,tp2", link_gbps=40.0, slow_hosts={"n4": 0.3}, gpus=True)
+    rows = figure_rows(now.probes, now.probe_devices)
+    assert any(r.gpu_uuid == "GPU-n4-3" for r in rows)  # the GPU's record is kept ...
+    with transaction(url, 10.0, write=False) as conn:
+        found = judge.drops(conn, rows)[0]
+    assert {d.row.subject for d in found} == {"n4"}  # ... but the group's figure is judged once, per host
