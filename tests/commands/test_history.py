@@ -108,3 +108,15 @@ def test_missing_history_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "PREFLIGHT_HISTORY" in capsys.readouterr().err
     assert main(["history", "--history", f"sqlite:///{tmp_path / 'none.db'}"]) == 2
     assert "no history" in capsys.readouterr().err and not (tmp_path / "none.db").exists()
+
+
+def test_gpu_filter_follows_one_gpu_by_uuid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    for i in range(3):
+        with transaction(url, 10.0, write=True) as conn:
+            write_run(conn, history_report(f"g{i}", ["a", "b"], gpus=True))
+    with transaction(url, 10.0, write=True) as conn:  # a run without that GPU
+        write_run(conn, history_report("other", ["c", "d"], gpus=True))
+    document = _json(capsys, "--history", url, "--gpu", "GPU-b-1")
+    assert [r["run_id"] for r in document["runs"]] == ["g2", "g1", "g0"]
+    assert {f["subject"] for r in document["runs"] for f in r["figures"]} == {"GPU-b-1"}

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from preflight.model import (
     CheckOutcome,
     Finding,
+    GpuFacts,
     JobReport,
     ProbeDevice,
     ProbeResult,
@@ -137,7 +138,9 @@ def history_report(run_id: str, hosts: Sequence[str], *, ranks_per_host: int = 1
     world_size = len(rank_hosts)
     mesh = mesh or f"world{world_size}"
     ranks = [RankFacts(rank=r, host=h, world=World(launcher="slurm", rank=r, world_size=world_size, host=h,
-                                                   job_id=run_id)) for r, h in rank_hosts.items()]
+                                                   job_id=run_id),
+                       gpus=[GpuFacts(index=0, name="NVIDIA H100", uuid=f"GPU-{h}-{r}")] if gpus else [])
+             for r, h in rank_hosts.items()]
     probes = probe_results(mesh, rank_hosts, ops=("all_reduce",), sizes=(1 << 20, 1 << 26),
                            link_gbps={name: link_gbps for name, _ in parse_mesh(mesh)}, slow_hosts=slow_hosts)
     findings = [Finding("GPU003", Severity.ERROR, f"GPU 0 on {h} is lost", "Drain it.", [], [h]) for h in bad_hosts]

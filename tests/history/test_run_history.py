@@ -116,3 +116,6 @@ def test_bad_history_url_is_one_line_and_exit_2(tmp_path: Path) -> None:
         done = run_cli(["--history", url, "--skip", "probe"])
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, (url, done.stderr)
         assert "--history" in done.stderr
+    for rule in ("5/2", "x", "3", "0/10"):
+        done = run_cli(["--history", f"sqlite:///{tmp_path / 'h.db'}", "--flaky", rule, "--skip", "probe"])
+        assert done.returncode == 2 and "--flaky" in done.stderr and len(done.stderr.strip().splitlines()) == 1
