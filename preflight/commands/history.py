@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from preflight.lib.errors import BadInput
+from preflight.lib.numbers import ascii_decimal, ascii_int
 from preflight.model.history_records import HistoryFilters, RunView
 from preflight.options import check_history_url, parse_flaky
 from preflight.reports.history_trends import series, spark
@@ -52,7 +53,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="exclude: hosts that failed in K of their last N runs (default 3/10)")
     parser.add_argument("--exclude-file", metavar="PATH", help="exclude: also write the hosts here, one per line")
     parser.add_argument("--older-than", default="", metavar="AGE", help="prune: delete runs older than e.g. 90d")
-    parser.add_argument("--timeout", dest="timeout_s", type=float, default=30.0, help=argparse.SUPPRESS)
+    parser.add_argument("--timeout", dest="timeout_s", default="30",
+                        help="seconds to wait for the history (default 30)")
 
 
 def parse_age(text: str, flag: str) -> float:
@@ -82,6 +84,9 @@ def run_history(args: argparse.Namespace) -> int:
     if not url:
         raise BadInput("no history: pass --history URL or set PREFLIGHT_HISTORY (docs/history.md)")
     check_history_url(url)
+    args.timeout_s = ascii_decimal(args.timeout_s, "--timeout", maximum=3600.0)
+    if args.timeout_s <= 0:
+        raise BadInput("--timeout must be positive")
     from preflight.history.store import HistoryError, missing_file, shown_url
 
     try:
@@ -146,12 +151,7 @@ def _show(url: str, args: argparse.Namespace) -> int:
     from preflight.history.queries import runs_shown
     from preflight.history.store import shown_url, transaction
 
-    try:
-        last = int(args.last)
-    except ValueError:
-        raise BadInput(f"--last: {args.last[:20]!r} is not a number") from None
-    if not 1 <= last <= MAX_LAST:
-        raise BadInput(f"--last: between 1 and {MAX_LAST}")
+    last = ascii_int(args.last, "--last", minimum=1, maximum=MAX_LAST)
     filters = HistoryFilters(host=args.host, gpu=args.gpu, check=args.check,
                       since=parse_since(args.since) if args.since else None, last=last)
     with transaction(url, args.timeout_s, write=False) as conn:

@@ -93,8 +93,9 @@ def test_prune_deletes_old_runs_with_their_rows(tmp_path: Path, capsys: pytest.C
         assert conn.exec_driver_sql("SELECT count(*) FROM figures").scalar() == 4  # p2's: 2 hosts x 2 sizes
 
 
-@pytest.mark.parametrize("args", [["--since", "yesterday"], ["--last", "0"], ["prune"], ["prune", "--older-than", "3y"],
-                                  ["exclude"], ["exclude", "--flaky", "5/2"], ["--history", "mysql://x/y"]])
+@pytest.mark.parametrize("args", [["--since", "yesterday"], ["--last", "0"], ["--last", "٣"], ["--timeout", "nan"],
+                                  ["prune"], ["prune", "--older-than", "3y"], ["exclude"],
+                                  ["exclude", "--flaky", "5/2"], ["--history", "mysql://x/y"]])
 def test_bad_input_is_one_line_and_exit_2(url: str, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["history", "--history", url, *args]) == 2
     err = capsys.readouterr().err
