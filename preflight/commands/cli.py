@@ -207,8 +207,17 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         localize=args.localize,
         sysfs_root=args.sysfs_root,
         verdict_file=args.verdict_file,
-        command_line=shlex.join(["preflight", *argv]),
+        command_line=shlex.join(["preflight", *_password_hidden(argv, args.history)]),
     )
+
+
+def _password_hidden(argv: Sequence[str], url: str | None) -> list[str]:
+    """argv with the --history URL's password replaced by *** (the command line lands in every report)."""
+    if not url or "@" not in url:
+        return list(argv)
+    from preflight.history.store import shown_url
+
+    return [word.replace(url, shown_url(url)) for word in argv]
 
 
 def history_url(flag: str | None) -> str:

@@ -119,3 +119,12 @@ def test_bad_history_url_is_one_line_and_exit_2(tmp_path: Path) -> None:
     for rule in ("5/2", "x", "3", "0/10"):
         done = run_cli(["--history", f"sqlite:///{tmp_path / 'h.db'}", "--flaky", rule, "--skip", "probe"])
         assert done.returncode == 2 and "--flaky" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_history_password_never_reaches_the_report(tmp_path: Path) -> None:
+    from preflight.commands.cli import build_parser, options_from_args
+
+    argv = ["run", "--history", "postgresql://pf:s3cret@db.example/preflight", "--skip", "probe"]
+    options = options_from_args(build_parser().parse_args(argv), argv)
+    assert "s3cret" not in options.command_line and "postgresql://pf:***@db.example/preflight" in options.command_line
+    assert options.history.endswith("pf:s3cret@db.example/preflight")  # the connection still has it
