@@ -72,7 +72,7 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
           json: Path | None = None, html: Path | None = None, junit: Path | None = None, text: Path | None = None,
           exclude_file: Path | None = None, quiet: bool = False, out_dir: Path | None = None,
           device_budget_s: float | None = None, device_sustain_s: float = 0.0,
-          on_failure: OnFailure = "raise") -> JobReport:
+          history: str | None = None, metrics: Path | None = None, on_failure: OnFailure = "raise") -> JobReport:
     """Run preflight's steps on this job's own process groups; call it on every rank. Returns the JobReport.
 
     mesh: the job's DeviceMesh over the whole world (init_device_mesh's row-major layout; built
@@ -81,9 +81,9 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     is the world. The keywords are the CLI's flags (`--timeout`,
     `--check-timeout`, `--probe-timeout`, `--only`, `--skip`, `--silence`, `--strict`, `--sizes`,
     `--ops`, `--expect`, `--json`/`--html`/`--junit`/`--text`/`--exclude-file` written by rank 0,
-    `--quiet`, `--out-dir`, `--device-budget`, `--device-sustain`). on_failure: "raise"
-    PreflightFailed on every rank, "warn" a PreflightWarning and return, "return" the report
-    silently (its exit_code says).
+    `--quiet`, `--out-dir`, `--device-budget`, `--device-sustain`, `--history` (None:
+    $PREFLIGHT_HISTORY), `--metrics`). on_failure: "raise" PreflightFailed on every rank, "warn" a
+    PreflightWarning and return, "return" the report silently (its exit_code says).
     A call that is wrong on its face (no process group, a mesh of another world, a keyword of
     the wrong type or value) raises RuntimeError, TypeError or ValueError on that rank before
     any rank waits for another.
@@ -93,6 +93,7 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("preflight.check: torch.distributed has no default process group; "
                            "call init_process_group (or init_device_mesh) first")
+    history = os.environ.get("PREFLIGHT_HISTORY", "") if history is None else history
     if on_failure not in ON_FAILURE:
         raise ValueError(f"preflight.check: on_failure={on_failure!r}: one of {', '.join(ON_FAILURE)}")
     world_size, rank = dist.get_world_size(), dist.get_rank()
@@ -107,6 +108,7 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
             out_dir=out_dir, reports=ReportTargets(json=json, html=html, junit=junit, text=text,  # type: ignore[arg-type]
                                                    exclude=exclude_file, quiet=quiet),  # type: ignore[arg-type]
             backend=backend, device_budget_s=device_budget_s, device_sustain_s=device_sustain_s,
+            history=history, metrics=metrics,  # type: ignore[arg-type]
             command_line=f"preflight.check({_mesh_repr(dims)})")
         options = replace(options, mesh=dims, world_size=world_size)
         world = resolve_world(os.environ)

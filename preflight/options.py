@@ -45,6 +45,7 @@ MAX_RATE = 1e6  # GB/s (1 PB/s): an --expect above it is a typo
 _RATE_UNITS = {"GB/S": 1.0, "MB/S": 1e-3, "KB/S": 1e-6, "TB/S": 1e3, "GIB/S": 2**30 / 1e9, "MIB/S": 2**20 / 1e9,
                "KIB/S": 2**10 / 1e9, "G/S": 2**30 / 1e9, "M/S": 2**20 / 1e9, "K/S": 2**10 / 1e9, "GBIT/S": 1 / 8}
 _RATE = re.compile(r"([0-9.]{1,32})\s{0,8}([A-Za-z/]{0,8})", re.ASCII)
+MAX_FLAKY_WINDOW = 1000  # --flaky K/N: more runs than that is not "recent"
 MAX_LIST_CHARS = 4096  # --sizes, --ops, --expect: longer is not a list anyone typed
 MAX_SECONDS = 7 * 24 * 3600.0  # a timeout above a week is a typo (and inf or nan is never a deadline)
 MAX_COUNT = 1_000_000  # --warmup, --iters
@@ -57,7 +58,9 @@ FLAGS = {"timeout_s": "--timeout", "check_timeout_s": "--check-timeout", "probe_
          "out_dir": "--out-dir", "run_id": "--run-id", "sizes": "--sizes", "ops": "--ops", "expect": "--expect",
          "json": "--json", "html": "--html", "junit": "--junit", "text": "--text", "exclude": "--exclude-file",
          "quiet": "--quiet", "backend": "--backend", "localize": "--localize",
-         "device_budget_s": "--device-budget", "device_sustain_s": "--device-sustain"}
+         "device_budget_s": "--device-budget", "device_sustain_s": "--device-sustain", "history": "--history",
+         "history_timeout_s": "--history-timeout", "metrics": "--metrics", "flaky_failures": "--flaky",
+         "flaky_window": "--flaky"}
 
 
 @dataclass
@@ -99,6 +102,12 @@ class RunOptions:
     device_expect: dict[str, float] = field(default_factory=dict)
     device_budget_s: float | None = None
     device_sustain_s: float = 0.0
+    # history (docs/history.md)
+    history: str = ""  # --history / PREFLIGHT_HISTORY: sqlite:///path or postgresql://...; "" none
+    history_timeout_s: float = 10.0  # every wait on the history (lock, connect, statement), each side of the verdict
+    metrics: str | None = None  # --metrics: Prometheus textfile for node_exporter
+    flaky_failures: int = 3  # --flaky K/N: failed in K ...
+    flaky_window: int = 10  # ... of its last N recorded runs
     # facts
     sysfs_root: str = "/sys"
     verdict_file: str | None = None  # `preflight launch` reads rank 0's code here
@@ -126,6 +135,19 @@ class RunOptions:
         if self.localize not in LOCALIZE:
             raise BadInput(f"--localize {shown(str(self.localize))}: one of {', '.join(LOCALIZE)}")
         validate_selection(self)
+        if not isinstance(self.history, str):
+            raise BadOptionType(f"{option_name('history')} must be a URL string, not {type(self.history).__name__}")
+        if self.history:
+            check_history_url(self.history)
+        self.metrics = _path("metrics", self.metrics)
+        self.history_timeout_s = _bounded_number("history_timeout_s", self.history_timeout_s, MAX_SECONDS,
+                                                 "a number of seconds")
+        for name in ("flaky_failures", "flaky_window"):
+            if _count(name, getattr(self, name)) is None:
+                raise BadOptionType(f"{option_name(name)} must be a whole number, not None")
+        if not 1 <= self.flaky_failures <= self.flaky_window <= MAX_FLAKY_WINDOW:
+            raise BadInput(f"--flaky {self.flaky_failures}/{self.flaky_window}: K/N with 1 <= K <= N <= "
+                           f"{MAX_FLAKY_WINDOW}")
         if self.world_size is not None:
             self.mesh = resolve_dims(self.mesh, self.world_size)
         names = {d.name for d in self.mesh} | {WORLD_DIM} | ({"dp"} if self.world_size is None else set())
@@ -135,12 +157,15 @@ class RunOptions:
                                f"(mesh: {mesh_text(self.mesh) or 'none'})")
 
     @classmethod
-    def parse(cls, *, mesh: str = "", sizes: str = "", ops: str = "", expect: str = "", **typed: Any) -> RunOptions:
-        """RunOptions from --mesh, --sizes, --ops and --expect as written, plus the fields already typed."""
-        for name, text in (("mesh", mesh), ("sizes", sizes), ("ops", ops), ("expect", expect)):
+    def parse(cls, *, mesh: str = "", sizes: str = "", ops: str = "", expect: str = "", flaky: str = "",
+              **typed: Any) -> RunOptions:
+        """RunOptions from --mesh, --sizes, --ops, --expect and --flaky as written, plus the fields already typed."""
+        for name, text in (("mesh", mesh), ("sizes", sizes), ("ops", ops), ("expect", expect), ("flaky", flaky)):
             if not isinstance(text, str):
                 raise BadOptionType(f"{name} must be a string as on the command line (e.g. sizes=\"1M,64M\"), "
                                     f"not {type(text).__name__}")
+        if flaky:
+            typed["flaky_failures"], typed["flaky_window"] = parse_flaky(flaky)
         mesh_expect, device_expect = split_device_expect(expect)
         return cls(mesh=parse_mesh_syntax(mesh), sizes=parse_sizes(sizes), ops=parse_ops(ops),
                    expect=parse_expect(mesh_expect), device_expect=device_expect, **typed)
@@ -369,3 +394,24 @@ def parse_expect(text: str) -> dict[str, float]:
             raise BadInput(f"--expect: {shown(part.strip())} is not DIM=RATE (e.g. tp=300GB/s)")
         expected[name.strip()] = parse_rate(rate)
     return expected
+
+
+def check_history_url(url: str) -> str:
+    """The --history URL when it is one preflight can use (sqlite:///path, postgresql://...); else BadInput."""
+    from preflight.history.store import HistoryError, check_url  # SQLAlchemy only when a history is asked for
+
+    if len(url) > MAX_LIST_CHARS:
+        raise BadInput(f"--history: {shown(url)} is longer than {MAX_LIST_CHARS} characters")
+    try:
+        return check_url(url)
+    except HistoryError as exc:
+        raise BadInput(f"--history: {exc}") from None
+
+
+def parse_flaky(text: str) -> tuple[int, int]:
+    """`3/10` -> (3, 10): failed in 3 of the last 10 recorded runs."""
+    failures, sep, window = text.strip().partition("/")
+    if not sep:
+        raise BadInput(f"--flaky: {shown(text)} is not K/N (e.g. 3/10)")
+    return (ascii_int(failures.strip(), "--flaky K", minimum=1, maximum=MAX_FLAKY_WINDOW),
+            ascii_int(window.strip(), "--flaky N", minimum=1, maximum=MAX_FLAKY_WINDOW))

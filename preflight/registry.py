@@ -53,6 +53,7 @@ class Tags:
     # also switches the device probes on or off (matrix, copy, host link, correctness); they are part
     # of step 8, so `--skip probe` leaves them out too and `--only probe` keeps them
     GPU_PROBE = "gpu-probe"
+    HISTORY = "history"  # this run against the recorded history (--history)
     LAYOUT = "layout"
     LIMITS = "limits"
     NCCL = "nccl"

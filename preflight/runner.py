@@ -38,6 +38,7 @@ from preflight.checks.run_findings import (
     stale_files_ignored,
     store_did_not_form,
 )
+from preflight.history import step as history
 from preflight.lib import secrets
 from preflight.lib.deadline import abandoned_alive
 from preflight.lib.errors import BadInput, Interrupted
@@ -251,7 +252,9 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
         exchange.heartbeat.stage("verdict")
     if not record.interrupted:  # the RDMA counters' second read, one per host: increases are NIC001
         record.findings += recheck.lead(exchange.store, _own_facts(record), record.all_facts, record.options)
+    record.findings += history.recall(record)  # this run against its past (docs/history.md)
     report = build_report(record)
+    history.remember(report, record.options)  # after the verdict; a failure is an info finding
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included.
     write_reports(report, record.options.reports)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ def torchrun(out: Path, mode: str, env: dict[str, str] | None = None, code: int 
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dict[str, Any]]]:
     out = tmp_path_factory.mktemp("api-healthy")
-    return out, torchrun(out, "full")
+    return out, torchrun(out, "full", {"PREFLIGHT_HISTORY": f"sqlite:///{out / 'history.db'}"})
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,15 @@ def test_a_healthy_job_passes_then_trains_on_its_own_groups(healthy: tuple[Path,
     world = json.loads((out / "world.json").read_text())
     assert world["meta"]["mesh"] == "" and {p["dim"] for p in world["probes"]} == {"world"}
     assert report["meta"]["run_id"] != world["meta"]["run_id"]  # a second call, its own keys
+
+
+def test_each_check_call_is_recorded_in_the_history(healthy: tuple[Path, dict]) -> None:
+    # preflight.check(history=None) reads PREFLIGHT_HISTORY, as the CLI does: both calls of the job recorded.
+    out, _ = healthy
+    with sqlite3.connect(out / "history.db") as db:
+        rows = db.execute("SELECT run_id, verdict FROM runs ORDER BY id").fetchall()
+        figures = db.execute("SELECT count(*) FROM figures").fetchone()[0]
+    assert [run_id for run_id, _ in rows] == ["check-1", "check-2"] and figures > 0
 
 
 def test_the_process_is_left_as_it_was_found(healthy: tuple[Path, dict]) -> None:

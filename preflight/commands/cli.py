@@ -21,7 +21,7 @@ from preflight.lib.numbers import ascii_int
 from preflight.model import ExitCode
 from preflight.options import BACKENDS, LOCALIZE, OPS, ReportTargets, RunOptions, parse_count, parse_seconds
 
-SUBCOMMANDS = ("run", "launch", "list", "explain", "report")
+SUBCOMMANDS = ("run", "launch", "list", "explain", "report", "history")
 
 EPILOG = """exit codes: 0 passed (warnings allowed), 1 warnings with --strict, 2 bad usage or input,
 3 failed (errors, missing ranks), 4 incomplete (a check could not run, or interrupted).
@@ -130,6 +130,18 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                      help="write the bad hosts one per line, for `sbatch --exclude` (default: not written)")
     out.add_argument("--quiet", action="store_true", help="print nothing on stdout (default: print the report)")
 
+    history = parser.add_argument_group("history and metrics (docs/history.md)")
+    history.add_argument("--history", metavar="URL", default=None,
+                         help="record the run and judge it against its past: sqlite:///path/history.db or "
+                              "postgresql://user@host/db (default: $PREFLIGHT_HISTORY)")
+    history.add_argument("--history-timeout", dest="history_timeout_s", type=_positive_float, default=10.0,
+                         help="seconds the history may take before and after the verdict (default 10)")
+    history.add_argument("--flaky", default="", metavar="K/N",
+                         help="a host that failed in K of its last N recorded runs is flaky (default 3/10)")
+    history.add_argument("--metrics", metavar="PATH",
+                         help="write the run's figures as Prometheus text for node_exporter's textfile collector "
+                              "(default: not written)")
+
     probe = parser.add_argument_group("probes (collective bandwidth over every DeviceMesh dimension)")
     probe.add_argument("--mesh", default="", metavar="SHAPE",
                        help="DeviceMesh shape, outermost first, e.g. pp2,tp4 (a missing dp is derived); "
@@ -189,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{run,launch,list,explain,report}",
+    commands = parser.add_subparsers(dest="command", metavar="{run,launch,list,explain,report,history}",
                                      parser_class=OneLineParser)
 
     run = commands.add_parser("run", help="run as this process's rank (srun, torchrun, mpirun, env://)",
@@ -229,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "empty when resubmitting cannot help (default: not written)")
     report.add_argument("--json", dest="json_path", metavar="PATH",
                         help="write the JSON again, e.g. to normalise an older report (default: not written)")
+
+    from preflight.commands.history import add_parser as add_history
+
+    add_history(commands)
     return parser
 
 
@@ -240,6 +256,10 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         sizes=args.sizes,
         ops=args.ops,
         expect=args.expect,
+        flaky=args.flaky,
+        history=history_url(args.history),
+        history_timeout_s=args.history_timeout_s,
+        metrics=args.metrics,
         timeout_s=args.timeout_s,
         check_timeout_s=args.check_timeout_s,
         out_dir=args.out_dir,
@@ -261,7 +281,7 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         localize=args.localize,
         sysfs_root=args.sysfs_root,
         verdict_file=args.verdict_file,
-        command_line=shlex.join(["preflight", *shown_argv(argv)]),
+        command_line=shlex.join(["preflight", *_password_hidden(shown_argv(argv), args.history)]),
     )
 
 
@@ -283,6 +303,20 @@ def shown_argv(argv: Sequence[str]) -> list[str]:
             continue
         shown.append(arg)
     return shown
+
+
+def _password_hidden(argv: Sequence[str], url: str | None) -> list[str]:
+    """argv with the --history URL's password replaced by *** (the command line lands in every report)."""
+    if not url or "@" not in url:
+        return list(argv)
+    from preflight.history.store import shown_url
+
+    return [word.replace(url, shown_url(url)) for word in argv]
+
+
+def history_url(flag: str | None) -> str:
+    """--history, else $PREFLIGHT_HISTORY, else "" (no history)."""
+    return flag if flag is not None else os.environ.get("PREFLIGHT_HISTORY", "")
 
 
 def _with_default_command(argv: list[str]) -> list[str]:
@@ -340,6 +374,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from preflight.commands.rerender import rerender
 
         return rerender(args)
+    if args.command == "history":
+        from preflight.commands.history import run_history
+
+        return run_history(args)
     options = options_from_args(args, argv)  # validated where it is built (RunOptions.__post_init__)
     if args.command == "launch":
         from preflight.commands.launch import launch

@@ -157,6 +157,7 @@ class GpuFacts:
     index: int
     name: str = ""
     uuid: str = ""
+    serial: str = ""  # the board's serial (NVML), "" where the GPU has none: the history's second key
     pci_bus_id: str = ""
     memory_total_bytes: int = 0
     nvlink_active: int = 0

@@ -11,7 +11,7 @@ import pytest
 from preflight.commands.cli import build_parser, shown_argv
 from tests.helpers.ranks import read_json, run_cli
 
-COMMANDS = ("run", "launch", "report", "list", "explain")
+COMMANDS = ("run", "launch", "report", "list", "explain", "history")
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -98,3 +98,4 @@ def test_explain_states_the_severity_rule() -> None:
     words = " ".join(proc.stdout.split())
     assert "confirmed twice below 50% of its siblings' median (both passes) is an ERROR, exit 3" in words
     assert "tests/" not in proc.stdout  # explain speaks to users, not about the test suite
+

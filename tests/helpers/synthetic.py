@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from preflight.model import (
     CheckOutcome,
     Finding,
+    GpuFacts,
     JobReport,
+    ProbeDevice,
     ProbeResult,
     RankFacts,
     ReportMeta,
@@ -123,3 +125,30 @@ def big_report(world_size: int = 1024, ranks_per_host: int = 8, mesh: str = "dp8
     return JobReport(meta=meta, ranks=ranks, findings=findings, checks=checks, probes=probes,
                      bad_hosts=["gpu0007", "gpu0042"], verdict="failed", exit_code=3,
                      why="2 error(s), 1 warning(s); first: ENV003 NCCL_IB_HCA differs")
+
+
+def history_report(run_id: str, hosts: Sequence[str], *, ranks_per_host: int = 1, mesh: str = "",
+                   bad_hosts: Sequence[str] = (), slow_hosts: Mapping[str, float] | None = None,
+                   started_at: str = "2026-01-01T00:00:00+00:00", link_gbps: float = 40.0,
+                   gpus: bool = False) -> JobReport:
+    """A small finished run over `hosts` (a FAKE run, for history writers and benchmarks): a world
+    (or `mesh`) of all_reduce figures at two sizes, `bad_hosts` failed with a GPU003 error each;
+    `gpus`: every rank bound a GPU (UUID GPU-<host>-<rank>), as on NCCL."""
+    rank_hosts = {r: hosts[r // ranks_per_host] for r in range(len(hosts) * ranks_per_host)}
+    world_size = len(rank_hosts)
+    mesh = mesh or f"world{world_size}"
+    ranks = [RankFacts(rank=r, host=h, world=World(launcher="slurm", rank=r, world_size=world_size, host=h,
+                                                   job_id=run_id),
+                       gpus=[GpuFacts(index=0, name="NVIDIA H100", uuid=f"GPU-{h}-{r}")] if gpus else [])
+             for r, h in rank_hosts.items()]
+    probes = probe_results(mesh, rank_hosts, ops=("all_reduce",), sizes=(1 << 20, 1 << 26),
+                           link_gbps={name: link_gbps for name, _ in parse_mesh(mesh)}, slow_hosts=slow_hosts)
+    findings = [Finding("GPU003", Severity.ERROR, f"GPU 0 on {h} is lost", "Drain it.", [], [h]) for h in bad_hosts]
+    meta = ReportMeta(launcher="slurm", job_id=run_id, run_id=run_id, world_size=world_size, num_nodes=len(hosts),
+                      master_addr=hosts[0], master_port=29500, mesh=mesh, backend="gloo", started_at=started_at,
+                      finished_at=started_at)
+    failed = bool(bad_hosts)
+    devices = [ProbeDevice(r, h, "nccl", index=0, uuid=f"GPU-{h}-{r}") for r, h in rank_hosts.items()] if gpus else []
+    return JobReport(meta=meta, ranks=ranks, findings=findings, probes=probes, probe_devices=devices,
+                     bad_hosts=sorted(bad_hosts), verdict="failed" if failed else "passed",
+                     exit_code=3 if failed else 0)

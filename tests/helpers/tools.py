@@ -27,6 +27,7 @@ PACKAGES = {
     "nft": "nftables", "ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "mpirun": "openmpi-bin",
     "chromium": "chromium", "chromedriver": "chromium-driver", "srun": "slurm-wlm", "sbatch": "slurm-wlm",
     "slurmctld": "slurmctld", "slurmd": "slurmd", "munged": "munge",
+    "initdb": "postgresql", "pg_ctl": "postgresql", "prometheus-node-exporter": "prometheus-node-exporter",
 }
 
 

@@ -56,6 +56,14 @@ def _field(nvml: Any, errors: list[str], name: str, read: Any, default: Any) -> 
         return default
 
 
+def _serial(nvml: Any, handle: Any) -> str:
+    """The board serial, or "": many GPUs have none (NOT_SUPPORTED), which is no error of the GPU."""
+    try:
+        return _text(nvml.nvmlDeviceGetSerial(handle))
+    except (nvml.NVMLError, AttributeError):  # AttributeError: an NVML binding (or replay) without the call
+        return ""
+
+
 def describe_gpus(nvml: Any) -> tuple[tuple[str, str], list[GpuFacts]]:
     """((driver, cuda_driver), gpus) read through an initialised NVML module.
 
@@ -79,6 +87,7 @@ def describe_gpus(nvml: Any) -> tuple[tuple[str, str], list[GpuFacts]]:
             index=index,
             name=_field(nvml, errors, "name", lambda h=handle: _text(nvml.nvmlDeviceGetName(h)), ""),
             uuid=_field(nvml, errors, "uuid", lambda h=handle: _text(nvml.nvmlDeviceGetUUID(h)), ""),
+            serial=_serial(nvml, handle),
             pci_bus_id=_field(nvml, errors, "pci", lambda h=handle: _text(nvml.nvmlDeviceGetPciInfo(h).busId), ""),
             memory_total_bytes=_field(nvml, errors, "memory",
                                       lambda h=handle: int(nvml.nvmlDeviceGetMemoryInfo(h).total), 0),

@@ -1,0 +1,95 @@
+"""The run's two moments with its history (--history), both on rank 0 and both bounded:
+
+`recall`, before the verdict: judge this run's figures against each subject's own past
+(HIS002), name flaky hosts (HIS003), and give results without --expect or a profile their
+history's median as the expectation (source `history`). `remember`, after the verdict:
+write the run in one transaction, and the --metrics file. Neither changes the verdict when
+it fails: each failure is one info finding (HIS001, HIS004) on the report.
+"""
+
+from __future__ import annotations
+
+from preflight.checks.history_findings import below_own_history, flaky_host, history_unusable, metrics_not_written
+from preflight.history import judge
+from preflight.history.record import figure_rows, write_run
+from preflight.history.store import HistoryError, missing_file, shown_url, transaction
+from preflight.lib.deadline import call_with_deadline
+from preflight.model import Finding, JobReport, ProbeResult
+from preflight.model.history_records import Drop, FigureRow, Flaky, OwnPast
+from preflight.options import RunOptions
+from preflight.steps.verdict import RunRecord
+
+GRACE_S = 2.0  # beyond the database's own timeouts, before the thread is given up on
+
+
+def recall(record: RunRecord) -> list[Finding]:
+    """HIS002 / HIS003 for this run from the history (HIS001 when it cannot be read); [] without --history."""
+    options = record.options
+    if not options.history:
+        return []
+    results = list(record.probes.results) if record.probes else []
+    rows = figure_rows(results, record.probes.devices if record.probes else [])
+    hosts = sorted({f.host for f in record.all_facts})
+    outcome = call_with_deadline(_judge, options.history_timeout_s + GRACE_S, options, rows, hosts)
+    if not outcome.ok:
+        return _unusable(options.history, outcome.error, outcome.reason(options.history_timeout_s), "read")
+    drops, flaky, pasts = outcome.value
+    _history_expectations(results, rows, pasts)
+    found = [f for d in drops for f in below_own_history.report(d)]
+    return found + [f for h in flaky for f in flaky_host.report(h, options.flaky_failures, options.flaky_window)]
+
+
+def _judge(options: RunOptions, rows: list[FigureRow],
+           hosts: list[str]) -> tuple[list[Drop], list[Flaky], list[OwnPast]]:
+    if missing_file(options.history):
+        return [], [], []  # the first run of a new history
+    with transaction(options.history, options.history_timeout_s, write=False) as conn:
+        if conn.info.get("preflight_empty"):
+            return [], [], []
+        drops, pasts = judge.drops(conn, rows)
+        flaky = judge.flaky_hosts(conn, hosts, options.flaky_failures, options.flaky_window)
+    return drops, flaky, pasts
+
+
+def _history_expectations(results: list[ProbeResult], rows: list[FigureRow], pasts: list[OwnPast]) -> None:
+    """A result with no --expect and no profile: the lowest median of its hosts' own pasts, when each has one."""
+    by_subject = {(p.subject, p.key): p for p in pasts if len(p.values) >= judge.MIN_RUNS}
+    keys = {(r.dim, r.op, r.size_bytes, r.group_size, r.group_hosts): r.key for r in rows}
+    for result in results:
+        if result.expected_gbps is not None:
+            continue
+        key = keys.get((result.dim, result.op, result.size_bytes, len(result.ranks), len(set(result.hosts))))
+        found = [by_subject.get((host, key)) for host in set(result.hosts)] if key else []
+        if found and all(found):
+            lowest = min((p for p in found if p), key=lambda p: p.median)
+            result.expected_gbps = round(lowest.median, 4)
+            result.expected_source = f"{judge.HISTORY_SOURCE} (median of {lowest.subject}'s last {len(lowest.values)})"
+
+
+def remember(report: JobReport, options: RunOptions) -> None:
+    """Write the run to --history and the figures to --metrics; a failure is an info finding on the report."""
+    recalled = not any(f.check_id == history_unusable.id for f in report.findings)
+    if options.history and recalled:  # unreadable before the verdict: HIS001 says so already
+        outcome = call_with_deadline(_write, options.history_timeout_s + GRACE_S, options.history,
+                                     options.history_timeout_s, report)
+        if not outcome.ok:
+            report.findings += _unusable(options.history, outcome.error,
+                                         outcome.reason(options.history_timeout_s), "written")
+    if options.metrics:
+        from preflight.history.metrics import write_metrics
+
+        try:
+            write_metrics(report, options.metrics)
+        except (OSError, ValueError) as exc:
+            report.findings += metrics_not_written.report(path=options.metrics, reason=str(exc)[:200])
+
+
+def _write(url: str, timeout_s: float, report: JobReport) -> int:
+    with transaction(url, timeout_s, write=True) as conn:
+        return write_run(conn, report)
+
+
+def _unusable(url: str, error: BaseException | None, reason: str, what: str) -> list[Finding]:
+    line = str(error) if isinstance(error, HistoryError) else f"history {shown_url(url)} not {what}: {reason}"
+    prefix = "run not written to history" if what == "written" else "history not used (run not judged or recorded)"
+    return history_unusable.report(reason=f"{prefix}: {line}", url=shown_url(url))
