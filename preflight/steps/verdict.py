@@ -30,6 +30,7 @@ from preflight.options import RunOptions
 from preflight.probes.orchestrate import ProbeOutcome
 from preflight.registry import merge_findings, merge_outcomes
 from preflight.reports import json as json_report
+from preflight.steps.host_choice import rank_hosts
 
 
 @dataclass
@@ -83,7 +84,7 @@ def build_report(record: RunRecord) -> JobReport:
         expected_busbw_gbps=dict(options.expect),
         run_nonce=record.nonce,
     )
-    return JobReport(
+    report = JobReport(
         meta=meta,
         ranks=facts,
         findings=findings,
@@ -97,6 +98,8 @@ def build_report(record: RunRecord) -> JobReport:
         exit_code=int(code),
         why=explain_verdict(code, findings),
     )
+    report.host_ranking = rank_hosts(report)
+    return report
 
 
 def _iso(timestamp: float) -> str:
@@ -199,6 +202,7 @@ def amend_for_dead(report: JobReport, dead: dict[int, str], *, strict: bool = Fa
     report.verdict = verdict_text(code, findings)
     report.why = explain_verdict(code, findings)
     report.bad_hosts = bad_hosts(findings, sorted(set(hosts.values()) | {hosts.get(r, "") for r in dead} - {""}))
+    report.host_ranking = rank_hosts(report)
     return report
 
 
