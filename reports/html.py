@@ -19,7 +19,7 @@ import jinja2
 
 from preflight.lib.hostlist import compress_hostlist
 from preflight.model import JobReport, Severity
-from preflight.reports import charts
+from preflight.reports import charts, host_choice
 from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, rank_ranges, where, world_summary
 from preflight.reports.drift_table import env_drift
 from preflight.reports.probe_dims import expected_busbw, probe_dimensions
@@ -152,6 +152,7 @@ def render(report: JobReport) -> str:
         world=world_summary(report),
         todos=what_to_do(report),
         exclude=exclude_text(report),
+        kept_nodelist=host_choice.nodelist(report.host_choice) if report.host_choice else "",
         missing=rank_ranges(report.missing_ranks, limit=50),
         rows=rows,
         filter_checks=sorted({row["check_id"] for row in rows}),

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from preflight.model import JobReport, Severity
-from preflight.reports import probes_table
+from preflight.reports import host_choice, probes_table
 from preflight.reports.common import SEVERITY_LABEL, exclude_text, ordered_findings, where, world_summary
 
 _VERDICT_STYLE = {0: "bold white on green", 1: "bold black on yellow", 3: "bold white on red"}
@@ -59,4 +59,6 @@ def render(report: JobReport, stream: TextIO) -> None:
     exclude = exclude_text(report)
     if exclude:
         console.print(Text.assemble("bad hosts: ", (exclude, "bold")))
+    if report.host_choice:
+        console.print(Text("\n".join(host_choice.lines(report.host_choice))))
     console.print(f"{len(report.checks)} check(s) ran; {len(report.findings)} finding(s)")

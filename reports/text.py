@@ -7,6 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from preflight.model import JobReport
+from preflight.reports import host_choice
 from preflight.reports.common import (
     SEVERITY_LABEL,
     exclude_text,
@@ -59,6 +60,8 @@ def render(report: JobReport) -> str:
     exclude = exclude_text(report)
     if exclude:
         lines.append(f"  bad hosts: {exclude}")
+    if report.host_choice:
+        lines += [f"  {line}" for line in host_choice.lines(report.host_choice)]
     findings = ordered_findings(report)
     if findings:
         rows = [

@@ -17,6 +17,7 @@ from types import FrameType
 
 from preflight import __version__
 from preflight.lib.errors import BadInput, Interrupted
+from preflight.lib.hostlist import MAX_HOSTS
 from preflight.lib.numbers import ascii_decimal, ascii_int
 from preflight.model import ExitCode
 from preflight.options import BACKENDS, LOCALIZE, ReportTargets, RunOptions
@@ -70,6 +71,13 @@ def _run_id(text: str) -> str:
 def _local_ranks(text: str) -> int:
     try:
         return ascii_int(text, "-n", minimum=1, maximum=MAX_LOCAL_RANKS)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _kept_hosts(text: str) -> int:
+    try:
+        return ascii_int(text, "--keep", minimum=1, maximum=MAX_HOSTS)
     except BadInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -159,6 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the bad hosts when the failure is theirs alone (what a resubmission excludes); "
                         "empty when resubmitting cannot help")
     report.add_argument("--json", dest="json_path", metavar="PATH")
+    spares = report.add_argument_group("spare nodes (asked for N+k nodes, train on the best N)")
+    spares.add_argument("--keep", type=_kept_hosts, metavar="N",
+                        help="choose the best N hosts: those a host-fault error names are dropped first, then "
+                        "the slowest, then the job's later ones; prints kept / dropped and why, adds that "
+                        "section to --json/--html/--text; exit 0 when N hosts were kept, 3 when not "
+                        "(too few healthy hosts, or an error every host shares)")
+    spares.add_argument("--hostfile", metavar="PATH",
+                        help="with --keep: write the kept hosts one per line (empty when none were chosen), "
+                        "for srun --nodelist, torchrun or mpirun")
     return parser
 
 

@@ -1,6 +1,6 @@
 """Spare nodes: which N hosts of a run to keep, from its JobReport (steps/host_choice.py).
 
-Reports are built by the verdict step itself (build_report) from findings: host faults written
+Reports are built by the verdict step itself (tests/helpers/facts.built_report) from findings: host faults written
 by hand, slowness written by the real probe checks (their data is what the choice reads), and,
 for the raw figures, synthetic ProbeResults (tests/helpers/synthetic.py, a documented fake).
 """
@@ -12,34 +12,13 @@ import pytest
 from preflight.checks import probe_findings
 from preflight.checks.rank_roster import missing_ranks
 from preflight.lib.hostlist import expand_hostlist
-from preflight.model import ExitCode, Finding, JobReport, RankFacts, Severity, World
+from preflight.model import ExitCode, Finding, Severity
 from preflight.model.probe_faults import Confirmed, Straggler
-from preflight.options import RunOptions
-from preflight.probes.orchestrate import ProbeOutcome
 from preflight.registry import JobView, all_checks
 from preflight.reports import json as json_report
 from preflight.steps.host_choice import choose_hosts, rank_hosts
-from preflight.steps.verdict import RunRecord, build_report
-from tests.helpers.facts import rank_facts
+from tests.helpers.facts import built_report, host_facts
 from tests.helpers.synthetic import probe_results
-
-
-def _facts(hosts: list[str], per_host: int = 1, node_rank_given: bool = False) -> list[RankFacts]:
-    size = len(hosts) * per_host
-    return [rank_facts(r, hosts[r // per_host], world_size=size, local_world_size=per_host,
-                       world_node_rank=r // per_host, world_node_rank_given=node_rank_given)
-            for r in range(size)]
-
-
-def _report(facts: list[RankFacts], findings: list[Finding] = (), probes=(), missing: list[int] = ()) -> JobReport:
-    record = RunRecord(World(launcher="slurm", rank=0, world_size=len(facts), host=facts[0].host),
-                       RunOptions().for_world(len(facts)))
-    record.facts, record.all_facts = facts[0], facts
-    record.findings = list(findings)
-    record.missing = list(missing)
-    if probes:
-        record.probes = ProbeOutcome(results=list(probes))
-    return build_report(record)
 
 
 def _bad_ifname(*hosts: str) -> Finding:
@@ -62,7 +41,7 @@ def _straggler(hosts: list[str], ranks: list[int], busbw: float, siblings: float
 
 
 def test_a_failing_host_is_dropped_and_the_rest_kept_in_job_order() -> None:
-    report = _report(_facts(["n1", "n2", "n3"]), [_bad_ifname("n2")])
+    report = built_report(host_facts(["n1", "n2", "n3"]), [_bad_ifname("n2")])
     assert report.exit_code == ExitCode.FAILED
     choice = choose_hosts(report, 2)
     assert choice.chosen and choice.kept == ["n1", "n3"]
@@ -73,7 +52,7 @@ def test_a_failing_host_is_dropped_and_the_rest_kept_in_job_order() -> None:
 
 
 def test_with_no_finding_the_later_hosts_are_the_spares() -> None:
-    report = _report(_facts(["n1", "n2", "n3", "n4"]))
+    report = built_report(host_facts(["n1", "n2", "n3", "n4"]))
     choice = report.keep_hosts(2)
     assert choice.kept == ["n1", "n2"] and [d.host for d in choice.dropped] == ["n4", "n3"]
     assert all("spare, not needed" in d.why for d in choice.dropped)
@@ -81,7 +60,7 @@ def test_with_no_finding_the_later_hosts_are_the_spares() -> None:
 
 def test_the_slow_host_named_by_localization_is_dropped_before_others() -> None:
     findings = [*_straggler(["n1", "n2"], [0, 1], busbw=2.0, siblings=8.0), *_slow_host(1, "n2", 0.3)]
-    report = _report(_facts(["n1", "n2", "n3"]), findings)
+    report = built_report(host_facts(["n1", "n2", "n3"]), findings)
     assert report.exit_code == ExitCode.PASSED  # warnings: nothing blamed, yet the slow host goes
     choice = report.keep_hosts(2)
     assert choice.kept == ["n1", "n3"]
@@ -94,7 +73,7 @@ def test_slowness_is_read_from_data_whatever_the_severity() -> None:
     # A straggler reported as an error (a stricter severity policy) names some hosts: a host fault.
     findings = [Finding(f.check_id, Severity.ERROR, f.message, f.hint, f.ranks, f.hosts, f.data)
                 for f in _slow_host(2, "n3", 0.4)]
-    report = _report(_facts(["n1", "n2", "n3"]), findings)
+    report = built_report(host_facts(["n1", "n2", "n3"]), findings)
     assert report.keep_hosts(2).kept == ["n1", "n2"]
     standing = {h.host: h for h in report.host_ranking.hosts}["n3"]
     assert standing.faults and standing.slow_fraction == pytest.approx(0.4)
@@ -102,14 +81,14 @@ def test_slowness_is_read_from_data_whatever_the_severity() -> None:
 
 def test_failing_before_slow_and_slowest_figure_first() -> None:
     findings = [_bad_ifname("n4"), *_slow_host(1, "n2", 0.5), *_slow_host(2, "n3", 0.2)]
-    report = _report(_facts(["n1", "n2", "n3", "n4", "n5"]), findings)
+    report = built_report(host_facts(["n1", "n2", "n3", "n4", "n5"]), findings)
     assert report.keep_hosts(3).kept == ["n1", "n2", "n5"]
     assert [d.host for d in report.keep_hosts(3).dropped] == ["n4", "n3"]
     assert [d.host for d in report.keep_hosts(2).dropped] == ["n4", "n3", "n2"]
 
 
 def test_fewer_healthy_hosts_than_wanted_is_no_choice() -> None:
-    report = _report(_facts(["n1", "n2", "n3"]), [_bad_ifname("n1", "n2")])
+    report = built_report(host_facts(["n1", "n2", "n3"]), [_bad_ifname("n1", "n2")])
     choice = report.keep_hosts(2)
     assert not choice.chosen and choice.kept == []
     assert "1 healthy host(s) of 3, 2 needed" in choice.why
@@ -117,29 +96,29 @@ def test_fewer_healthy_hosts_than_wanted_is_no_choice() -> None:
 
 
 def test_an_error_every_host_shares_never_picks_hosts() -> None:
-    report = _report(_facts(["n1", "n2", "n3"]), [_bad_ifname("n1", "n2", "n3")])
+    report = built_report(host_facts(["n1", "n2", "n3"]), [_bad_ifname("n1", "n2", "n3")])
     choice = report.keep_hosts(1)
     assert not choice.chosen and "every host shares" in choice.why and "NCCL008" in choice.why
     # ... even beside a host fault: leaving the faulty host out would not fix the job.
-    both = _report(_facts(["n1", "n2", "n3"]), [_bad_ifname("n2"), Finding("ENV001", Severity.ERROR, "no", "",
+    both = built_report(host_facts(["n1", "n2", "n3"]), [_bad_ifname("n2"), Finding("ENV001", Severity.ERROR, "no", "",
                                                                               [], [])])
     assert not both.keep_hosts(1).chosen and "ENV001" in both.keep_hosts(1).why
 
 
 def test_an_incomplete_run_proves_nothing() -> None:
-    report = _report(_facts(["n1", "n2"]), [Finding("RUN005", Severity.COULD_NOT_RUN, "gatherer died", "",
+    report = built_report(host_facts(["n1", "n2"]), [Finding("RUN005", Severity.COULD_NOT_RUN, "gatherer died", "",
                                                     [], ["n2"])])
     assert report.exit_code == ExitCode.INCOMPLETE
     assert not report.keep_hosts(1).chosen and "incomplete" in report.keep_hosts(1).why
 
 
 def test_a_missing_rank_blames_its_host_which_is_dropped() -> None:
-    facts = _facts(["n1", "n2", "n3"], per_host=2)
+    facts = host_facts(["n1", "n2", "n3"], per_host=2)
     expected = {r: f.host for r, f in enumerate(facts)}
     for f in facts:
         f.world.expected_hosts = dict(expected)
     job = JobView(world_size=6, ranks=facts[:4] + facts[5:])
-    report = _report(facts[:4] + facts[5:], _run(missing_ranks, job), missing=[4])
+    report = built_report(facts[:4] + facts[5:], _run(missing_ranks, job), missing=[4])
     assert report.bad_hosts == ["n3"]
     choice = report.keep_hosts(2)
     assert choice.chosen and choice.kept == ["n1", "n2"] and choice.dropped[0].host == "n3"
@@ -153,7 +132,7 @@ def _run(check, job: JobView) -> list[Finding]:
 def test_measured_figures_order_hosts_no_finding_names() -> None:
     hosts = ["n1", "n2", "n3", "n4"]
     probes = probe_results("dp2,tp2", {r: h for r, h in enumerate(hosts)}, slow_hosts={"n1": 0.9})
-    report = _report(_facts(hosts), probes=probes)
+    report = built_report(host_facts(hosts), probes=probes)
     # n1 sits in the slower groups of both dimensions: the spare, though it is first in the job.
     choice = report.keep_hosts(3)
     assert choice.dropped[0].host == "n1" and "no finding" in choice.dropped[0].why
@@ -161,8 +140,8 @@ def test_measured_figures_order_hosts_no_finding_names() -> None:
 
 
 def test_shared_host_names_are_kept_or_dropped_whole() -> None:
-    facts = _facts(["vm", "vm", "n3"], per_host=2, node_rank_given=True)
-    report = _report(facts, [*_slow_host(0, "vm", 0.3)])
+    facts = host_facts(["vm", "vm", "n3"], per_host=2, node_rank_given=True)
+    report = built_report(facts, [*_slow_host(0, "vm", 0.3)])
     choice = report.keep_hosts(1)
     assert choice.kept == ["n3"] and [d.host for d in choice.dropped] == ["vm"]
     assert choice.notes and "shared by 2 nodes" in choice.notes[0]
@@ -171,7 +150,7 @@ def test_shared_host_names_are_kept_or_dropped_whole() -> None:
 
 def test_slurm_hostlist_hosts_in_job_order_and_json_round_trip(tmp_path) -> None:
     hosts = expand_hostlist("gpu[008-012],gpu100")
-    report = _report(_facts(hosts, per_host=2), [_bad_ifname("gpu010")])
+    report = built_report(host_facts(hosts, per_host=2), [_bad_ifname("gpu010")])
     choice = report.keep_hosts(4)
     assert choice.kept == ["gpu008", "gpu009", "gpu011", "gpu012"]
     assert [d.host for d in choice.dropped] == ["gpu010", "gpu100"]
@@ -182,7 +161,7 @@ def test_slurm_hostlist_hosts_in_job_order_and_json_round_trip(tmp_path) -> None
 
 
 def test_keep_must_be_positive_and_ranking_is_pure() -> None:
-    report = _report(_facts(["n1", "n2"]))
+    report = built_report(host_facts(["n1", "n2"]))
     with pytest.raises(ValueError):
         report.keep_hosts(0)
     assert rank_hosts(report) == rank_hosts(report) == report.host_ranking
