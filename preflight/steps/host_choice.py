@@ -7,7 +7,9 @@ script's PREFLIGHT_SPARE=k, `JobReport.keep_hosts(n)`). The order, worst last:
    preflight/lib/host_fault.py) goes last: it is dropped first;
 2. then the slowest, by the strongest evidence (model/host_choice.py's SLOW_* levels: named by
    localization, a suspect in several dimensions, a slow link's end, a confirmed slow group's
-   member, the raw per-group figures), then by the lowest figure at that level;
+   member, the raw per-group figures), then by the most evidence at that level (a host in two
+   confirmed slow groups before a host in one of them: the one they share is the likely cause),
+   then by the lowest figure at that level;
 3. ties in the job's order: of equal hosts the later ones are dropped.
 
 Slowness is read from the findings' data, recognised by their check (by reference), never by
@@ -105,10 +107,11 @@ def straggler_members(report: JobReport) -> Iterator[Slowness]:
 
 
 def measured_figures(report: JobReport) -> Iterator[Slowness]:
-    """The probes' raw figures, for hosts no finding names: per host, the median over its groups
-    of the group's busbw as a fraction of the median of its dimension's groups (same op, the
-    largest size; dimensions of two or more groups only). Unconfirmed: it only orders hosts
-    that are otherwise equal."""
+    """The probes' raw figures, one per host: the geometric mean, over the groups it is in, of the
+    group's busbw as a fraction of its dimension's fastest group (same op, the largest size;
+    dimensions of two or more groups only). The fastest, not the median, is the yardstick: when
+    one host is in most groups of a dimension, most groups are slow. Unconfirmed: this only
+    orders hosts that no finding tells apart."""
     largest: dict[tuple[str, str], int] = {}
     for result in report.probes:
         key = (result.dim, result.op)
@@ -119,16 +122,16 @@ def measured_figures(report: JobReport) -> Iterator[Slowness]:
             groups[(result.dim, result.op)].append((result.busbw_gbps, result.hosts))
     per_host: dict[str, list[float]] = defaultdict(list)
     for members in groups.values():
-        median = statistics.median(busbw for busbw, _ in members)
-        if len(members) < 2 or median <= 0:
+        fastest = max(busbw for busbw, _ in members)
+        if len(members) < 2 or fastest <= 0:
             continue
         for busbw, hosts in members:
             for host in set(hosts):
-                per_host[host].append(busbw / median)
+                per_host[host].append(max(busbw, 1e-12) / fastest)
     for host, fractions in sorted(per_host.items()):
-        fraction = statistics.median(fractions)
+        fraction = statistics.geometric_mean(fractions)
         yield Slowness(host, SLOW_MEASURED, fraction,
-                       f"measured {fraction:.0%} of its peers over {len(fractions)} probe group(s), no finding")
+                       f"measured {fraction:.0%} of the fastest over {len(fractions)} probe group(s), no finding")
 
 
 # Strongest first is not required: each host keeps its strongest evidence, whatever the order.
@@ -194,20 +197,22 @@ def rank_hosts(report: JobReport, sources: Iterable[SlownessSource] = SLOWNESS_S
         level = max((item.level for item in items), default=SLOW_NONE)
         strongest = [item for item in items if item.level == level]
         fractions = [item.fraction for item in strongest if item.fraction is not None]
+        hits = len(strongest)
         ordered = sorted(items, key=lambda item: (-item.level, item.fraction if item.fraction is not None else 2.0))
         standings.append(HostStanding(
             host=host, order=first, ranks=ranks, nodes=max(1, len(shared.get(host, []))), faults=faults.get(host, []),
-            slow_level=level, slow_fraction=min(fractions) if fractions else None,
+            slow_level=level, slow_hits=hits, slow_fraction=min(fractions) if fractions else None,
             slow_why=list(dict.fromkeys(item.why for item in ordered))[:4]))
     standings.sort(key=_best_first)
     return HostRanking(hosts=standings, blocked=blocked_reason(report))
 
 
-def _best_first(standing: HostStanding) -> tuple[bool, int, float, int, str]:
-    """Healthy before faulty; weaker evidence of slowness before stronger; a higher figure first
-    (no figure counts as on par); earlier in the job first; the name last, for a total order."""
+def _best_first(standing: HostStanding) -> tuple[bool, int, int, float, int, str]:
+    """Healthy before faulty; weaker evidence of slowness before stronger, less of it before more;
+    a higher figure first (no figure counts as on par); earlier in the job first; the name last,
+    for a total order."""
     fraction = standing.slow_fraction if standing.slow_fraction is not None else 1.0
-    return (not standing.healthy, standing.slow_level, -fraction, standing.order, standing.host)
+    return (not standing.healthy, standing.slow_level, standing.slow_hits, -fraction, standing.order, standing.host)
 
 
 def choose_hosts(report: JobReport, keep: int) -> HostChoice:

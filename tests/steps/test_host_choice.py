@@ -33,9 +33,9 @@ def _slow_host(rank: int, host: str, fraction: float) -> list[Finding]:
                                            partner=0, partner_host="n1", median_gbps=8.0)
 
 
-def _straggler(hosts: list[str], ranks: list[int], busbw: float, siblings: float) -> list[Finding]:
+def _straggler(hosts: list[str], ranks: list[int], busbw: float, siblings: float, group: int = 1) -> list[Finding]:
     return probe_findings.straggler_group.report(
-        Straggler(dim="dp", op="all_reduce", size_bytes=1 << 20, group_index=1, ranks=ranks, hosts=hosts,
+        Straggler(dim="dp", op="all_reduce", size_bytes=1 << 20, group_index=group, ranks=ranks, hosts=hosts,
                   busbw_gbps=busbw, siblings_median_gbps=siblings, confirm_busbw_gbps=busbw,
                   confirm_siblings_median_gbps=siblings), 0.8)
 
@@ -67,6 +67,18 @@ def test_the_slow_host_named_by_localization_is_dropped_before_others() -> None:
     assert choice.dropped[0].host == "n2" and "BW005" in choice.dropped[0].why and "30%" in choice.dropped[0].why
     # n1 shared the slow group: weaker evidence, so it goes next, before the clean n3.
     assert [h.host for h in report.host_ranking.hosts] == ["n3", "n1", "n2"]
+
+
+def test_the_host_two_slow_groups_share_is_dropped_though_its_figure_is_not_the_lowest() -> None:
+    # As a tbf-shaped first host of a dp2,tp3 job gave them (tests/launchers/test_sbatch_spares.py):
+    # dp groups 0 (n1,n2) and 1 (n1,n3) confirmed slow, n2's group a hair slower than n1's other.
+    findings = [*_straggler(["n1", "n2"], [0, 3], busbw=0.0239, siblings=0.172, group=0),
+                *_straggler(["n1", "n3"], [1, 4], busbw=0.0241, siblings=0.172, group=1)]
+    report = built_report(host_facts(["n1", "n2", "n3"], per_host=2), findings)
+    choice = report.keep_hosts(2)
+    assert choice.kept == ["n2", "n3"] and choice.dropped[0].host == "n1"
+    assert choice.dropped[0].why.count("BW003") == 2
+    assert {h.host: h.slow_hits for h in report.host_ranking.hosts} == {"n1": 2, "n2": 1, "n3": 1}
 
 
 def test_slowness_is_read_from_data_whatever_the_severity() -> None:
