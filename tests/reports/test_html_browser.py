@@ -107,3 +107,31 @@ def test_the_runs_own_html_opens_without_errors(page: Any, planted_run: PlantedR
     assert wait_ready(page) == "1"  # the matrix only: this run's probes never started
     assert console_errors(page) == []
     assert page.find_element("id", "no-probes").is_displayed()
+
+
+def test_the_kept_and_dropped_section_of_a_host_choice(page: Any, tmp_path: Path) -> None:
+    from preflight.model import Finding, Severity
+    from preflight.reports import html
+    from tests.helpers.facts import built_report, host_facts
+
+    report = built_report(host_facts(["gpu01", "gpu02", "gpu03"]), [
+        Finding("NCCL008", Severity.ERROR, "NCCL_SOCKET_IFNAME=<b>nosuch0</b> matches no interface", "", [],
+                ["gpu02"])])
+    report.host_choice = report.keep_hosts(2)  # as `preflight report --keep 2 --html` stores it
+    path = tmp_path / "kept.html"
+    html.write(report, str(path))
+    page.get(path.as_uri())
+    wait_ready(page)
+    assert console_errors(page) == []
+    section = page.find_element("id", "host-choice")
+    assert section.is_displayed() and "Kept / dropped and why" in section.text
+    assert page.find_element("id", "kept-string").text == "--nodelist=gpu[01,03]"
+    rows = [row.text for row in section.find_elements("css selector", "tbody tr")]
+    assert rows[:2] == ["gpu01 kept", "gpu03 kept"] and rows[2].startswith("gpu02 dropped NCCL008")
+    assert "<b>nosuch0</b>" in rows[2]  # user-derived text stays text
+    button = page.find_element("id", "copy-kept")
+    button.click()  # each copy button has its handler (headless: copied, or says to select)
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(page, 10).until(lambda _: button.text != "copy")  # the clipboard answers asynchronously
+    assert button.text in ("copied", "select and copy")
