@@ -25,9 +25,14 @@ SCRIPT = SBATCH / "train-with-preflight.sbatch"
 # Each task of the training step joins a gloo group over the step's tasks and writes what it saw.
 TRAIN = """\
 import datetime, os, pathlib, socket, torch, torch.distributed as dist
-rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
-dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
-                        rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+timeout = datetime.timedelta(seconds=60)
+if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker (PREFLIGHT_TASKS=node): env:// from torchrun
+    dist.init_process_group("gloo", timeout=timeout)
+    rank, world = dist.get_rank(), dist.get_world_size()
+else:  # a task of the srun step: rank and size from Slurm, the rendezvous from the script's MASTER_ADDR
+    rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
+    dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                            rank=rank, world_size=world, timeout=timeout)
 total = torch.tensor([float(rank + 1)])
 dist.all_reduce(total)
 pathlib.Path(OUT, f"trained-{rank}").write_text(" ".join([
@@ -36,10 +41,11 @@ dist.destroy_process_group()
 """
 
 
-def _training(tmp_path: Path) -> list[str]:
+def _training(tmp_path: Path, tasks: str = "gpu") -> list[str]:
+    """The training command: `python train.py` for srun's tasks, `train.py` for torchrun (which runs python)."""
     script = tmp_path / "train.py"
     script.write_text(f"OUT = {str(tmp_path)!r}\n" + TRAIN)
-    return [f"{BIN}/python", str(script)]
+    return [str(script)] if tasks == "node" else [f"{BIN}/python", str(script)]
 
 
 def _trained(tmp_path: Path) -> list[list[str]]:
@@ -47,19 +53,24 @@ def _trained(tmp_path: Path) -> list[list[str]]:
     return [p.read_text().split() for p in sorted(tmp_path.glob("trained-*"))]
 
 
+@pytest.mark.parametrize("tasks", ["gpu", "node"])
 def test_a_bad_host_is_dropped_and_training_runs_on_the_rest_in_the_same_job(slurm_netns: SlurmCluster,
-                                                                             tmp_path: Path) -> None:
-    # The first host is the bad one: MASTER_ADDR must move to a kept host.
+                                                                             tmp_path: Path, tasks: str) -> None:
+    # The first host is the bad one: MASTER_ADDR must move to a kept host. Both task styles: srun
+    # runs the training's tasks, or torchrun on each kept node (one worker each) does.
     n1, n2, n3 = slurm_netns.node_names[:3]
-    env = _env(slurm_netns, tmp_path, PREFLIGHT=_faulty(tmp_path, n1), PREFLIGHT_SPARE="1")
-    job, state = slurm_netns.sbatch(SCRIPT, ["-N", "3", "--ntasks-per-node=1"], _training(tmp_path), env,
+    env = _env(slurm_netns, tmp_path, PREFLIGHT=_faulty(tmp_path, n1), PREFLIGHT_SPARE="1", PREFLIGHT_TASKS=tasks,
+               PREFLIGHT_GPUS_PER_NODE="1")
+    job, state = slurm_netns.sbatch(SCRIPT, ["-N", "3", "--ntasks-per-node=1"], _training(tmp_path, tasks), env,
                                     cwd=tmp_path)
     out = _output(tmp_path, "preflight-train", job)
     assert "ExitCode=0:0" in state, state + out
     assert re.search(rf"dropped {n1}: NCCL008: .*nosuch0", out), out
     assert f"training on 2 of 3 node(s): {n2},{n3}, master {n2}:" in out, out
     # Both kept hosts trained together, in this job, with the master on a kept host.
-    assert _trained(tmp_path) == [[n2, job, n2, "2", "3"], [n3, job, n2, "2", "3"]], out
+    trained = _trained(tmp_path)
+    assert [t[0] for t in trained] == [n2, n3] and {tuple(t[1:]) for t in trained} <= {
+        (job, n2, "2", "3"), (job, n3, "2", "3")}, out  # torchrun's workers: its rendezvous picks the master
     folder = tmp_path / f"preflight-{job}"
     assert (folder / "kept-hosts.txt").read_text() == f"{n2}\n{n3}\n"
     report = load_report(folder / "report.json")
