@@ -31,7 +31,8 @@ class HostStanding:
     nodes: int = 1  # nodes that report this host name; more than one: kept or dropped together
     faults: list[str] = field(default_factory=list)  # host-fault errors naming it ("NCCL008: ...")
     slow_level: int = SLOW_NONE  # the strongest evidence of slowness (SLOW_*)
-    slow_hits: int = 0  # pieces of evidence at that level (e.g. how many confirmed slow groups it is in)
+    # Pieces of evidence per level (index: SLOW_*), e.g. how many confirmed slow groups it is in.
+    slow_counts: list[int] = field(default_factory=list)
     slow_fraction: float | None = None  # its worst figure at that level, as a fraction of its peers'
     slow_why: list[str] = field(default_factory=list)  # the evidence, strongest first
 
@@ -81,8 +82,8 @@ class HostRanking:
 
     def keep(self, count: int) -> HostChoice:
         """The best `count` hosts: every host a host-fault error names is dropped first, then the
-        slowest (strongest evidence first, then the most of it, then the lowest figure), then the
-        job's later hosts. `hosts` is already in that order (best first)."""
+        slowest (the most evidence at the strongest level, then at the next level down, and so on;
+        then the lowest figure), then the job's later hosts. `hosts` is already in that order (best first)."""
         if count < 1:
             raise ValueError(f"keep must be at least 1 host, not {count}")
         if self.blocked:

@@ -7,9 +7,10 @@ script's PREFLIGHT_SPARE=k, `JobReport.keep_hosts(n)`). The order, worst last:
    preflight/lib/host_fault.py) goes last: it is dropped first;
 2. then the slowest, by the strongest evidence (model/host_choice.py's SLOW_* levels: named by
    localization, a suspect in several dimensions, a slow link's end, a confirmed slow group's
-   member, the raw per-group figures), then by the most evidence at that level (a host in two
-   confirmed slow groups before a host in one of them: the one they share is the likely cause),
-   then by the lowest figure at that level;
+   member, the raw per-group figures), compared level by level from the strongest down: more
+   evidence at a level goes first (a host in two confirmed slow groups before a host in one of
+   them: the one they share is the likely cause; of a slow link's two ends, the one with more
+   evidence below), then by the lowest figure at its strongest level;
 3. ties in the job's order: of equal hosts the later ones are dropped.
 
 Slowness is read from the findings' data, recognised by their check (by reference), never by
@@ -197,22 +198,22 @@ def rank_hosts(report: JobReport, sources: Iterable[SlownessSource] = SLOWNESS_S
         level = max((item.level for item in items), default=SLOW_NONE)
         strongest = [item for item in items if item.level == level]
         fractions = [item.fraction for item in strongest if item.fraction is not None]
-        hits = len(strongest)
+        counts = [sum(1 for item in items if item.level == at) for at in range(SLOW_NAMED + 1)]
         ordered = sorted(items, key=lambda item: (-item.level, item.fraction if item.fraction is not None else 2.0))
         standings.append(HostStanding(
             host=host, order=first, ranks=ranks, nodes=max(1, len(shared.get(host, []))), faults=faults.get(host, []),
-            slow_level=level, slow_hits=hits, slow_fraction=min(fractions) if fractions else None,
+            slow_level=level, slow_counts=counts, slow_fraction=min(fractions) if fractions else None,
             slow_why=list(dict.fromkeys(item.why for item in ordered))[:4]))
     standings.sort(key=_best_first)
     return HostRanking(hosts=standings, blocked=blocked_reason(report))
 
 
-def _best_first(standing: HostStanding) -> tuple[bool, int, int, float, int, str]:
-    """Healthy before faulty; weaker evidence of slowness before stronger, less of it before more;
-    a higher figure first (no figure counts as on par); earlier in the job first; the name last,
-    for a total order."""
+def _best_first(standing: HostStanding) -> tuple[bool, tuple[int, ...], float, int, str]:
+    """Healthy before faulty; less evidence of slowness first, compared from the strongest level
+    down (so any evidence at a stronger level outweighs all at weaker ones); a higher figure
+    first (no figure counts as on par); earlier in the job first; the name last, for a total order."""
     fraction = standing.slow_fraction if standing.slow_fraction is not None else 1.0
-    return (not standing.healthy, standing.slow_level, standing.slow_hits, -fraction, standing.order, standing.host)
+    return (not standing.healthy, tuple(reversed(standing.slow_counts)), -fraction, standing.order, standing.host)
 
 
 def choose_hosts(report: JobReport, keep: int) -> HostChoice:

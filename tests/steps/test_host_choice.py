@@ -13,6 +13,7 @@ from preflight.checks import probe_findings
 from preflight.checks.rank_roster import missing_ranks
 from preflight.lib.hostlist import expand_hostlist
 from preflight.model import ExitCode, Finding, Severity
+from preflight.model.host_choice import SLOW_GROUP
 from preflight.model.probe_faults import Confirmed, Straggler
 from preflight.registry import JobView, all_checks
 from preflight.reports import json as json_report
@@ -78,7 +79,19 @@ def test_the_host_two_slow_groups_share_is_dropped_though_its_figure_is_not_the_
     choice = report.keep_hosts(2)
     assert choice.kept == ["n2", "n3"] and choice.dropped[0].host == "n1"
     assert choice.dropped[0].why.count("BW003") == 2
-    assert {h.host: h.slow_hits for h in report.host_ranking.hosts} == {"n1": 2, "n2": 1, "n3": 1}
+    assert {h.host: h.slow_counts[SLOW_GROUP] for h in report.host_ranking.hosts} == {"n1": 2, "n2": 1, "n3": 1}
+
+
+def test_of_a_slow_links_two_ends_the_one_with_more_evidence_below_goes() -> None:
+    # Both ends of one slow link are equally suspect at that level; n1, the earlier in the job (the
+    # tie-break would keep it), is also in two slow groups.
+    link = probe_findings.slow_link.report(ranks=[0, 1], hosts=["n1", "n2"],
+                                           confirmed=Confirmed((0, 1), 0.2, 0.2, 1.0, 5.0, 1e-4))
+    findings = [*link, *_straggler(["n1", "n3"], [0, 2], busbw=1.0, siblings=8.0, group=0),
+                *_straggler(["n1", "n4"], [0, 3], busbw=1.0, siblings=8.0, group=1)]
+    report = built_report(host_facts(["n1", "n2", "n3", "n4"]), findings)
+    assert report.keep_hosts(3).dropped[0].host == "n1" and "BW006" in report.keep_hosts(3).dropped[0].why
+    assert [h.host for h in report.host_ranking.hosts][-2:] == ["n2", "n1"]
 
 
 def test_slowness_is_read_from_data_whatever_the_severity() -> None:
