@@ -14,11 +14,14 @@ from tests.helpers.facts import built_report, host_facts
 from tests.helpers.ranks import run_cli
 
 
-def _written(tmp_path: Path, *bad: str, hosts: tuple[str, ...] = ("n1", "n2", "n3")) -> Path:
+def _written(tmp_path: Path, *bad: str, hosts: tuple[str, ...] = ("n1", "n2", "n3"), old: bool = False) -> Path:
     findings = [Finding("NCCL008", Severity.ERROR, "NCCL_SOCKET_IFNAME=nosuch0 matches no interface", "fix it",
                         [], list(bad))] if bad else []
+    report = built_report(host_facts(list(hosts)), findings)
+    if old:
+        report.host_ranking = None  # as a preflight from before spare nodes wrote it
     path = tmp_path / "report.json"
-    json_report.write(built_report(host_facts(list(hosts)), findings), str(path))
+    json_report.write(report, str(path))
     return path
 
 
@@ -54,3 +57,12 @@ def test_bad_keep_is_one_line_and_exit_2(tmp_path: Path) -> None:
                        (["--hostfile", str(tmp_path / "k.txt")], "--hostfile needs --keep")):
         run = run_cli(["report", str(report), *args])
         assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_a_report_written_before_rankings_existed_is_ranked_on_the_spot(tmp_path: Path) -> None:
+    report = _written(tmp_path, "n3", old=True)
+    assert json_report.load(report).host_ranking is None
+    kept = tmp_path / "kept.txt"
+    run = run_cli(["report", str(report), "--keep", "1", "--hostfile", str(kept)])
+    assert run.returncode == 0 and kept.read_text() == "n1\n", run.stdout + run.stderr
+    assert "dropped n3: NCCL008" in run.stdout and "dropped n2: spare, not needed" in run.stdout
