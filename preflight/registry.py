@@ -134,6 +134,7 @@ class CheckSpec:
     func: Callable[..., Iterable[Problem]]
     blames_host: bool = False  # an error names a faulty host (to exclude), not the job's configuration
     applies: Applicability | None = None  # None: always applies
+    context_only: bool = False  # its hosts are where a problem showed, not its culprits (no exclusion)
 
     def skip_reason(self, *args: Any) -> str | None:
         """Why this check does not apply to these arguments, or None when it does."""
@@ -160,6 +161,7 @@ class CheckSpec:
             hosts=sorted(set(problem.hosts)),
             data=dict(problem.data),
             blames_host=self.blames_host,
+            context_only=self.context_only,
         )
 
 
@@ -191,13 +193,14 @@ _REGISTRY: dict[str, CheckSpec] = {}
 
 
 def _register(check_id: str, tag: str, scope: str, severity: Severity, hint: str, blames_host: bool,
-              func: Callable[..., Iterable[Problem]], applies: Applicability | None = None) -> CheckSpec:
+              func: Callable[..., Iterable[Problem]], applies: Applicability | None = None,
+              context_only: bool = False) -> CheckSpec:
     if not func.__doc__:
         raise ValueError(f"check {check_id} needs a docstring: it is the explain text")
     existing = _REGISTRY.get(check_id)
     if existing is not None and existing.func.__qualname__ != func.__qualname__:
         raise ValueError(f"check id {check_id} registered twice")
-    spec = CheckSpec(check_id, tag, scope, severity, hint, func, blames_host, applies)
+    spec = CheckSpec(check_id, tag, scope, severity, hint, func, blames_host, applies, context_only)
     _REGISTRY[check_id] = spec
     return spec
 
@@ -232,9 +235,13 @@ def check(
 
 
 def engine_check(
-    check_id: str, *, tag: str, severity: Severity, hint: str, blames_host: bool = False
+    check_id: str, *, tag: str, severity: Severity, hint: str, blames_host: bool = False, context_only: bool = False
 ) -> Callable[[Callable[P, Iterable[Problem]]], EngineCheck[P]]:
     """Register an engine-scope check and return the `EngineCheck` the engine calls by reference.
+
+    `context_only`: the hosts its findings name are where a problem showed, not its culprits
+    (a slow group of a mesh dimension holds healthy hosts too; the localization checks name the
+    culprit), so an error of it puts no host on the exclude list.
 
     The function's parameters are its interface to the engine: each must be annotated, and
     none may be *args or **kwargs, so every call is checked against the signature.
@@ -247,7 +254,8 @@ def engine_check(
                 raise ValueError(f"engine check {check_id}: *{param.name} is not a typed signature")
             if param.annotation is param.empty:
                 raise ValueError(f"engine check {check_id}: parameter {param.name!r} needs a type annotation")
-        return EngineCheck(_register(check_id, tag, ENGINE, severity, hint, blames_host, func))
+        return EngineCheck(_register(check_id, tag, ENGINE, severity, hint, blames_host, func,
+                                     context_only=context_only))
 
     return register
 
@@ -352,6 +360,7 @@ def merge_findings(findings: Iterable[Finding]) -> list[Finding]:
             merged[key] = Finding(
                 finding.check_id, finding.severity, finding.message, finding.hint,
                 list(finding.ranks), list(finding.hosts), dict(finding.data), finding.blames_host,
+                finding.context_only,
             )
             continue
         if key not in folded:

@@ -58,6 +58,8 @@ def test_a_healthy_job_passes_then_trains_on_its_own_groups(healthy: tuple[Path,
         assert record["world"]["outcome"] == "passed", record
         # 0+1+2+3 all_reduced over the default group, right after preflight: the job's group still works
         assert record["step"] == 6.0, rank
+        # Every rank has rank 0's choice of hosts as data on its JobReport (one host here: kept).
+        assert record["mesh"]["keep_one"]["chosen"] and len(record["mesh"]["keep_one"]["kept"]) == 1, record
     report = json.loads((out / "mesh.json").read_text())
     assert report["meta"]["mesh"] == "dp2,tp2" and report["meta"]["backend"] == "gloo"
     assert report["meta"]["backend_reason"] == "the job's own process groups"
@@ -97,6 +99,8 @@ def test_a_planted_fault_stops_every_rank_before_training(faulty: tuple[Path, di
         assert record["mesh"]["finding_ranks"]["NCCL008"] == [2]
         assert "step" not in record  # it never trained
         assert record["mesh"]["changed"] == []
+        # One host, so the fault is everyone's: the choice refuses to pick hosts, and says why.
+        assert not record["mesh"]["keep_one"]["chosen"] and "every host shares" in record["mesh"]["keep_one"]["why"]
         assert record["warned"] == {"exit_code": 3, "warnings": ["PreflightWarning"]}  # on_failure="warn"
     report = json.loads((out / "mesh.json").read_text())
     assert report["verdict"] == "failed"

@@ -115,6 +115,7 @@ def severe_straggler(s: Straggler) -> bool:
     "BW003",
     tag=Tags.PROBE,
     severity=Severity.WARN,
+    context_only=True,
     hint="Compare the named group's hosts with its siblings': a degraded link (PCIe/NVLink width, "
     "IB port speed), a busy or throttled GPU, or a wrong NIC; see the localization findings.",
 )
@@ -138,7 +139,9 @@ def straggler_group(straggler: Straggler, ratio: float) -> Iterable[Problem]:
     Severity: a group confirmed twice below 50% of its siblings' median (both passes) is an
     ERROR, exit 3: every collective over that dimension waits for it, so the job would run at
     under half speed. Between 50% and --straggler-ratio it is a WARNING (exit 0, 1 with
-    --strict): a real but bounded loss, the user decides.
+    --strict): a real but bounded loss, the user decides. The group's hosts are where the
+    slowness showed, not all its cause: they go on no exclude list (BW004, BW005, BW006 and BW012
+    name the culprit; spare-node choice ranks the group's hosts by this finding's figures).
     """
     s = straggler
     severe = severe_straggler(s)

@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from preflight import __version__
 from preflight.lib.errors import BadInput
+from preflight.lib.hostlist import MAX_HOSTS
 from preflight.lib.interrupts import interrupts_raised
 from preflight.lib.numbers import ascii_int
 from preflight.model import ExitCode
@@ -85,6 +86,13 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Print one line on stderr and exit 2."""
         self.exit(int(ExitCode.BAD_INPUT), f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _kept_hosts(text: str) -> int:
+    try:
+        return ascii_int(text, "--keep", minimum=1, maximum=MAX_HOSTS)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -241,6 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "empty when resubmitting cannot help (default: not written)")
     report.add_argument("--json", dest="json_path", metavar="PATH",
                         help="write the JSON again, e.g. to normalise an older report (default: not written)")
+
+    spares = report.add_argument_group("spare nodes (asked for N+k nodes, train on the best N)")
+    spares.add_argument("--keep", type=_kept_hosts, metavar="N",
+                        help="choose the best N hosts: those a host-fault error names are dropped first, then "
+                        "the slowest, then the job's later ones; prints kept / dropped and why, adds that "
+                        "section to --json/--html/--text; exit 0 when N hosts were kept, 3 when not "
+                        "(too few healthy hosts, or an error every host shares) (default: no choice)")
+    spares.add_argument("--hostfile", metavar="PATH",
+                        help="with --keep: write the kept hosts one per line (empty when none were chosen), "
+                        "for srun --nodelist, torchrun or mpirun (default: not written)")
 
     from preflight.commands.history import add_parser as add_history
 

@@ -1,4 +1,5 @@
-"""`preflight report run.json --html out.html`: render a past run again from its JSON."""
+"""`preflight report run.json --html out.html`: render a past run again from its JSON; with
+`--keep N [--hostfile PATH]`, choose the best N of its hosts (spare nodes) and say why."""
 
 from __future__ import annotations
 
@@ -6,13 +7,21 @@ import argparse
 import sys
 
 from preflight.lib.errors import BadInput
+from preflight.model import ExitCode
 from preflight.options import ReportTargets
+from preflight.reports import host_choice, write_reports
 from preflight.reports import json as json_report
-from preflight.reports import write_reports
+from preflight.steps.host_choice import rank_hosts
 
 
 def rerender(args: argparse.Namespace) -> int:
-    """Load the JobReport and write the requested formats; exit with the run's own code."""
+    """Load the JobReport and write the requested formats; exit with the run's own code.
+
+    With --keep N the report carries the choice (every format shows it), stdout is the choice
+    alone (kept / dropped and why: the run printed its verdict already) and the exit code is
+    the choice's: 0 when N hosts were kept, 3 when no choice could be made."""
+    if args.hostfile and args.keep is None:
+        raise BadInput("--hostfile needs --keep N (how many hosts to keep)")
     try:
         report = json_report.load(args.json_file)
     except FileNotFoundError:
@@ -21,8 +30,17 @@ def rerender(args: argparse.Namespace) -> int:
         raise BadInput(f"{args.json_file}: is a directory, not a JSON report") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"{args.json_file}: not a preflight JSON report ({type(exc).__name__}: {exc})") from None
+    if args.keep is not None:
+        if report.host_ranking is None:  # written before reports carried one: the same pure function
+            report.host_ranking = rank_hosts(report)
+        report.host_choice = report.keep_hosts(args.keep)
     targets = ReportTargets(json=args.json_path, html=args.html_path, junit=args.junit_path, text=args.text_path,
-                            exclude=args.exclude_file, retry_exclude=args.retry_exclude_file)
+                            exclude=args.exclude_file, retry_exclude=args.retry_exclude_file,
+                            hostfile=args.hostfile, quiet=args.keep is not None)
     for flag, path in write_reports(report, targets):
         print(f"preflight: wrote {flag.lstrip('-')} report {path}", file=sys.stderr)
-    return report.exit_code
+    if report.host_choice is None:
+        return report.exit_code
+    sys.stdout.write(host_choice.render(report))
+    sys.stdout.flush()
+    return int(ExitCode.PASSED) if report.host_choice.chosen else int(ExitCode.FAILED)

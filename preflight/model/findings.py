@@ -61,6 +61,9 @@ class Finding:
     hosts: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     blames_host: bool = False  # its check blames the hosts it names (the verdict's exclude list)
+    # Its hosts say where the problem showed, not who caused it (a slow group: the localization
+    # findings name the culprit), so even as an error it puts no host on the exclude list.
+    context_only: bool = False
 
 
 @dataclass

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from preflight.model.device_probe import DeviceRow
 from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
+from preflight.model.host_choice import HostChoice, HostRanking
 from preflight.model.probe_results import ProbeDevice, ProbeResult
 from preflight.model.rank_facts import RankFacts
 from preflight.model.reachability import ReachabilityOutcome
@@ -57,6 +58,17 @@ class JobReport:
     verdict: str = "incomplete"
     exit_code: int = int(ExitCode.INCOMPLETE)
     why: str = ""
+    # Every host best first, for spare nodes (steps/host_choice.py); None in reports written before it.
+    host_ranking: HostRanking | None = None
+    # The choice of the best N hosts, when one was asked for (`preflight report --keep N`): renderers show it.
+    host_choice: HostChoice | None = None
+
+    def keep_hosts(self, count: int) -> HostChoice:
+        """Which `count` hosts to train on and which to drop, and why (see HostRanking.keep): for
+        trainers that re-form their mesh themselves, and `preflight report --keep`."""
+        if self.host_ranking is None:
+            return HostChoice(count, False, "this report has no host ranking (written by an older preflight)")
+        return self.host_ranking.keep(count)
 
     def worst(self) -> Severity:
         """The worst severity among the findings (OK when there are none)."""

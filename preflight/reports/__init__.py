@@ -18,7 +18,7 @@ def write_reports(report: JobReport, targets: ReportTargets) -> list[tuple[str, 
     One format failing to render must not cost the others (a report is always written):
     the failure is one line on stderr and the remaining formats are still written.
     """
-    from preflight.reports import exclude, html, junit, terminal, text
+    from preflight.reports import exclude, host_choice, html, junit, terminal, text
     from preflight.reports import json as json_report
 
     writers: list[tuple[str, str | None, Callable[[JobReport, str], None]]] = [
@@ -26,6 +26,7 @@ def write_reports(report: JobReport, targets: ReportTargets) -> list[tuple[str, 
         ("--text", targets.text, text.write),
         ("--exclude-file", targets.exclude, exclude.write),
         ("--retry-exclude-file", targets.retry_exclude, exclude.write_retry),
+        ("--hostfile", targets.hostfile, host_choice.write_hostfile),
         ("--junit", targets.junit, junit.write),
         ("--html", targets.html, html.write),
     ]

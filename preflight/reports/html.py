@@ -22,7 +22,7 @@ import markupsafe
 
 from preflight.lib.hostlist import compress_hostlist, ranks_text
 from preflight.model import JobReport, Severity
-from preflight.reports import charts, device_table
+from preflight.reports import charts, device_table, host_choice
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
@@ -163,6 +163,7 @@ def render(report: JobReport) -> str:
         world=world_summary(report),
         todos=what_to_do(report),
         exclude=exclude_text(report),
+        kept_nodelist=host_choice.nodelist(report.host_choice) if report.host_choice else "",
         missing=rank_ranges(report.missing_ranks, limit=50),
         rows=rows,
         filter_checks=sorted({row["check_id"] for row in rows}),

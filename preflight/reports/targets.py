@@ -20,12 +20,14 @@ class ReportTargets:
     text: str | None = None  # --text: the plain text report
     exclude: str | None = None  # --exclude-file: bad hosts, one per line
     retry_exclude: str | None = None  # --retry-exclude-file: the hosts a resubmission excludes, or none
+    hostfile: str | None = None  # --hostfile (`preflight report --keep N`): the kept hosts, one per line
     quiet: bool = False  # --quiet: nothing on stdout
 
     def paths(self) -> dict[str, str]:
         """Each requested file by its flag."""
         flags = {"--json": self.json, "--html": self.html, "--junit": self.junit, "--text": self.text,
-                 "--exclude-file": self.exclude, "--retry-exclude-file": self.retry_exclude}
+                 "--exclude-file": self.exclude, "--retry-exclude-file": self.retry_exclude,
+                 "--hostfile": self.hostfile}
         return {flag: path for flag, path in flags.items() if path}
 
     def unwritable(self) -> str:

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from preflight.model import JobReport, Severity
-from preflight.reports import device_table, probes_table, text
+from preflight.reports import device_table, host_choice, probes_table, text
 from preflight.reports.common import SEVERITY_LABEL, check_summary, ordered_findings, where
 
 _VERDICT_STYLE = {0: "bold white on green", 1: "bold black on yellow", 3: "bold white on red"}
@@ -42,6 +42,8 @@ def render(report: JobReport, stream: TextIO) -> None:
     banner = Text.assemble((f" {report.verdict.upper()} ", style), f" exit {report.exit_code}: {report.why}\n",
                            "\n".join(text.run_lines(report)))
     console.print(Panel(banner, title="preflight", expand=True))
+    if report.host_choice:
+        console.print(Text("\n".join(host_choice.lines(report.host_choice))))
     findings = ordered_findings(report)
     if findings:
         table = Table(show_lines=False, expand=True)

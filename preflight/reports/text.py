@@ -7,7 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from preflight.model import JobReport
-from preflight.reports import device_table
+from preflight.reports import device_table, host_choice
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
@@ -95,6 +95,8 @@ def render(report: JobReport) -> str:
     """The whole report as plain text."""
     lines = [f"preflight: {report.verdict.upper()} (exit {report.exit_code}): {report.why}"]
     lines += [f"  {line}" for line in run_lines(report)]
+    if report.host_choice:
+        lines += [f"  {line}" for line in host_choice.lines(report.host_choice)]
     findings = ordered_findings(report)
     if findings:
         rows = [

@@ -30,6 +30,7 @@ from preflight.model.probe_outcome import ProbeOutcome
 from preflight.options import RunOptions
 from preflight.registry import merge_findings, merge_outcomes
 from preflight.reports import json as json_report
+from preflight.steps.host_choice import rank_hosts
 
 
 @dataclass
@@ -85,7 +86,7 @@ def build_report(record: RunRecord) -> JobReport:
         run_nonce=record.nonce,
         authenticated=record.authenticated,
     )
-    return JobReport(
+    report = JobReport(
         meta=meta,
         ranks=facts,
         findings=findings,
@@ -100,6 +101,8 @@ def build_report(record: RunRecord) -> JobReport:
         exit_code=int(code),
         why=explain_verdict(code, findings, merge_outcomes(record.outcomes)),
     )
+    report.host_ranking = rank_hosts(report)
+    return report
 
 
 def _iso(timestamp: float) -> str:
@@ -185,7 +188,8 @@ def _plural(n: int, word: str) -> str:
 
 def bad_hosts(findings: Sequence[Finding], all_hosts: Sequence[str]) -> list[str]:
     """Hosts to exclude: those named by an error finding whose check blames hosts
-    (`@check(..., blames_host=True)`, e.g. a missing rank or a dead link), or that names only some hosts.
+    (`@check(..., blames_host=True)`, e.g. a missing rank or a dead link), or that names only some hosts;
+    never the hosts of a `context_only` finding (a slow group: where it showed, not who caused it).
 
     An error on every host is the job's configuration, not a node's fault; excluding
     every node would help nobody.
@@ -193,7 +197,7 @@ def bad_hosts(findings: Sequence[Finding], all_hosts: Sequence[str]) -> list[str
     everyone = set(all_hosts)
     bad: set[str] = set()
     for finding in findings:
-        if finding.severity != Severity.ERROR or not finding.hosts:
+        if finding.severity != Severity.ERROR or not finding.hosts or finding.context_only:
             continue
         named = set(finding.hosts)
         if finding.blames_host or not named >= everyone:
@@ -236,6 +240,7 @@ def amend_for_dead(report: JobReport, dead: dict[int, str], *, strict: bool = Fa
     report.verdict = verdict_text(code, findings)
     report.why = explain_verdict(code, findings, report.checks)
     report.bad_hosts = bad_hosts(findings, sorted(set(hosts.values()) | {hosts.get(r, "") for r in dead} - {""}))
+    report.host_ranking = rank_hosts(report)
     return report
 
 

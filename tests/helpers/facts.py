@@ -9,9 +9,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from preflight.model import Finding, GpuFacts, HealthFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
+from preflight.model import (
+    Finding,
+    GpuFacts,
+    HealthFacts,
+    JobReport,
+    NetworkFacts,
+    ProbeResult,
+    RankFacts,
+    SystemLimits,
+    Versions,
+    World,
+)
 from preflight.model.codec import from_builtins
+from preflight.options import RunOptions
+from preflight.probes.orchestrate import ProbeOutcome
 from preflight.registry import CheckContext, JobView, get_check
+from preflight.steps.verdict import RunRecord, build_report
 
 _SECTIONS = {"versions": Versions, "system": SystemLimits, "network": NetworkFacts, "gpus": list[GpuFacts],
              "health": HealthFacts}
@@ -46,3 +60,26 @@ def run(check_id: str, subject: RankFacts | Sequence[RankFacts], **context: Any)
         return [spec.finding(problem) for problem in spec.func(job)]
     ctx = CheckContext(world_size=context.pop("world_size", 1), **context)
     return [spec.finding(problem) for problem in spec.func(subject, ctx)]
+
+
+def host_facts(hosts: Sequence[str], per_host: int = 1, node_rank_given: bool = False) -> list[RankFacts]:
+    """per_host ranks on each of `hosts` in block layout, node rank = the host's index (named by the
+    launcher when node_rank_given: then hosts of one name are still several nodes)."""
+    size = len(hosts) * per_host
+    return [rank_facts(r, hosts[r // per_host], world_size=size, local_world_size=per_host,
+                       world_node_rank=r // per_host, world_node_rank_given=node_rank_given)
+            for r in range(size)]
+
+
+def built_report(facts: Sequence[RankFacts], findings: Sequence[Finding] = (), probes: Sequence[ProbeResult] = (),
+                 missing: Sequence[int] = ()) -> JobReport:
+    """The JobReport the verdict step (build_report) makes of these ranks' facts, findings and probe
+    results, as rank 0 of a Slurm job would."""
+    record = RunRecord(World(launcher="slurm", rank=0, world_size=len(facts) + len(missing), host=facts[0].host),
+                       RunOptions().for_world(len(facts) + len(missing)))
+    record.facts, record.all_facts = facts[0], list(facts)
+    record.findings = list(findings)
+    record.missing = list(missing)
+    if probes:
+        record.probes = ProbeOutcome(results=list(probes))
+    return build_report(record)

@@ -77,6 +77,11 @@ class NetnsHost(FakeHost):
                         "tbf", "rate", rate, "burst", burst, "latency", latency],
                        check=True, capture_output=True, text=True, timeout=30)
 
+    def unshape(self, ifname: str) -> None:
+        """Remove the shaping of `shape` (no error when there is none)."""
+        subprocess.run(["ip", "netns", "exec", self.name, "tc", "qdisc", "del", "dev", ifname, "root"],
+                       capture_output=True, text=True, timeout=30)
+
     def nft(self, ruleset: str) -> None:
         """Load an nftables ruleset inside this host (`nft -f -`); without nft: skip, or fail in CI, saying so."""
         require_tool("nft", "nftables")

@@ -73,6 +73,7 @@ class SlurmCluster:
     node_names: list[str]
     client: FakeHost | None = None
     names_resolve: bool = False  # the node names resolve (netns hosts): no MASTER_ADDR override
+    hosts: Sequence[FakeHost] = ()  # the netns hosts, in node order (to shape or break one); () otherwise
 
     @property
     def nodes(self) -> int:
@@ -177,7 +178,7 @@ def start_netns_cluster(base: Path, hosts: Sequence[FakeHost], addresses: Sequen
                            for name, addr in zip(names, addresses))
     _write_conf(base, names, f"{names[0]}({addresses[0]})", node_lines, ctld_port)
     _start_munge(base)
-    cluster = SlurmCluster(base, names, client=hosts[0], names_resolve=True)
+    cluster = SlurmCluster(base, names, client=hosts[0], names_resolve=True, hosts=list(hosts))
     conf = str(cluster.conf)
     hosts[0].run(["/usr/sbin/slurmctld", "-f", conf, "-i"], timeout=30)
     for host in hosts:

@@ -86,9 +86,12 @@ def checked(result: dict[str, Any], key: str, mesh: Any, out: Path, **options: A
         report = preflight.check(mesh, json=str(out / f"{key}.json"), quiet=True, **options)
         result[key] = {"outcome": "passed", "exit_code": report.exit_code}
     except preflight.PreflightFailed as failed:
+        report = failed.report
         result[key] = {"outcome": "PreflightFailed", "message": str(failed), "exit_code": failed.report.exit_code,
                        "finding_ranks": {f.check_id: f.ranks for f in failed.report.findings},
                        "stuck": failed.stuck}
+    choice = report.keep_hosts(1)  # spare nodes: which host(s) a trainer re-forming its mesh would keep
+    result[key]["keep_one"] = {"chosen": choice.chosen, "kept": choice.kept, "why": choice.why}
     after = process_state()
     result[key]["changed"] = sorted(k for k in before if before[k] != after[k])
     return bool(result[key]["outcome"] == "passed")

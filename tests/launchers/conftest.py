@@ -34,13 +34,14 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 
 @pytest.fixture(scope="session")
 def slurm_netns() -> Iterator[SlurmCluster]:
-    """A real Slurm over 3 network-namespace hosts (own hostname, /etc/hosts, ib0, eth0): slurmd
-    in each, slurmctld in the first, talking over eth0; stopped and removed after the session."""
+    """A real Slurm over 4 network-namespace hosts (own hostname, /etc/hosts, ib0, eth0): slurmd
+    in each, slurmctld in the first, talking over eth0; stopped and removed after the session.
+    Four, so that a job of three can lose two hosts and be resubmitted on the other two (spares)."""
     netns_available()
     for tool in SLURM_TOOLS:
         require_tool(tool)
     base = Path(tempfile.mkdtemp(prefix="preflight-slurmnet-"))
-    network = build_fake_hosts(3, prefix=f"{default_prefix()}s")
+    network = build_fake_hosts(4, prefix=f"{default_prefix()}s")
     try:
         cluster = start_netns_cluster(base, network.hosts, [host.eth_address for host in network])
         try:

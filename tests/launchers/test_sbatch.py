@@ -1,4 +1,4 @@
-"""The sbatch scripts on a real Slurm over 3 network-namespace hosts (own hostname, /etc/hosts,
+"""The sbatch scripts on a real Slurm over 4 network-namespace hosts (own hostname, /etc/hosts,
 ib0): the standalone preflight job, and preflight then training with the exclude-and-resubmit
 flow. Each test is one or two real batch jobs; nothing overrides MASTER_ADDR (the first host's
 name resolves on every host).
@@ -74,7 +74,7 @@ def _queue(cluster: SlurmCluster) -> list[str]:
 
 def test_preflight_job_writes_every_report_and_names_the_bad_node(slurm_netns: SlurmCluster,
                                                                   tmp_path: Path) -> None:
-    n1, n2, n3 = slurm_netns.node_names
+    n1, n2, n3 = slurm_netns.node_names[:3]
     env = _env(slurm_netns, tmp_path, PREFLIGHT=_faulty(tmp_path, n2), NCCL_DEBUG="INFO",
                PREFLIGHT_TIMEOUT="40")
     job, state = slurm_netns.sbatch(SBATCH / "preflight.sbatch", ["-N", "3", "--ntasks-per-node=1"], [], env,
@@ -130,7 +130,7 @@ def test_one_task_per_node_runs_torchrun_for_preflight_and_training(slurm_netns:
     assert "ExitCode=0:0" in state, state + _output(tmp_path, "preflight-train", job)
     report = load_report(tmp_path / f"preflight-{job}" / "report.json")
     assert report.meta.launcher == "torchrun" and report.meta.world_size == 4
-    n1, n2, _ = slurm_netns.node_names
+    n1, n2 = slurm_netns.node_names[:2]
     assert sorted({f.host for f in report.ranks}) == [n1, n2]
     assert sorted(p.read_text() for p in tmp_path.glob("trained-*")) == [n1, n1, n2, n2]
 
@@ -139,7 +139,7 @@ def test_a_bad_node_is_excluded_by_the_resubmitted_job_which_trains(slurm_netns:
                                                                     tmp_path: Path) -> None:
     marker = tmp_path / "trained"
     # The first host is the bad one: the resubmitted job must not inherit MASTER_ADDR from it.
-    n1, n2, n3 = slurm_netns.node_names
+    n1, n2, n3 = slurm_netns.node_names[:3]
     env = _env(slurm_netns, tmp_path, PREFLIGHT=_faulty(tmp_path, n1), PREFLIGHT_RESUBMIT="2")
     first, state = slurm_netns.sbatch(SBATCH / "train-with-preflight.sbatch", ["-N", "2", "--ntasks-per-node=1"],
                                         ["touch", str(marker)], env, cwd=tmp_path)
@@ -160,7 +160,7 @@ def test_a_bad_node_is_excluded_by_the_resubmitted_job_which_trains(slurm_netns:
 @pytest.mark.parametrize(("case", "nodes", "extra", "says"), [
     ("counter used up", "2", {"PREFLIGHT_ATTEMPT": "1"}, "not resubmitting: 1 of 1 resubmissions used"),
     ("an error on every host", "2", {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, "not a host's fault"),
-    ("the job would not fit", "3", {}, "partition debug has 2 usable node(s), the job needs 3"),
+    ("the job would not fit", "4", {}, "partition debug has 3 usable node(s), the job needs 4"),
 ])
 def test_no_resubmission_when_it_cannot_help(slurm_netns: SlurmCluster, tmp_path: Path, case: str, nodes: str,
                                              extra: dict[str, str], says: str) -> None:

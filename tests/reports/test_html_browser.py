@@ -181,3 +181,31 @@ def test_device_grids_show_the_slow_gpu(driver: Any, tmp_path: Path) -> None:
     red = [c for c in bf16.find_elements("css selector", "td.device-cell")
            if "244, 163, 163" in c.value_of_css_property("background-color")]
     assert [c.get_attribute("title") for c in red] == ["rank 11: 400 TFLOP/s"]
+
+
+def test_the_kept_and_dropped_section_of_a_host_choice(driver: Any, tmp_path: Path) -> None:
+    from preflight.model import Finding, Severity
+    from preflight.reports import html
+    from tests.helpers.facts import built_report, host_facts
+
+    report = built_report(host_facts(["gpu01", "gpu02", "gpu03"]), [
+        Finding("NCCL008", Severity.ERROR, "NCCL_SOCKET_IFNAME=<b>nosuch0</b> matches no interface", "", [],
+                ["gpu02"])])
+    report.host_choice = report.keep_hosts(2)  # as `preflight report --keep 2 --html` stores it
+    path = tmp_path / "kept.html"
+    html.write(report, str(path))
+    driver.get(path.as_uri())
+    wait_ready(driver)
+    assert console_errors(driver) == []
+    section = driver.find_element("id", "host-choice")
+    assert section.is_displayed() and "Kept / dropped and why" in section.text
+    assert driver.find_element("id", "kept-string").text == "--nodelist=gpu[01,03]"
+    rows = [row.text for row in section.find_elements("css selector", "tbody tr")]
+    assert rows[:2] == ["gpu01 kept", "gpu03 kept"] and rows[2].startswith("gpu02 dropped NCCL008")
+    assert "<b>nosuch0</b>" in rows[2]  # user-derived text stays text
+    button = driver.find_element("id", "copy-kept")
+    button.click()  # each copy button has its handler (headless: copied, or says to select)
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 10).until(lambda _: button.text != "copy")  # the clipboard answers asynchronously
+    assert button.text in ("copied", "select and copy")

@@ -31,8 +31,8 @@
   search.addEventListener("input", apply);
   apply();
 
-  var copy = document.getElementById("copy-exclude");
-  if (copy) {
+  // Every copy button (the exclude list, the kept hosts) copies the text of the element it names.
+  Array.prototype.forEach.call(document.querySelectorAll("button[data-copy]"), function (copy) {
     copy.addEventListener("click", function () {
       var text = document.getElementById(copy.getAttribute("data-copy")).textContent;
       if (navigator.clipboard) {
@@ -40,5 +40,5 @@
           function () { copy.textContent = "select and copy"; });
       }
     });
-  }
+  });
 })();

@@ -1,0 +1,221 @@
+"""Spare nodes: rank every host of a run, best first, from its JobReport (a pure function).
+
+Asked for N+k nodes, a job trains on the best N (`preflight report --keep N`, the sbatch
+script's PREFLIGHT_SPARE=k, `JobReport.keep_hosts(n)`). The order, worst last:
+
+1. every host a host-fault error names (the rule of `--retry-exclude-file`,
+   preflight/lib/host_fault.py) goes last: it is dropped first;
+2. then the slowest, by the strongest evidence (model/host_choice.py's SLOW_* levels: named by
+   localization, a suspect in several dimensions, a slow link's end, a confirmed slow group's
+   member, the raw per-group figures), compared level by level from the strongest down: more
+   evidence at a level goes first (a host in two confirmed slow groups before a host in one of
+   them: the one they share is the likely cause; of a slow link's two ends, the one with more
+   evidence below), then by the lowest figure at its strongest level;
+3. ties in the job's order: of equal hosts the later ones are dropped.
+
+Slowness is read from the findings' data, recognised by their check (by reference), never by
+their severity: a confirmed straggler is slow whether it is reported as a warning or an error.
+An error every host shares (`job_error`) blocks any choice: it is the job's to fix, and an
+incomplete run (exit 4) proves nothing about a host.
+
+Each kind of evidence is one `SlownessSource` in SLOWNESS_SOURCES. The device probes' per-GPU
+figures and the run history's per-host figures plug in as one more source each.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from preflight.checks import probe_findings
+from preflight.lib.grouping import shared_host_names
+from preflight.lib.host_fault import job_error
+from preflight.model import ExitCode, Finding, HostChoice, HostRanking, HostStanding, JobReport, Severity
+from preflight.model.host_choice import SLOW_GROUP, SLOW_LINK, SLOW_MEASURED, SLOW_NAMED, SLOW_NONE, SLOW_SUSPECT
+from preflight.registry import EngineCheck
+
+
+@dataclass(frozen=True)
+class Slowness:
+    """One piece of evidence that a host is slow: how strong (SLOW_*), its figure as a fraction of
+    its peers' (None: no figure), and one line saying where it comes from."""
+
+    host: str
+    level: int
+    fraction: float | None
+    why: str
+
+
+SlownessSource = Callable[[JobReport], Iterable[Slowness]]
+
+
+def _findings_of(report: JobReport, *checks: EngineCheck[Any]) -> Iterator[Finding]:
+    ids = {check.id for check in checks}
+    return (f for f in report.findings if f.check_id in ids)
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _numbers(value: object) -> list[float]:
+    return [n for n in (_number(v) for v in value) if n is not None] if isinstance(value, list) else []
+
+
+def _percent(fraction: float | None) -> str:
+    return "" if fraction is None else f" ({fraction:.0%} of its peers)"
+
+
+def named_slow_hosts(report: JobReport) -> Iterator[Slowness]:
+    """Hosts localization named slow against known-good hosts (pairwise BW005, group testing BW012)."""
+    for finding in _findings_of(report, probe_findings.slow_host, probe_findings.slow_host_group_tested):
+        fractions = _numbers(finding.data.get("fractions")) or _numbers([finding.data.get("fraction")])
+        fraction = min(fractions) if fractions else None
+        for host in finding.hosts:
+            yield Slowness(host, SLOW_NAMED, fraction, f"{finding.check_id} named it slow{_percent(fraction)}")
+
+
+def cross_dim_suspects(report: JobReport) -> Iterator[Slowness]:
+    """Hosts of a rank that sits in slow groups of several dimensions (BW004)."""
+    for finding in _findings_of(report, probe_findings.cross_dim_suspect):
+        for host in finding.hosts:
+            yield Slowness(host, SLOW_SUSPECT, None, f"{finding.check_id}: in slow groups of several dimensions")
+
+
+def slow_link_ends(report: JobReport) -> Iterator[Slowness]:
+    """Both ends of a confirmed slow link (BW006): dropping either one removes the link."""
+    for finding in _findings_of(report, probe_findings.slow_link):
+        fraction = _number(finding.data.get("fraction"))
+        for host in sorted(set(finding.hosts)):
+            yield Slowness(host, SLOW_LINK, fraction, f"{finding.check_id}: one end of a slow link{_percent(fraction)}")
+
+
+def straggler_members(report: JobReport) -> Iterator[Slowness]:
+    """The hosts of a confirmed slow group (BW003), at the group's figure (the confirming pass's
+    where there is one)."""
+    for finding in _findings_of(report, probe_findings.straggler_group):
+        data = finding.data
+        mine = _number(data.get("confirm_busbw_gbps")) or _number(data.get("busbw_gbps"))
+        theirs = _number(data.get("confirm_siblings_median_gbps")) or _number(data.get("siblings_median_gbps"))
+        fraction = mine / theirs if mine is not None and theirs else None
+        for host in sorted(set(finding.hosts)):
+            yield Slowness(host, SLOW_GROUP, fraction,
+                           f"{finding.check_id}: in slow {data.get('dim', '?')} group {data.get('group_index', '?')}"
+                           f"{_percent(fraction)}")
+
+
+def measured_figures(report: JobReport) -> Iterator[Slowness]:
+    """The probes' raw figures, one per host: the geometric mean, over the groups it is in, of the
+    group's busbw as a fraction of its dimension's fastest group (same op, the largest size;
+    dimensions of two or more groups only). The fastest, not the median, is the yardstick: when
+    one host is in most groups of a dimension, most groups are slow. Unconfirmed: this only
+    orders hosts that no finding tells apart."""
+    largest: dict[tuple[str, str], int] = {}
+    for result in report.probes:
+        key = (result.dim, result.op)
+        largest[key] = max(largest.get(key, 0), result.size_bytes)
+    groups: dict[tuple[str, str], list[tuple[float, list[str]]]] = defaultdict(list)
+    for result in report.probes:
+        if result.size_bytes == largest[(result.dim, result.op)] and result.group_index >= 0:
+            groups[(result.dim, result.op)].append((result.busbw_gbps, result.hosts))
+    per_host: dict[str, list[float]] = defaultdict(list)
+    for members in groups.values():
+        fastest = max(busbw for busbw, _ in members)
+        if len(members) < 2 or fastest <= 0:
+            continue
+        for busbw, hosts in members:
+            for host in set(hosts):
+                per_host[host].append(max(busbw, 1e-12) / fastest)
+    for host, fractions in sorted(per_host.items()):
+        fraction = statistics.geometric_mean(fractions)
+        yield Slowness(host, SLOW_MEASURED, fraction,
+                       f"measured {fraction:.0%} of the fastest over {len(fractions)} probe group(s), no finding")
+
+
+# Strongest first is not required: each host keeps its strongest evidence, whatever the order.
+SLOWNESS_SOURCES: tuple[SlownessSource, ...] = (
+    named_slow_hosts, cross_dim_suspects, slow_link_ends, straggler_members, measured_figures,
+)
+
+
+def _host_order(report: JobReport) -> dict[str, tuple[int, list[int]]]:
+    """Every host of the job (those that reported and those the launcher placed ranks on) with
+    its lowest rank and its ranks, in the job's order."""
+    ranks: dict[str, set[int]] = defaultdict(set)
+    for facts in report.ranks:
+        if facts.host:
+            ranks[facts.host].add(facts.rank)
+        for rank, host in facts.world.expected_hosts.items():
+            if host:
+                ranks[host].add(rank)
+    for host in report.bad_hosts:
+        ranks.setdefault(host, set())
+    last = len(report.ranks) + 1
+    return {host: (min(r) if r else last, sorted(r)) for host, r in ranks.items()}
+
+
+def _faults(report: JobReport) -> dict[str, list[str]]:
+    """Per bad host, the error findings that name it (the exclude list's reasons)."""
+    bad = set(report.bad_hosts)
+    faults: dict[str, list[str]] = defaultdict(list)
+    for finding in report.findings:
+        if finding.severity != Severity.ERROR:
+            continue
+        for host in sorted(bad.intersection(finding.hosts)):
+            faults[host].append(f"{finding.check_id}: {finding.message[:160]}")
+    return faults
+
+
+def blocked_reason(report: JobReport) -> str:
+    """Why no host may be chosen from this run ("" when hosts can be)."""
+    if report.exit_code in (int(ExitCode.INCOMPLETE), int(ExitCode.BAD_INPUT)):
+        return f"the run is {report.verdict} (exit {report.exit_code}): it proves nothing about a host; {report.why}"
+    shared = job_error(report)
+    if shared is not None:
+        return (f"an error every host shares is the job's to fix, not a host's: {shared.check_id}: "
+                f"{shared.message[:200]}")
+    if not report.ranks:
+        return "no rank reported"
+    return ""
+
+
+def rank_hosts(report: JobReport, sources: Iterable[SlownessSource] = SLOWNESS_SOURCES) -> HostRanking:
+    """Every host of the run, best first, and whether any may be chosen (pure: reads the report only)."""
+    order = _host_order(report)
+    faults = _faults(report)
+    evidence: dict[str, list[Slowness]] = defaultdict(list)
+    for source in sources:
+        for item in source(report):
+            if item.host in order:
+                evidence[item.host].append(item)
+    shared = shared_host_names(report.ranks)
+    standings = []
+    for host, (first, ranks) in order.items():
+        items = evidence.get(host, [])
+        level = max((item.level for item in items), default=SLOW_NONE)
+        strongest = [item for item in items if item.level == level]
+        fractions = [item.fraction for item in strongest if item.fraction is not None]
+        counts = [sum(1 for item in items if item.level == at) for at in range(SLOW_NAMED + 1)]
+        ordered = sorted(items, key=lambda item: (-item.level, item.fraction if item.fraction is not None else 2.0))
+        standings.append(HostStanding(
+            host=host, order=first, ranks=ranks, nodes=max(1, len(shared.get(host, []))), faults=faults.get(host, []),
+            slow_level=level, slow_counts=counts, slow_fraction=min(fractions) if fractions else None,
+            slow_why=list(dict.fromkeys(item.why for item in ordered))[:4]))
+    standings.sort(key=_best_first)
+    return HostRanking(hosts=standings, blocked=blocked_reason(report))
+
+
+def _best_first(standing: HostStanding) -> tuple[bool, tuple[int, ...], float, int, str]:
+    """Healthy before faulty; less evidence of slowness first, compared from the strongest level
+    down (so any evidence at a stronger level outweighs all at weaker ones); a higher figure
+    first (no figure counts as on par); earlier in the job first; the name last, for a total order."""
+    fraction = standing.slow_fraction if standing.slow_fraction is not None else 1.0
+    return (not standing.healthy, tuple(reversed(standing.slow_counts)), -fraction, standing.order, standing.host)
+
+
+def choose_hosts(report: JobReport, keep: int) -> HostChoice:
+    """The best `keep` hosts of this run, and why the others are dropped."""
+    return rank_hosts(report).keep(keep)
