@@ -18,8 +18,9 @@ their severity: a confirmed straggler is slow whether it is reported as a warnin
 An error every host shares (`job_error`) blocks any choice: it is the job's to fix, and an
 incomplete run (exit 4) proves nothing about a host.
 
-Each kind of evidence is one `SlownessSource` in SLOWNESS_SOURCES. The device probes' per-GPU
-figures and the run history's per-host figures plug in as one more source each.
+Each kind of evidence is one `SlownessSource` in SLOWNESS_SOURCES: the collective probes'
+findings and raw figures, the device probes' slow devices (DEV003-DEV005) and the run history's
+drops (HIS002).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.checks import probe_findings
+from preflight.checks import device_probe, history_findings, probe_findings
 from preflight.lib.grouping import shared_host_names
 from preflight.lib.host_fault import job_error
 from preflight.model import ExitCode, Finding, HostChoice, HostRanking, HostStanding, JobReport, Severity
@@ -135,9 +136,33 @@ def measured_figures(report: JobReport) -> Iterator[Slowness]:
                        f"measured {fraction:.0%} of the fastest over {len(fractions)} probe group(s), no finding")
 
 
+def slow_devices(report: JobReport) -> Iterator[Slowness]:
+    """Hosts of a device slower than its siblings in both passes (matrix DEV003, copy DEV004, host
+    link DEV005): confirmed against same-model devices of this job, as localization's hosts are."""
+    checks = (device_probe.matrix_slow, device_probe.copy_slow, device_probe.host_link_slow)
+    for finding in _findings_of(report, *checks):
+        value, median = _number(finding.data.get("value")), _number(finding.data.get("siblings_median"))
+        fraction = value / median if value is not None and median else None
+        for host in finding.hosts:
+            why = f"{finding.check_id}: its device's {finding.data.get('figure', '?')} is slow{_percent(fraction)}"
+            yield Slowness(host, SLOW_NAMED, fraction, why)
+
+
+def history_drops(report: JobReport) -> Iterator[Slowness]:
+    """Hosts whose figures fell below their own recent history (HIS002): the same weight as a
+    confirmed slow group, since a whole job slowed alike shows here and nowhere else."""
+    for finding in _findings_of(report, history_findings.below_own_history):
+        value, median = _number(finding.data.get("value")), _number(finding.data.get("median"))
+        fraction = value / median if value is not None and median else None
+        for host in finding.hosts:
+            share = "" if fraction is None else f" ({fraction:.0%} of its median)"
+            yield Slowness(host, SLOW_GROUP, fraction, f"{finding.check_id}: below its own history{share}")
+
+
 # Strongest first is not required: each host keeps its strongest evidence, whatever the order.
 SLOWNESS_SOURCES: tuple[SlownessSource, ...] = (
-    named_slow_hosts, cross_dim_suspects, slow_link_ends, straggler_members, measured_figures,
+    named_slow_hosts, cross_dim_suspects, slow_link_ends, straggler_members, measured_figures, slow_devices,
+    history_drops,
 )
 
 

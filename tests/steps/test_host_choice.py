@@ -193,3 +193,21 @@ def test_keep_must_be_positive_and_ranking_is_pure() -> None:
         report.keep_hosts(0)
     assert rank_hosts(report) == rank_hosts(report) == report.host_ranking
     assert not report.keep_hosts(3).chosen  # more than there are
+
+
+def test_a_slow_device_and_a_drop_below_its_own_history_each_drop_their_host() -> None:
+    from preflight.checks import device_probe, history_findings
+    from preflight.model.device_probe import DeviceRow, Slow
+    from preflight.model.history_records import Drop, FigureRow, OwnPast
+
+    row = DeviceRow(rank=2, host="n3", kind="cuda", name="NVIDIA H100 80GB HBM3", index=0, uuid="GPU-3")
+    slow = device_probe.matrix_slow.report(Slow(row, "gemm_bf16", "TFLOP/s", 300.0, 780.0, [300.0, 305.0],
+                                                 [780.0, 781.0], 3, 0.85))
+    figure = FigureRow("collective", "n2", 40.0, "GB/s", host="n2", dim="dp", op="all_reduce", size_bytes=1 << 28)
+    drop = history_findings.below_own_history.report(Drop(figure, OwnPast("n2", figure.key, [90.0] * 10), 0.25))
+    report = built_report(host_facts(["n1", "n2", "n3", "n4"]), [*slow, *drop])
+    choice = report.keep_hosts(2)
+    assert choice.kept == ["n1", "n4"]
+    assert [d.host for d in choice.dropped] == ["n3", "n2"]  # the device, confirmed in this job, goes first
+    assert "DEV003" in choice.dropped[0].why and "38%" in choice.dropped[0].why
+    assert "HIS002" in choice.dropped[1].why and "44% of its median" in choice.dropped[1].why
