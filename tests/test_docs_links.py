@@ -127,3 +127,14 @@ def test_the_scanners_find_what_they_should() -> None:
     assert _exists("checks/nccl.py", Path(__file__)) and _exists("steps/verdict.py", Path(__file__))
     assert _exists("tests/helpers/ranks.spawn_env_ranks", Path(__file__))
     assert not _exists("tests/helpers/ranks.no_such_helper", Path(__file__))
+
+
+def test_the_architecture_layout_names_every_module() -> None:
+    """docs/architecture.md's layout block is complete: every module of the package is named in it."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    block = text[text.index("```\npreflight/\n"):]
+    block = block[: block.index("\n```", 4)]
+    words = set(re.findall(r"[\w.]+", block))
+    missing = sorted(str(path.relative_to(REPO)) for path in PACKAGE.rglob("*.py")
+                     if path.stem != "__init__" and path.stem not in words and path.name not in words)
+    assert not missing, f"docs/architecture.md's layout block does not name: {missing}"
