@@ -91,5 +91,7 @@ def test_a_foreign_client_forges_the_verdict_and_an_absent_ranks_payload(tmp_pat
     else:  # the attack a store open to the network allows, and the finding that says so
         assert not report.meta.authenticated
         assert blamed and "innocent" in report.bad_hosts
-        assert runs[1].returncode == 0  # the forged verdict was adopted
+        # The forged verdict sits in the store until rank 0 writes its own over it: rank 1 exits
+        # with whichever it reads first (the forgery is accepted, nothing proves either).
+        assert runs[1].returncode in (0, 3)
         assert [f.check_id for f in report.findings if f.check_id == "PORT005"] == ["PORT005"]

@@ -99,7 +99,7 @@ def test_a_sbatch_run_is_authenticated_and_refuses_a_forged_verdict_and_payload(
     """The script gives the job a secret of its own (the user set none): a foreign client on n3 that
     reaches MASTER_PORT forges the verdict (exit 0) and rank 2's payload blaming n2. Refused: the
     payload is RUN002, n2 is on no exclude list, and rank 1 on n2 ends with rank 0's code, 3."""
-    n1, n2, n3 = slurm_netns.node_names
+    n1, n2, n3 = slurm_netns.node_names[:3]
     env = _env(slurm_netns, tmp_path, PREFLIGHT=_forging(tmp_path, n3, innocent=n2), PREFLIGHT_TIMEOUT="30")
     assert "PREFLIGHT_SECRET" not in env
     job, state = slurm_netns.sbatch(SBATCH / "preflight.sbatch", ["-N", "3", "--ntasks-per-node=1"], [], env,

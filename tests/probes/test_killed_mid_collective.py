@@ -52,7 +52,9 @@ def kill_after_cross_checks(lead_stderr, pid_of_victim) -> int:
     return victim
 
 
-@pytest.mark.parametrize("world_size", [4, 8])
+# Suite time: one world size per launcher here (8 under env://, the variant that fails on the
+# old code; 4 under launch); benchmarks/killed_mid_collective.py runs 4 and 8 under both, 10 times each.
+@pytest.mark.parametrize("world_size", [8])
 def test_env_rank_killed_mid_all_reduce_is_the_only_one_called_dead_and_the_living_exit_with_rank_0(
         tmp_path: Path, world_size: int) -> None:
     report_path = tmp_path / "r.json"
@@ -74,7 +76,7 @@ def test_env_rank_killed_mid_all_reduce_is_the_only_one_called_dead_and_the_livi
             assert run.returncode == report["exit_code"], (rank, run.returncode, run.stdout[-1500:], run.stderr[-800:])
 
 
-@pytest.mark.parametrize("world_size", [4, 8])
+@pytest.mark.parametrize("world_size", [4])
 def test_launch_rank_killed_mid_all_reduce_is_the_only_one_called_dead(tmp_path: Path, world_size: int) -> None:
     """Under `preflight launch` torch's agent stops the other ranks once one dies: the launch's own
     exit code is rank 0's verdict, and the report calls only the killed rank dead."""
