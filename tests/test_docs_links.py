@@ -110,7 +110,9 @@ def test_paths_cited_in_docstrings_exist(source: Path) -> None:
     missing = []
     for line, text in _docstrings(source):
         named = set(REPO_PATH.findall(text)) | set(MD_FILE.findall(text))
-        missing += [f"line {line}: {name}" for name in sorted(named) if not _exists(name.rstrip("."), source)]
+        # A path above the repository (`../shared/LAB.md`, the lab notes beside a checkout) is not ours to check.
+        missing += [f"line {line}: {name}" for name in sorted(named)
+                    if not name.startswith("../") and not _exists(name.rstrip("."), source)]
     assert not missing, f"{source.relative_to(REPO)} cites files the repository does not have: {missing}"
 
 
