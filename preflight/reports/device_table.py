@@ -59,6 +59,12 @@ def shown_devices(report: JobReport, limit: int = MAX_DEVICES) -> list[DeviceRow
     return sorted(sorted(rows, key=_worst)[:limit], key=lambda r: r.rank)
 
 
+def hidden_line(report: JobReport) -> str:
+    """The line under the table when devices were left out of it ("" when none were)."""
+    hidden = len(report.device_probes) - len(shown_devices(report))
+    return f"... and {hidden} more device(s) near their siblings' median; see the HTML or JSON report" if hidden else ""
+
+
 def device_rows(report: JobReport, limit: int = MAX_DEVICES) -> list[list[str]]:
     """Rows for HEADERS, a row per device and figure; empty when the device probes did not run."""
     out = []

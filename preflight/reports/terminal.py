@@ -55,33 +55,24 @@ def render(report: JobReport, stream: TextIO) -> None:
                 Text(finding.check_id), Text(finding.message), Text(where(finding)), Text(finding.hint),
             )
         console.print(table)
-    probe_rows = probes_table.probe_rows(report)
-    if probe_rows:
-        probes = Table(title=probes_table.TITLE, expand=True)
-        for column in probes_table.HEADERS:
-            probes.add_column(column, overflow="fold")
-        for row in probe_rows:
-            probes.add_row(*(Text(cell) for cell in row))
-        console.print(probes)
+    _print_table(console, probes_table.TITLE, probes_table.HEADERS, probes_table.probe_rows(report))
     drift, more = text.drift_rows(report)
-    if drift:
-        table = Table(title=text.DRIFT_TITLE, expand=True)
-        for column in ("variable", "values"):
-            table.add_column(column, overflow="fold")
-        for row in drift:
-            table.add_row(*(Text(cell) for cell in row))
-        console.print(table)
-        if more:
-            console.print(Text(f"... and {more} more variable(s); see the HTML or JSON report"))
-    device_rows = device_table.device_rows(report)
-    if device_rows:
-        devices = Table(title=device_table.TITLE, expand=True)
-        for column in device_table.HEADERS:
-            devices.add_column(column, overflow="fold")
-        for row in device_rows:
-            devices.add_row(*(Text(cell) for cell in row))
-        console.print(devices)
-        hidden = len(report.device_probes) - len(device_table.shown_devices(report))
-        if hidden:
-            console.print(f"... and {hidden} more device(s) near their siblings' median; see the HTML or JSON report")
+    _print_table(console, text.DRIFT_TITLE, ["variable", "values"], drift,
+                 f"... and {more} more variable(s); see the HTML or JSON report" if more else "")
+    _print_table(console, device_table.TITLE, device_table.HEADERS, device_table.device_rows(report),
+                 device_table.hidden_line(report))
     console.print(Text(check_summary(report)))
+
+
+def _print_table(console: Console, title: str, headers: list[str], rows: list[list[str]], below: str = "") -> None:
+    """One table of plain cells (nothing when there are no rows), and the line under it if any."""
+    if not rows:
+        return
+    table = Table(title=title, expand=True)
+    for column in headers:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    console.print(table)
+    if below:
+        console.print(Text(below))

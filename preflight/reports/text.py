@@ -38,10 +38,8 @@ def _device_table(report: JobReport) -> list[str]:
     if not rows:
         return []
     lines = ["", device_table.TITLE, tabulate(rows, headers=device_table.HEADERS, tablefmt="simple")]
-    hidden = len(report.device_probes) - len(device_table.shown_devices(report))
-    if hidden:
-        lines.append(f"  ... and {hidden} more device(s) near their siblings' median; see the HTML or JSON report")
-    return lines
+    hidden = device_table.hidden_line(report)
+    return [*lines, f"  {hidden}"] if hidden else lines
 
 
 def _shown(value: str) -> str:
