@@ -34,7 +34,7 @@ from preflight.lib.interrupts import interrupts_raised
 from preflight.lib.mesh_shape import KNOWN_NAMES, WORLD_DIM, MeshDim, dim_groups
 from preflight.model import ExitCode, JobReport
 from preflight.model.job_groups import JobGroups
-from preflight.options import RunOptions
+from preflight.options import RunOptions, history_url
 from preflight.reports.targets import ReportTargets
 from preflight.runner import run_in_job
 from preflight.steps.launchers import resolve_world
@@ -93,7 +93,6 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("preflight.check: torch.distributed has no default process group; "
                            "call init_process_group (or init_device_mesh) first")
-    history = os.environ.get("PREFLIGHT_HISTORY", "") if history is None else history
     if on_failure not in ON_FAILURE:
         raise ValueError(f"preflight.check: on_failure={on_failure!r}: one of {', '.join(ON_FAILURE)}")
     world_size, rank = dist.get_world_size(), dist.get_rank()
@@ -108,7 +107,7 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
             out_dir=out_dir, reports=ReportTargets(json=json, html=html, junit=junit, text=text,  # type: ignore[arg-type]
                                                    exclude=exclude_file, quiet=quiet),  # type: ignore[arg-type]
             backend=backend, device_budget_s=device_budget_s, device_sustain_s=device_sustain_s,
-            history=history, metrics=metrics,  # type: ignore[arg-type]
+            history=history_url(history), metrics=metrics,  # type: ignore[arg-type]
             command_line=f"preflight.check({_mesh_repr(dims)})")
         options = replace(options, mesh=dims, world_size=world_size)
         world = resolve_world(os.environ)

@@ -396,6 +396,12 @@ def parse_expect(text: str) -> dict[str, float]:
     return expected
 
 
+def history_url(given: Any) -> Any:
+    """--history / `history=` when given, else $PREFLIGHT_HISTORY, else "" (no history): the one
+    place every front door (run, `preflight history`, preflight.check) resolves it."""
+    return given if given is not None else os.environ.get("PREFLIGHT_HISTORY", "")
+
+
 def check_history_url(url: str) -> str:
     """The --history URL when it is one preflight can use (sqlite:///path, postgresql://...); else BadInput."""
     from preflight.history.store import HistoryError, check_url  # SQLAlchemy only when a history is asked for

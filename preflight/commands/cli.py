@@ -20,7 +20,16 @@ from preflight.lib.hostlist import MAX_HOSTS
 from preflight.lib.interrupts import interrupts_raised
 from preflight.lib.numbers import ascii_int
 from preflight.model import ExitCode
-from preflight.options import BACKENDS, LOCALIZE, OPS, ReportTargets, RunOptions, parse_count, parse_seconds
+from preflight.options import (
+    BACKENDS,
+    LOCALIZE,
+    OPS,
+    ReportTargets,
+    RunOptions,
+    history_url,
+    parse_count,
+    parse_seconds,
+)
 
 SUBCOMMANDS = ("run", "launch", "list", "explain", "report", "history")
 
@@ -332,9 +341,6 @@ def _password_hidden(argv: Sequence[str], url: str | None) -> list[str]:
     return [word.replace(url, shown_url(url)) for word in argv]
 
 
-def history_url(flag: str | None) -> str:
-    """--history, else $PREFLIGHT_HISTORY, else "" (no history)."""
-    return flag if flag is not None else os.environ.get("PREFLIGHT_HISTORY", "")
 
 
 def _with_default_command(argv: list[str]) -> list[str]:

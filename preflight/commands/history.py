@@ -26,7 +26,7 @@ from pathlib import Path
 from preflight.lib.errors import BadInput
 from preflight.lib.numbers import ascii_decimal, ascii_int
 from preflight.model.history_records import HistoryFilters, RunView
-from preflight.options import check_history_url, parse_flaky
+from preflight.options import check_history_url, history_url, parse_flaky
 from preflight.reports.history_trends import series, spark
 
 ACTIONS = ("show", "exclude", "prune")
@@ -87,7 +87,7 @@ def parse_since(text: str) -> float:
 
 def run_history(args: argparse.Namespace) -> int:
     """The `history` subcommand; BadInput (one line, exit 2) when the history cannot be used."""
-    url = args.history if args.history is not None else os.environ.get("PREFLIGHT_HISTORY", "")
+    url = history_url(args.history)
     if not url:
         raise BadInput("no history: pass --history URL or set PREFLIGHT_HISTORY (docs/history.md)")
     check_history_url(url)
