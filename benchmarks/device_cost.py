@@ -22,9 +22,12 @@ from pathlib import Path
 def one(nproc: int, extra: list[str], out: Path) -> tuple[float, float, list[float]]:
     """(wall seconds, probes phase seconds, family seconds per rank) of one launch."""
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "preflight", "launch", "-n", str(nproc), "--quiet", "--json", str(out),
-                    *extra], capture_output=True, check=False)
+    done = subprocess.run([sys.executable, "-m", "preflight", "launch", "-n", str(nproc), "--quiet", "--json",
+                           str(out), *extra], capture_output=True, text=True, check=False)
     wall = time.perf_counter() - began
+    if not out.exists():  # no report: the launch itself failed, and its own words say why
+        raise SystemExit(f"device_cost: `preflight launch {' '.join(extra)}` exited {done.returncode} without a "
+                         f"report:\n{done.stderr[-2000:]}")
     report = json.loads(out.read_text())
     return wall, float(report["meta"]["phases"].get("probes", 0.0)), [r["elapsed_s"] for r in report["device_probes"]]
 

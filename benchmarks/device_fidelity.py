@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +53,10 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="the family's budget (default: its own)")
     args = parser.parse_args()
     kind = args.device
+    if kind == "cuda" and not torch.cuda.is_available():
+        print("device_fidelity.py --device cuda needs a GPU: torch sees no CUDA device "
+                         "(run --device cpu here, or on the device machine)", file=sys.stderr)
+        raise SystemExit(2)
     device = TorchDevice(kind, 0 if kind == "cuda" else None)
     if kind == "cuda":
         torch.cuda.set_device(0)

@@ -4,6 +4,11 @@
 # travel as wheels in .whl/). Results land in $OUT (default /tmp/preflight-gpu):
 #     bash benchmarks/gpu_session.sh
 set -uo pipefail
+# Before anything is installed or written: on a machine without a GPU, say so and stop.
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_session.sh needs a GPU: nvidia-smi lists none (run it on the device machine)" >&2
+  exit 2
+fi
 OUT=${OUT:-/tmp/preflight-gpu}
 RES=/tmp/preflight-gpu-results
 mkdir -p "$OUT" "$RES"

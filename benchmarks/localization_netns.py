@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mesh", default="dp2,tp2")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-    hosts = build_fake_hosts(4, "pfb")
+    hosts = build_fake_hosts(4, f"pfb{os.getpid() % 100000}")  # two runs at once never share a name
     folder = Path(tempfile.mkdtemp(prefix="pf-localize-"))
     try:
         for index in (int(x) for x in args.shaped.split(",") if x):

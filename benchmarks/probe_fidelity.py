@@ -20,6 +20,7 @@ import argparse
 import os
 import socket
 import statistics
+import sys
 import time
 from datetime import timedelta
 
@@ -72,9 +73,9 @@ def _worker(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
         for round_index in range(args.rounds):
             ses.store = dist.PrefixStore(f"{op}/{round_index}", base)
             records, status = session.run_steps(ses)
-            session.publish(ses.store, rank, world.host, records, status)
+            session.publish(ses.board, rank, world.host, records, status)
             if rank == 0:
-                got = collect.gather(ses.store, n, 120.0)
+                got = collect.gather(ses.board, n, 120.0)
                 (result,) = collect.results(got, got.hosts())
                 figures.setdefault(op, {}).setdefault("preflight", []).append(result.busbw_gbps)
             bare = _bare(op, size, args.iters, args.warmup, n, ses)
@@ -102,6 +103,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     args = parser.parse_args()
+    if args.backend == "nccl" and not torch.cuda.is_available():
+        print("probe_fidelity.py --backend nccl needs a GPU: torch sees no CUDA device "
+                         "(run --backend gloo here, or on the device machine)", file=sys.stderr)
+        raise SystemExit(2)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
