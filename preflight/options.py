@@ -115,7 +115,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "check_timeout_s", "probe_timeout_s"):
-            setattr(self, name, _bounded_number(name, getattr(self, name), MAX_SECONDS, "a number of seconds"))
+            setattr(self, name, bounded_seconds(name, getattr(self, name)))
         self.straggler_ratio = _bounded_number("straggler_ratio", self.straggler_ratio, MAX_RATIO, "a number")
         if self.device_budget_s is not None:
             self.device_budget_s = _bounded_number("device_budget_s", self.device_budget_s, MAX_SECONDS,
@@ -140,14 +140,11 @@ class RunOptions:
         if self.history:
             check_history_url(self.history)
         self.metrics = _path("metrics", self.metrics)
-        self.history_timeout_s = _bounded_number("history_timeout_s", self.history_timeout_s, MAX_SECONDS,
-                                                 "a number of seconds")
+        self.history_timeout_s = bounded_seconds("history_timeout_s", self.history_timeout_s)
         for name in ("flaky_failures", "flaky_window"):
             if _count(name, getattr(self, name)) is None:
                 raise BadOptionType(f"{option_name(name)} must be a whole number, not None")
-        if not 1 <= self.flaky_failures <= self.flaky_window <= MAX_FLAKY_WINDOW:
-            raise BadInput(f"--flaky {self.flaky_failures}/{self.flaky_window}: K/N with 1 <= K <= N <= "
-                           f"{MAX_FLAKY_WINDOW}")
+        check_flaky(self.flaky_failures, self.flaky_window)
         if self.world_size is not None:
             self.mesh = resolve_dims(self.mesh, self.world_size)
         names = {d.name for d in self.mesh} | {WORLD_DIM} | ({"dp"} if self.world_size is None else set())
@@ -205,6 +202,17 @@ def _bounded_number(name: str, value: Any, maximum: float, what: str) -> float:
     if not (math.isfinite(value) and 0 < value <= maximum):
         raise BadInput(f"{option_name(name)}={value!r}: must be above 0 and at most {maximum:g}")
     return float(value)
+
+
+def bounded_seconds(name: str, value: Any) -> float:
+    """A timeout in seconds: above 0, at most MAX_SECONDS (RunOptions' and `preflight history`'s alike)."""
+    return _bounded_number(name, value, MAX_SECONDS, "a number of seconds")
+
+
+def check_flaky(failures: int, window: int) -> None:
+    """--flaky K/N as both `preflight run` and `preflight history exclude` take it: 1 <= K <= N <= the cap."""
+    if not 1 <= failures <= window <= MAX_FLAKY_WINDOW:
+        raise BadInput(f"--flaky {failures}/{window}: K/N with 1 <= K <= N <= {MAX_FLAKY_WINDOW}")
 
 
 def _count(name: str, value: Any) -> int | None:

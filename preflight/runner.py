@@ -38,7 +38,6 @@ from preflight.checks.run_findings import (
     stale_files_ignored,
     store_did_not_form,
 )
-from preflight.history import step as history
 from preflight.lib import secrets
 from preflight.lib.deadline import abandoned_alive
 from preflight.lib.errors import BadInput, Interrupted
@@ -52,7 +51,7 @@ from preflight.probes.nominal import annotate as annotate_nominal_rates
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable
-from preflight.steps import recheck, tcp_reach
+from preflight.steps import history, recheck, tcp_reach
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
 from preflight.steps.launchers import node_level, resolve_world
 from preflight.steps.phases import Phases, phase_display

@@ -60,6 +60,9 @@ RULES = [
     ("preflight.lib", ("preflight.model",)),
     ("preflight.checks", ("preflight.registry", "preflight.model", "preflight.lib")),
     ("preflight.reports", ("preflight.model", "preflight.lib")),
+    # The history library (schema, store, record, judge, queries): data in and out of the database.
+    # The run's use of it (steps/history.py) and its renderings (reports/) sit above it.
+    ("preflight.history", ("preflight.model", "preflight.lib")),
     # The registry imports the checks package only to discover it (load_builtin_checks).
     ("preflight.registry", ("preflight.model", "preflight.lib", "preflight.checks")),
 ]
@@ -81,6 +84,17 @@ def test_nothing_but_the_two_front_doors_imports_the_runner() -> None:
     """The CLI (`preflight`) and the in-job API (`preflight.check`, preflight/api.py) run the steps; nothing else."""
     importers = sorted(name for name, path in modules().items() if "preflight.runner" in imports_of(path, name))
     assert importers == ["preflight.api", "preflight.commands.cli"]
+
+
+def test_options_and_history_do_not_import_each_other_in_a_cycle() -> None:
+    """The options check a --history URL with the history's store; the history reaches nothing of the
+    options, the steps, the runner or the commands (the runner's glue moved to steps/history.py)."""
+    assert "preflight.history.store" in reachable_from("preflight.options")
+    upward = sorted(target for name in modules() if within(name, "preflight.history")
+                    for target in reachable_from(name)
+                    if within(target, "preflight.options", "preflight.options_history", "preflight.steps",
+                              "preflight.runner", "preflight.commands", "preflight.checks", "preflight.reports"))
+    assert not upward, upward
 
 
 def reachable_from(start: str) -> set[str]:

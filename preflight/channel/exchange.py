@@ -39,6 +39,7 @@ from preflight.channel.store_join import ForeignStore, join_store, mark_store, r
 from preflight.channel.wire import RankPayload, to_wire
 from preflight.lib import secrets as secrets_lib
 from preflight.lib.errors import one_line
+from preflight.lib.files import atomic_write
 from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import MAX_POLL_S, wait_until
 from preflight.model import JobReport, World
@@ -165,7 +166,7 @@ class Exchange:
         """Send this rank's facts and findings to rank 0 (store and, if given, the dir)."""
         text = to_wire(payload)
         if self.out_dir is not None:
-            rank_files.atomic_write(self.out_dir / rank_files.rank_file(self.world.rank, self.nonce), text)
+            atomic_write(self.out_dir / rank_files.rank_file(self.world.rank, self.nonce), text)
         if self.store is not None:  # this rank's claim is in (open): a second claimant never gets here
             if self.secret:  # before the payload: rank 0 reads both once the arrival is listed
                 self.store.set(f"auth/{self.world.rank}",
@@ -297,7 +298,7 @@ class Exchange:
         if name == "verdict" and self.heartbeat is not None:
             self.heartbeat.stop()
         if self.out_dir is not None:
-            rank_files.atomic_write(self.out_dir / f"{name}.json", text)
+            atomic_write(self.out_dir / f"{name}.json", text)
         if self.store is not None:
             self.store.set(name, text)
 

@@ -11,8 +11,6 @@ them and says so (RUN009). A rank that could not reach the store has no nonce an
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -82,10 +80,3 @@ def read_decision(folder: Path, name: str, nonce: str, started: float) -> Any:
     return None
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "wb") as stream:
-        stream.write(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)

@@ -13,26 +13,19 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
-import re
 import statistics
 import sys
-import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path
 
-from preflight.lib.errors import BadInput
-from preflight.lib.numbers import ascii_decimal, ascii_int
-from preflight.model.history_records import HistoryFilters, RunView
-from preflight.options import check_history_url, history_url, parse_flaky
-from preflight.reports.history_trends import series, spark
+import msgspec
 
-ACTIONS = ("show", "exclude", "prune")
-_DURATION = re.compile(r"([0-9]{1,6})\s{0,4}([smhdw])", re.ASCII)
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-MAX_LAST = 100_000
+from preflight.lib.errors import BadInput
+from preflight.lib.files import atomic_write
+from preflight.model.codec import encode
+from preflight.model.history_records import HistoryFilters, RunView
+from preflight.options_history import ACTIONS, DEFAULT_FLAKY, HistoryOptions
+from preflight.reports.history_trends import series, spark
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,7 +47,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="write {runs: [...], hosts: [...]} as JSON (stdout without PATH) (default: not written)")
     parser.add_argument("--html", dest="html_path", metavar="PATH", help="write trend charts as one HTML file"
                                                                     " (default: not written)")
-    parser.add_argument("--flaky", nargs="?", const="3/10", default=None, metavar="K/N",
+    parser.add_argument("--flaky", nargs="?", const=DEFAULT_FLAKY, default=None, metavar="K/N",
                         help="exclude: hosts that failed in K of their last N runs (default 3/10)")
     parser.add_argument("--exclude-file", metavar="PATH", help="exclude: also write the hosts here, one per line"
                                                           " (default: not written)")
@@ -64,80 +57,50 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="seconds to wait for the history (default 30)")
 
 
-def parse_age(text: str, flag: str) -> float:
-    """`90d` -> seconds (s, m, h, d, w)."""
-    match = _DURATION.fullmatch(text.strip())
-    if not match:
-        raise BadInput(f"{flag}: {text[:40]!r} is not an age (e.g. 90d, 12h, 2w)")
-    return int(match.group(1)) * _SECONDS[match.group(2)]
-
-
-def parse_since(text: str) -> float:
-    """An age before now (7d) or an ISO date/time (UTC when no zone): seconds since the epoch."""
-    if _DURATION.fullmatch(text.strip()):
-        return time.time() - parse_age(text, "--since")
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise BadInput(f"--since: {text[:40]!r} is neither an age (7d) nor a date (2026-01-31)") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment.timestamp()
-
-
 def run_history(args: argparse.Namespace) -> int:
     """The `history` subcommand; BadInput (one line, exit 2) when the history cannot be used."""
-    url = history_url(args.history)
-    if not url:
-        raise BadInput("no history: pass --history URL or set PREFLIGHT_HISTORY (docs/history.md)")
-    check_history_url(url)
-    args.timeout_s = ascii_decimal(args.timeout_s, "--timeout", maximum=3600.0)
-    if args.timeout_s <= 0:
-        raise BadInput("--timeout must be positive")
+    options = HistoryOptions.parse(
+        history=args.history, since=args.since, last=args.last, flaky=args.flaky, older_than=args.older_than,
+        timeout=args.timeout_s, action=args.action, host=args.host, gpu=args.gpu, check=args.check,
+        json_path=args.json_path, html_path=args.html_path, exclude_file=args.exclude_file)
     from preflight.history.store import HistoryError, missing_file, shown_url
 
     try:
-        if args.action == "prune":
-            return _prune(url, args)
-        if missing_file(url):
-            raise BadInput(f"no history at {shown_url(url)} yet (a run with --history creates it)")
-        if args.action == "exclude":
-            return _exclude(url, args)
-        return _show(url, args)
+        if options.action == "prune":
+            return _prune(options)
+        if missing_file(options.url):
+            raise BadInput(f"no history at {shown_url(options.url)} yet (a run with --history creates it)")
+        if options.action == "exclude":
+            return _exclude(options)
+        return _show(options)
     except HistoryError as exc:
         raise BadInput(str(exc)) from None
 
 
-def _prune(url: str, args: argparse.Namespace) -> int:
-    if not args.older_than:
-        raise BadInput("history prune needs --older-than AGE (e.g. 90d)")
+def _prune(options: HistoryOptions) -> int:
     from preflight.history.queries import prune
     from preflight.history.store import missing_file, shown_url, transaction
 
-    cutoff = time.time() - parse_age(args.older_than, "--older-than")
-    if missing_file(url):
-        raise BadInput(f"no history at {shown_url(url)}")
-    with transaction(url, args.timeout_s, write=True) as conn:
+    cutoff = time.time() - (options.older_than_s or 0.0)
+    if missing_file(options.url):
+        raise BadInput(f"no history at {shown_url(options.url)}")
+    with transaction(options.url, options.timeout_s, write=True) as conn:
         removed = prune(conn, cutoff)
     moment = datetime.datetime.fromtimestamp(cutoff, datetime.timezone.utc)
     print(f"pruned {removed} run(s) started before {moment:%Y-%m-%d %H:%M} UTC")
     return 0
 
 
-def _exclude(url: str, args: argparse.Namespace) -> int:
-    if args.flaky is None:
-        raise BadInput("history exclude needs --flaky [K/N] (the hosts that failed in K of their last N runs)")
+def _exclude(options: HistoryOptions) -> int:
     from preflight.history import judge
     from preflight.history.store import transaction
 
-    failures, window = parse_flaky(args.flaky)
-    if failures > window:
-        raise BadInput(f"--flaky {args.flaky}: K must not exceed N")
-    with transaction(url, args.timeout_s, write=False) as conn:
+    failures, window = options.flaky or (0, 0)  # validated: exclude always has --flaky
+    with transaction(options.url, options.timeout_s, write=False) as conn:
         flaky = [] if conn.info.get("preflight_empty") else judge.all_flaky(conn, failures, window)
     hosts = [f.host for f in flaky]
-    if args.exclude_file:
-        _write_atomically(Path(args.exclude_file), "".join(f"{h}\n" for h in hosts))
+    if options.exclude_file:
+        atomic_write(options.exclude_file, "".join(f"{h}\n" for h in hosts))
     for f in flaky:
         print(f"{f.host}\t# failed {f.failed} of its last {f.runs} runs")
     if not flaky:
@@ -145,38 +108,27 @@ def _exclude(url: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Write beside the target and rename over it: a scheduler reading the file never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    os.replace(temporary, path)
-
-
-def _show(url: str, args: argparse.Namespace) -> int:
+def _show(options: HistoryOptions) -> int:
     from preflight.history.queries import runs_shown
     from preflight.history.store import shown_url, transaction
 
-    last = ascii_int(args.last, "--last", minimum=1, maximum=MAX_LAST)
-    filters = HistoryFilters(host=args.host, gpu=args.gpu, check=args.check,
-                      since=parse_since(args.since) if args.since else None, last=last)
-    with transaction(url, args.timeout_s, write=False) as conn:
+    filters = options.filters()
+    with transaction(options.url, options.timeout_s, write=False) as conn:
         runs = [] if conn.info.get("preflight_empty") else runs_shown(conn, filters)
     summary = host_summary(runs)
-    document = {"history": shown_url(url), "filters": asdict(filters), "runs": [asdict(r) for r in runs],
-                "hosts": summary}
-    if args.json_path:
-        text = json.dumps(document, indent=1)
-        if args.json_path == "-":
-            print(text)
+    document = {"history": shown_url(options.url), "filters": filters, "runs": runs, "hosts": summary}
+    if options.json_path:
+        text = msgspec.json.format(encode(document), indent=1) + b"\n"  # the model types through the one codec
+        if options.json_path == "-":
+            sys.stdout.buffer.write(text)
+            sys.stdout.flush()
         else:
-            _write_atomically(Path(args.json_path), text + "\n")
-    if args.html_path:
+            atomic_write(options.json_path, text)
+    if options.html_path:
         from preflight.reports.history_html import write
 
-        write(runs, filters, shown_url(url), Path(args.html_path))
-    if args.json_path != "-":
+        write(runs, filters, shown_url(options.url), Path(options.html_path))
+    if options.json_path != "-":
         print_tables(runs, filters, summary)
     return 0
 

@@ -8,7 +8,6 @@ history's tables, judge, CLI and metrics take them without a schema change.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Sequence
 from dataclasses import asdict
 
@@ -16,6 +15,7 @@ from sqlalchemy import Connection, insert
 
 from preflight import __version__
 from preflight.history import schema
+from preflight.lib.iso_time import epoch
 from preflight.model import JobReport, ProbeDevice, ProbeResult
 from preflight.model.history_records import FigureRow
 
@@ -39,14 +39,6 @@ def figure_rows(results: Sequence[ProbeResult], devices: Sequence[ProbeDevice]) 
             if rank in gpu_of:
                 rows.append(FigureRow(subject=gpu_of[rank], host=host, gpu_uuid=gpu_of[rank], **shape))
     return rows
-
-
-def epoch(iso: str) -> float:
-    """Seconds since the epoch from the report's ISO time ("" or garbage: now)."""
-    try:
-        return datetime.datetime.fromisoformat(iso).timestamp()
-    except ValueError:
-        return datetime.datetime.now(datetime.timezone.utc).timestamp()
 
 
 def write_run(conn: Connection, report: JobReport) -> int:

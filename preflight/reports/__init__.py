@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
+from preflight.lib.files import replacing
 from preflight.model import JobReport
 from preflight.reports.targets import ReportTargets
 
@@ -50,14 +49,8 @@ def write_reports(report: JobReport, targets: ReportTargets) -> list[tuple[str, 
 
 
 def _write_whole(write: Callable[[JobReport, str], None], report: JobReport, path: str) -> None:
-    """Write to a temporary file beside `path`, then rename it over: a reader, or a launcher that
-    kills rank 0 mid-write (torchrun's agent stops the workers once one exits), never leaves
-    half a report where a whole one is expected."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    try:
+    """Write to a temporary file beside `path`, then rename it over (preflight/lib/files.py): a
+    reader, or a launcher that kills rank 0 mid-write (torchrun's agent stops the workers once
+    one exits), never leaves half a report where a whole one is expected."""
+    with replacing(path) as partial:
         write(report, str(partial))
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)

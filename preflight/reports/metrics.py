@@ -14,7 +14,7 @@ from collections import Counter
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
-from preflight.history.record import epoch
+from preflight.lib.iso_time import epoch
 from preflight.model import JobReport
 
 FIGURE_LABELS = ("host", "gpu", "rank", "dimension", "op", "size_bytes", "group")

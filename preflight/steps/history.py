@@ -76,7 +76,7 @@ def remember(report: JobReport, options: RunOptions) -> None:
             report.findings += _unusable(options.history, outcome.error,
                                          outcome.reason(options.history_timeout_s), "written")
     if options.metrics:
-        from preflight.history.metrics import write_metrics
+        from preflight.reports.metrics import write_metrics
 
         try:
             write_metrics(report, options.metrics)
