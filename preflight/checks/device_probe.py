@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-from preflight.model import Severity
+from preflight.lib.numbers import json_number
+from preflight.model import Finding, Severity
 from preflight.model.device_probe import BelowPeak, DeviceRow, Differs, Slow, Throttled
 from preflight.registry import Problem, Tags, engine_check
 
@@ -248,3 +250,20 @@ def device_could_not_run(rank: int, host: str, figure: str, why: str) -> Iterabl
     """A device figure could not be measured (the probe raised, or the rank's report never came)."""
     yield Problem(f"rank {rank} on {host or '?'}: {figure} could not be measured: {why}", ranks=[rank],
                   hosts=[host] if host else [], data={"figure": figure, "reason": why})
+
+
+@dataclass(frozen=True)
+class SlowDevice:
+    """DEV003-DEV005 as the spare-node choice reads them: which figure, and its value as a fraction
+    of its same-model siblings' median (None when the data has neither)."""
+
+    figure: str
+    fraction: float | None
+
+
+def slow_device(finding: Finding) -> SlowDevice:
+    """The figure and fraction of a slow-device finding (matrix_slow, copy_slow, host_link_slow), from its
+    data as `_slow_problem` writes it: the one reader of those keys."""
+    value, median = json_number(finding.data.get("value")), json_number(finding.data.get("siblings_median"))
+    return SlowDevice(figure=str(finding.data.get("figure", "?"))[:64],
+                      fraction=value / median if value is not None and median else None)

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from preflight.lib.numbers import json_number
 from preflight.lib.units import human_bytes
-from preflight.model import Severity
+from preflight.model import Finding, Severity
 from preflight.model.history_records import Drop, Flaky
 from preflight.registry import Problem, Tags, engine_check
+
+
+def drop_fraction(finding: Finding) -> float | None:
+    """HIS002 (below_own_history): the figure as a fraction of its own past median, from the data it
+    writes (None when the data has neither): the one reader of those keys (steps/host_choice.py)."""
+    value, median = json_number(finding.data.get("value")), json_number(finding.data.get("median"))
+    return value / median if value is not None and median else None
 
 
 @engine_check(

@@ -1,16 +1,20 @@
 """Collective probes: wrong data, hangs, slow groups, slow hosts and links, missed expectations.
 
 Engine-scope checks: the probes (preflight/probes/) measure and judge; these turn what they
-found into findings with one id, one severity and one hint each.
+found into findings with one id, one severity and one hint each. What other code reads back
+from a finding's `data` it reads through the typed readers at the end of this module, next
+to the code that writes it (the spare-node choice, steps/host_choice.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from preflight.lib.hostlist import ranks_text
+from preflight.lib.numbers import json_number, json_numbers
 from preflight.lib.units import human_bytes
-from preflight.model import ProbeResult, Severity
+from preflight.model import Finding, ProbeResult, Severity
 from preflight.model.probe_faults import Confirmed, Hang, Straggler
 from preflight.registry import Problem, Tags, engine_check
 
@@ -418,3 +422,38 @@ def localization_summary(method: str, suspects: list[str], good: list[str], roun
                   hosts=[],
                   data={"method": method, "suspects": suspects, "good": good, "rounds": rounds, "tests": tests,
                         "seconds": round(seconds, 3), "named": named, "unfinished": unfinished, **(extra or {})})
+
+
+# -- Readers of these findings' data (steps/host_choice.py): the keys are written above and read
+# only here, so a renamed key fails tests/checks/test_evidence_readers.py, not the spare-node choice.
+
+def slow_host_fraction(finding: Finding) -> float | None:
+    """BW005 / BW012: the lowest fraction of its known-good reference the host reached measured alone
+    (BW005's confirming pass, BW012's tests); None when the data has none."""
+    fractions = json_numbers(finding.data.get("fractions")) or json_numbers([finding.data.get("fraction")])
+    return min(fractions) if fractions else None
+
+
+def slow_link_fraction(finding: Finding) -> float | None:
+    """BW006: the slow pair's fraction of a known-good pair's bandwidth, measured alone."""
+    return json_number(finding.data.get("fraction"))
+
+
+@dataclass(frozen=True)
+class StragglerFigures:
+    """BW003 as the spare-node choice reads it: which group, and its busbw as a fraction of its
+    siblings' median (the confirming pass's where there is one; None when neither is in the data)."""
+
+    dim: str
+    group_index: int | None
+    fraction: float | None
+
+
+def straggler_figures(finding: Finding) -> StragglerFigures:
+    """BW003's group and figure from its data."""
+    data = finding.data
+    mine = json_number(data.get("confirm_busbw_gbps")) or json_number(data.get("busbw_gbps"))
+    theirs = json_number(data.get("confirm_siblings_median_gbps")) or json_number(data.get("siblings_median_gbps"))
+    index = json_number(data.get("group_index"))
+    return StragglerFigures(dim=str(data.get("dim", "?"))[:64], group_index=None if index is None else int(index),
+                            fraction=mine / theirs if mine is not None and theirs else None)

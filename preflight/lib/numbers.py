@@ -24,6 +24,18 @@ def shown(value: str, limit: int = 40) -> str:
     return f"{value[:limit]!r}... ({len(value)} characters)"
 
 
+def json_number(value: object) -> float | None:
+    """A number as JSON holds it (an int or a float, never a bool), as a float; None for anything else.
+
+    For reading a finding's free-form `data` back (a report reloaded from disk may hold anything)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def json_numbers(value: object) -> list[float]:
+    """The numbers of a JSON list (others skipped); [] when it is not a list."""
+    return [n for n in map(json_number, value) if n is not None] if isinstance(value, list) else []
+
+
 def is_ascii_int(text: str) -> bool:
     """True for 1 to MAX_DIGITS ASCII digits and nothing else (no sign, space, `²`, `٣` or `_`)."""
     return _INT.fullmatch(text) is not None

@@ -13,9 +13,11 @@ script's PREFLIGHT_SPARE=k, `JobReport.keep_hosts(n)`). The order, worst last:
    evidence below), then by the lowest figure at its strongest level;
 3. ties in the job's order: of equal hosts the later ones are dropped.
 
-Slowness is read from the findings' data, recognised by their check (by reference), never by
-their severity: a confirmed straggler is slow whether it is reported as a warning or an error.
-An error every host shares (`job_error`) blocks any choice: it is the job's to fix, and an
+Slowness is read from the findings' data through the typed readers beside the checks that
+write it (probe_findings.straggler_figures, device_probe.slow_device,
+history_findings.drop_fraction, ...), the findings recognised by their check (by reference),
+never by their severity: a confirmed straggler is slow whether it is reported as a warning or
+an error. An error every host shares (`job_error`) blocks any choice: it is the job's to fix, and an
 incomplete run (exit 4) proves nothing about a host.
 
 Each kind of evidence is one `SlownessSource` in SLOWNESS_SOURCES: the collective probes'
@@ -58,14 +60,6 @@ def _findings_of(report: JobReport, *checks: EngineCheck[Any]) -> Iterator[Findi
     return (f for f in report.findings if f.check_id in ids)
 
 
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _numbers(value: object) -> list[float]:
-    return [n for n in (_number(v) for v in value) if n is not None] if isinstance(value, list) else []
-
-
 def _percent(fraction: float | None) -> str:
     return "" if fraction is None else f" ({fraction:.0%} of its peers)"
 
@@ -73,8 +67,7 @@ def _percent(fraction: float | None) -> str:
 def named_slow_hosts(report: JobReport) -> Iterator[Slowness]:
     """Hosts localization named slow against known-good hosts (pairwise BW005, group testing BW012)."""
     for finding in _findings_of(report, probe_findings.slow_host, probe_findings.slow_host_group_tested):
-        fractions = _numbers(finding.data.get("fractions")) or _numbers([finding.data.get("fraction")])
-        fraction = min(fractions) if fractions else None
+        fraction = probe_findings.slow_host_fraction(finding)
         for host in finding.hosts:
             yield Slowness(host, SLOW_NAMED, fraction, f"{finding.check_id} named it slow{_percent(fraction)}")
 
@@ -89,7 +82,7 @@ def cross_dim_suspects(report: JobReport) -> Iterator[Slowness]:
 def slow_link_ends(report: JobReport) -> Iterator[Slowness]:
     """Both ends of a confirmed slow link (BW006): dropping either one removes the link."""
     for finding in _findings_of(report, probe_findings.slow_link):
-        fraction = _number(finding.data.get("fraction"))
+        fraction = probe_findings.slow_link_fraction(finding)
         for host in sorted(set(finding.hosts)):
             yield Slowness(host, SLOW_LINK, fraction, f"{finding.check_id}: one end of a slow link{_percent(fraction)}")
 
@@ -98,14 +91,11 @@ def straggler_members(report: JobReport) -> Iterator[Slowness]:
     """The hosts of a confirmed slow group (BW003), at the group's figure (the confirming pass's
     where there is one)."""
     for finding in _findings_of(report, probe_findings.straggler_group):
-        data = finding.data
-        mine = _number(data.get("confirm_busbw_gbps")) or _number(data.get("busbw_gbps"))
-        theirs = _number(data.get("confirm_siblings_median_gbps")) or _number(data.get("siblings_median_gbps"))
-        fraction = mine / theirs if mine is not None and theirs else None
+        group = probe_findings.straggler_figures(finding)
+        index = "?" if group.group_index is None else group.group_index
         for host in sorted(set(finding.hosts)):
-            yield Slowness(host, SLOW_GROUP, fraction,
-                           f"{finding.check_id}: in slow {data.get('dim', '?')} group {data.get('group_index', '?')}"
-                           f"{_percent(fraction)}")
+            yield Slowness(host, SLOW_GROUP, group.fraction,
+                           f"{finding.check_id}: in slow {group.dim} group {index}{_percent(group.fraction)}")
 
 
 def measured_figures(report: JobReport) -> Iterator[Slowness]:
@@ -141,19 +131,17 @@ def slow_devices(report: JobReport) -> Iterator[Slowness]:
     link DEV005): confirmed against same-model devices of this job, as localization's hosts are."""
     checks = (device_probe.matrix_slow, device_probe.copy_slow, device_probe.host_link_slow)
     for finding in _findings_of(report, *checks):
-        value, median = _number(finding.data.get("value")), _number(finding.data.get("siblings_median"))
-        fraction = value / median if value is not None and median else None
+        device = device_probe.slow_device(finding)
         for host in finding.hosts:
-            why = f"{finding.check_id}: its device's {finding.data.get('figure', '?')} is slow{_percent(fraction)}"
-            yield Slowness(host, SLOW_NAMED, fraction, why)
+            why = f"{finding.check_id}: its device's {device.figure} is slow{_percent(device.fraction)}"
+            yield Slowness(host, SLOW_NAMED, device.fraction, why)
 
 
 def history_drops(report: JobReport) -> Iterator[Slowness]:
     """Hosts whose figures fell below their own recent history (HIS002): the same weight as a
     confirmed slow group, since a whole job slowed alike shows here and nowhere else."""
     for finding in _findings_of(report, history_findings.below_own_history):
-        value, median = _number(finding.data.get("value")), _number(finding.data.get("median"))
-        fraction = value / median if value is not None and median else None
+        fraction = history_findings.drop_fraction(finding)
         for host in finding.hosts:
             share = "" if fraction is None else f" ({fraction:.0%} of its median)"
             yield Slowness(host, SLOW_GROUP, fraction, f"{finding.check_id}: below its own history{share}")
