@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from preflight.channel import run_auth
+from preflight.channel import keys, run_auth
 from preflight.channel.exchange import Exchange, RankPayload, agree_on_key
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import (
@@ -37,6 +37,7 @@ from preflight.checks.run_findings import (
     run_interrupted,
     stale_files_ignored,
     store_did_not_form,
+    store_value_refused,
 )
 from preflight.lib import secrets
 from preflight.lib.deadline import abandoned_alive
@@ -44,6 +45,7 @@ from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode, RankFacts, Severity, World
 from preflight.model.job_groups import JobGroups
+from preflight.model.messages import GoDecision, Verdict
 from preflight.options import RunOptions
 from preflight.probes import orchestrate as probes
 from preflight.probes.expectations import judge_profiles
@@ -187,7 +189,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.findings += found
         record.outcomes += outcomes
     go, reason = _decide_go(record)  # 7
-    exchange.announce("go", {"go": go, "reason": reason})
+    exchange.announce(keys.GO.key, GoDecision(go, reason))
     if not options.any_probes():
         return
     with phases.step("probes"):  # 8
@@ -216,21 +218,23 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
         print(f"preflight: rank {world.rank}: {check_id}cannot reach rank 0: {exchange.store_error}; "
               f"exit {int(ExitCode.INCOMPLETE)}")
         return int(ExitCode.INCOMPLETE)
-    decision = exchange.wait_for("go", options.timeout_s + VERDICT_MARGIN_S)  # 7
-    if decision and decision.get("go") and options.any_probes():
+    decision = exchange.wait_for(keys.GO.key, options.timeout_s + VERDICT_MARGIN_S)  # 7
+    if decision is not None and decision.go and options.any_probes():
         record.probes = probes.run_probes(world, options, exchange.store, groups, alive=exchange.liveness)  # 8
     recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.check_timeout_s)  # after step 8
     # This rank beats until here (channel/liveness.py): rank 0 waits for every rank that is alive.
-    verdict = exchange.wait_for("verdict", options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9
+    verdict = exchange.wait_for(keys.VERDICT.key, options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9
     exchange.acknowledge()
     exchange.leave()
+    for line in exchange.refused_lines():  # a foreign client's value under go or verdict: named, never adopted
+        print(f"preflight: rank {world.rank}: {store_value_refused.id}: {line}")
     if verdict is None:
         why = exchange.store_error or "rank 0 stopped answering"
         code = report_alone(record, exchange.out_dir, why)  # into --out-dir, where there is one
         print(f"preflight: rank {world.rank}: no verdict from rank 0 ({world.master_addr}:{world.master_port}): "
               f"{why}; exit {code}")
         return code
-    return int(verdict["exit_code"])
+    return verdict.exit_code
 
 
 def _decide_go(record: RunRecord) -> tuple[bool, str]:
@@ -251,6 +255,8 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
         exchange.heartbeat.stage("verdict")
     if not record.interrupted:  # the RDMA counters' second read, one per host: increases are NIC001
         record.findings += recheck.lead(exchange.store, _own_facts(record), record.all_facts, record.options)
+    for key, why in exchange.audit().items():  # a foreign client's value under the owner mark, go or verdict
+        record.findings += store_value_refused.report(key=key, reason=why)
     record.findings += history.recall(record)  # this run against its past (docs/history.md)
     report = build_report(record)
     history.remember(report, record.options)  # after the verdict; a failure is an info finding
@@ -262,7 +268,7 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
     record.report = report
     if exchange.job_store is not None:
         exchange.publish_report(report)  # preflight.check: every rank raises with the same report
-    exchange.announce("verdict", {"exit_code": report.exit_code, "verdict": report.verdict})
+    exchange.announce(keys.VERDICT.key, Verdict(report.exit_code, report.verdict))
     try:
         # Every rank that is alive (it beats) reads the verdict before the store goes: not a count
         # from rank 0's bookkeeping, which leaves out a rank whose payload was refused (RUN002).

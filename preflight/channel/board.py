@@ -1,15 +1,16 @@
 """The one typed access to a run's store: every value a model type through the one codec.
 
-A value is written with `write_value` (codec.encode) and read with `read_value` / `wait_value`
-/ `fetch_values` (codec.decode, bounded in size and depth): a value that is absent is None, and
+A value is written with `write_value` (codec.encode) and read with `read_value` / `decode_value`
+(codec.decode, bounded in size and depth): a value that is absent is None, and
 one that does not decode into its type is a `BadValue` naming the rank it came from, which the
 caller reports (RUN002-style) or ignores, never an exception. `fetch_raw` is the one chunked
 multi_get (FETCH_CHUNK keys per call: one call of 65,536 keys resets the connection; 1,024 is
 as fast).
 
-`Board` is the same, bound to one store, for code that holds a store for a while (the
-probes' session): outside preflight/channel/ nothing calls a store's methods itself
-(tests/test_architecture.py).
+`Board` is the typed face, bound to one store: it takes a row's key (channel/keys.py) and
+reads or writes the row's type, never a string and a type apart. Outside preflight/channel/
+nothing calls a store's methods itself (tests/test_architecture.py); the functions above are
+the channel's own primitives (liveness.py's rank lists and counters).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from preflight.channel.keys import Agreed, Counter, Key, RankList, Wire
 from preflight.lib.waiting import wait_until
 from preflight.model.codec import BadPayload, decode, encode
 
@@ -36,8 +38,9 @@ class BadValue:
     why: str
 
     def line(self) -> str:
-        """One line for a finding: which rank, which key, why."""
-        return f"bad value from rank {self.rank} under {self.key!r}: {self.why}"
+        """One line for a finding: which rank (when one is known), which key, why."""
+        writer = f" from rank {self.rank}" if self.rank >= 0 else ""
+        return f"bad value{writer} under {str(self.key)!r}: {self.why}"
 
 
 def write_value(store: Any, key: str, value: Any) -> None:
@@ -61,14 +64,6 @@ def read_value(store: Any, key: str, into: type[T], rank: int, max_bytes: int = 
     if not store.check([key]):
         return None
     return decode_value(store.get(key), into, key, rank, max_bytes)
-
-
-def wait_value(store: Any, key: str, into: type[T], rank: int, timeout_s: float,
-               stop_if: Callable[[], bool] | None = None) -> T | BadValue | None:
-    """Wait (bounded) for `key`, then read it; None when it did not come in time."""
-    if not wait_until(lambda: store.check([key]), timeout_s, stop_if=stop_if):
-        return None
-    return read_value(store, key, into, rank)
 
 
 def fetch_raw(store: Any, keys: Sequence[str], partial: bool = True) -> list[bytes | None]:
@@ -96,13 +91,6 @@ def set_raw_many(store: Any, keys: Sequence[str], value: str) -> None:
         store.multi_set(chunk, [value] * len(chunk))
 
 
-def fetch_values(store: Any, keys: Sequence[str], into: type[T], ranks: Sequence[int], partial: bool = True
-                 ) -> list[T | BadValue | None]:
-    """Every key's value as `into` (chunked, see fetch_raw): None where absent, BadValue naming its rank."""
-    return [None if raw is None else decode_value(raw, into, key, rank)
-            for key, rank, raw in zip(keys, ranks, fetch_raw(store, keys, partial), strict=True)]
-
-
 def count(store: Any, key: str, by: int = 1) -> int:
     """Add `by` to the counter under `key` (0 reads it); its new value."""
     return int(store.add(key, by))
@@ -114,47 +102,78 @@ def present(store: Any, key: str) -> bool:
 
 
 class Board:
-    """A store, as code outside the channel sees it: typed values under keys (the functions above)."""
+    """A store, as code outside the channel sees it: typed values under keys of channel/keys.py's table.
+
+    Every method takes a `Key` (a row's key: `keys.RESULT.at(rank)`), never a string and a type:
+    a value is written as, and read into, its row's type; a counter is only counted."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
 
-    def put(self, key: str, value: Any) -> None:
-        """Publish a model value under `key`."""
-        write_value(self.store, key, value)
+    def put(self, key: Key[T], value: T) -> None:
+        """Publish a value of the key's type under it."""
+        write_value(self.store, _message(key), value)
 
-    def read(self, key: str, into: type[T], rank: int) -> T | BadValue | None:
+    def read(self, key: Key[T], rank: int) -> T | BadValue | None:
         """The value under `key`; None when absent, BadValue naming `rank` when it does not decode."""
-        return read_value(self.store, key, into, rank)
+        return read_value(self.store, key, _message(key).family.type, rank, _limit(key))
 
-    def wait(self, key: str, into: type[T], rank: int, timeout_s: float,
+    def wait(self, key: Key[T], rank: int, timeout_s: float,
              stop_if: Callable[[], bool] | None = None) -> T | BadValue | None:
         """Wait (bounded) for `key`, then read it; None when it did not come in time."""
-        return wait_value(self.store, key, into, rank, timeout_s, stop_if)
+        if not wait_until(lambda: self.store.check([key]), timeout_s, stop_if=stop_if):
+            return None
+        return self.read(key, rank)
 
-    def has(self, key: str) -> bool:
+    def has(self, key: Key[Any]) -> bool:
         """Whether `key` has a value."""
-        return present(self.store, key)
+        return present(self.store, _row(key))
 
-    def has_all(self, keys: Sequence[str]) -> bool:
+    def has_all(self, keys: Sequence[Key[Any]]) -> bool:
         """Whether every one of `keys` has a value (one store call)."""
-        return bool(self.store.check(list(keys)))
+        return bool(self.store.check([_row(k) for k in keys]))
 
-    def count(self, key: str, by: int = 1) -> int:
+    def count(self, key: Key[int], by: int = 1) -> int:
         """Add `by` to the counter under `key` (0 reads it); its new value."""
+        if _row(key).family.type is not Counter:
+            raise TypeError(f"{key!r} is not a counter (channel/keys.py)")
         return count(self.store, key, by)
 
-    def fetch(self, keys: Sequence[str], into: type[T], ranks: Sequence[int], partial: bool = True
+    def fetch(self, keys: Sequence[Key[T]], ranks: Sequence[int], partial: bool = True
               ) -> list[T | BadValue | None]:
         """Every key's value, chunked (see fetch_raw); None where absent, BadValue naming its rank."""
-        return fetch_values(self.store, keys, into, ranks, partial)
+        if not keys:
+            return []
+        into, limit = _message(keys[0]).family.type, _limit(keys[0])
+        return [None if raw is None else decode_value(raw, into, key, rank, limit)
+                for key, rank, raw in zip(keys, ranks, fetch_raw(self.store, keys, partial), strict=True)]
 
-    def agree(self, key: str, proposal: str) -> bytes:
+    def agree(self, key: Key[str], proposal: str) -> bytes:
         """First writer wins: the value under `key` after proposing `proposal` (set only when absent)."""
+        if _row(key).family.type is not Agreed:
+            raise TypeError(f"{key!r} is not agreed through the store (channel/keys.py)")
         return bytes(self.store.compare_set(key, "", proposal))
 
     def under(self, prefix: str) -> Board:
-        """The same store under a further key prefix (torch's PrefixStore)."""
+        """The same store under a further key prefix (torch's PrefixStore; keys.PROBE_PREFIX, SECOND_PREFIX)."""
         from torch.distributed import PrefixStore
 
         return Board(PrefixStore(prefix, self.store))
+
+
+def _row(key: Any) -> Key[Any]:
+    """`key` when it is a row's key; TypeError for a bare string (a key outside the table)."""
+    if not isinstance(key, Key):
+        raise TypeError(f"{key!r} is not a key of channel/keys.py's table")
+    return key
+
+
+def _message(key: Any) -> Key[Any]:
+    """`key` when its row carries a message type (not a counter, rank list or agreed text)."""
+    if _row(key).family.type in (Counter, RankList, Agreed, Wire):
+        raise TypeError(f"{key!r} holds a {key.family.type.__name__}, not a message")
+    return key
+
+
+def _limit(key: Key[Any]) -> int:
+    return key.family.max_bytes or MAX_VALUE_BYTES

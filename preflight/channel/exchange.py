@@ -23,31 +23,30 @@ channel/rank_files.py the --out-dir side; channel/roster.py claims and beats in 
 from __future__ import annotations
 
 import dataclasses
-import json
 import secrets
 import socket
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from preflight.channel import rank_files, roster, run_auth
-from preflight.channel.board import fetch_raw
+from preflight.channel import keys, rank_files, roster, run_auth
+from preflight.channel.board import BadValue, Board, fetch_raw
 from preflight.channel.collected import Collected, accept_many, own_findings_only
-from preflight.channel.keys import ARRIVALS_KEY, payload_key
+from preflight.channel.keys import Key, append_rank
 from preflight.channel.liveness import Heartbeat, RankLiveness
-from preflight.channel.store_join import ForeignStore, join_store, mark_store, run_prefix
+from preflight.channel.store_join import ForeignStore, join_store, mark_store, read_mark, run_prefix
 from preflight.channel.wire import RankPayload, to_wire
-from preflight.lib import secrets as secrets_lib
 from preflight.lib.errors import one_line
 from preflight.lib.files import atomic_write
 from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import MAX_POLL_S, wait_until
 from preflight.model import JobReport, World
-from preflight.model.codec import decode, encode
+from preflight.model.codec import encode
+from preflight.model.messages import GoDecision, OwnerMark, Verdict
 
 __all__ = ["Collected", "Exchange", "RankPayload", "agree_nonce", "own_findings_only"]
 
-NONCE_KEY = rank_files.NONCE_KEY
+Decision = TypeVar("Decision", GoDecision, Verdict)
 HELD_PORT_JOIN_S = 2.0  # a rank 0 that could not host looks this long for another job's store on its port
 
 
@@ -80,6 +79,12 @@ class Exchange:
         self.dead: dict[int, object] = {}  # rank 0: ranks found dead during the collect
         self.nonce = ""  # this run's identity, agreed through the store; "" without one
         self.secret = run_auth.run_secret()  # the launcher's per-run secret, if any (channel/run_auth.py)
+        # Values refused under a decision's key (go, verdict, the owner mark): key -> why. A
+        # follower says so as it leaves; rank 0's audit() makes them findings (RUN010).
+        self.refused: dict[str, str] = {}
+        self._root: Any = None  # rank 0 hosting: the store's root (its owner mark) ...
+        self._mark: OwnerMark | None = None  # ... and the mark it wrote there
+        self._announced: dict[str, GoDecision | Verdict] = {}  # rank 0: what it wrote under go / verdict
 
     # -- forming the channel -------------------------------------------------------------
 
@@ -127,7 +132,7 @@ class Exchange:
                 )
                 # Port 0 (single process) means "any free port": record the one we got.
                 self.world.master_port = store.port
-                mark_store(store, self.world)  # clients refuse a store another run marked
+                self._root, self._mark = store, mark_store(store, self.world)  # clients refuse another run's mark
             else:
                 # With a shared-dir fallback, give up on the store early enough that the dir
                 # still reaches rank 0 before its own deadline.
@@ -169,15 +174,18 @@ class Exchange:
             atomic_write(self.out_dir / rank_files.rank_file(self.world.rank, self.nonce), text)
         if self.store is not None:  # this rank's claim is in (open): a second claimant never gets here
             if self.secret:  # before the payload: rank 0 reads both once the arrival is listed
-                self.store.set(f"auth/{self.world.rank}",
+                self.store.set(keys.AUTH.at(self.world.rank),
                                run_auth.payload_proof(self.secret, self.nonce, self.world.rank, text))
-            self.store.set(payload_key(self.world.rank), text)
+            self.store.set(keys.PAYLOAD.at(self.world.rank), text)
             # The arrival list lets rank 0 fetch only new payloads: O(new ranks) per poll.
-            self.store.append(ARRIVALS_KEY, f"{self.world.rank},")
-            self.store.add("reported", 1)
+            append_rank(self.store, keys.ARRIVALS.key, self.world.rank)
 
-    def wait_for(self, name: str, timeout_s: float) -> dict[str, Any] | None:
-        """Wait for a value rank 0 publishes (go, verdict); None when the deadline passes.
+    def wait_for(self, key: Key[Decision], timeout_s: float) -> Decision | None:
+        """Wait for a decision rank 0 publishes (keys.GO, keys.VERDICT); None when the deadline passes.
+
+        Only a value of the key's type (model/messages.py), of this run (its nonce) and, with a
+        run secret, proven by it is adopted; anything else under the key (a foreign client's
+        `[1]`) is refused, noted in `refused`, and the wait goes on for rank 0's own.
 
         The deadline is pushed on while rank 0's heartbeat advances (channel/liveness.py). The
         poll backs off to a ceiling that grows with N (`follower_poll_s`), so thousands of
@@ -188,7 +196,7 @@ class Exchange:
             return None
         owner = self.liveness or RankLiveness(self.store, self.world.world_size, self.world.rank)
         deadline = owner.lead_deadline(timeout_s)
-        return wait_until(lambda: self._read_published(name), deadline.time_left,
+        return wait_until(lambda: self._read_published(key), deadline.time_left,
                           stop_if=lambda: not self.has_channel(), max_poll_s=follower_poll_s(self.world.world_size))
 
     def lead_heartbeat(self) -> Heartbeat:
@@ -202,29 +210,37 @@ class Exchange:
         """Whether anything can still arrive: a store, or a shared directory."""
         return self.store is not None or self.out_dir is not None
 
-    def _read_published(self, name: str) -> dict[str, Any] | None:
+    def _read_published(self, key: Key[Decision]) -> Decision | None:
         if self.store is not None:
             try:
-                if self.store.check([name]):
-                    value = json.loads(self.store.get(name))
-                    if self._proven_decision(name, value):
-                        return value
+                value = Board(self.store).read(key, -1)
             except Exception:
-                self.store = None  # rank 0 went away; the dir may still answer
+                self.store, value = None, None  # rank 0 went away; the dir may still answer
+            if (adopted := self._adopted(key, value)) is not None:
+                return adopted
         if self.out_dir is not None:
-            value = rank_files.read_decision(self.out_dir, name, self.nonce, self.started)
-            if value is not None and self._proven_decision(name, value):
-                return value
+            return self._adopted(key, rank_files.read_decision(self.out_dir, key, self.nonce, self.started))
         return None
 
-    def _proven_decision(self, name: str, value: Any) -> bool:
-        """Without a run secret, any decision; with one, only one whose proof holds (else a forgery, ignored)."""
-        if not self.secret:
-            return True
-        if not isinstance(value, dict):
-            return False
-        unproven = {k: v for k, v in value.items() if k != run_auth.PROOF_KEY}
-        return run_auth.valid(self.secret, value.get(run_auth.PROOF_KEY), name, json.dumps(unproven, sort_keys=True))
+    def _adopted(self, key: Key[Decision], value: Decision | BadValue | None) -> Decision | None:
+        """`value` when it is this run's decision; None (the reason noted in `refused`) when it is not."""
+        if value is None:
+            return None
+        why = (value.why if isinstance(value, BadValue) else
+               f"another run's (nonce {value.nonce[:32]!r})" if self.nonce and value.nonce != self.nonce else
+               "" if not self.secret or run_auth.proven(self.secret, key, value) else "its proof does not hold")
+        if not why:
+            return value
+        self._refuse(key, why)
+        return None
+
+    def _refuse(self, key: str, why: str) -> None:
+        forged = f"refused as forged (no valid proof of {run_auth.SECRET_VAR}): " if self.secret else "refused: "
+        self.refused.setdefault(str(key), f"{forged}{why[:200]}")
+
+    def refused_lines(self) -> list[str]:
+        """One line per key under which a value was refused (for a follower to print as it leaves)."""
+        return [f"the value under {key!r} was {why}" for key, why in sorted(self.refused.items())]
 
     def acknowledge(self) -> None:
         """Tell rank 0 this rank has read the verdict, so it may take the store down."""
@@ -267,9 +283,10 @@ class Exchange:
         if self.store is None:
             return
         # Read as the claims are: any client can append to the list, so only ASCII ranks of this world count.
-        new = sorted(roster.listed(self.store, ARRIVALS_KEY, self.world.world_size) - collected.heard(self.world.rank))
+        listed = roster.listed(self.store, keys.ARRIVALS.key, self.world.world_size)
+        new = sorted(listed - collected.heard(self.world.rank))
         # Chunked (board.fetch_raw): one multi_get of 100k keys resets the connection.
-        raws = [raw if raw is not None else b"" for raw in fetch_raw(self.store, [payload_key(r) for r in new])]
+        raws = [raw if raw is not None else b"" for raw in fetch_raw(self.store, [keys.PAYLOAD.at(r) for r in new])]
         if self.secret:
             new, raws = self._proven(collected, new, raws)
         accept_many(collected, new, raws)
@@ -277,8 +294,7 @@ class Exchange:
     def _proven(self, collected: Collected, ranks: list[int], raws: list[bytes]) -> tuple[list[int], list[bytes]]:
         """The payloads whose proof of the run secret holds; the others are RUN002, not read."""
         assert self.secret is not None
-        keys = [f"auth/{r}" for r in ranks]
-        proofs = [raw if raw is not None else b"" for raw in fetch_raw(self.store, keys)]
+        proofs = [raw if raw is not None else b"" for raw in fetch_raw(self.store, [keys.AUTH.at(r) for r in ranks])]
         kept: tuple[list[int], list[bytes]] = ([], [])
         for rank, raw, claimed in zip(ranks, raws, proofs, strict=True):
             if run_auth.valid_payload(self.secret, bytes(claimed).decode(errors="replace"), self.nonce, rank, raw):
@@ -289,18 +305,47 @@ class Exchange:
                                                 "(a foreign process, or a rank with another secret)")
         return kept
 
-    def announce(self, name: str, value: dict[str, Any]) -> None:
-        """Rank 0: publish a decision (go, verdict) to every rank, naming this run's nonce."""
-        value = {**value, NONCE_KEY: self.nonce}
-        if self.secret:  # a rank adopts only a decision proven by this run's secret
-            value[run_auth.PROOF_KEY] = run_auth.proof(self.secret, name, json.dumps(value, sort_keys=True))
-        text = json.dumps(value)
-        if name == "verdict" and self.heartbeat is not None:
+    def announce(self, key: Key[Decision], value: Decision) -> None:
+        """Rank 0: publish a decision (keys.GO, keys.VERDICT) to every rank, naming this run's nonce.
+
+        Whatever a foreign client wrote under the key before is noted (audit) and overwritten."""
+        value = run_auth.signed(self.secret, key, dataclasses.replace(value, nonce=self.nonce, proof=""))
+        if key == keys.VERDICT.key and self.heartbeat is not None:
             self.heartbeat.stop()
         if self.out_dir is not None:
-            atomic_write(self.out_dir / f"{name}.json", text)
+            atomic_write(self.out_dir / f"{key}.json", encode(value))
         if self.store is not None:
-            self.store.set(name, text)
+            self._look_before_writing(key)
+            self._announced[key] = value
+            Board(self.store).put(key, value)
+
+    def _look_before_writing(self, key: Key[Any]) -> None:
+        """Rank 0, before its decision: anything already under the key is a foreign client's."""
+        try:
+            found = Board(self.store).read(key, -1)
+        except Exception:  # the store went away: the write below says so
+            return
+        if found is not None and found != self._announced.get(key):
+            self._refuse(key, "written before rank 0 wrote its own" + (
+                f" ({found.why})" if isinstance(found, BadValue) else " (not by rank 0: a foreign client)"))
+
+    def audit(self) -> dict[str, str]:
+        """Rank 0, before building the report: every key of a decision a foreign client wrote under
+        (the owner mark changed, `go` not the one rank 0 wrote, a `verdict` before rank 0's), key -> why."""
+        if self.store is not None:
+            if keys.GO.key in self._announced:
+                self._look_before_writing(keys.GO.key)
+            if keys.VERDICT.key not in self._announced:
+                self._look_before_writing(keys.VERDICT.key)
+        if self._root is not None and self._mark is not None:
+            try:
+                mark = read_mark(self._root)
+            except Exception:
+                mark = self._mark
+            if mark != self._mark:
+                self._refuse(keys.OWNER.key, "not the mark rank 0 wrote" + (
+                    f" ({mark.why})" if isinstance(mark, BadValue) else " (a foreign client overwrote it)"))
+        return dict(self.refused)
 
     def publish_report(self, report: JobReport) -> None:
         """Rank 0, before the verdict (preflight.check only): the report every rank raises with.
@@ -308,16 +353,15 @@ class Exchange:
         Without the per-rank facts: those stay in rank 0's report files; every rank gets the
         verdict, the findings and the probe results, O(findings) not O(N) per rank."""
         if self.store is not None:
-            self.store.set("report", encode(dataclasses.replace(report, ranks=[])))
+            Board(self.store).put(keys.REPORT.key, dataclasses.replace(report, ranks=[]))
 
     def read_report(self) -> JobReport | None:
         """Another rank, after the verdict: the report rank 0 published (None when none arrived)."""
         try:
-            if self.store is None or not self.store.check(["report"]):
-                return None
-            return decode(self.store.get("report"), JobReport)
-        except Exception:  # the store went away, or a payload that is not a report: the caller reports alone
+            report = Board(self.store).read(keys.REPORT.key, 0) if self.store is not None else None
+        except Exception:  # the store went away: the caller reports alone
             return None
+        return report if isinstance(report, JobReport) else None  # a value that is not a report: alone too
 
     def wait_for_acknowledgements(self, known_dead: set[int]) -> list[int]:
         """Rank 0: keep the store up until every rank that beats has read the verdict (channel/liveness.py).
@@ -338,15 +382,18 @@ def agree_on_key(store: Any) -> bytes | None:
     if store is None:
         return None
     try:
-        agreed = store.compare_set(secrets_lib.KEY_NAME, "", secrets.token_hex(32))
+        agreed = Board(store).agree(keys.SECRET_KEY.key, secrets.token_hex(32))
     except Exception:  # a store that went away: no key, secrets stay bare
         return None
-    return bytes(agreed) if agreed else None
+    return agreed or None
 
 
 def agree_nonce(store: Any) -> str:
-    """This run's random identity: the first rank to ask sets it, every other rank reads that one."""
-    return bytes(store.compare_set(NONCE_KEY, "", secrets.token_hex(8))).decode()
+    """This run's random identity: the first rank to ask sets it, every other rank reads that one.
+
+    Only its letters and digits count (any client can set it first; it names --out-dir files)."""
+    agreed = Board(store).agree(keys.NONCE.key, secrets.token_hex(8)).decode(errors="replace")
+    return "".join(c for c in agreed if c.isascii() and c.isalnum())[:64]
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,97 +1,173 @@
-"""Every key family of a run's store, in one place, and the rank lists some of them hold.
+"""The one table of the run's store: every key family a typed row.
 
-All keys live under the run's prefix (`preflight/<run id>/`, store_join.run_prefix); the
-probes' keys under a further `probe/` (probes/liveness.PROBE_PREFIX), the second measuring
-pass's under `probe/second/`. Each family carries one message type (model/messages.py), read
-through board.py; a counter (`store.add`) or a rank list (below) carries plain ASCII.
+Each row (`Family`) says what a family's keys look like (`pattern`), what each value is (its
+message type in model/, decoded by the one codec; or `Counter` / `RankList` / `Agreed` for the
+few values the store itself keeps, `Wire` for a rank's payload), who writes it and who reads it. Code
+names a key by its row (`VERDICT.key`, `RESULT.at(rank)`); a `Key` is the key's text carrying
+its row, so channel/board.py reads every value as its row's type and nothing else: no key
+string and no message type travel separately (tests/test_architecture.py: no key string
+outside this module). The nccl-tests idea, each collective one table row, applied to messages.
+
+All keys live under the run's prefix (`preflight/<run id>/`, store_join.run_prefix), except the
+owner mark, at the store's root beside it (`preflight/owner`); the probes' keys under a
+further `probe/` (PROBE_PREFIX), the second measuring pass's under `probe/second/`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import string
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from preflight.model import IbCounters, JobReport
+from preflight.model.device_probe import DeviceReport
+from preflight.model.messages import (
+    BoundRecord,
+    Claimant,
+    ConfirmPairs,
+    DeadRanks,
+    GoDecision,
+    LocalizePlan,
+    NoGpu,
+    OwnerMark,
+    PairSamples,
+    PairTimes,
+    ProbeReport,
+    ReachResult,
+    RemeasureSteps,
+    RoundPlan,
+    RoundTimes,
+    SetupStage,
+    Verdict,
+)
+from preflight.model.reachability import ReachListener
+
+T = TypeVar("T")
+
+
+class Counter:
+    """A counter the store keeps (store.add): its value is the store's int, never a peer's text."""
+
+
+class RankList:
+    """A rank list: "r," appended by any number of writers (append_rank); garbage is ignored."""
+
+
+class Agreed:
+    """Plain ASCII agreed through the store, first writer wins (compare_set): never decoded."""
+
+
+class Wire:
+    """A rank's payload (channel/wire.RankPayload) in wire.py's compact form: to_wire / from_wire
+    (collected.py decodes it, bounded, and names the rank whose payload does not read)."""
+
+
+SMALL = 64 * 1024  # a decision or a mark: far under this; a larger value is refused unread
+
+
+@dataclass(frozen=True)
+class Family(Generic[T]):
+    """One key family: its keys' pattern, its values' type, who writes and who reads them."""
+
+    pattern: str  # str.format pattern: "res/{rank}"; a fixed key has no field
+    type: Any  # the message type a value decodes into, or Counter / RankList / Agreed
+    writer: str
+    reader: str
+    max_bytes: int | None = None  # None: board.MAX_VALUE_BYTES
+
+    @property
+    def key(self) -> Key[T]:
+        """The key of a family without fields (`verdict`)."""
+        return Key(self.pattern, self)
+
+    def at(self, *fields: object) -> Key[T]:
+        """The key of this family for these fields, in the pattern's order (`RESULT.at(3)` is `res/3`)."""
+        names = [name for _, name, _, _ in string.Formatter().parse(self.pattern) if name]
+        if len(names) != len(fields):
+            raise TypeError(f"{self.pattern!r} takes {len(names)} field(s), not {len(fields)}")
+        return Key(self.pattern.format(**dict(zip(names, fields, strict=True))), self)
+
+    @property
+    def head(self) -> str:
+        """The pattern's text before its first field: what every key of the family starts with."""
+        return self.pattern.split("{", 1)[0]
+
+
+class Key(str, Generic[T]):
+    """One key's text, carrying the row it belongs to (so the store and the board read it as its type)."""
+
+    family: Family[T]
+
+    def __new__(cls, text: str, family: Family[T]) -> Key[T]:
+        key = super().__new__(cls, text)
+        key.family = family
+        return key
+
+
+RANK0, EVERY, FOLLOWERS, HOST_FIRST = "rank 0", "every rank", "every rank but 0", "a host's first rank"
 
 # -- step 4, the exchange (channel/exchange.py, roster.py, store_join.py) -----------------
-OWNER_KEY = "owner"  # the owner mark rank 0 writes into the store it hosts
-CLAIMED_KEY = "claimed"  # rank list: every rank whose first claimant is in
-CONTESTED_KEY = "contested"  # rank list: once per second (third, ...) claimant
-ARRIVALS_KEY = "arrivals"  # rank list: every rank that published its payload
-ACKED_KEY = "acked"  # rank list: every rank that has read the verdict
-
-
-def payload_key(rank: int) -> str:
-    """A rank's payload (wire.py)."""
-    return f"rank/{rank}"
-
+OWNER = Family[OwnerMark]("preflight/owner", OwnerMark, RANK0 + " (hosting)", "every joining rank", SMALL)
+NONCE = Family[str]("nonce", Agreed, EVERY + " (first wins)", EVERY + "; --out-dir file names")
+SECRET_KEY = Family[str]("secret-key", Agreed, EVERY + " (first wins)", "lib/secrets.py's digests")
+CLAIMS = Family[int]("claims/{rank}", Counter, "a rank's claimants", RANK0 + "; a second claimant")
+CLAIMANT = Family[Claimant]("claimant/{rank}/{n}", Claimant, "a rank's n-th claimant", RANK0, 4096)
+CLAIMED = Family[str]("claimed", RankList, "a rank's first claimant", RANK0 + " (collect, acknowledgements)")
+CONTESTED = Family[str]("contested", RankList, "a second (third, ...) claimant", RANK0)
+PAYLOAD = Family[bytes]("rank/{rank}", Wire, EVERY, RANK0 + " (collected.py)")
+AUTH = Family[str]("auth/{rank}", Agreed, EVERY + " with a run secret", RANK0, 4096)
+ARRIVALS = Family[str]("arrivals", RankList, EVERY + " after its payload", RANK0)
+GO = Family[GoDecision]("go", GoDecision, RANK0, FOLLOWERS, SMALL)
+VERDICT = Family[Verdict]("verdict", Verdict, RANK0, FOLLOWERS, SMALL)
+REPORT = Family[JobReport]("report", JobReport, RANK0 + " (preflight.check)", FOLLOWERS + " (preflight.check)")
+ACKED = Family[str]("acked", RankList, FOLLOWERS + " after the verdict", RANK0)
 
 # -- liveness (channel/liveness.py) ---------------------------------------------------------
-HEARTBEAT_KEY = "heartbeat"  # counter: rank 0's beat
-DEAD_KEY = "dead"  # DeadRanks: the ranks rank 0 found dead during the probes
+HEARTBEAT = Family[int]("heartbeat", Counter, RANK0, FOLLOWERS)
+BEAT = Family[int]("alive/{rank}", Counter, "the rank, from its claim until it leaves", RANK0)
+DEAD = Family[DeadRanks]("dead", DeadRanks, RANK0 + " (during the probes)", EVERY)
+
+# -- step 5, reachability (steps/tcp_reach.py) ----------------------------------------------
+REACH_CLAIM = Family[int]("reach/claim/{host}", Counter, EVERY, EVERY + " (its host's first speaks for it)")
+REACH_LISTENER = Family[ReachListener]("reach/listener/{host}", ReachListener, HOST_FIRST, RANK0)
+REACH_ROSTER = Family[list[ReachListener]]("reach/roster", list[ReachListener], RANK0, HOST_FIRST)
+REACH_RESULT = Family[ReachResult]("reach/result/{host}", ReachResult, HOST_FIRST, RANK0)
+REACH_DONE = Family[int]("reach/done", Counter, HOST_FIRST, HOST_FIRST + " (listens until all are done)")
+
+# -- after step 8, the rechecks (steps/recheck.py) ------------------------------------------
+XID_AFTER = Family[list[int]]("xid_after/{rank}", list[int], "a rank watching XIDs", RANK0)
+NIC_AFTER_CLAIM = Family[int]("nic_after_claim/{host}", Counter, "a rank with RDMA counters", "the same")
+NIC_AFTER = Family[list[IbCounters]]("nic_after/{host}", list[IbCounters], HOST_FIRST, RANK0)
+
+# -- step 8, the probes (probes/), under PROBE_PREFIX -----------------------------------------
+PROBE_PREFIX = "probe"  # the probes' keys, under the run's prefix (probes/liveness.probe_store)
+SECOND_PREFIX = "second"  # the second measuring pass's results, under the probes' (confirm.py)
+RESULT = Family[ProbeReport]("res/{rank}", ProbeReport, EVERY, RANK0 + " (collect.py)")
+POSITION = Family[int]("pos/{rank}", int, EVERY + " (each step it starts)", RANK0 + " (a hang's position)")
+BOUND = Family[BoundRecord]("dev/{rank}", BoundRecord, EVERY, RANK0)
+DEVICE = Family[DeviceReport]("device/{rank}", DeviceReport, EVERY, RANK0 + " (device_store.py)")
+SETUP = Family[SetupStage]("setup/{rank}", SetupStage, EVERY, RANK0 + " (setup.py)")
+NO_GPU = Family[NoGpu]("no_gpu/{rank}", NoGpu, "a rank without a usable GPU", EVERY + " (backend vote)")
+GPU_RANKS = Family[int]("gpu_ranks", Counter, "a rank with a usable GPU", EVERY + " (backend vote)")
+BACKEND_VOTES = Family[int]("backend_votes", Counter, EVERY, EVERY + " (backend vote)")
+AGAIN = Family[RemeasureSteps]("again", RemeasureSteps, RANK0, FOLLOWERS + " (confirm.py)")
+CONFIRM = Family[ConfirmPairs]("confirm", ConfirmPairs, RANK0, FOLLOWERS + " (confirm.py)")
+CONFIRM_PAIR = Family[PairSamples]("cpair/{rank}", PairSamples, EVERY, RANK0 + " (confirm.py)")
+LOCALIZE = Family[LocalizePlan]("localize", LocalizePlan, RANK0, FOLLOWERS + " (localize.py)")
+PAIR = Family[PairTimes]("pair/{rank}", PairTimes, EVERY, RANK0 + " (localize.py)")
+ROUND = Family[RoundPlan]("gt/{index}", RoundPlan, RANK0, "the round's members (hosttest.py)")
+ROUND_TIMES = Family[RoundTimes]("gt/{index}/t/{rank}", RoundTimes, "a round's member", RANK0 + " (hosttest.py)")
+
+TABLE: tuple[Family[Any], ...] = tuple(v for v in list(globals().values()) if isinstance(v, Family))
+
+# The names channel/liveness.py reads its keys by (rows above).
+HEARTBEAT_KEY, DEAD_KEY, ACKED_KEY, CLAIMED_KEY = HEARTBEAT.key, DEAD.key, ACKED.key, CLAIMED.key
+CONTESTED_KEY, ARRIVALS_KEY = CONTESTED.key, ARRIVALS.key
 
 
-def beat_key(rank: int) -> str:
+def beat_key(rank: int) -> Key[int]:
     """The counter a rank beats under, from its claim until it leaves."""
-    return f"alive/{rank}"
-
-
-# -- step 8, the probes (probes/), under probe/ ----------------------------------------------
-def result_key(rank: int) -> str:
-    """ProbeReport: a rank's measurements and where its probing ended."""
-    return f"res/{rank}"
-
-
-def position_key(rank: int) -> str:
-    """int: the last step a rank started."""
-    return f"pos/{rank}"
-
-
-def bound_key(rank: int) -> str:
-    """BoundRecord: the backend and device a rank's session bound."""
-    return f"dev/{rank}"
-
-
-def device_key(rank: int) -> str:
-    """DeviceReport: what a rank measured on its own device (probes/device_store.py)."""
-    return f"device/{rank}"
-
-
-def setup_key(rank: int) -> str:
-    """SetupStage: the setup stage a rank has reached."""
-    return f"setup/{rank}"
-
-
-def no_gpu_key(rank: int) -> str:
-    """NoGpu: why a rank cannot use a GPU (backend vote)."""
-    return f"no_gpu/{rank}"
-
-
-GPU_RANKS_KEY = "gpu_ranks"  # counter: ranks that can use a GPU
-BACKEND_VOTES_KEY = "backend_votes"  # counter: ranks that voted
-AGAIN_KEY = "again"  # RemeasureSteps: the steps rank 0 has measured a second time (confirm.py)
-CONFIRM_KEY = "confirm"  # ConfirmPairs: the pairs measured one at a time (confirm.py)
-LOCALIZE_KEY = "localize"  # LocalizePlan: what localization follows (localize.py)
-
-
-def pair_key(rank: int) -> str:
-    """PairTimes: a rank's round-robin times per peer (localize.py)."""
-    return f"pair/{rank}"
-
-
-def confirm_pair_key(rank: int) -> str:
-    """PairSamples: a rank's samples of the confirming one-pair-at-a-time pass."""
-    return f"cpair/{rank}"
-
-
-GROUP_TEST_PREFIX = "gt"  # group testing's rounds (hosttest.py)
-
-
-def round_key(index: int) -> str:
-    """RoundPlan: group testing's round `index` (or done)."""
-    return f"{GROUP_TEST_PREFIX}/{index}"
-
-
-def round_times_key(index: int, rank: int) -> str:
-    """RoundTimes: a member's per-iteration seconds in round `index`."""
-    return f"{GROUP_TEST_PREFIX}/{index}/t/{rank}"
+    return BEAT.at(rank)
 
 
 # -- rank lists ------------------------------------------------------------------------------

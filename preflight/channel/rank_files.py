@@ -10,14 +10,14 @@ them and says so (RUN009). A rank that could not reach the store has no nonce an
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from preflight.channel.board import BadValue, decode_value
 from preflight.channel.collected import Collected, accept
+from preflight.channel.keys import Key
 
 CLOCK_SKEW_S = 5.0  # a nonce-less file written this long before rank 0 started may still be this run's
-NONCE_KEY = "nonce"
 
 
 def run_folder(out_dir: str, run_id: str) -> Path:
@@ -66,17 +66,21 @@ def stale(folder: Path, nonce: str, started: float) -> list[str]:
     return sorted(found)
 
 
-def read_decision(folder: Path, name: str, nonce: str, started: float) -> Any:
-    """A decision (go, verdict) rank 0 wrote into the folder for this run; None when there is none."""
-    path = folder / f"{name}.json"
+def read_decision(folder: Path, key: Key[Any], nonce: str, started: float) -> Any:
+    """A decision (keys.GO, keys.VERDICT) rank 0 wrote into the folder for this run, as the key's type;
+    None when there is none (or it is another run's), BadValue when it does not decode."""
+    path = folder / f"{key}.json"
     try:
-        if path.stat().st_mtime >= started - 1:
-            value = json.loads(path.read_text())
-            # Knowing this run's nonce, a decision of another run (a reused folder) is not ours.
-            if not nonce or value.get(NONCE_KEY) == nonce:
-                return value
-    except (OSError, ValueError, AttributeError):
+        if path.stat().st_mtime < started - 1:
+            return None
+        limit = key.family.max_bytes or 2**16
+        with path.open("rb") as stream:  # at most one byte past the limit: the decode refuses it, unread
+            value = decode_value(stream.read(limit + 1), key.family.type, key, -1, limit)
+    except OSError:
         return None
+    # Knowing this run's nonce, a decision of another run (a reused folder) is not ours: ignored.
+    if isinstance(value, BadValue) or not nonce or value.nonce == nonce:
+        return value
     return None
 
 

@@ -24,9 +24,9 @@ import os
 import time
 from typing import Any
 
-from preflight.channel.board import decode_value, write_value
+from preflight.channel.board import Board
 from preflight.channel.collected import Collected, DeadRank
-from preflight.channel.keys import CLAIMED_KEY, CONTESTED_KEY, append_rank, beat_key, listed_ranks
+from preflight.channel.keys import BEAT, CLAIMANT, CLAIMED, CLAIMS, CONTESTED, append_rank, listed_ranks
 from preflight.channel.liveness import RankLiveness, beat_s, stall_s
 from preflight.lib.errors import BadInput
 from preflight.model.messages import Claimant
@@ -38,23 +38,24 @@ class RankTaken(BadInput):
 
 def claim(store: Any, rank: int, host: str) -> int:
     """Claim `rank` for this process; 1 when it is the first claimant (then it is listed as joined)."""
-    n = int(store.add(f"claims/{rank}", 1))
-    write_value(store, f"claimant/{rank}/{n}", Claimant(host, os.getpid()))
+    board = Board(store)
+    n = board.count(CLAIMS.at(rank))
+    board.put(CLAIMANT.at(rank, n), Claimant(host, os.getpid()))
     if n == 1:
-        store.add(beat_key(rank), 1)  # the beat key exists before the rank is listed: rank 0 never waits on it
-        append_rank(store, CLAIMED_KEY, rank)
+        board.count(BEAT.at(rank))  # the beat key exists before the rank is listed: rank 0 never waits on it
+        append_rank(store, CLAIMED.key, rank)
     else:
-        append_rank(store, CONTESTED_KEY, rank)
+        append_rank(store, CONTESTED.key, rank)
     return n
 
 
 def claimants(store: Any, rank: int) -> list[tuple[str, int]]:
     """Every process that claimed `rank`, as (host, pid), first first (one not yet written is left out)."""
-    found = []
-    for n in range(1, int(store.add(f"claims/{rank}", 0)) + 1):
-        key = f"claimant/{rank}/{n}"
-        if store.check([key]):
-            found.append(_parse(store.get(key)))
+    board, found = Board(store), []
+    for n in range(1, board.count(CLAIMS.at(rank), 0) + 1):
+        who = board.read(CLAIMANT.at(rank, n), -1)  # a peer's value: ("?", 0) when it does not read as one
+        if who is not None:
+            found.append((who.host[:255], who.pid) if isinstance(who, Claimant) else ("?", 0))
     return found
 
 
@@ -70,13 +71,13 @@ def taken(store: Any, world: Any) -> RankTaken:
 
 
 def listed(store: Any, key: str, world_size: int) -> set[int]:
-    """The ranks appended under `key` (CLAIMED_KEY, CONTESTED_KEY); nothing outside 0..N-1."""
+    """The ranks appended under `key` (CLAIMED, CONTESTED, ARRIVALS); nothing outside 0..N-1."""
     return listed_ranks(store, key, world_size)
 
 
 def take_contested(store: Any, collected: Collected, world_size: int) -> None:
     """Rank 0: a rank claimed twice counts as neither claimant; its claimants are named."""
-    for rank in listed(store, CONTESTED_KEY, world_size) - collected.duplicates.keys():
+    for rank in listed(store, CONTESTED.key, world_size) - collected.duplicates.keys():
         collected.drop(rank)
         collected.duplicates[rank] = []  # who, once the collect is over (a late claimant is named too)
 
@@ -107,7 +108,7 @@ class JoinedWatch:
         if now - self._looked < self.poll_s:
             return
         self._looked = now
-        awaited = sorted(listed(self.store, CLAIMED_KEY, self.world_size) - collected.heard(self.own_rank))
+        awaited = sorted(listed(self.store, CLAIMED.key, self.world_size) - collected.heard(self.own_rank))
         for rank, (_, silent_s) in self.liveness.silent(awaited, now, self.stall_s).items():
             holders = claimants(self.store, rank)
             host = holders[0][0] if holders else ""
@@ -115,8 +116,3 @@ class JoinedWatch:
                                                   f"{silent_s:.0f}s before it published its facts "
                                                   "(killed, crashed or frozen)")
 
-
-def _parse(raw: bytes) -> tuple[str, int]:
-    """A claimant record (a peer's bytes): (host, pid); ("?", 0) when it does not read as one."""
-    who = decode_value(raw, Claimant, "claimant", -1, max_bytes=4096)
-    return (who.host[:255], who.pid) if isinstance(who, Claimant) else ("?", 0)

@@ -27,13 +27,17 @@ environment). Without PREFLIGHT_SECRET nothing is checked, as before.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import os
 from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from preflight.model.codec import encode
 
 SECRET_VAR = "PREFLIGHT_SECRET"
-PROOF_KEY = "proof"
+T = TypeVar("T")
 
 
 def run_secret(env: Mapping[str, str] | None = None) -> bytes | None:
@@ -66,6 +70,23 @@ def payload_proof(secret: bytes, nonce: str, rank: int, text: str | bytes) -> st
 def valid_payload(secret: bytes, claimed: str, nonce: str, rank: int, text: str | bytes) -> bool:
     """Whether `claimed` is the proof of this rank's payload under the secret (constant-time)."""
     return hmac.compare_digest(claimed, payload_proof(secret, nonce, rank, text))
+
+
+def signed(secret: bytes | None, key: str, value: T) -> T:
+    """A decision (a model type with a `proof` field) with its proof under `key`; as it is without a secret."""
+    if not secret:
+        return value
+    return dataclasses.replace(value, proof=proof(secret, key, _unproven(value)))  # type: ignore[type-var]
+
+
+def proven(secret: bytes, key: str, value: Any) -> bool:
+    """Whether a decision's `proof` is the proof of the rest of it under `key` (constant-time)."""
+    return valid(secret, value.proof, key, _unproven(value))
+
+
+def _unproven(value: Any) -> bytes:
+    """What the proof covers: the value as the codec writes it, its proof left empty."""
+    return encode(dataclasses.replace(value, proof=""))
 
 
 def digest_key(secret: bytes) -> bytes:

@@ -14,7 +14,6 @@ bounded steps:
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -22,11 +21,13 @@ from datetime import timedelta
 from typing import Any
 
 from preflight.channel import run_auth
+from preflight.channel.board import BadValue, Board
+from preflight.channel.keys import OWNER
 from preflight.lib.deadline import call_with_deadline
 from preflight.lib.waiting import wait_until
 from preflight.model import World
+from preflight.model.messages import OwnerMark
 
-OWNER_KEY = "preflight/owner"
 HANDSHAKE_S = 5.0  # the least a store gets to answer; a third of the join's deadline when that is more
 
 
@@ -34,22 +35,26 @@ class ForeignStore(Exception):
     """MASTER_ADDR:MASTER_PORT answers, but not as this run's store."""
 
 
-def owner_mark(world: World) -> dict[str, Any]:
+def owner_mark(world: World) -> OwnerMark:
     """What rank 0 writes into the store it hosts, so clients can tell it is theirs.
 
     With a run secret (channel/run_auth.py) the mark carries its proof, so a rank of another
     job with another secret refuses the store even when run id and world size agree."""
-    mark: dict[str, Any] = {"run_id": world.run_id, "world_size": world.world_size, "host": world.host,
-                            "pid": os.getpid()}
     secret = run_auth.run_secret()
-    if secret:
-        mark[run_auth.PROOF_KEY] = run_auth.proof(secret, "owner", world.run_id, str(world.world_size))
+    proof = run_auth.proof(secret, OWNER.key, world.run_id, str(world.world_size)) if secret else ""
+    return OwnerMark(world.run_id, world.world_size, world.host, os.getpid(), proof)
+
+
+def mark_store(store: Any, world: World) -> OwnerMark:
+    """Rank 0, right after hosting: claim the store for this run; the mark it wrote."""
+    mark = owner_mark(world)
+    Board(store).put(OWNER.key, mark)
     return mark
 
 
-def mark_store(store: Any, world: World) -> None:
-    """Rank 0, right after hosting: claim the store for this run."""
-    store.set(OWNER_KEY, json.dumps(owner_mark(world)))
+def read_mark(store: Any) -> OwnerMark | BadValue | None:
+    """The owner mark of a store (its root, not a run's prefix): None when absent, BadValue when not one."""
+    return Board(store).read(OWNER.key, -1)
 
 
 def wait_for_listener(addr: str, port: int, timeout_s: float) -> float:
@@ -118,24 +123,29 @@ def side_client(world: World, timeout_s: float) -> Any:
 
 
 def _verify_owner(store: Any, world: World, timeout_s: float) -> None:
-    if not wait_until(lambda: store.check([OWNER_KEY]), timeout_s):
+    key = OWNER.key
+    if not wait_until(lambda: Board(store).has(key), timeout_s):
         raise ForeignStore(
             f"the store at {world.master_addr}:{world.master_port} carries no preflight owner mark after "
             f"{timeout_s:g}s: it is not this run's rank 0 (another job's rendezvous on the same port?)"
         )
-    mark = json.loads(store.get(OWNER_KEY))
-    secret, claimed = run_auth.run_secret(), mark.get(run_auth.PROOF_KEY)
-    if (secret is None) != (claimed is None) or (
-            secret and not run_auth.valid(secret, claimed, "owner", world.run_id, str(world.world_size))):
-        why = ("differs from this rank's" if secret and claimed else
-               "is set and this rank's is not" if claimed else "is unset and this rank's is set")
+    mark, secret = read_mark(store), run_auth.run_secret()
+    where = f"the store at {world.master_addr}:{world.master_port}"
+    if not isinstance(mark, OwnerMark):  # a foreign client wrote it (the mark is rank 0's only)
+        why = mark.why if isinstance(mark, BadValue) else "it went away"
+        forged = f"refused as forged (no valid proof of {run_auth.SECRET_VAR}): " if secret else ""
+        raise ForeignStore(f"{where} is not this run's: {forged}its owner mark under {key!r} is not one ({why})")
+    if bool(secret) != bool(mark.proof) or (
+            secret and not run_auth.valid(secret, mark.proof, key, world.run_id, str(world.world_size))):
+        why = ("differs from this rank's" if secret and mark.proof else
+               "is set and this rank's is not" if mark.proof else "is unset and this rank's is set")
         raise ForeignStore(
-            f"the store at {world.master_addr}:{world.master_port} is not this run's: its owner's "
+            f"{where} is not this run's: its owner's "
             f"{run_auth.SECRET_VAR} {why} (another job on the same port, or the secret set on some ranks only)"
         )
-    if mark.get("run_id") != world.run_id or mark.get("world_size") != world.world_size:
+    if mark.run_id != world.run_id or mark.world_size != world.world_size:
         raise ForeignStore(
-            f"the store at {world.master_addr}:{world.master_port} belongs to another run "
-            f"(run id {mark.get('run_id')!r}, world size {mark.get('world_size')}, hosted by pid {mark.get('pid')} "
-            f"on {mark.get('host')}), not this one (run id {world.run_id!r}, world size {world.world_size})"
+            f"{where} belongs to another run "
+            f"(run id {mark.run_id[:200]!r}, world size {mark.world_size}, hosted by pid {mark.pid} "
+            f"on {mark.host[:255]}), not this one (run id {world.run_id!r}, world size {world.world_size})"
         )

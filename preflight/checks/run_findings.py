@@ -153,3 +153,22 @@ def stale_files_ignored(folder: str, files: list[str]) -> Iterable[Problem]:
     """
     shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
     yield Problem(f"{len(files)} file(s) of another run in {folder} ignored: {shown}", data={"files": files[:100]})
+
+
+@engine_check(
+    "RUN010",
+    tag=Tags.RUN,
+    severity=Severity.ERROR,
+    hint="Something besides this run's ranks writes into its store: give the job a MASTER_PORT that only it "
+    "uses, keep the port off networks others reach, and set PREFLIGHT_SECRET (preflight launch and the "
+    "sbatch scripts do) so that a forged value is refused.",
+)
+def store_value_refused(key: str, reason: str) -> Iterable[Problem]:
+    """A value under a key that decides the run (the owner mark, go, verdict) was not rank 0's.
+
+    Only rank 0 writes the owner mark, the go decision and the verdict, each a typed message
+    (channel/keys.py). A value rank 0 did not write, or one that is not of the key's type (`[1]`
+    as the verdict), came from a foreign client of the store: it is refused, never adopted, and
+    every rank leaves with rank 0's exit code, or exit 4 where rank 0's never arrived.
+    """
+    yield Problem(f"the value under {key!r} in the run's store was {reason}", data={"key": key})

@@ -32,7 +32,6 @@ import re
 from collections.abc import Mapping, MutableMapping
 
 REDACTED = "<redacted>"
-KEY_NAME = "secret-key"  # store key (under the run's prefix) of the agreed HMAC key
 # A value longer than this is redacted without being scanned: bounded work per variable,
 # and no report ever carries a huge value.
 MAX_SCANNED_CHARS = 16 * 1024

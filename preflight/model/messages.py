@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from preflight.model.findings import ExitCode
 from preflight.model.probe_results import ProbeStep
 from preflight.model.reachability import ReachProbe
 
@@ -159,3 +160,42 @@ class Claimant:
 
     host: str
     pid: int = 0
+
+
+@dataclass
+class OwnerMark:
+    """`preflight/owner`: what rank 0 writes into the store it hosts, so a joining rank can tell it is its run's.
+
+    `proof`: with a run secret, its HMAC over the run id and world size (channel/run_auth.py)."""
+
+    run_id: str
+    world_size: int
+    host: str = ""
+    pid: int = 0
+    proof: str = ""
+
+
+@dataclass
+class GoDecision:
+    """`go`: whether the probes may start, and why; the run's nonce, and with a run secret its proof."""
+
+    go: bool
+    reason: str = ""
+    nonce: str = ""
+    proof: str = ""
+
+
+@dataclass
+class Verdict:
+    """`verdict`: the exit code every rank leaves with; the run's nonce, and with a run secret its proof.
+
+    Validated where it enters: an exit code preflight never gives is not a verdict."""
+
+    exit_code: int
+    verdict: str = ""
+    nonce: str = ""
+    proof: str = ""
+
+    def __post_init__(self) -> None:
+        if self.exit_code not in {int(code) for code in ExitCode}:
+            raise ValueError(f"exit code {self.exit_code} is not one preflight gives")

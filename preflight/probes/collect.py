@@ -81,7 +81,7 @@ def gather(board: Board, world_size: int, timeout_s: float, *, early: bool = Fal
     def settled() -> bool:
         nonlocal grace_until
         awaited = [r for r in range(world_size) if r not in got.payloads and r not in got.bad]
-        for rank, value in zip(awaited, board.fetch([keys.result_key(r) for r in awaited], ProbeReport, awaited),
+        for rank, value in zip(awaited, board.fetch([keys.RESULT.at(r) for r in awaited], awaited),
                                strict=True):
             got.take(rank, value, got.payloads)
         if len(got.payloads) + len(got.bad) == world_size:
@@ -96,9 +96,9 @@ def gather(board: Board, world_size: int, timeout_s: float, *, early: bool = Fal
 
     wait_until(settled, timeout_s)
     ranks = list(range(world_size))
-    for rank, value in zip(ranks, board.fetch([keys.position_key(r) for r in ranks], int, ranks), strict=True):
+    for rank, value in zip(ranks, board.fetch([keys.POSITION.at(r) for r in ranks], ranks), strict=True):
         got.take(rank, value, got.positions)
-    for rank, value in zip(ranks, board.fetch([keys.bound_key(r) for r in ranks], BoundRecord, ranks), strict=True):
+    for rank, value in zip(ranks, board.fetch([keys.BOUND.at(r) for r in ranks], ranks), strict=True):
         got.take(rank, value, got.bound)
     return got
 

@@ -28,9 +28,9 @@ from preflight.model.probe_faults import Confirmed, Straggler
 from preflight.probes import collect, judge, pairwise
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier
 
-AGAIN = keys.AGAIN_KEY  # rank 0 -> all: RemeasureSteps, the plan step indices to measure again
-CONFIRM = keys.CONFIRM_KEY  # rank 0 -> all: ConfirmPairs, measured one at a time
-SECOND = "second"  # the second pass's results, under their own prefix
+AGAIN = keys.AGAIN.key  # rank 0 -> all: RemeasureSteps, the plan step indices to measure again
+CONFIRM = keys.CONFIRM.key  # rank 0 -> all: ConfirmPairs, measured one at a time
+SECOND = keys.SECOND_PREFIX  # the second pass's results, under their own prefix
 ABORTS = (ProbeTimeout, ProbeFailed, RuntimeError)
 
 
@@ -84,7 +84,7 @@ def lead_groups(session: Any, slow: list[Straggler], ratio: float) -> list[Strag
 
 def follow_groups(session: Any) -> bool:
     """A non-zero rank: measure again what rank 0 asks for; False when rank 0 never asked."""
-    told = session.kept(session.board.wait(AGAIN, RemeasureSteps, 0, _follow_wait_s(session)))
+    told = session.kept(session.board.wait(AGAIN, 0, _follow_wait_s(session)))
     if told is None:
         return False
     count = len(session.plan.steps())
@@ -187,7 +187,7 @@ def read_pair_samples(session: Any, pairs: list[tuple[int, int]], samples: dict[
     False when a rank sent none in time or one that does not decode (set aside: session.kept)."""
     measured = set(pairs)
     for rank in sorted({r for pair in pairs for r in pair} - {0}):
-        got = session.kept(session.board.wait(keys.confirm_pair_key(rank), PairSamples, rank,
+        got = session.kept(session.board.wait(keys.CONFIRM_PAIR.at(rank), rank,
                                               deadline - time.monotonic()))
         if got is None:
             return False
@@ -200,7 +200,7 @@ def read_pair_samples(session: Any, pairs: list[tuple[int, int]], samples: dict[
 
 def follow_pairs(session: Any) -> None:
     """A non-zero rank: take part in the one-pair-at-a-time pass rank 0 asks for."""
-    told = session.kept(session.board.wait(CONFIRM, ConfirmPairs, 0, _follow_wait_s(session)))
+    told = session.kept(session.board.wait(CONFIRM, 0, _follow_wait_s(session)))
     if told is None:
         return
     size = session.world.world_size
@@ -209,7 +209,7 @@ def follow_pairs(session: Any) -> None:
         return
     samples = _run_serial(session, pairs)
     if samples is not None and any(session.world.rank in p for p in pairs):
-        session.board.put(keys.confirm_pair_key(session.world.rank),
+        session.board.put(keys.CONFIRM_PAIR.at(session.world.rank),
                           PairSamples([(a, b, xs) for (a, b), xs in samples.items()]))
 
 

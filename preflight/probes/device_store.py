@@ -1,6 +1,6 @@
 """The device probes' traffic: each rank's DeviceReport to rank 0, through the channel's board.
 
-Key (under the probes' prefix, `probe/`): `device/<rank>` (channel/keys.device_key). A report
+Key (under the probes' prefix, `probe/`): `device/<rank>` (channel/keys.DEVICE). A report
 that does not decode (a BadValue naming its rank) is counted as not received (rank 0 then says
 the device could not be measured); a report naming another rank is refused the same way: a rank
 speaks only for itself.
@@ -18,7 +18,7 @@ from preflight.model.device_probe import DeviceReport
 
 def publish(board: Board, report: DeviceReport) -> None:
     """This rank's device report, for rank 0."""
-    board.put(keys.device_key(report.rank), report)
+    board.put(keys.DEVICE.at(report.rank), report)
 
 
 def gather(board: Board, world_size: int, timeout_s: float,
@@ -33,7 +33,7 @@ def gather(board: Board, world_size: int, timeout_s: float,
 
     def settled() -> bool:
         awaited = [r for r in range(world_size) if r not in got and r not in bad]
-        for rank, value in zip(awaited, board.fetch([keys.device_key(r) for r in awaited], DeviceReport, awaited),
+        for rank, value in zip(awaited, board.fetch([keys.DEVICE.at(r) for r in awaited], awaited),
                                strict=True):
             if value is None:
                 continue

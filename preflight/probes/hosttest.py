@@ -46,7 +46,6 @@ from preflight.model.messages import RoundPlan, RoundTimes
 from preflight.probes import grouptest, ops
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
 
-PREFIX = keys.GROUP_TEST_PREFIX  # store keys: gt/<round> (rank 0's plan), gt/<round>/t/<rank> (a member's times)
 ABORTS = (ProbeTimeout, ProbeFailed, RuntimeError)
 
 
@@ -169,7 +168,7 @@ class _Rounds:
         the reference's per-iteration busbw and, per pool, its own ([] if a member is silent)."""
         r = self.index
         self.index += 1
-        self.session.board.put(keys.round_key(r), RoundPlan(self.reference, pools))
+        self.session.board.put(keys.ROUND.at(r), RoundPlan(self.reference, pools))
         nbytes = take_part(self.session, r, self.reference, pools, self.groups)
         return self._figures(r, "reference", self.reference, nbytes), \
             [self._figures(r, "pool", pool, nbytes) for pool in pools]
@@ -177,7 +176,7 @@ class _Rounds:
     def _figures(self, r: int, phase: str, members: list[int], nbytes: int) -> list[float]:
         times = []
         for rank in members:
-            got = self.session.board.wait(keys.round_times_key(r, rank), RoundTimes, rank, self.session.timeout_s)
+            got = self.session.board.wait(keys.ROUND_TIMES.at(r, rank), rank, self.session.timeout_s)
             if got is None:
                 raise ProbeTimeout(f"group testing: rank {rank} did not report round {r}")
             if isinstance(got, BadValue):
@@ -188,12 +187,12 @@ class _Rounds:
 
     def finish(self) -> None:
         """Release every rank from the rounds."""
-        self.session.board.put(keys.round_key(self.index), RoundPlan(done=True))
+        self.session.board.put(keys.ROUND.at(self.index), RoundPlan(done=True))
 
 
 def skip(session: Any) -> None:
     """Rank 0: no group testing this time (ranks told that it may follow stop waiting)."""
-    session.board.put(keys.round_key(0), RoundPlan(done=True))
+    session.board.put(keys.ROUND.at(0), RoundPlan(done=True))
 
 
 def lead(session: Any, sets: HostSets, ratio: float) -> GroupTestOutcome | None:
@@ -255,7 +254,7 @@ def follow(session: Any) -> None:
     size = session.world.world_size
     r = 0
     while True:
-        plan = session.kept(session.board.wait(keys.round_key(r), RoundPlan, 0, wait_s))
+        plan = session.kept(session.board.wait(keys.ROUND.at(r), 0, wait_s))
         if plan is None or plan.done:
             return
         if any(not 0 <= m < size for m in [*plan.reference, *(m for p in plan.pools for m in p)]):
@@ -321,6 +320,6 @@ def take_part(session: Any, r: int, reference: list[int], pools: list[list[int]]
                 if i >= plan.warmup:
                     times[phase] += took
     if times:
-        session.board.put(keys.round_times_key(r, rank), RoundTimes(times.get("reference", []), times.get("pool", [])))
+        session.board.put(keys.ROUND_TIMES.at(r, rank), RoundTimes(times.get("reference", []), times.get("pool", [])))
     barrier(session.control, time.monotonic() + session.timeout_s)
     return nbytes

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from preflight.channel import store_join
+from preflight.channel import keys, store_join
 from preflight.channel.liveness import RankLiveness
 from preflight.lib import deadline
 from preflight.lib.waiting import wait_until
@@ -25,7 +25,7 @@ from preflight.model import World
 from preflight.probes import setup, timing
 
 T = TypeVar("T")
-PROBE_PREFIX = "probe"  # the probes' keys, under the run's prefix (orchestrate.run_probes)
+PROBE_PREFIX = keys.PROBE_PREFIX  # the probes' keys, under the run's prefix (orchestrate.run_probes)
 SIDE_JOIN_S = 10.0  # joining the store a second time: it is up, this only bounds a sick one
 
 

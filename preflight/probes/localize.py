@@ -36,7 +36,7 @@ def lead(session: Any, slow: list[Any], results: list[ProbeResult], hosts: dict[
     method = hosttest.choose(sets, len(ranks), options.localize) if sets else "pairwise"
     group_test = sets is not None and hosttest.possible(sets) and options.localize != "pairwise"
     # Followers learn what follows: the round robin over these ranks, and whether group testing may.
-    session.board.put(keys.LOCALIZE_KEY, LocalizePlan(ranks if method == "pairwise" else [], group_test))
+    session.board.put(keys.LOCALIZE.key, LocalizePlan(ranks if method == "pairwise" else [], group_test))
     if sets is None or not (ranks or group_test):
         return []
     from preflight.probes.judge import cross_dim_suspects
@@ -113,7 +113,7 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
         session.stopped_why = f"rank 0: {str(exc)[:200]}"
         session.board.put(confirm.CONFIRM, ConfirmPairs([]))  # nothing to confirm: release the others
         return [], rounds, tests, True
-    session.board.put(keys.pair_key(0), PairTimes(dict(mine)))
+    session.board.put(keys.PAIR.at(0), PairTimes(dict(mine)))
     times = read_pair_times(session, ranks, time.monotonic() + session.timeout_s)
     per_direction = max(1, size // 4) * 4
     pair_gbps = {pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}
@@ -139,7 +139,7 @@ def read_pair_times(session: Any, ranks: list[int], deadline: float) -> dict[tup
     times: dict[tuple[int, int], float] = {}
     among = set(ranks)
     for rank in ranks:
-        got = session.kept(session.board.wait(keys.pair_key(rank), PairTimes, rank, deadline - time.monotonic()))
+        got = session.kept(session.board.wait(keys.PAIR.at(rank), rank, deadline - time.monotonic()))
         if got is None:
             continue
         for peer, seconds in got.times.items():
@@ -159,7 +159,7 @@ def follow(session: Any, status: Any) -> None:
         return  # a hang: rank 0 will not ask; nothing more goes through the communicators
     if not confirm.follow_groups(session):
         return
-    told = session.kept(session.board.wait(keys.LOCALIZE_KEY, LocalizePlan, 0, 2 * session.timeout_s + 10))
+    told = session.kept(session.board.wait(keys.LOCALIZE.key, 0, 2 * session.timeout_s + 10))
     if told is None:
         return
     ranks = sorted({r for r in told.ranks if 0 <= r < session.world.world_size})
@@ -182,5 +182,5 @@ def _follow_round_robin(session: Any, ranks: list[int]) -> bool:
         session.abandoned = True
         return False
     if rank in ranks:
-        session.board.put(keys.pair_key(rank), PairTimes(dict(mine)))
+        session.board.put(keys.PAIR.at(rank), PairTimes(dict(mine)))
     return True

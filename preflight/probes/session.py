@@ -191,17 +191,17 @@ def decide_backend(requested: str, world: World, store: Any, timeout_s: float, c
         if not nccl_available():
             raise BindError(f"rank {world.rank} on {world.host or '?'}: this torch has no NCCL")
         bind_device(world, cuda)
-        board.count(keys.GPU_RANKS_KEY)
+        board.count(keys.GPU_RANKS.key)
     except BindError as exc:
-        board.put(keys.no_gpu_key(world.rank), NoGpu(str(exc)))
-    board.count(keys.BACKEND_VOTES_KEY)
-    if not wait_until(lambda: board.count(keys.BACKEND_VOTES_KEY, 0) >= world.world_size, timeout_s):
+        board.put(keys.NO_GPU.at(world.rank), NoGpu(str(exc)))
+    board.count(keys.BACKEND_VOTES.key)
+    if not wait_until(lambda: board.count(keys.BACKEND_VOTES.key, 0) >= world.world_size, timeout_s):
         raise ProbeTimeout("not every rank voted on the backend in time")
-    gpu_ranks = board.count(keys.GPU_RANKS_KEY, 0)
+    gpu_ranks = board.count(keys.GPU_RANKS.key, 0)
     if gpu_ranks == world.world_size:
         return BackendChoice("nccl", "auto: every rank has a GPU")
-    first = next((r for r in range(world.world_size) if board.has(keys.no_gpu_key(r))), None)
-    told = board.read(keys.no_gpu_key(first), NoGpu, first) if first is not None else None
+    first = next((r for r in range(world.world_size) if board.has(keys.NO_GPU.at(r))), None)
+    told = board.read(keys.NO_GPU.at(first), first) if first is not None else None
     why = told.why if isinstance(told, NoGpu) else f"rank {first} cannot" if first is not None else "a rank has no GPU"
     return BackendChoice("gloo", f"auto: {world.world_size - gpu_ranks} of {world.world_size} rank(s) "
                                  f"cannot use a GPU, e.g. {why}")
@@ -282,7 +282,7 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
             layout[WORLD_DIM] = (dist.new_group(backend=backend), list(range(world.world_size)), 0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     # Rank 0 reads every rank's backend and bound device from the store (collect.devices).
-    Board(store).put(keys.bound_key(world.rank), BoundRecord(world.host, backend, bound))
+    Board(store).put(keys.BOUND.at(world.rank), BoundRecord(world.host, backend, bound))
     return Session(world, plan, store, device, dtype, control, layout, timeout_s, backend, bound, cuda,
                    dist.group.WORLD)
 
@@ -310,7 +310,7 @@ def adopt_session(world: World, plan: ProbePlan, store: Any, job: JobGroups, tim
         props = cuda.get_device_properties(index)
         bound = BoundDevice(index, str(getattr(props, "name", "")), _bus_id(props), _uuid(props))
     dtype = torch.bfloat16 if job.device == "cuda" else torch.float32
-    Board(store).put(keys.bound_key(world.rank), BoundRecord(world.host, job.backend, bound))
+    Board(store).put(keys.BOUND.at(world.rank), BoundRecord(world.host, job.backend, bound))
     layout = {name: job.dims[name] for name in {dim for dim, _, _ in plan.steps()}}
     return Session(world, plan, store, job.device, dtype, control, layout, timeout_s, job.backend, bound, cuda,
                    job.world_group, owner="job", owned=owned)
@@ -325,7 +325,7 @@ def run_steps(session: Session) -> tuple[list[StepRecord], Status]:
     """
     records: list[StepRecord] = []
     for index, (dim, op, size) in enumerate(session.plan.steps()):
-        session.board.put(keys.position_key(session.world.rank), index)
+        session.board.put(keys.POSITION.at(session.world.rank), index)
         started = time.monotonic()
         deadline = started + session.timeout_s
         phase = "barrier"
@@ -385,4 +385,4 @@ def _measure(session: Session, index: int, dim: str, op: str, size: int, deadlin
 
 def publish(board: Board, rank: int, host: str, records: list[StepRecord], status: Status) -> None:
     """This rank's measurements and end state, for rank 0."""
-    board.put(keys.result_key(rank), ProbeReport(host, records, status))
+    board.put(keys.RESULT.at(rank), ProbeReport(host, records, status))

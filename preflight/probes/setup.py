@@ -40,7 +40,7 @@ class SetupTimeout(Exception):
     """
 
 
-stage_key = keys.setup_key  # the store key holding the setup stage a rank has reached
+stage_key = keys.SETUP.at  # the store key holding the setup stage a rank has reached
 
 
 def marker(board: Board, rank: int, host: str) -> Callable[[str], None]:
@@ -65,7 +65,7 @@ def read_stages(board: Board, world_size: int) -> tuple[dict[int, str], dict[int
     stages: dict[int, str] = {}
     hosts: dict[int, str] = {}
     ranks = list(range(min(world_size, MAX_BLAMED_LOOKUPS)))
-    for rank, value in zip(ranks, board.fetch([stage_key(r) for r in ranks], SetupStage, ranks), strict=True):
+    for rank, value in zip(ranks, board.fetch([stage_key(r) for r in ranks], ranks), strict=True):
         if isinstance(value, SetupStage):
             stages[rank], hosts[rank] = value.stage, value.host[:255]
     return stages, hosts

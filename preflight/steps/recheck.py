@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from preflight.channel import keys
 from preflight.channel.board import BadValue, Board
+from preflight.channel.keys import Key
 from preflight.checks.gpu_health import xid_events
 from preflight.checks.nic_health import nic_counters_increased
 from preflight.lib.deadline import call_with_deadline
@@ -53,9 +55,9 @@ def publish_after(store: Any, facts: RankFacts, sysfs_root: str, timeout_s: floa
     board = Board(store)
     try:
         if facts.health.xid_watch == "watching" and xids is not None:
-            board.put(f"xid_after/{facts.rank}", xids)
-        if facts.health.ib_counters and board.count(f"nic_after_claim/{facts.host}") == 1:
-            board.put(f"nic_after/{facts.host}", read_counters(sysfs_root, _ports(facts)))
+            board.put(keys.XID_AFTER.at(facts.rank), xids)
+        if facts.health.ib_counters and board.count(keys.NIC_AFTER_CLAIM.at(facts.host)) == 1:
+            board.put(keys.NIC_AFTER.at(facts.host), read_counters(sysfs_root, _ports(facts)))
     except (RuntimeError, OSError):  # the store is gone (rank 0 left): the verdict path reports that
         pass
 
@@ -92,25 +94,26 @@ def _selected(options: RunOptions, tag: str) -> bool:
     return tag not in options.skip and (not options.only or tag in options.only)
 
 
-def _arrived(store: Any, keys: list[str], into: Any, timeout_s: float) -> dict[str, Any]:
-    """The values of `keys` that are in the store within timeout_s (all of them, or what came), decoded
-    as `into`; one that does not decode is left out (rank 0 then claims nothing about it)."""
+def _arrived(store: Any, wanted: list[Key[Any]], timeout_s: float) -> dict[str, Any]:
+    """The values of `wanted` (keys of one row) that are in the store within timeout_s (all of them, or
+    what came), decoded as the row's type; one that does not decode is left out (rank 0 then claims
+    nothing about it)."""
     board = Board(store)
     try:
-        wait_until(lambda: board.has_all(keys), timeout_s)
-        values = board.fetch(keys, into, [-1] * len(keys))
+        wait_until(lambda: board.has_all(wanted), timeout_s)
+        values = board.fetch(wanted, [-1] * len(wanted))
     except (RuntimeError, OSError):
         return {}
-    return {key: value for key, value in zip(keys, values, strict=True) if value is not None
+    return {key: value for key, value in zip(wanted, values, strict=True) if value is not None
             and not isinstance(value, BadValue)}
 
 
 def _xid_findings(store: Any, all_facts: Sequence[RankFacts], timeout_s: float) -> list[Finding]:
     watching = [f for f in all_facts if f.health.xid_watch == "watching" and f.health.gpus]
-    arrived = _arrived(store, [f"xid_after/{f.rank}" for f in watching], list[int], timeout_s) if watching else {}
+    arrived = _arrived(store, [keys.XID_AFTER.at(f.rank) for f in watching], timeout_s) if watching else {}
     findings: list[Finding] = []
     for facts in sorted(watching, key=lambda f: f.rank):
-        xids = arrived.get(f"xid_after/{facts.rank}")
+        xids = arrived.get(keys.XID_AFTER.at(facts.rank))
         if xids is None:
             continue
         if xids:
@@ -128,10 +131,10 @@ def _counter_findings(store: Any, all_facts: Sequence[RankFacts], timeout_s: flo
             ranks.setdefault(facts.host, []).append(facts.rank)
     if not first:
         return []
-    arrived = _arrived(store, [f"nic_after/{host}" for host in first], list[IbCounters], timeout_s)
+    arrived = _arrived(store, [keys.NIC_AFTER.at(host) for host in first], timeout_s)
     findings: list[Finding] = []
     for host, facts in sorted(first.items()):
-        after = arrived.get(f"nic_after/{host}")
+        after = arrived.get(keys.NIC_AFTER.at(host))
         if after is None:
             continue
         grown = increases(facts.health.ib_counters, after)

@@ -9,8 +9,9 @@ from its chosen address, and publishes what happened. Rank 0 gathers the results
 cross checks (checks/reachability.py) read as `ctx.reachability`. Other ranks on a host share
 its result.
 
-Keys, under the run's store prefix: `reach/claim/<host>`, `reach/listener/<host>`,
-`reach/roster`, `reach/result/<host>`, counter `reach/done`. Every wait has a deadline.
+Keys, under the run's store prefix (rows of channel/keys.py): `reach/claim/<host>`,
+`reach/listener/<host>`, `reach/roster`, `reach/result/<host>`, counter `reach/done`. Every
+wait has a deadline.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.channel import keys
 from preflight.channel.board import BadValue, Board
+from preflight.channel.keys import Key
 from preflight.lib.waiting import wait_until
 from preflight.model import RankFacts
 from preflight.model.codec import from_builtins, to_builtins
@@ -154,24 +157,24 @@ class Reachability:
         if self.store is None:
             return
         assert self.board is not None
-        self.active = self.board.count(f"reach/claim/{self.facts.host}") == 1
+        self.active = self.board.count(keys.REACH_CLAIM.at(self.facts.host)) == 1
         if not self.active:
             return
         self.listener.open()
-        self.board.put(f"reach/listener/{self.facts.host}",
+        self.board.put(keys.REACH_LISTENER.at(self.facts.host),
                        ReachListener(self.facts.host, self.listener.address, self.listener.interface,
                                      self.listener.port or 0, self.listener.error, rank=self.facts.rank))
 
     def publish_roster(self, hosts: list[str], timeout_s: float) -> list[dict[str, Any]]:
         """Rank 0: wait for the listeners of the hosts that reported, then publish the roster."""
         roster: dict[str, Any] = {}
-        keys = {f"reach/listener/{host}": host for host in hosts}
+        listeners = {keys.REACH_LISTENER.at(host): host for host in hosts}
 
         def all_listed(final: bool = False) -> bool:
-            pending = [key for key, host in keys.items() if host not in roster]
-            for key, value in fetch_typed(self.board, pending, ReachListener, final).items():
-                roster[keys[key]] = value if value["host"] == keys[key] else {
-                    **value, "host": keys[key], "port": 0, "error": "published a listener for another host"}
+            pending = [key for key, host in listeners.items() if host not in roster]
+            for key, value in fetch_typed(self.board, pending, final).items():
+                roster[listeners[key]] = value if value["host"] == listeners[key] else {
+                    **value, "host": listeners[key], "port": 0, "error": "published a listener for another host"}
             return len(roster) == len(hosts)
 
         if not wait_until(all_listed, timeout_s):
@@ -181,7 +184,7 @@ class Reachability:
                                      "error": "published no listener in time"})
         ordered = [roster[h] for h in sorted(roster)]
         assert self.board is not None
-        self.board.put("reach/roster", [ReachListener(**entry) for entry in ordered])
+        self.board.put(keys.REACH_ROSTER.key, [ReachListener(**entry) for entry in ordered])
         return ordered
 
     def probe_peers(self, timeout_s: float) -> None:
@@ -202,8 +205,8 @@ class Reachability:
         record = {"host": self.facts.host, "interface": self.listener.interface, "address": self.listener.address,
                   "results": results}
         assert self.board is not None
-        self.board.put(f"reach/result/{self.facts.host}", from_builtins(record, ReachResult))
-        self.board.count("reach/done")
+        self.board.put(keys.REACH_RESULT.at(self.facts.host), from_builtins(record, ReachResult))
+        self.board.count(keys.REACH_DONE.key)
         self._roster_size = len(roster)
 
     def finish(self, timeout_s: float) -> None:
@@ -212,20 +215,21 @@ class Reachability:
             return
         size = getattr(self, "_roster_size", 0)
         try:
-            if size:
-                wait_until(lambda: self.board is not None and self.board.count("reach/done", 0) >= size, timeout_s)
+            board = self.board
+            if size and board is not None:
+                wait_until(lambda: board.count(keys.REACH_DONE.key, 0) >= size, timeout_s)
         finally:
             self.listener.close()
 
     def collect(self, roster: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
         """Rank 0: every host's published result, and which hosts published none in time."""
         results: dict[str, Any] = {}
-        keys = {f"reach/result/{entry['host']}": entry["host"] for entry in roster}
+        published = {keys.REACH_RESULT.at(entry["host"]): entry["host"] for entry in roster}
 
         def all_reported(final: bool = False) -> bool:
-            pending = [key for key, host in keys.items() if host not in results]
-            for key, value in fetch_typed(self.board, pending, ReachResult, final).items():
-                results[keys[key]] = value["results"]
+            pending = [key for key, host in published.items() if host not in results]
+            for key, value in fetch_typed(self.board, pending, final).items():
+                results[published[key]] = value["results"]
             return len(results) == len(roster)
 
         if not wait_until(all_reported, timeout_s):
@@ -246,7 +250,7 @@ class Reachability:
 
         def published() -> Any:
             try:
-                return board.read("reach/roster", list[ReachListener], 0)
+                return board.read(keys.REACH_ROSTER.key, 0)
             except Exception:
                 return gone  # the store went away (rank 0 exited): nothing more to do
 
@@ -254,8 +258,9 @@ class Reachability:
         return value if isinstance(value, list) else None
 
 
-def fetch_typed(board: Board | None, keys: list[str], into: Any, final: bool = False) -> dict[str, Any]:
-    """Each of keys that is in the store, decoded as `into` (as plain dicts for the step's outcome):
+def fetch_typed(board: Board | None, wanted: list[Key[Any]], final: bool = False) -> dict[str, Any]:
+    """Each of `wanted` (keys of one row) that is in the store, decoded as its row's type (as plain dicts for
+    the step's outcome):
     rank 0's batched read of per-host keys (board.fetch_raw: two store calls per 1,024 hosts per
     look). A chunk with a key still missing waits until the final look at the deadline, which
     reads the stragglers key by key once. A value that does not decode stands as a record of
@@ -263,8 +268,8 @@ def fetch_typed(board: Board | None, keys: list[str], into: Any, final: bool = F
     if board is None:
         return {}
     found: dict[str, Any] = {}
-    for key, value in zip(keys, board.fetch(keys, into, [-1] * len(keys), partial=final), strict=True):
-        if isinstance(value, BadValue) and into is ReachResult:
+    for key, value in zip(wanted, board.fetch(wanted, [-1] * len(wanted), partial=final), strict=True):
+        if isinstance(value, BadValue) and key.family is keys.REACH_RESULT:
             continue  # as if none came: the host could not be probed (NET009)
         if isinstance(value, BadValue):
             host = key.rsplit("/", 1)[-1]

@@ -7,7 +7,9 @@ from datetime import timedelta
 
 from torch.distributed import TCPStore
 
+from preflight.channel import keys
 from preflight.channel.liveness import HEARTBEAT_KEY, STORE_LOST_GRACE_S, Heartbeat, LeadDeadline, stage_budget_s
+from preflight.model.messages import Verdict
 
 
 class CountingStore:
@@ -55,9 +57,9 @@ def test_exchange_wait_gives_up_on_time_and_sees_a_late_value() -> None:
     exchange = Exchange(world, timeout_s=5.0)
     exchange.store = TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=10))
     started = time.monotonic()
-    assert exchange.wait_for("verdict", 0.3) is None and time.monotonic() - started < 1.5
-    exchange.store.set("verdict", '{"exit_code": 3}')
-    assert exchange.wait_for("verdict", 5.0) == {"exit_code": 3}
+    assert exchange.wait_for(keys.VERDICT.key, 0.3) is None and time.monotonic() - started < 1.5
+    exchange.store.set(keys.VERDICT.key, '{"exit_code": 3}')
+    assert exchange.wait_for(keys.VERDICT.key, 5.0) == Verdict(3)
 
 
 def test_rank_zero_names_a_probing_rank_whose_beat_stopped_and_only_that_one() -> None:

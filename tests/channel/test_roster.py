@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.channel import roster
+from preflight.channel import keys, roster
 from preflight.channel.collected import Collected
 from preflight.channel.exchange import Exchange, RankPayload
 from preflight.channel.liveness import peer_key
@@ -78,7 +78,7 @@ def test_a_job_of_another_world_size_on_the_port_refuses_the_store_and_claims_no
     other = Exchange(_world(1, lead.world.master_port, size=2), timeout_s=10.0)  # same run id "env"
     other.open()
     assert other.store is None and other.foreign and "world size 2" in other.store_error  # PORT004, exit 4
-    assert roster.listed(lead.store, roster.CLAIMED_KEY, 3) == {0}
+    assert roster.listed(lead.store, keys.CLAIMED.key, 3) == {0}
     assert lead.collect(timeout_s=0.3).duplicates == {}
 
 

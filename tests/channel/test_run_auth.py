@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from torch.distributed import PrefixStore, TCPStore
 
+from preflight.channel import keys
 from preflight.channel.exchange import Exchange, RankPayload
 from preflight.model import RankFacts, World
+from preflight.model.messages import Verdict
 from preflight.reports.json import load as load_report
 from tests.helpers.ranks import free_port, start_rank, wait_for_ranks
 
@@ -47,9 +49,10 @@ def test_with_a_run_secret_a_foreign_payload_and_a_forged_verdict_are_refused(mo
     collected = lead.collect(timeout_s=2.0)
     assert sorted(collected.payloads) == [1]
     assert "PREFLIGHT_SECRET" in collected.bad_payloads[2]  # RUN002, never counted present
-    assert member.wait_for("verdict", 0.5) is None  # the forged verdict is not adopted
-    lead.announce("verdict", {"exit_code": 3, "verdict": "failed"})
-    assert member.wait_for("verdict", 5.0)["exit_code"] == 3
+    assert member.wait_for(keys.VERDICT.key, 0.5) is None  # the forged verdict is not adopted
+    assert "refused as forged" in member.refused["verdict"]
+    lead.announce(keys.VERDICT.key, Verdict(3, "failed"))
+    assert member.wait_for(keys.VERDICT.key, 5.0).exit_code == 3
 
 
 def test_a_rank_with_another_secret_refuses_the_store_instead_of_publishing_into_it(monkeypatch) -> None:

@@ -9,11 +9,13 @@ can write any bytes under any key; the guarantee is that the run goes on and rep
 from __future__ import annotations
 
 import time
+import typing
 from types import SimpleNamespace
 from typing import Any
 
 import msgspec
 import pytest
+import torch.distributed as dist  # at import: its first import (seconds) is no example's deadline
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,29 +23,49 @@ from preflight.channel import keys
 from preflight.channel.board import BadValue, Board, decode_value
 from preflight.channel.keys import listed_ranks
 from preflight.channel.liveness import read_dead
+from preflight.model import IbCounters, JobReport, ReportMeta
 from preflight.model import messages as m
 from preflight.model.codec import encode
+from preflight.model.device_probe import DeviceReport
 from preflight.model.reachability import ReachListener
 from tests.fuzz.strategies import FUZZ, FUZZ_SLOW, json_value
 
-# Every message family and its type (model/messages.py), with one valid value each.
-FAMILIES: dict[str, tuple[Any, Any]] = {
-    "res/1": (m.ProbeReport, m.ProbeReport("h", [m.StepRecord("tp", "all_reduce", 64, 0, [0, 1], 0, [0.1])])),
-    "pos/1": (int, 3),
-    "dev/1": (m.BoundRecord, m.BoundRecord("h", "nccl", m.BoundDevice(0, "H100", "00000000:18:00.0", "GPU-1"))),
-    "setup/1": (m.SetupStage, m.SetupStage("done", "h")),
-    "no_gpu/1": (m.NoGpu, m.NoGpu("no GPU")),
-    "dead": (m.DeadRanks, m.DeadRanks({2: "its heartbeat stopped"})),
-    "again": (m.RemeasureSteps, m.RemeasureSteps([0, 2])),
-    "confirm": (m.ConfirmPairs, m.ConfirmPairs([(0, 1)])),
-    "localize": (m.LocalizePlan, m.LocalizePlan([0, 1], True)),
-    "pair/1": (m.PairTimes, m.PairTimes({0: [0.1, 0.2]})),
-    "cpair/1": (m.PairSamples, m.PairSamples([(0, 1, [1.0, 2.0])])),
-    "gt/0": (m.RoundPlan, m.RoundPlan([0, 1], [[2, 3]])),
-    "gt/0/t/1": (m.RoundTimes, m.RoundTimes([0.1], [0.2])),
-    "reach/listener/h1": (ReachListener, ReachListener("h1", "10.0.0.1", "eth0", 4000, rank=1)),
-    "reach/result/h1": (m.ReachResult, m.ReachResult("h1", "eth0", "10.0.0.1", [m.ReachProbe("h0")])),
+# Every message row of channel/keys.py's table, with one valid value each (the row gives the type).
+FAMILIES: dict[str, Any] = {
+    keys.RESULT.at(1): m.ProbeReport("h", [m.StepRecord("tp", "all_reduce", 64, 0, [0, 1], 0, [0.1])]),
+    keys.POSITION.at(1): 3,
+    keys.BOUND.at(1): m.BoundRecord("h", "nccl", m.BoundDevice(0, "H100", "00000000:18:00.0", "GPU-1")),
+    keys.DEVICE.at(1): DeviceReport(1, "h", "cpu"),
+    keys.SETUP.at(1): m.SetupStage("done", "h"),
+    keys.NO_GPU.at(1): m.NoGpu("no GPU"),
+    keys.DEAD.key: m.DeadRanks({2: "its heartbeat stopped"}),
+    keys.AGAIN.key: m.RemeasureSteps([0, 2]),
+    keys.CONFIRM.key: m.ConfirmPairs([(0, 1)]),
+    keys.LOCALIZE.key: m.LocalizePlan([0, 1], True),
+    keys.PAIR.at(1): m.PairTimes({0: [0.1, 0.2]}),
+    keys.CONFIRM_PAIR.at(1): m.PairSamples([(0, 1, [1.0, 2.0])]),
+    keys.ROUND.at(0): m.RoundPlan([0, 1], [[2, 3]]),
+    keys.ROUND_TIMES.at(0, 1): m.RoundTimes([0.1], [0.2]),
+    keys.REACH_LISTENER.at("h1"): ReachListener("h1", "10.0.0.1", "eth0", 4000, rank=1),
+    keys.REACH_ROSTER.key: [ReachListener("h1", "10.0.0.1", "eth0", 4000, rank=1)],
+    keys.REACH_RESULT.at("h1"): m.ReachResult("h1", "eth0", "10.0.0.1", [m.ReachProbe("h0")]),
+    keys.XID_AFTER.at(1): [79],
+    keys.NIC_AFTER.at("h1"): [IbCounters("mlx5_0", 1, {"symbol_error": 0})],
+    keys.CLAIMANT.at(1, 1): m.Claimant("h1", 42),
+    keys.OWNER.key: m.OwnerMark("env", 4, "h0", 42),
+    keys.GO.key: m.GoDecision(True, "world complete", "ab12"),
+    keys.VERDICT.key: m.Verdict(3, "failed", "ab12"),
+    keys.REPORT.key: JobReport(ReportMeta("env", "", "env", 2, 1, "127.0.0.1", 29500)),
 }
+
+
+def test_every_message_row_of_the_table_is_fuzzed_here() -> None:
+    """A row added to channel/keys.py's table without a case here fails: every family is fuzzed."""
+    rows = {row for row in keys.TABLE if row.type not in (keys.Counter, keys.RankList, keys.Agreed, keys.Wire)}
+    assert rows == {key.family for key in FAMILIES}  # type: ignore[attr-defined]
+    for key, valid in FAMILIES.items():
+        assert decode_value(encode(valid), key.family.type, key, 1) == valid  # type: ignore[attr-defined]
+
 
 raw_value = st.one_of(st.binary(max_size=200), json_value.map(msgspec.json.encode),
                       st.sampled_from([b"", b"null", b"[]", b"{}", b'{"times": {"x": [1]}}', b'{"ranks": {"-1": 5}}',
@@ -52,7 +74,7 @@ raw_value = st.one_of(st.binary(max_size=200), json_value.map(msgspec.json.encod
 
 def mutated_message(family: str) -> st.SearchStrategy[bytes]:
     """The family's valid value with one part replaced by arbitrary JSON."""
-    _, valid = FAMILIES[family]
+    valid = FAMILIES[family]
     doc = msgspec.json.decode(encode(valid))
     if not isinstance(doc, dict) or not doc:
         return json_value.map(msgspec.json.encode)
@@ -60,20 +82,21 @@ def mutated_message(family: str) -> st.SearchStrategy[bytes]:
         lambda kv: msgspec.json.encode({**doc, kv[0]: kv[1]}))
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("key", sorted(FAMILIES), ids=str)
 @FUZZ
 @given(data=st.data())
-def test_every_family_decodes_or_is_a_bad_value_naming_its_rank(family: str, data: st.DataObject) -> None:
-    into, _ = FAMILIES[family]
-    raw = data.draw(st.one_of(raw_value, mutated_message(family)))
-    value = decode_value(raw, into, family, 5)
-    assert isinstance(value, into) or (isinstance(value, BadValue) and value.rank == 5
-                                       and value.line().startswith(f"bad value from rank 5 under {family!r}"))
+def test_every_family_decodes_or_is_a_bad_value_naming_its_rank(key: keys.Key[Any], data: st.DataObject) -> None:
+    """Read through the board, as every reader does: the row's type, or a BadValue naming the rank."""
+    into = key.family.type
+    raw = data.draw(st.one_of(raw_value, mutated_message(key)))
+    value = Board(store_with(key, raw)).read(key, 5)
+    if isinstance(value, BadValue):
+        assert value.rank == 5 and value.line().startswith(f"bad value from rank 5 under {str(key)!r}")
+    else:
+        assert value is not None and isinstance(value, typing.get_origin(into) or into)
 
 
 def store_with(key: str, raw: bytes, **more: bytes) -> Any:
-    import torch.distributed as dist
-
     store = dist.HashStore()
     store.set(key, raw)
     for k, v in more.items():
@@ -161,16 +184,60 @@ def test_rank_lists_and_the_dead_list_raise_nothing(raw: bytes, key: str) -> Non
 def test_rank_0s_read_of_reachability_raises_nothing(raw: bytes, which: str) -> None:
     from preflight.steps.tcp_reach import fetch_typed
 
-    into = ReachListener if which == "listener" else m.ReachResult
-    found = fetch_typed(Board(store_with(f"reach/{which}/h1", raw)), [f"reach/{which}/h1"], into, final=True)
-    assert set(found) <= {f"reach/{which}/h1"}
+    key = (keys.REACH_LISTENER if which == "listener" else keys.REACH_RESULT).at("h1")
+    found = fetch_typed(Board(store_with(key, raw)), [key], final=True)
+    assert set(found) <= {key}
 
 
 @FUZZ_SLOW
-@given(raw_value, st.sampled_from(["xid_after/1", "nic_after/h1"]))
-def test_rank_0s_read_of_the_rechecks_raises_nothing(raw: bytes, key: str) -> None:
-    from preflight.model import IbCounters
+@given(raw_value, st.sampled_from([keys.XID_AFTER.at(1), keys.NIC_AFTER.at("h1")]))
+def test_rank_0s_read_of_the_rechecks_raises_nothing(raw: bytes, key: keys.Key[Any]) -> None:
     from preflight.steps.recheck import _arrived
 
-    into = list[int] if key.startswith("xid") else list[IbCounters]
-    assert set(_arrived(store_with(key, raw), [key], into, 0.01)) <= {key}
+    assert set(_arrived(store_with(key, raw), [key], 0.01)) <= {key}
+
+
+@FUZZ_SLOW
+@given(st.one_of(raw_value, mutated_message(keys.VERDICT.key)), st.sampled_from([keys.GO.key, keys.VERDICT.key]),
+       st.sampled_from([None, b"run-secret"]))
+def test_a_followers_wait_for_a_decision_adopts_only_its_type_and_raises_nothing(
+        raw: bytes, key: keys.Key[Any], secret: bytes | None) -> None:
+    """Whatever a foreign client writes under go or verdict: adopted only as the key's type (and, with a
+    secret, only proven), else refused and named; never an exception (runner._follow reads `.exit_code`)."""
+    from preflight.channel.exchange import Exchange
+    from preflight.model import World
+
+    exchange = Exchange(World(launcher="env", rank=1, world_size=2, run_id="fuzz"), timeout_s=1.0)
+    exchange.store, exchange.secret = store_with(key, raw), secret
+    value = exchange._read_published(key)
+    if value is None:
+        assert set(exchange.refused) <= {str(key)}
+    else:
+        assert isinstance(value, key.family.type) and not secret
+
+
+@FUZZ_SLOW
+@given(st.one_of(raw_value, mutated_message(keys.OWNER.key)), st.sampled_from([None, "run-secret"]))
+def test_a_joining_ranks_look_at_the_owner_mark_refuses_or_accepts_and_raises_nothing(
+        raw: bytes, secret: str | None) -> None:
+    """The owner mark under `preflight/owner`: this run's (accepted) or ForeignStore naming the key."""
+    import os
+
+    from preflight.channel.store_join import ForeignStore, _verify_owner
+    from preflight.model import World
+
+    world = World(launcher="env", rank=1, world_size=4, run_id="env")
+    before = os.environ.pop("PREFLIGHT_SECRET", None)
+    if secret:
+        os.environ["PREFLIGHT_SECRET"] = secret
+    try:
+        _verify_owner(store_with(keys.OWNER.key, raw), world, 0.01)
+        accepted = True
+    except ForeignStore as exc:
+        accepted = False
+        assert "not this run's" in str(exc) or "another run" in str(exc)
+    finally:
+        os.environ.pop("PREFLIGHT_SECRET", None)
+        if before is not None:
+            os.environ["PREFLIGHT_SECRET"] = before
+    assert not accepted or not secret  # nothing a foreign client writes passes under a secret

@@ -58,18 +58,18 @@ def test_rank_0_reads_every_hosts_key_in_two_calls_per_chunk_not_two_per_host() 
     from torch.distributed import TCPStore
 
     from preflight.channel.board import FETCH_CHUNK, Board
-    from preflight.model.reachability import ReachListener
+    from preflight.channel.keys import REACH_LISTENER
     from preflight.steps.tcp_reach import fetch_typed
 
     server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
-    keys = [f"reach/listener/h{i}" for i in range(FETCH_CHUNK + 10)]
+    keys = [REACH_LISTENER.at(f"h{i}") for i in range(FETCH_CHUNK + 10)]
     for i, key in enumerate(keys):
         server.set(key, json.dumps({"host": f"h{i}"}))
     store = CountingStore(server)
-    found = fetch_typed(Board(store), keys, ReachListener)
+    found = fetch_typed(Board(store), keys)
     assert len(found) == len(keys) and found[keys[-1]]["host"] == f"h{len(keys) - 1}"
     assert store.calls == 4  # a check and a multi_get per chunk of 1,024
     store.calls = 0
-    missing = [*keys[:5], "reach/listener/absent"]
-    assert fetch_typed(Board(store), missing, ReachListener) == {} and store.calls == 1  # incomplete: waits, unread
-    assert set(fetch_typed(Board(store), missing, ReachListener, final=True)) == set(keys[:5])  # at the deadline
+    missing = [*keys[:5], REACH_LISTENER.at("absent")]
+    assert fetch_typed(Board(store), missing) == {} and store.calls == 1  # incomplete: waits, unread
+    assert set(fetch_typed(Board(store), missing, final=True)) == set(keys[:5])  # at the deadline
