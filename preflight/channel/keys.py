@@ -25,12 +25,18 @@ def payload_key(rank: int) -> str:
 
 # -- liveness (channel/liveness.py) ---------------------------------------------------------
 HEARTBEAT_KEY = "heartbeat"  # counter: rank 0's beat
-DEAD_KEY = "dead"  # DeadRanks: the ranks rank 0 found dead during the probes
+DEAD_KEY = "dead"  # DeadRanks: the ranks rank 0 knows are gone (its watch, channel/liveness.py)
+LEFT_KEY = "left"  # rank list: every rank that left without the verdict (its RankLeft under left_key)
 
 
 def beat_key(rank: int) -> str:
     """The counter a rank beats under, from its claim until it leaves."""
     return f"alive/{rank}"
+
+
+def left_key(rank: int) -> str:
+    """RankLeft: why a rank left without the verdict (a signal, its own deadline)."""
+    return f"left/{rank}"
 
 
 # -- step 8, the probes (probes/), under probe/ ----------------------------------------------

@@ -34,6 +34,7 @@ FAMILIES: dict[str, tuple[Any, Any]] = {
     "setup/1": (m.SetupStage, m.SetupStage("done", "h")),
     "no_gpu/1": (m.NoGpu, m.NoGpu("no GPU")),
     "dead": (m.DeadRanks, m.DeadRanks({2: "its heartbeat stopped"})),
+    "left/1": (m.RankLeft, m.RankLeft("received SIGTERM")),
     "again": (m.RemeasureSteps, m.RemeasureSteps([0, 2])),
     "confirm": (m.ConfirmPairs, m.ConfirmPairs([(0, 1)])),
     "localize": (m.LocalizePlan, m.LocalizePlan([0, 1], True)),
