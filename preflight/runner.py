@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -73,9 +74,6 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     if options.run_id:
         world.run_id = options.run_id
     refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0)
-    # The slow import, after the input is known good (bad input stays a fast exit 2) and before
-    # any step's deadline starts.
-    import_torch_distributed()
     record = RunRecord(world, options)
     code = _steps(record, Exchange(world, options.timeout_s, options.out_dir))
     return _leave(record, code)
@@ -109,6 +107,11 @@ def _steps(record: RunRecord, exchange: Exchange, groups: JobGroups | None = Non
     ctx = CheckContext(world_size=world.world_size, backend=options.backend,
                        mesh=[(d.name, d.size) for d in options.mesh])
     try:
+        # The slow import, after the input is known good (bad input stays a fast exit 2) and before
+        # any step's deadline starts; inside the steps, so that an interrupt during it still ends
+        # in rank 0's (empty) report. A no-op inside a job (preflight.check): torch is in.
+        import_torch_distributed()
+        record.started = time.time()  # the run's duration, as before: from here, not the import
         _report_locally(record, phases, exchange, ctx)
         reach = tcp_reach.reachability_for(exchange.store, _own_facts(record), options)
         reach.start()  # this host's listener, before rank 0 waits for anyone
