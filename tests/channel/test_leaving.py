@@ -22,7 +22,10 @@ from pathlib import Path
 from preflight.reports.json import load as load_report
 from tests.helpers.ranks import EXEC, Placement, base_env, free_port, plant_env, start_rank
 
-BOUND_S = 60.0  # "does not hang": rank 0 gone this long after the signal / the last other rank (2 s idle)
+BOUND_S = 60.0  # "does not hang": every rank gone this long after the signal
+# Rank 0 gone this long after the signal / the last other rank: 10x the 2 s it takes on an idle
+# machine, and below the 30 s the old hand-off waited here (its cap, with the planted stall).
+LINGER_BOUND_S = 20.0
 START_BOUND_S = 240.0  # for the run to reach the moment of the fault: imports on two loaded cores
 LONG_STALL = """
     from preflight.channel import liveness
@@ -93,6 +96,7 @@ def test_sigterm_to_every_rank_mid_probes_ends_every_rank_rank_0_included(tmp_pa
     ranks = sigterm_every_rank_mid_probes(tmp_path)
     assert {code for _, code in ranks.values()} == {4}, ranks
     assert max(after for after, _ in ranks.values()) < BOUND_S, ranks
+    assert ranks[0][0] < LINGER_BOUND_S, ranks
     report = load_report(tmp_path / "r.json")
     assert report.exit_code == 4 and any(f.check_id == "RUN004" for f in report.findings)
 
@@ -151,5 +155,5 @@ def kill_one_rank_in_the_exchange_under_launch(folder: Path, world: int = 4, pla
 def test_a_rank_killed_in_the_exchange_under_launch_rank_0_leaves_with_the_others(tmp_path: Path) -> None:
     after, code, report = kill_one_rank_in_the_exchange_under_launch(tmp_path)
     last_other = max(t for r, t in after.items() if r not in (0, 2))
-    assert after[0] - last_other < BOUND_S / 2, after  # "does not hang" (2 s idle; the planted stall: 300 s)
+    assert after[0] - last_other < LINGER_BOUND_S, after
     assert code in (3, 4) and report, (code, report)
