@@ -32,7 +32,8 @@ LONG_STALL = """
     liveness.PEER_STALL_S = 300.0  # a silent rank is called dead only after 300 s
     liveness.ACKNOWLEDGE_CAP_S = 300.0
 """
-# Rank 2 dies (SIGKILL, from itself: the OOM killer's way) once the others have published.
+# Rank 2 dies (SIGKILL, from itself: the OOM killer's way) once the other three have published
+# (rank 0 is collecting), without publishing.
 KILLED_IN_EXCHANGE = """
     import os, signal, time
     from preflight.channel import exchange

@@ -14,6 +14,7 @@ Bounds are "does not hang" bounds, far above the 2 s the ranks take on an idle m
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from tests.helpers.ranks import EXEC, base_env, free_port, plant_env, start_rank
 BOUND_S = 60.0  # every rank gone this long after the signal: "does not hang" (2 s idle, see above)
 START_BOUND_S = 240.0  # for the run to reach the phase: ranks importing torch on two loaded cores
 WORLD = 2
+START_UP_S = 2.0  # the issue's recipe: `launch ... & sleep 2; kill -INT`: torch's import, or the ranks' start
 PROBES = ["--ops", "all_reduce", "--sizes", "16MiB", "--iters", "5000", "--probe-timeout", "120"]
 
 # Each phase: the line (on any rank's stderr) after which the signal lands in it, and the plant
@@ -91,7 +93,7 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
     plants = {**plants, **(more_plants or {})}
     report = folder / "r.json"
     args = [*(PROBES if phase == "probes" else ["--skip", "probe"]), "--timeout", "120", "--json", str(report)]
-    env = plant_env(folder, {r: textwrap_dedent(code) for r, code in plants.items()}) if plants else {}
+    env = plant_env(folder, plants) if plants else {}
     lines: list[str] = []
     seen = threading.Event()
     procs: dict[str, subprocess.Popen[str]] = {}
@@ -121,7 +123,7 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
         assert seen.wait(START_BOUND_S), "".join(lines)[-3000:]
         time.sleep(3.0 if phase == "probes" else 0.5)  # inside the all_reduce loop / the planted wait
     else:
-        time.sleep(0.5)
+        time.sleep(START_UP_S)
     pids = _all_pids(procs)
     signalled = time.monotonic()
     _send(procs, sig)
@@ -140,16 +142,8 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
         gone[f"pid {pid}"] = _wait_gone(pid, signalled + BOUND_S) - signalled
     for reader in readers:
         reader.join(timeout=10)
-    import json
-
     return Interrupted(codes, gone, "".join(lines), json.loads(report.read_text()) if report.exists() else None,
                        pids)
-
-
-def textwrap_dedent(code: str) -> str:
-    import textwrap
-
-    return textwrap.dedent(code)
 
 
 def _send(procs: dict[str, subprocess.Popen[str]], sig: signal.Signals) -> None:
