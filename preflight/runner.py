@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -74,9 +75,6 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     if options.run_id:
         world.run_id = options.run_id
     refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0)
-    # The slow import, after the input is known good (bad input stays a fast exit 2) and before
-    # any step's deadline starts.
-    import_torch_distributed()
     record = RunRecord(world, options)
     code = _steps(record, Exchange(world, options.timeout_s, options.out_dir))
     return _leave(record, code)
@@ -110,6 +108,11 @@ def _steps(record: RunRecord, exchange: Exchange, groups: JobGroups | None = Non
     ctx = CheckContext(world_size=world.world_size, backend=options.backend,
                        mesh=[(d.name, d.size) for d in options.mesh])
     try:
+        # The slow import, after the input is known good (bad input stays a fast exit 2) and before
+        # any step's deadline starts; inside the steps, so that an interrupt during it still ends
+        # in rank 0's (empty) report. A no-op inside a job (preflight.check): torch is in.
+        import_torch_distributed()
+        record.started = time.time()  # the run's duration, as before: from here, not the import
         _report_locally(record, phases, exchange, ctx)
         reach = tcp_reach.reachability_for(exchange.store, _own_facts(record), options)
         reach.start()  # this host's listener, before rank 0 waits for anyone
@@ -119,7 +122,7 @@ def _steps(record: RunRecord, exchange: Exchange, groups: JobGroups | None = Non
     except Interrupted as stop:
         record.interrupted = str(stop)
         if world.rank != 0:
-            exchange.leave()
+            exchange.leave(str(stop))  # rank 0 need not wait for this rank's acknowledgement
             return int(ExitCode.INCOMPLETE)
     return _finish(record, exchange)
 
@@ -131,9 +134,10 @@ def _leave(record: RunRecord, code: int) -> int:
     cannot be torn down (gloo's destructor joins the thread still inside it, NCCL's blocks),
     so interpreter exit would hang the job preflight was meant to protect. Likewise after a
     call given up on while inside C++ (a store join's handshake, lib/deadline.abandoned_alive):
-    returning during interpreter shutdown, it can abort the process (std::terminate).
+    returning during interpreter shutdown, it can abort the process (std::terminate). And after an
+    interrupt, which may have left a collective or a store call anywhere: the signal asked to end now.
     """
-    if (record.probes is not None and record.probes.left_pending) or abandoned_alive():
+    if (record.probes is not None and record.probes.left_pending) or record.interrupted or abandoned_alive():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -224,16 +228,17 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
     recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.check_timeout_s)  # after step 8
     # This rank beats until here (channel/liveness.py): rank 0 waits for every rank that is alive.
     verdict = exchange.wait_for(keys.VERDICT.key, options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9
-    exchange.acknowledge()
-    exchange.leave()
     for line in exchange.refused_lines():  # a foreign client's value under go or verdict: named, never adopted
         print(f"preflight: rank {world.rank}: {store_value_refused.id}: {line}")
     if verdict is None:
         why = exchange.store_error or "rank 0 stopped answering"
+        exchange.leave(f"no verdict within its deadline: {why}")
         code = report_alone(record, exchange.out_dir, why)  # into --out-dir, where there is one
         print(f"preflight: rank {world.rank}: no verdict from rank 0 ({world.master_addr}:{world.master_port}): "
               f"{why}; exit {code}")
         return code
+    exchange.acknowledge()
+    exchange.leave()
     return verdict.exit_code
 
 
@@ -251,8 +256,7 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
     """Rank 0, step 9: build the JobReport, render it everywhere, then publish the exit code."""
     if record.interrupted:
         record.findings += run_interrupted.report(reason=record.interrupted)
-    if exchange.heartbeat is not None:
-        exchange.heartbeat.stage("verdict")
+    exchange.liveness.stage("verdict")
     if not record.interrupted:  # the RDMA counters' second read, one per host: increases are NIC001
         record.findings += recheck.lead(exchange.store, _own_facts(record), record.all_facts, record.options)
     for key, why in exchange.audit().items():  # a foreign client's value under the owner mark, go or verdict
@@ -272,7 +276,7 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
     try:
         # Every rank that is alive (it beats) reads the verdict before the store goes: not a count
         # from rank 0's bookkeeping, which leaves out a rank whose payload was refused (RUN002).
-        exchange.wait_for_acknowledgements(set(record.probes.dead) if record.probes is not None else set())
+        exchange.wait_for_acknowledgements(interrupted=bool(record.interrupted))
     except Interrupted:
         pass  # the verdict is out and the reports are written; a launcher stopping us now changes nothing
     exchange.leave()

@@ -33,7 +33,7 @@ from preflight.channel import keys, rank_files, roster, run_auth
 from preflight.channel.board import BadValue, Board, fetch_raw
 from preflight.channel.collected import Collected, accept_many, own_findings_only
 from preflight.channel.keys import Key, append_rank
-from preflight.channel.liveness import Heartbeat, RankLiveness
+from preflight.channel.liveness import RankLiveness
 from preflight.channel.store_join import ForeignStore, join_store, mark_store, read_mark, run_prefix
 from preflight.channel.wire import RankPayload, to_wire
 from preflight.lib.errors import one_line
@@ -72,11 +72,9 @@ class Exchange:
         self.foreign = False  # MASTER_PORT answered, but not as this run's store
         self.out_dir = rank_files.run_folder(out_dir, world.run_id) if out_dir else None
         self.started = time.time()
-        self.heartbeat: Heartbeat | None = None  # rank 0's, from lead_heartbeat()
-        # Is that rank alive? This rank's beat (from its claim until it leaves) and its look at the
-        # others' (channel/liveness.py); None until the store formed.
-        self.liveness: RankLiveness | None = None
-        self.dead: dict[int, object] = {}  # rank 0: ranks found dead during the collect
+        # Is that rank alive? The run's one owner of the question (channel/liveness.py): this
+        # rank's beat from its claim until it leaves and, on rank 0, the watch over the others'.
+        self.liveness = RankLiveness(world.world_size, world.rank)
         self.nonce = ""  # this run's identity, agreed through the store; "" without one
         self.secret = run_auth.run_secret()  # the launcher's per-run secret, if any (channel/run_auth.py)
         # Values refused under a decision's key (go, verdict, the owner mark): key -> why. A
@@ -110,9 +108,7 @@ class Exchange:
             return
         if not first:
             raise roster.taken(self.store, self.world)
-        self.liveness = RankLiveness(self.store, self.world.world_size, self.world.rank)
-        if self.world.rank != 0:  # rank 0 collects; every other rank shows it is alive until it leaves
-            self.liveness.beat()
+        self.liveness.joined(self.store)  # every other rank shows it is alive until it leaves
 
     def _host_or_join(self) -> None:
         from torch.distributed import PrefixStore, TCPStore
@@ -194,17 +190,15 @@ class Exchange:
         """
         if not self.has_channel():
             return None
-        owner = self.liveness or RankLiveness(self.store, self.world.world_size, self.world.rank)
-        deadline = owner.lead_deadline(timeout_s)
+        deadline = self.liveness.lead_deadline(timeout_s)
         return wait_until(lambda: self._read_published(key), deadline.time_left,
                           stop_if=lambda: not self.has_channel(), max_poll_s=follower_poll_s(self.world.world_size))
 
-    def lead_heartbeat(self) -> Heartbeat:
-        """Rank 0: beat while it works, so followers wait for it (stopped by announcing the verdict)."""
-        if self.liveness is None:  # no store: nothing beats (the --out-dir is the only channel)
-            self.liveness = RankLiveness(self.store, self.world.world_size, self.world.rank)
-        self.heartbeat = self.liveness.lead()
-        return self.heartbeat
+    def lead_heartbeat(self) -> RankLiveness:
+        """Rank 0: beat while it works, so followers wait for it (stopped by announcing the verdict),
+        and watch the others' beats until it leaves (nothing without a store: --out-dir only)."""
+        self.liveness.lead()
+        return self.liveness
 
     def has_channel(self) -> bool:
         """Whether anything can still arrive: a store, or a shared directory."""
@@ -244,12 +238,16 @@ class Exchange:
 
     def acknowledge(self) -> None:
         """Tell rank 0 this rank has read the verdict, so it may take the store down."""
-        if self.liveness is not None and self.store is not None:
+        if self.store is not None:
             self.liveness.acknowledge()
 
-    def leave(self) -> None:
-        """This rank is done with the run: its beat stops (channel/liveness.py)."""
-        if self.liveness is not None:
+    def leave(self, why: str = "") -> None:
+        """This rank is done with the run: its beat stops (channel/liveness.py). With `why`, it
+        leaves without the verdict (a signal, its own deadline) and says so, so that rank 0 does
+        not wait for it."""
+        if why:
+            self.liveness.leave(why)
+        else:
             self.liveness.stop()
 
     # -- rank 0 --------------------------------------------------------------------------
@@ -258,14 +256,13 @@ class Exchange:
         """Wait until every rank reported, was found claimed twice or dead, or the deadline passed; never longer."""
         collected = Collected()
         size, own = self.world.world_size, self.world.rank
-        watch = roster.JoinedWatch(self.store, size, own, self.liveness) if self.store is not None else None
+        self.liveness.lead()  # the watch over the others' beats runs from here until rank 0 leaves
 
         def everyone_heard() -> bool:
             if self.store is not None:
                 self._take_from_store(collected)
                 roster.take_contested(self.store, collected, size)
-                assert watch is not None
-                watch.look(collected)
+                roster.take_dead(self.store, collected, self.liveness.dead(), own)
             if self.out_dir is not None:
                 rank_files.take(collected, self.out_dir, size, self.nonce, self.started)
             return collected.complete(size, own)
@@ -274,7 +271,6 @@ class Exchange:
         if self.store is not None:
             roster.take_contested(self.store, collected, size)  # a claimant that came as the wait ended
             roster.name_claimants(self.store, collected)
-            self.dead.update(collected.dead)  # not waited for again at the verdict (wait_for_acknowledgements)
         if self.out_dir is not None:
             collected.stale_files = rank_files.stale(self.out_dir, self.nonce, self.started)
         return collected
@@ -310,8 +306,8 @@ class Exchange:
 
         Whatever a foreign client wrote under the key before is noted (audit) and overwritten."""
         value = run_auth.signed(self.secret, key, dataclasses.replace(value, nonce=self.nonce, proof=""))
-        if key == keys.VERDICT.key and self.heartbeat is not None:
-            self.heartbeat.stop()
+        if key == keys.VERDICT.key:
+            self.liveness.verdict_out()
         if self.out_dir is not None:
             atomic_write(self.out_dir / f"{key}.json", encode(value))
         if self.store is not None:
@@ -363,14 +359,18 @@ class Exchange:
             return None
         return report if isinstance(report, JobReport) else None  # a value that is not a report: alone too
 
-    def wait_for_acknowledgements(self, known_dead: set[int]) -> list[int]:
-        """Rank 0: keep the store up until every rank that beats has read the verdict (channel/liveness.py).
+    def wait_for_acknowledgements(self, interrupted: bool = False) -> list[int]:
+        """Rank 0: keep the store up until every rank alive has read the verdict (channel/liveness.py).
 
         Who is waited for is who is alive, not who rank 0's bookkeeping counts: a rank whose
-        payload was refused, or the first claimant of a contested rank, waits for the verdict too."""
-        if self.store is None or self.liveness is None:
+        payload was refused, or the first claimant of a contested rank, waits for the verdict too;
+        a rank the liveness watch knows gone (dead, or it said it left) is not waited for.
+        Interrupted (SIGTERM, Ctrl-C): a moment for the followers' next look (two polls, at least
+        1 s), no more; the verdict is exit 4, the code a follower that misses it exits with too."""
+        if self.store is None:
             return []
-        return self.liveness.await_acknowledgements(known_dead | set(self.dead))
+        cap = max(1.0, 2 * follower_poll_s(self.world.world_size)) if interrupted else None
+        return self.liveness.await_acknowledgements(cap)
 
 
 def agree_on_key(store: Any) -> bytes | None:

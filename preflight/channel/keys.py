@@ -33,6 +33,7 @@ from preflight.model.messages import (
     PairSamples,
     PairTimes,
     ProbeReport,
+    RankLeft,
     ReachResult,
     RemeasureSteps,
     RoundPlan,
@@ -125,7 +126,10 @@ ACKED = Family[str]("acked", RankList, FOLLOWERS + " after the verdict", RANK0)
 # -- liveness (channel/liveness.py) ---------------------------------------------------------
 HEARTBEAT = Family[int]("heartbeat", Counter, RANK0, FOLLOWERS)
 BEAT = Family[int]("alive/{rank}", Counter, "the rank, from its claim until it leaves", RANK0)
-DEAD = Family[DeadRanks]("dead", DeadRanks, RANK0 + " (during the probes)", EVERY)
+DEAD = Family[DeadRanks]("dead", DeadRanks, RANK0 + " (its watch, channel/liveness.py)", EVERY)
+LEFT = Family[str]("left", RankList, "a rank leaving without the verdict", RANK0 + " (its watch)")
+LEFT_WHY = Family[RankLeft]("left/{rank}", RankLeft, "a rank leaving without the verdict (a signal, its deadline)",
+                            RANK0 + " (its watch)", 4096)
 
 # -- step 5, reachability (steps/tcp_reach.py) ----------------------------------------------
 REACH_CLAIM = Family[int]("reach/claim/{host}", Counter, EVERY, EVERY + " (its host's first speaks for it)")
@@ -162,12 +166,17 @@ TABLE: tuple[Family[Any], ...] = tuple(v for v in list(globals().values()) if is
 
 # The names channel/liveness.py reads its keys by (rows above).
 HEARTBEAT_KEY, DEAD_KEY, ACKED_KEY, CLAIMED_KEY = HEARTBEAT.key, DEAD.key, ACKED.key, CLAIMED.key
-CONTESTED_KEY, ARRIVALS_KEY = CONTESTED.key, ARRIVALS.key
+CONTESTED_KEY, ARRIVALS_KEY, LEFT_KEY = CONTESTED.key, ARRIVALS.key, LEFT.key
 
 
 def beat_key(rank: int) -> Key[int]:
     """The counter a rank beats under, from its claim until it leaves."""
     return BEAT.at(rank)
+
+
+def left_key(rank: int) -> Key[RankLeft]:
+    """RankLeft: why a rank left without the verdict (a signal, its own deadline)."""
+    return LEFT_WHY.at(rank)
 
 
 # -- rank lists ------------------------------------------------------------------------------

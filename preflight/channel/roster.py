@@ -10,24 +10,22 @@ hosts the store; a rank 0 that finds MASTER_PORT held by a store carrying this r
 (another job's rank 0) claims rank 0 there, so the job owning the port learns that a second
 job shares it.
 
-Beats. From its claim until it reads the go, a rank beats under `alive/<rank>` (the probes'
-peer beat, channel/liveness.py) and is listed under `claimed`. Rank 0's collect watches the
-beats of the ranks that claimed but have not published (`JoinedWatch`) and stops waiting for
-one silent for `stall_s(N)`: it died (killed, crashed or frozen) and is named by RUN008, long
-before --timeout. A rank that never joined cannot be told from a slow one: RANK001 after
+Beats. From its claim until it leaves, a rank beats under `alive/<rank>` and is listed under
+`claimed` (channel/liveness.py). Rank 0's liveness watch looks at every claimed rank's beat; the
+collect stops waiting for a rank it knows gone that has not published (`take_dead`: silent for
+`stall_s(N)`, or it said it left): it died (killed, crashed or frozen) and is named by RUN008,
+long before --timeout. A rank that never joined cannot be told from a slow one: RANK001 after
 --timeout, as before.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from preflight.channel.board import Board
 from preflight.channel.collected import Collected, DeadRank
 from preflight.channel.keys import BEAT, CLAIMANT, CLAIMED, CLAIMS, CONTESTED, append_rank, listed_ranks
-from preflight.channel.liveness import RankLiveness, beat_s, stall_s
 from preflight.lib.errors import BadInput
 from preflight.model.messages import Claimant
 
@@ -88,31 +86,11 @@ def name_claimants(store: Any, collected: Collected) -> None:
         collected.duplicates[rank] = claimants(store, rank)
 
 
-class JoinedWatch:
-    """Rank 0's watch, during the collect, over ranks that joined but have not published.
-
-    One look per beat at most: the joined list, then the beats of the ranks still awaited,
-    through the one liveness owner (RankLiveness.silent). A rank whose beat did not move for
-    stall_s is dead.
-    """
-
-    def __init__(self, store: Any, world_size: int, own_rank: int = 0, liveness: RankLiveness | None = None) -> None:
-        self.store, self.world_size, self.own_rank = store, world_size, own_rank
-        self.stall_s, self.poll_s = stall_s(world_size), beat_s(world_size)
-        self.liveness = liveness or RankLiveness(store, world_size, own_rank)
-        self._looked = 0.0
-
-    def look(self, collected: Collected, now: float | None = None) -> None:
-        """Record in `collected.dead` each awaited rank that stopped beating."""
-        now = time.monotonic() if now is None else now
-        if now - self._looked < self.poll_s:
-            return
-        self._looked = now
-        awaited = sorted(listed(self.store, CLAIMED.key, self.world_size) - collected.heard(self.own_rank))
-        for rank, (_, silent_s) in self.liveness.silent(awaited, now, self.stall_s).items():
-            holders = claimants(self.store, rank)
-            host = holders[0][0] if holders else ""
-            collected.dead[rank] = DeadRank(host, f"it joined the store, then its heartbeat stopped for "
-                                                  f"{silent_s:.0f}s before it published its facts "
-                                                  "(killed, crashed or frozen)")
+def take_dead(store: Any, collected: Collected, dead: dict[int, str], own_rank: int = 0) -> None:
+    """Rank 0, during the collect: each rank the liveness watch knows gone (its beat stopped, or it
+    said it left) that has not published is dead (RUN008), named with its claimant's host."""
+    for rank in sorted(dead.keys() - collected.heard(own_rank)):
+        holders = claimants(store, rank)
+        collected.dead[rank] = DeadRank(holders[0][0] if holders else "",
+                                        f"it joined the store, then {dead[rank]}, before it published its facts")
 

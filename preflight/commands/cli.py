@@ -9,15 +9,14 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from preflight import __version__
-from preflight.lib.errors import BadInput
+from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.hostlist import MAX_HOSTS
-from preflight.lib.interrupts import interrupts_raised
+from preflight.lib.interrupts import ignore_interrupts, interrupts_raised
 from preflight.lib.numbers import ascii_int
 from preflight.model import ExitCode
 from preflight.options import (
@@ -370,6 +369,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInput as exc:
         print(f"preflight: error: {exc}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
+    except Interrupted as stop:  # outside the run's steps (they handle their own): one line
+        print(f"preflight: {args.command}: stopped ({stop}); exit {int(ExitCode.INCOMPLETE)}", file=sys.stderr)
+        return int(ExitCode.INCOMPLETE)
     except BrokenPipeError:
         return _reader_gone(args.command)
 
@@ -403,16 +405,18 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return run_history(args)
     options = options_from_args(args, argv)  # validated where it is built (RunOptions.__post_init__)
-    if args.command == "launch":
-        from preflight.commands.launch import launch
+    # The first SIGTERM / SIGINT ends the run with what it knows (exit 4); a second one at once.
+    with interrupts_raised(second_exits=True):
+        if args.command == "launch":
+            from preflight.commands.launch import launch
 
-        return launch(args.nproc, argv[1:], options, args.start_method)
-    from preflight.runner import run
+            code = launch(args.nproc, argv[1:], options, args.start_method)
+        else:
+            from preflight.runner import run
 
-    with interrupts_raised():
-        code = run(options)
+            code = run(options)
     # The verdict is known and the reports are written. A launcher that stops its workers now
     # (torchrun's agent, once one rank exited on a failing verdict) must not turn this rank's
     # exit code into -15 while the interpreter shuts down.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ignore_interrupts()
     return code

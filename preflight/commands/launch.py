@@ -30,7 +30,9 @@ from preflight.model import ExitCode
 from preflight.options import RunOptions
 
 # What the forkserver imports once for every worker (see launch).
-WORKER_PRELOAD = ("torch", "torch.distributed", "preflight.commands.cli", "preflight.runner", __name__)
+# forkserver_setup first: it quiets a Ctrl-C that arrives while the rest loads.
+WORKER_PRELOAD = ("preflight.commands.forkserver_setup", "torch", "torch.distributed", "preflight.commands.cli",
+                  "preflight.runner", __name__)
 # In the forkserver this is its environment at start; workers forked from it inherit the copy.
 _ENV_AT_IMPORT = dict(os.environ)
 
@@ -75,9 +77,7 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
     # A per-run secret every worker inherits (the agent passes its environment on): the store's
     # values are then proven to come from this run's ranks (channel/run_auth.py).
     os.environ.setdefault(SECRET_VAR, secrets.token_hex(16))
-    # The agent logs each non-zero worker exit as an error; the verdict already says why.
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
-    logging.getLogger("torch.multiprocessing").setLevel(logging.CRITICAL)  # "Terminating process ..."
+    _quiet_torch_loggers()
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -114,6 +114,16 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
             print(f"preflight launch: stopped by {signal.Signals(stop.sigval).name}", file=sys.stderr)
             return _verdict_or(verdict_file, int(ExitCode.INCOMPLETE))
     return int(ExitCode.PASSED)
+
+
+def _quiet_torch_loggers() -> None:
+    """Silence the agent's own lines: each non-zero worker exit logged as an error, "Terminating
+    process ...", and "Received 2 death signal, shutting down workers" on Ctrl-C; the verdict (or
+    our one "stopped by" line) says why. torch's get_logger gives each module's logger a level of
+    its own, so every one under torch.distributed.elastic is set, not only the parent."""
+    for name in ["torch.distributed.elastic", "torch.multiprocessing", *logging.root.manager.loggerDict]:
+        if name.startswith(("torch.distributed.elastic", "torch.multiprocessing")):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def start_forkserver() -> None:

@@ -1,26 +1,51 @@
-"""SIGTERM / SIGINT raised as Interrupted for the length of a run, for both front doors."""
+"""SIGTERM / SIGINT raised as Interrupted for the length of a run, for both front doors.
+
+The first signal asks the run to end with what it knows: rank 0 still writes its report, marked
+incomplete, and every rank exits 4. A second one, on the command line, ends the process at once
+(exit 4, no report beyond what is written): a user pressing Ctrl-C again does not want to wait.
+A launcher forwards the signal it received to its workers, which got the terminal's copy too: a
+repeat within REPEAT_S of the first is that same request, not a second one.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
 from preflight.lib.errors import Interrupted
+from preflight.model import ExitCode
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+REPEAT_S = 1.0  # a signal this soon after the first is its forwarded copy (torch's agent, srun)
+INCOMPLETE = int(ExitCode.INCOMPLETE)
 
 
 @contextmanager
-def interrupts_raised() -> Iterator[None]:
+def interrupts_raised(second_exits: bool = False) -> Iterator[None]:
     """SIGTERM / SIGINT (a Slurm time limit, scancel, Ctrl-C) raise Interrupted, so the run
-    finishes with what it knows and rank 0 still writes its report. The previous handlers
-    come back on exit (preflight.check leaves a trainer's handlers as it found them)."""
+    finishes with what it knows and rank 0 still writes its report. With `second_exits` (the
+    command line), a second signal later than REPEAT_S after the first leaves at once with exit 4.
+    The previous handlers come back on exit (preflight.check leaves a trainer's handlers as it
+    found them)."""
+    first: list[float] = []
 
     def raise_interrupted(signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if first:
+            if now - first[0] < REPEAT_S:
+                return  # the same request, forwarded: the first is being handled
+            if second_exits:
+                leave_now(f"received {signal.Signals(signum).name} again")
+        first.append(now)
         raise Interrupted(f"received {signal.Signals(signum).name}")
 
     previous = {}
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in SIGNALS:
         try:
             previous[signum] = signal.signal(signum, raise_interrupted)
         except ValueError:  # not the main thread (tests): keep the defaults
@@ -30,3 +55,20 @@ def interrupts_raised() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def leave_now(why: str) -> None:
+    """End this process at once with exit 4: one line, no traceback, no clean-up that could hang."""
+    try:
+        print(f"preflight: {why}: stopping now; exit {INCOMPLETE}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+    finally:
+        os._exit(INCOMPLETE)
+
+
+def ignore_interrupts() -> None:
+    """The verdict is known: a signal from now on must not turn the exit code into -15 or a
+    KeyboardInterrupt traceback while the interpreter shuts down (torchrun's agent stops its
+    workers once one exited on a failing verdict)."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)

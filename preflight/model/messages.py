@@ -16,9 +16,16 @@ from preflight.model.reachability import ReachProbe
 
 @dataclass
 class DeadRanks:
-    """`dead`: the ranks rank 0 found dead during the probes, rank -> why."""
+    """`dead`: the ranks rank 0 knows are gone (its liveness watch), rank -> why."""
 
     ranks: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class RankLeft:
+    """`left/<rank>`: a rank left the run without the verdict, and why (a signal, its own deadline)."""
+
+    why: str
 
 
 @dataclass

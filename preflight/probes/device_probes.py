@@ -14,6 +14,7 @@ import dataclasses
 import time
 from typing import Any
 
+from preflight.channel.liveness import RankLiveness
 from preflight.checks.device_probe import (
     below_expected,
     below_sku_peak,
@@ -50,7 +51,7 @@ def _budget(options: RunOptions, kind: str) -> float:
     return options.device_budget_s if options.device_budget_s is not None else DEFAULT_BUDGET_S.get(kind, 1.0)
 
 
-def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: Any = None) -> DeviceReport:
+def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any = None) -> DeviceReport:
     """Run the family on this rank's own device and publish its report (never raises).
 
     device: the boundary to measure (device_boundary.TorchDevice by default; tests pass the
@@ -85,7 +86,7 @@ def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: An
     return report
 
 
-def lead(session: Any, options: RunOptions, watch: liveness.Watch,
+def lead(session: Any, options: RunOptions, watch: RankLiveness,
          hosts: dict[int, str]) -> tuple[list[DeviceRow], list[Finding]]:
     """Rank 0: every rank's report, judged; the rows for the report and the findings (outcomes() lists
     every device check for the JUnit report, passed or not)."""

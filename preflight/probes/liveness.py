@@ -3,18 +3,19 @@
 A collective with a dead member can never finish: on NCCL it hangs until the deadline, and on
 any backend the process group's creation waits in the store for a rank that will never come.
 So every rank beats under its own key for as long as it is alive (from its claim in the store
-until it leaves: channel/liveness.RankLiveness, the one owner of "is that rank alive?") and,
-while the probes run, rank 0 watches the beats. Once a rank has been silent for
-PEER_STALL_S, rank 0 publishes it under DEAD_KEY; every rank's long waits (timing.wait_works
-between slices, and `bounded` around the process group's creation) read that key and end at
-once. Rank 0 names the dead rank: BW002 when it died inside a measured step, RUN008 when the
-probes could not start without it.
+until it leaves: channel/liveness.RankLiveness, the one owner of "is that rank alive?") and
+rank 0 watches the beats from the collect on (`watching` adds the probes' whole world). Once a
+rank has been silent for stall_s(N), or said it left, rank 0 publishes it under DEAD_KEY; every
+rank's long waits (timing.wait_works between slices, and `bounded` around the process group's
+creation) read that key and end at once. Rank 0 names the dead rank: BW002 when it died
+inside a measured step, RUN008 when the probes could not start without it.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from preflight.channel import keys, store_join
@@ -45,46 +46,20 @@ class StillRunning(setup.SetupTimeout):
     """A bounded call was abandoned while it still runs (a dead peer, or the deadline)."""
 
 
-class Watch:
-    """This rank's part while the probes run, through the one liveness owner: its beat goes on
-    (the run's, started at its claim; one of its own when the probes run without an exchange),
-    and on rank 0 the watch over the others."""
-
-    def __init__(self, world: World, store: Any, owner: RankLiveness | None = None) -> None:
-        # The run's own client: the probes' process group forms on a connection of its own
-        # (probe_store), so a set-up blocked on a dead rank never stalls a beat or a look.
-        self.world, self.store = world, store
-        self.owned = owner is None
-        self.owner = owner or RankLiveness(store, world.world_size, world.rank)
-
-    def __enter__(self) -> Watch:
-        if self.world.world_size > 1:
-            if self.world.rank == 0:
-                self.owner.watch(list(range(1, self.world.world_size)))
-            else:
-                self.owner.beat()  # already beating since its claim, where the run has an exchange
-        timing.abort_check = self.abort_reason
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        # A follower's beat goes on: it is alive and waits for the verdict (runner._follow stops it).
+@contextmanager
+def watching(world: World, owner: RankLiveness) -> Iterator[RankLiveness]:
+    """While the probes run: the run's liveness owner (its beats go on before and after) watches
+    the probes' whole world on rank 0, and every wait of the probes asks it for dead peers."""
+    if world.world_size > 1 and world.rank == 0:
+        owner.watch(list(range(1, world.world_size)))
+    timing.abort_check = owner.abort_reason
+    try:
+        yield owner
+    finally:
         timing.abort_check = None
-        if self.world.rank == 0:
-            self.owner.unwatch()
-        if self.owned:
-            self.owner.stop()
-
-    def dead(self) -> dict[int, str]:
-        """The ranks known dead, rank -> why (on other ranks, read from the store at most once per beat)."""
-        return self.owner.dead()
-
-    def abort_reason(self) -> str:
-        """Why the probes must stop now ("" to go on): a dead rank, named."""
-        dead = self.dead()
-        return "; ".join(f"rank {r} is dead: {why}" for r, why in sorted(dead.items()))
 
 
-def bounded(call: Callable[[], T], timeout_s: float, watch: Watch) -> T:
+def bounded(call: Callable[[], T], timeout_s: float, watch: RankLiveness) -> T:
     """call() in a daemon thread, given up when a peer is known dead or after timeout_s (StillRunning).
 
     For the probes' set-up (backend vote, process group, DeviceMesh), whose store waits

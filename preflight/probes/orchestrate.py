@@ -37,14 +37,14 @@ from preflight.probes import device_probes, liveness, localize, setup
 
 
 def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
-               hosts: Mapping[int, str] | None = None, alive: RankLiveness | None = None) -> ProbeOutcome:
+               hosts: Mapping[int, str] | None = None, *, alive: RankLiveness) -> ProbeOutcome:
     """Measure the collectives on every rank; rank 0 returns results and findings.
 
     job: the job's own groups (session.JobGroups, from preflight.check), probed as they are;
     None: preflight makes its process group and DeviceMesh on the run's store and destroys them.
     hosts: rank -> host as rank 0 knows them, to name the host of a rank that dies before it
-    sent any probe result. alive: this rank's liveness owner (the exchange's), whose beat goes
-    on after the probes; None: the probes beat and watch on their own.
+    sent any probe result. alive: the run's liveness owner (the exchange's), whose beat goes on
+    after the probes and whose watch names the dead.
     """
 
     from preflight.probes import session as ses
@@ -55,7 +55,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
         return _could_not_run(world, "the c10d store did not form, so no process group can")
     pstore = liveness.probe_store(world, store)  # its own connection (see liveness.probe_store)
     # A rank that dies is named, not waited for (beats on the run's client, not the probes').
-    with liveness.Watch(world, store, alive) as watch:
+    with liveness.watching(world, alive) as watch:
         try:
             if job is not None:
                 choice = ses.BackendChoice(job.backend, "the job's own process groups")
@@ -101,7 +101,6 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
                                                                           hosts=dict(outcome_hosts(outcome)))
                 outcome.findings += device_findings
                 outcome.device_outcomes = device_probes.outcomes(device_findings)
-            outcome.dead = sorted(watch.dead())
         else:
             outcome = ProbeOutcome()
             localize.follow(session, status)
@@ -139,7 +138,7 @@ def _wrong_by_group(results: list[ProbeResult]) -> list[list[ProbeResult]]:
 
 
 def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_at: float,
-                        watch: liveness.Watch) -> ProbeOutcome:
+                        watch: RankLiveness) -> ProbeOutcome:
     from preflight.probes import collect, confirm, judge
 
     world, plan = session.world, session.plan
@@ -218,12 +217,11 @@ def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapse
     return outcome
 
 
-def _gave_up(world: World, exc: BaseException, watch: liveness.Watch,
+def _gave_up(world: World, exc: BaseException, watch: RankLiveness,
              hosts: Mapping[int, str] | None) -> ProbeOutcome:
     """The probes could not start: RUN008 for each rank known dead, else could-not-run (BW009)."""
     outcome = _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}", watch.dead(), hosts)
     outcome.left_pending = isinstance(exc, setup.SetupTimeout)  # its thread is inside the group's set-up
-    outcome.dead = sorted(watch.dead()) if world.rank == 0 else []
     return outcome
 
 

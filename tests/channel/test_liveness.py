@@ -1,4 +1,5 @@
-"""Rank 0's heartbeat keeps followers waiting while it works, and only then (channel/liveness.py)."""
+"""Is that rank alive (channel/liveness.py): rank 0's heartbeat keeps followers waiting while it
+works, and only then; rank 0's one watch names the silent and the departed, once, for every use."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from datetime import timedelta
 from torch.distributed import TCPStore
 
 from preflight.channel import keys
-from preflight.channel.liveness import HEARTBEAT_KEY, STORE_LOST_GRACE_S, Heartbeat, LeadDeadline, stage_budget_s
+from preflight.channel import liveness as lv
+from preflight.channel.keys import beat_key
+from preflight.channel.liveness import HEARTBEAT_KEY, STORE_LOST_GRACE_S, RankLiveness, read_dead, stage_budget_s
 from preflight.model.messages import Verdict
 
 
@@ -26,7 +29,7 @@ class CountingStore:
 def test_a_beat_pushes_the_followers_deadline_and_silence_lets_it_run_out() -> None:
     store = CountingStore()
     store.add(HEARTBEAT_KEY, 5)  # beats before the wait began do not count
-    liveness = LeadDeadline(store, timeout_s=0.0, stall_s=0.3)
+    liveness = lv._LeadDeadline(store, timeout_s=0.0, stall_s=0.3)
     assert liveness.time_left() <= 0
     store.add(HEARTBEAT_KEY, 1)
     assert liveness.time_left() > 0.2  # rank 0 beat: wait on
@@ -36,7 +39,7 @@ def test_a_beat_pushes_the_followers_deadline_and_silence_lets_it_run_out() -> N
 
 def test_rank_zero_beats_while_its_stage_is_in_budget_only() -> None:
     store = CountingStore()
-    beat = Heartbeat(store, world_size=8, beat_s=0.02).start()
+    beat = lv._Beat(store, HEARTBEAT_KEY, 0.02, budget_s=stage_budget_s(8))
     time.sleep(0.2)
     assert store.values[HEARTBEAT_KEY] >= 3
     beat.budget_s = 0.0  # the stage overran its budget: a hung rank 0 stops beating
@@ -62,20 +65,45 @@ def test_exchange_wait_gives_up_on_time_and_sees_a_late_value() -> None:
     assert exchange.wait_for(keys.VERDICT.key, 5.0) == Verdict(3)
 
 
-def test_rank_zero_names_a_probing_rank_whose_beat_stopped_and_only_that_one() -> None:
-    from preflight.channel.liveness import DeadPeers, peer_heartbeat, read_dead
+def _server() -> TCPStore:
+    return TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
 
-    server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
-    beating = Heartbeat(server, 0, 0.05, key="alive/1", budget_s=float("inf")).start()
-    silent = peer_heartbeat(server, 2)  # created, never started: a rank killed before its first beat
-    watch = DeadPeers(server, [1, 2], stall_s=0.5, poll_s=0.05).start()
-    assert wait_until_true(lambda: 2 in watch.dead, 10.0)
-    assert 1 not in watch.dead and "heartbeat" in watch.dead[2]
+
+def test_rank_zero_names_a_rank_whose_beat_stopped_and_only_that_one() -> None:
+    server = _server()
+    beating = lv._Beat(server, beat_key(1), 0.05)
+    watch = RankLiveness(3, 0, server, stall=0.5, poll_s=0.05)
+    watch.watch([1, 2])  # rank 2's key is made: it reads as never beaten, a rank killed before its first beat
+    watch.lead()
+    assert wait_until_true(lambda: 2 in watch.dead(), 10.0)
+    assert 1 not in watch.dead() and "heartbeat" in watch.dead()[2]
     assert set(read_dead(server)) == {2}  # published for every rank's waits
     beating.stop()
-    assert wait_until_true(lambda: 1 in watch.dead, 10.0)  # its beat stopped too: now dead as well
+    assert wait_until_true(lambda: 1 in watch.dead(), 10.0)  # its beat stopped too: now dead as well
     watch.stop()
-    silent.stop()
+
+
+def test_a_rank_that_says_it_left_is_gone_at_once_and_the_hand_off_does_not_learn_anew() -> None:
+    """The hand-off reads what the watch learned: a rank silent since the collect and a rank that
+    said it left are not waited for, where a hand-off of its own would wait a whole stall for each."""
+    from preflight.channel import roster
+
+    server = _server()
+    for rank in (1, 2):
+        roster.claim(server, rank, f"node{rank}")
+    lead = RankLiveness(3, 0, server, stall=60.0)
+    started = time.monotonic()
+    lead.look(now=started)
+    follower = RankLiveness(3, 1)
+    follower.joined(TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=10)))
+    assert wait_until_true(lambda: server.add(beat_key(1), 0) > 1, 10.0) and follower.beating()
+    assert set(lead.look(now=started + 60.0)) == {2}  # silent for a stall (a clock of the test's)
+    follower.leave("received SIGTERM")
+    assert not follower.beating()
+    assert "received SIGTERM" in lead.look()[1]
+    began = time.monotonic()
+    assert lead.await_acknowledgements(cap_s=600) == [1, 2]
+    assert time.monotonic() - began < 30  # "does not hang": a stall (60 s) or the cap (600 s) would
 
 
 def wait_until_true(condition, timeout_s: float) -> bool:
@@ -90,4 +118,4 @@ def wait_until_true(condition, timeout_s: float) -> bool:
 def test_a_wait_that_starts_after_the_store_was_lost_gets_only_the_grace() -> None:
     # Seen with rank 0 killed during the probes: the followers' verdict wait began with the store
     # already gone and ran out the whole --timeout + --probe-timeout + margin instead of the grace.
-    assert LeadDeadline(None, 600).time_left() <= STORE_LOST_GRACE_S
+    assert RankLiveness(2, 1).lead_deadline(600).time_left() <= STORE_LOST_GRACE_S

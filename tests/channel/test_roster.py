@@ -17,7 +17,8 @@ import pytest
 from preflight.channel import keys, roster
 from preflight.channel.collected import Collected
 from preflight.channel.exchange import Exchange, RankPayload
-from preflight.channel.liveness import peer_key
+from preflight.channel.keys import beat_key
+from preflight.channel.liveness import RankLiveness
 from preflight.model import ExitCode, RankFacts, World
 from preflight.reports.json import load as load_report
 from tests.helpers.ranks import free_port, start_rank, wait_for_ranks
@@ -100,10 +101,10 @@ def test_rank_0_names_a_joined_rank_whose_beat_stopped_and_not_one_that_beats() 
     lead.open()
     for rank in (1, 2):
         roster.claim(lead.store, rank, f"node{rank}")  # joined; neither beats on its own here
-    watch, collected = roster.JoinedWatch(lead.store, 3), Collected()
-    watch.look(collected, now=100.0)
-    lead.store.add(peer_key(1), 1)  # rank 1 beats, rank 2 is silent
-    watch.look(collected, now=100.0 + watch.stall_s)
+    watch, collected = RankLiveness(3, 0, lead.store), Collected()
+    watch.look(now=100.0)
+    lead.store.add(beat_key(1), 1)  # rank 1 beats, rank 2 is silent
+    roster.take_dead(lead.store, collected, watch.look(now=100.0 + watch.stall_s))
     assert sorted(collected.dead) == [2] and collected.dead[2].host == "node2"
     assert "heartbeat stopped" in collected.dead[2].how and collected.complete(3) is False
 

@@ -164,18 +164,9 @@ def test_a_rank_killed_mid_probe_under_launch_is_named_dead_not_the_ranks_stoppe
 
 def test_a_rank_killed_during_the_exchange_under_launch_is_named_and_the_stopped_ranks_are_not_missing(
         tmp_path) -> None:
-    planted = plant_env(tmp_path, {2: """
-        import signal, time
-        from preflight.channel import exchange
-        def publish(self, payload):
-            # Once the other three have published (rank 0 is collecting), die without publishing.
-            for _ in range(600):
-                if self.store.add("reported", 0) >= 3:
-                    break
-                time.sleep(0.05)
-            os.kill(os.getpid(), signal.SIGKILL)
-        exchange.Exchange.publish = publish
-    """})
+    from tests.channel.test_leaving import KILLED_IN_EXCHANGE  # the one plant of this fault
+
+    planted = plant_env(tmp_path, {2: KILLED_IN_EXCHANGE})
     result = run_cli(["launch", "-n", "4", *EXEC, "--skip", "probe", "--timeout", "60",
                       "--json", str(tmp_path / "r.json")], env=planted, timeout=240)
     assert result.returncode == 3, result.stdout + result.stderr

@@ -39,6 +39,7 @@ FAMILIES: dict[str, Any] = {
     keys.SETUP.at(1): m.SetupStage("done", "h"),
     keys.NO_GPU.at(1): m.NoGpu("no GPU"),
     keys.DEAD.key: m.DeadRanks({2: "its heartbeat stopped"}),
+    keys.left_key(1): m.RankLeft("received SIGTERM"),
     keys.AGAIN.key: m.RemeasureSteps([0, 2]),
     keys.CONFIRM.key: m.ConfirmPairs([(0, 1)]),
     keys.LOCALIZE.key: m.LocalizePlan([0, 1], True),

@@ -17,14 +17,14 @@ import pytest
 import torch.distributed as dist
 
 from preflight.channel.board import Board
-from preflight.model import World
+from preflight.channel.liveness import RankLiveness
 from preflight.probes import liveness, setup
 from tests.helpers.ranks import Placement, free_port, plant_env, read_json, start_rank, wait_for_ranks
 
 
-def _alone() -> liveness.Watch:
-    """A one-rank watch: no peer can die, so only the deadline ends a bounded call."""
-    return liveness.Watch(World("test", 0, 1), dist.HashStore())
+def _alone() -> RankLiveness:
+    """A one-rank world's liveness: no peer can die, so only the deadline ends a bounded call."""
+    return RankLiveness(1, 0)
 
 
 def test_a_body_that_returns_or_raises_is_handed_back() -> None:

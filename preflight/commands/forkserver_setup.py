@@ -1,0 +1,26 @@
+"""The first module `preflight launch`'s forkserver imports (launch.WORKER_PRELOAD), and only it.
+
+A Ctrl-C reaches the launch's whole process group, the forkserver included. Python's forkserver
+ignores SIGINT only once its preload is imported (torch: seconds), so a Ctrl-C during it printed
+a KeyboardInterrupt traceback; here it is ignored from the start, as the forkserver means to
+(a worker forked from it installs preflight's own handlers as its run starts, commands/cli.py).
+
+A worker the agent was starting as the launch stopped cannot read its start-up data (the
+launcher already removed the semaphores it names: multiprocessing's SemLock FileNotFoundError).
+The forkserver reports that through sys.excepthook: one line here, not a traceback.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import TracebackType
+
+
+def _one_line(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    print(f"preflight launch: a rank could not start ({kind.__name__}: {exc}); the launch was stopping",
+          file=sys.stderr)
+
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+sys.excepthook = _one_line

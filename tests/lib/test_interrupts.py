@@ -1,0 +1,34 @@
+"""The first SIGINT / SIGTERM raises Interrupted; its copy a launcher forwards right after is not a
+second one (lib/interrupts.py). A second one later ends the process: tests/commands/test_interrupts.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from preflight.lib import interrupts
+from preflight.lib.errors import Interrupted
+
+
+def _signal_self(sig: signal.Signals) -> None:
+    os.kill(os.getpid(), sig)
+    time.sleep(0.05)  # the handler runs in the main thread at the next bytecode
+
+
+def test_the_first_signal_raises_and_its_forwarded_copy_is_the_same_request() -> None:
+    with interrupts.interrupts_raised():
+        with pytest.raises(Interrupted, match="received SIGTERM"):
+            _signal_self(signal.SIGTERM)
+        _signal_self(signal.SIGINT)  # within REPEAT_S: torch's agent forwarding the terminal's Ctrl-C
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the previous handlers are back
+
+
+def test_a_signal_after_the_repeat_window_is_raised_again_without_second_exits(monkeypatch) -> None:
+    monkeypatch.setattr(interrupts, "REPEAT_S", 0.0)
+    with interrupts.interrupts_raised():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with pytest.raises(Interrupted, match=f"received {sig.name}"):
+                _signal_self(sig)
