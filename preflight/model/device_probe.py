@@ -78,9 +78,12 @@ class DeviceReport:
     sdc_repeat_digest: str = ""
     sdc_checksum: list[float] = field(default_factory=list)  # a few sums of the product, for the tolerance test
     sdc_method: str = ""  # what was computed ("fp32 matmul chain 256x256, seed 1234")
+    # What must be equal for equal bits: BLAS library and version, compute capability, SM count.
+    sdc_key: str = ""
     link: HostLink | None = None
     samples: list[NvmlSample] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> why it was not measured (no device for it)
+    sized: str = ""  # why the operands are smaller than the kind's full size (free memory), "" at full size
     errors: dict[str, str] = field(default_factory=dict)  # figure -> why it failed (could not run)
     elapsed_s: float = 0.0
 
@@ -121,6 +124,9 @@ class DeviceRow:
     samples: list[NvmlSample] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    skipped: dict[str, str] = field(default_factory=dict)  # figure -> why it was not measured (never a failure)
+    sized: str = ""  # why the operands were shrunk (free memory), "" at full size
+    shared_with: int | None = None  # the rank that measured this GPU for both (one UUID, two ranks)
 
     def figure(self, name: str) -> DeviceFigure | None:
         """The named judged figure, when it was measured."""

@@ -50,6 +50,13 @@ def _budget(options: RunOptions, kind: str) -> float:
     return options.device_budget_s if options.device_budget_s is not None else DEFAULT_BUDGET_S.get(kind, 1.0)
 
 
+def _on_device(session: Any, call: Any) -> Any:
+    """call() in this (new) thread with the session's GPU as its current device: a thread starts on
+    device 0, and CUDA events and the default stream act on the current device."""
+    session.enter_device()
+    return call()
+
+
 def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: Any = None) -> DeviceReport:
     """Run the family on this rank's own device and publish its report (never raises).
 
@@ -57,7 +64,7 @@ def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: An
     data-driven fake).
     """
     world, bound = session.world, session.bound
-    kind = "cuda" if session.device == "cuda" else "cpu"
+    kind = session.kind
     report = DeviceReport(world.rank, world.host, kind, software=_software())
     if bound is not None:
         report.name, report.index, report.uuid = bound.name, bound.index, bound.uuid
@@ -72,7 +79,10 @@ def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: An
         device = device or open_device(kind, bound.index if bound else None, bound.pci_bus_id if bound else "",
                                        cuda=session.cuda, deadline_s=deadline_s)
         report.serial = device.serial() if kind == "cuda" else ""
-        liveness.bounded(lambda: run_family(device, report, budget, options.device_sustain_s), deadline_s, watch)
+        sustain_s = options.device_sustain_s
+        liveness.bounded(lambda: _on_device(session, lambda: run_family(device, report, budget, sustain_s)),
+                         deadline_s, watch)
+        device.close()  # the family's thread is done: its cached blocks and NVML go back
     except liveness.StillRunning as exc:
         # The abandoned thread still fills `report`: send a copy of what it was, and this reason only.
         report = dataclasses.replace(report, measured=[], samples=[], skipped={},
@@ -90,7 +100,7 @@ def lead(session: Any, options: RunOptions, watch: liveness.Watch,
     """Rank 0: every rank's report, judged; the rows for the report and the findings (outcomes() lists
     every device check for the JUnit report, passed or not)."""
     world = session.world
-    wait_s = session.timeout_s + _budget(options, session.device) * 3 + options.device_sustain_s + GRACE_S
+    wait_s = session.timeout_s + _budget(options, session.kind) * 3 + options.device_sustain_s + GRACE_S
     reports, missing = device_store.gather(session.board, world.world_size, wait_s, dead=watch.dead)
     missing = {r: why for r, why in missing.items() if r not in watch.dead()}  # RUN008 names the dead
     judged = device_judge.judge(reports, missing, hosts, options.device_expect)

@@ -49,6 +49,10 @@ class FakeDevice:
     # the rate of each burst, in order, overriding `rates` (a figure slow in one pass only)
     burst_rates: dict[str, list[float]] = field(default_factory=dict)
     kind: str = "cuda"
+    free: int | None = 80 * 2**30  # free memory the family sizes its operands from
+    blas_key: str = "cuBLAS 120804 sm_90 132 SMs"
+    no_digest: str = ""  # why digests may not be compared (TunableOp), "" when they may
+    closed: bool = False
     torch: Any = torch
     queued_s: float = 0.0
     products: int = 0
@@ -104,6 +108,15 @@ class FakeDevice:
 
     def synchronize(self) -> None:
         pass
+
+    def free_bytes(self) -> int | None:
+        return self.free
+
+    def digest_key(self) -> tuple[str, str]:
+        return self.blas_key, self.no_digest
+
+    def close(self) -> None:
+        self.closed = True
 
     def digest(self, tensor: FakeOperand) -> tuple[str, list[float]]:
         value = self.digests[min(self.digested, len(self.digests) - 1)]

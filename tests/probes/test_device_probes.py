@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 import torch.distributed as dist
 from torch.distributed import HashStore
 
@@ -34,8 +35,8 @@ def session() -> Iterator[Any]:
     world = World(launcher="env", rank=0, world_size=1, local_rank=0, local_world_size=1, host="node7")
     bound = BoundDevice(0, "NVIDIA H100 80GB HBM3", "00000000:18:00.0", "GPU-0000-1111")
     try:
-        yield SimpleNamespace(world=world, bound=bound, device="cuda", store=store, board=Board(store),
-                              control=dist.group.WORLD,
+        yield SimpleNamespace(world=world, bound=bound, device=torch.device("cuda", 0), kind="cuda", store=store,
+                              board=Board(store), control=dist.group.WORLD, enter_device=lambda: None,
                               timeout_s=10.0, cuda=None, abandoned=False)
     finally:
         dist.destroy_process_group()

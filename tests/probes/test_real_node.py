@@ -1,0 +1,142 @@
+"""The real node: a rank of an 8-GPU host, LOCAL_RANK 0..7 with all 8 devices visible, through the
+CUDA model (tests/helpers/fake_cuda.py: per-thread current device starting at 0, every call
+recorded with its device and thread, free memory per device, NCCL's refusal of one GPU twice).
+
+In-process: one rank on LOCAL_RANK 5 runs the probes' whole path (backend vote, session in a
+helper thread, device probes in another, the collectives in the caller's) on a real gloo group;
+nothing may touch another device or reach one through a bare "cuda". Across processes: 2
+network-namespace hosts x 8 env:// ranks, each with its own model of its host's 8 GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from preflight.model import World
+from preflight.options import RunOptions
+from preflight.probes import orchestrate
+from tests.helpers.fake_cuda import MODEL_ENV, FakeCuda, gpu
+from tests.helpers.ranks import free_port
+
+# Model rates: a "GPU" slow enough that a burst is one product of the family's smallest size (256^3)
+# on the CPU that holds its tensors; free memory that shrinks the operands to their floor.
+SMALL_FREE = 320 * 2**20
+
+
+def _options(*extra: str) -> RunOptions:
+    typed: dict[str, Any] = {"only": [e.split("=")[1] for e in extra if e.startswith("only=")]}
+    return RunOptions.parse(ops="all_reduce", sizes="64KiB", warmup=1, iters=2, device_budget_s=0.5,
+                            probe_timeout_s=30.0, **typed).for_world(1)
+
+
+def _run_one_rank(model: FakeCuda, local_rank: int, options: RunOptions) -> Any:
+    """Rank 0 of 1 on LOCAL_RANK `local_rank` of 8, the whole probe path, with the model as torch.cuda."""
+    port = free_port()
+    world = World(launcher="env", rank=0, world_size=1, local_rank=local_rank, local_world_size=8, host="node3",
+                  master_addr="127.0.0.1", master_port=port)
+    store = dist.TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False)
+    with model.install():
+        try:
+            return orchestrate.run_probes(world, options, store)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+@pytest.fixture
+def model() -> FakeCuda:
+    return FakeCuda([gpu(i, free=SMALL_FREE) for i in range(8)], rates={"gemm": 0.002, "copy": 2.0, "host": 1.0})
+
+
+def test_local_rank_5_touches_only_gpu_5_in_every_thread(model: FakeCuda) -> None:
+    outcome = _run_one_rank(model, 5, _options())
+    assert outcome.backend == "nccl"  # the model's NCCL, gloo underneath
+    threads = {c.thread for c in model.calls}
+    assert threads == {threading.current_thread().name, "preflight-probe-setup"}  # the caller and bounded threads
+    # set-up's thread (binding), the caller's (the collectives) and the device family's each set GPU 5 first
+    assert [c.thread for c in model.calls if c.what == "set_device"].count("preflight-probe-setup") >= 2
+    assert model.on_other_devices(5) == []  # every alloc / event / synchronize named GPU 5, none bare
+    allocs = [c for c in model.calls if c.what == "alloc"]
+    assert allocs and {c.thread for c in allocs} >= {"preflight-probe-setup", threading.current_thread().name}
+    (row,) = outcome.device_rows
+    assert (row.index, row.uuid) == (5, "GPU-00000005-1111-2222-3333-444444444444")
+    assert {f.name for f in row.figures} == {"gemm_bf16", "gemm_fp16", "gemm_tf32", "copy", "h2d", "d2h"}
+    assert row.sized.startswith("operands shrunk to 256^3")  # 48 MiB free: shrunk, and so judged by no peak
+    assert all(f.peak is None for f in row.figures) and outcome.findings == []
+    assert outcome.results and all(r.verified for r in outcome.results)  # the collective ran on GPU 5's buffers
+    assert model.reserved == model.allocated == [0] * 8  # the family's cached blocks given back
+
+
+def test_a_bare_cuda_device_would_land_on_gpu_0_and_the_model_says_so(model: FakeCuda) -> None:
+    """The model's own strictness: what the test above rules out is what it records."""
+    with model.install():
+        done = []
+        worker = threading.Thread(target=lambda: done.append(torch.ones(4, device="cuda")))
+        model.set_device(5)  # this thread's device; the worker starts on 0, as CUDA's threads do
+        worker.start()
+        worker.join()
+        torch.zeros(4, device=torch.device("cuda", 5))
+    bare = model.on_other_devices(5)
+    assert [(c.what, c.device, c.named) for c in bare] == [("alloc", 0, False)]
+
+
+def test_too_little_free_memory_skips_every_figure_with_the_reason_never_oom(model: FakeCuda) -> None:
+    model.devices[2]["free"] = 64 * 2**20
+    outcome = _run_one_rank(model, 2, _options("only=gpu-probe"))
+    (row,) = outcome.device_rows
+    assert row.figures == [] and row.errors == {}
+    assert set(row.skipped) == {"gemm_bf16", "gemm_fp16", "gemm_tf32", "copy", "sdc", "h2d", "d2h"}
+    assert "only 64 MiB free on the device" in row.skipped["copy"]
+    assert not [f for f in outcome.findings if f.check_id == "DEV009"]
+    assert model.reserved[2] == 0
+
+
+def test_a_second_rank_of_the_host_on_the_same_gpu_is_refused_like_nccl() -> None:
+    model = FakeCuda([gpu(i) for i in range(8)])
+    store = dist.HashStore()
+    with model.install():
+        model.node.join("world", 0, "GPU-A")
+        model.node.join("world", 0, "GPU-A")  # the same rank again: fine
+        with pytest.raises(RuntimeError, match="Duplicate GPU detected : rank 1 and rank 0"):
+            model.node.join("world", 1, "GPU-A")
+        store.add(f"fake-cuda/gpu/{model.devices[3]['uuid']}", 1)
+        with pytest.raises(RuntimeError, match="Duplicate GPU detected"):
+            dist.init_process_group("nccl", store=store, rank=1, world_size=2, device_id=torch.device("cuda", 3))
+
+
+def model_env(record: Path, host: int, **spec: Any) -> dict[str, str]:
+    """The environment that gives a rank process its host's model (tests/helpers/fake_cuda.install_from_env)."""
+    return {MODEL_ENV: json.dumps({"devices": 8, "host": str(host + 1), "free": SMALL_FREE, "record": str(record),
+                                   "rates": {"gemm": 0.002, "copy": 2.0, "host": 1.0}, **spec})}
+
+
+@pytest.mark.parametrize("api", ["new", "legacy"])
+def test_the_trainers_tf32_setting_is_measured_under_and_left_as_found(model: FakeCuda, api: str) -> None:
+    """torch >= 2.9: a trainer that set fp32_precision (reading allow_tf32 would then raise) or the legacy flag."""
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.fp32_precision
+    try:
+        if api == "new":
+            matmul.fp32_precision = "tf32"
+        else:
+            matmul.allow_tf32 = True
+        outcome = _run_one_rank(model, 1, _options("only=gpu-probe"))
+        assert matmul.fp32_precision == "tf32"
+        if api == "legacy":
+            assert matmul.allow_tf32 is True and torch.get_float32_matmul_precision() == "high"
+        else:
+            with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+                matmul.allow_tf32  # noqa: B018  (torch's own rule: the legacy read still refuses, as before)
+        (row,) = outcome.device_rows
+        assert row.figure("gemm_tf32") is not None and row.errors == {}
+        assert not [f for f in outcome.findings if f.check_id == "DEV009"]
+    finally:
+        matmul.fp32_precision = saved
+        torch.set_float32_matmul_precision("highest")
