@@ -50,7 +50,7 @@ def bound_key(rank: int) -> str:
 
 
 def device_key(rank: int) -> str:
-    """DeviceReport: what a rank measured on its own device (probes/device_store.py)."""
+    """DeviceReport: what a rank measured on its own device (probes/device/store.py)."""
     return f"device/{rank}"
 
 

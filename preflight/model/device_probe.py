@@ -1,6 +1,6 @@
 """The device probes' data: what one rank measured on its own device, and rank 0's judged rows.
 
-`DeviceReport` is the message a rank sends rank 0 (probes/device_store.py, through the model's
+`DeviceReport` is the message a rank sends rank 0 (probes/device/store.py, through the model's
 codec); `DeviceRow` is one device in the JobReport, each figure beside its siblings' median and
 its SKU's peak. Figures are in TFLOP/s (matrix products) and GB/s (copies, bytes read + written).
 """
@@ -133,7 +133,7 @@ class DeviceRow:
         return next((f for f in self.figures if f.name == name), None)
 
 
-# ---- what rank 0 concluded (probes/device_judge.py), for the checks (checks/device_probe.py) ----
+# ---- what rank 0 concluded (probes/device/judge.py), for the checks (checks/device_probe.py) ----
 
 @dataclass
 class Slow:

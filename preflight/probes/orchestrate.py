@@ -33,7 +33,8 @@ from preflight.model.messages import RemeasureSteps
 from preflight.model.probe_faults import Hang
 from preflight.model.probe_outcome import ProbeOutcome
 from preflight.options import RunOptions
-from preflight.probes import device_probes, liveness, localize, setup
+from preflight.probes import liveness, localize, setup
+from preflight.probes.device import run as device_probes
 
 
 def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
@@ -90,7 +91,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
         # The session opened in a helper thread; this thread runs the steps: the bound GPU is its current
         # device too (CUDA's is per thread), so NCCL's streams and the timing events are that GPU's.
         session.enter_device()
-        # --- device probes (probes/device_probes.py): every rank's own device, before the collectives ---
+        # --- device probes (probes/device/run.py): every rank's own device, before the collectives ---
         if options.device_probes_enabled():
             device_probes.measure(session, options, watch)
         # --- end device probes ---

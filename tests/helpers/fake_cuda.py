@@ -156,6 +156,7 @@ class FakeCuda:
     events: list[FakeEvent] = field(default_factory=list)
     queries: int = 0
     stream_waits: int = 0
+    installed: Any = None  # the install() context when installed for a whole process (install_from_env)
 
     def __post_init__(self) -> None:
         self.tunable = SimpleNamespace(is_enabled=lambda: self.tunableop)  # ROCm's TunableOp, off unless asked
@@ -445,7 +446,7 @@ def install_from_env() -> FakeCuda | None:
     installed for the process's life; at exit its calls go to `<record>/calls-<RANK>.json`.
 
     JSON: {"devices": N, "host": host tag for UUIDs, "free": bytes free per device, "rates": {...},
-    "slow": {ordinal: factor}, "record": folder}.
+    "slow": {ordinal: factor of its products' slowness}, "record": folder}.
     """
     import atexit
     import json
@@ -459,9 +460,11 @@ def install_from_env() -> FakeCuda | None:
                for i in range(int(spec.get("devices", 8)))]
     model = FakeCuda(devices, rates={**FakeCuda.__dataclass_fields__["rates"].default_factory(),  # type: ignore[misc]
                                      **spec.get("rates", {})})
-    for ordinal, factor in (spec.get("slow") or {}).items():
-        model.device_rates[int(ordinal)] = {k: v / float(factor) for k, v in model.rates.items()}
-    model.install().__enter__()
+    for ordinal, factor in (spec.get("slow") or {}).items():  # a GPU slow at matrix products
+        model.device_rates[int(ordinal)] = {"gemm": model.rates["gemm"] / float(factor)}
+    installed = model.install()
+    installed.__enter__()
+    model.installed = installed  # held for the process's life (a collected context would undo the install)
     record = spec.get("record")
     if record:
         def dump() -> None:

@@ -23,7 +23,11 @@ from preflight.model import World
 from preflight.options import RunOptions
 from preflight.probes import orchestrate
 from tests.helpers.fake_cuda import MODEL_ENV, FakeCuda, gpu
-from tests.helpers.ranks import free_port
+from tests.helpers.netns import FakeNetwork
+from tests.helpers.ranks import free_port, plant_env, read_json, spawn_env_ranks, spread
+from tests.probes.device.test_run_gloo import DEVICE_IDS, WRONG_MATMUL
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Model rates: a "GPU" slow enough that a burst is one product of the family's smallest size (256^3)
 # on the CPU that holds its tensors; free memory that shrinks the operands to their floor.
@@ -140,3 +144,54 @@ def test_the_trainers_tf32_setting_is_measured_under_and_left_as_found(model: Fa
     finally:
         matmul.fp32_precision = saved
         torch.set_float32_matmul_precision("highest")
+
+
+MODEL = f"""
+    import sys
+    sys.path.insert(0, {str(ROOT)!r})
+    from tests.helpers.fake_cuda import install_from_env
+    install_from_env()
+"""
+
+
+def run_node(hosts: FakeNetwork, tmp_path: Path, name: str, slow: tuple[int, int] | None = None,
+             wrong: int | None = None) -> tuple[dict, set[int], dict[int, dict]]:
+    """16 env:// ranks, 8 per host (LOCAL_RANK 0..7, each process seeing its host's 8 model GPUs);
+    (the JSON report, the exit codes, rank -> the model's record of that rank's calls)."""
+    record = tmp_path / name
+    record.mkdir()
+    plants = {rank: MODEL + (WRONG_MATMUL if rank == wrong else "") for rank in range(16)}
+    env = {**plant_env(record, plants), "GLOO_SOCKET_IFNAME": "ib0"}
+    host_env = {h: model_env(record, h, **({"slow": {str(slow[1]): 3.0}} if slow and slow[0] == h else {}))
+                for h in range(2)}
+    out = record / "report.json"
+    runs = spawn_env_ranks(16, ["--only", "gpu-probe", "--device-budget", "0.5", "--json", str(out)],
+                           place=spread(hosts, 8, host_env), master_addr=hosts[0].address, common_env=env,
+                           timeout=540)
+    assert out.exists(), "\n".join(r.stdout + r.stderr for r in runs.values())
+    calls = {rank: json.loads((record / f"calls-{rank}.json").read_text()) for rank in range(16)}
+    return read_json(out), {r.returncode for r in runs.values()}, calls
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(1200)  # two runs of 16 ranks on 2 shared cores; a does-not-hang bound
+def test_two_hosts_of_eight_gpus_every_rank_on_its_own_gpu(netns_hosts, tmp_path: Path) -> None:
+    hosts: FakeNetwork = netns_hosts(2, prefix="pfrn")
+    report, codes, calls = run_node(hosts, tmp_path, "healthy")
+    for rank, made in calls.items():  # whatever the thread, only the rank's own GPU, always by name
+        mine = int(made["local_rank"])
+        assert mine == rank % 8
+        stray = [c for c in made["calls"] if c["device"] != mine or not (c["named"] or c["what"] == "pin")]
+        assert made["calls"] and stray == [], (rank, stray[:3])
+    rows = report["device_probes"]
+    assert len({(r["host"], r["index"], r["uuid"]) for r in rows}) == 16
+    assert {r["host"] for r in rows} == {hosts[0].hostname, hosts[1].hostname}
+    assert [f for f in report["findings"] if f["check_id"] in DEVICE_IDS] == [] and codes == {0}
+
+    report, codes, _ = run_node(hosts, tmp_path, "planted", slow=(1, 3), wrong=2)
+    found = sorted({(f["check_id"], tuple(f["ranks"]), tuple(f["hosts"]))
+                    for f in report["findings"] if f["check_id"] in DEVICE_IDS})  # DEV003: one per matrix figure
+    assert found == [("DEV001", (2,), (hosts[0].hostname,)), ("DEV003", (11,), (hosts[1].hostname,))]
+    by_rank = {r["rank"]: r for r in report["device_probes"]}
+    assert (by_rank[11]["index"], by_rank[2]["index"]) == (3, 2)
+    assert by_rank[11]["uuid"] != by_rank[3]["uuid"]  # GPU 3 of the other host is another GPU

@@ -1,7 +1,7 @@
 """Rank 0: judge every device's figures against its siblings and its SKU, and compare the results.
 
 Siblings are the devices of the same model in this job (same kind and name). A device is slow
-at a figure when, in BOTH passes (device_family.PASSES), its best burst is below SLOW_RATIO
+at a figure when, in BOTH passes (family.PASSES), its best burst is below SLOW_RATIO
 of the median of its siblings' best bursts: a burst of noise in one pass is not a slow device (confirm before
 blame, as the collective straggler rule does). At least MIN_SIBLINGS other devices are needed:
 with one sibling nobody can tell which of the two is slow.
@@ -28,7 +28,7 @@ from preflight.model.device_probe import (
     Slow,
     Throttled,
 )
-from preflight.probes import sku_peaks
+from preflight.probes.device import hardware
 
 # Below this share of the siblings' median, in both passes, a device is slow. A GPU's products
 # vary by a few percent between healthy devices of a model (clock bins, temperature): 0.85 names
@@ -122,14 +122,14 @@ def _judge_figures(members: list[DeviceReport], rows: dict[int, DeviceRow], out:
                 figure.peak, figure.peak_source = expected, "--expect"
             else:
                 link = report.link
-                found = sku_peaks.peak(name, report.name, link.gen if link else None, link.width if link else None)
+                found = hardware.peak(name, report.name, link.gen if link else None, link.width if link else None)
                 if found is not None:
                     figure.peak, figure.peak_source = found
             if figure.peak:
                 figure.pct_of_peak = value / figure.peak
             rows[report.rank].figures.append(figure)
             if figure.pct_of_peak is not None:
-                share = 1.0 if figure.peak_source == "--expect" else sku_peaks.fraction(name)
+                share = 1.0 if figure.peak_source == "--expect" else hardware.fraction(name)
                 if figure.pct_of_peak < share:
                     out.below.append(BelowPeak(rows[report.rank], figure, share, figure.peak_source == "--expect"))
             slow = _slow(report, others, name)

@@ -4,9 +4,9 @@ Run by every rank on its own bound device (the session's GPU, or the CPU under g
 same time, before the collectives. Each figure is timed nccl-tests-style: a warm-up call, one
 call to size the burst, then bursts of back-to-back calls with one synchronisation each
 (CUDA events on a GPU; on CPU the thread's CPU time, since the ranks of a host share its
-cores), `device_boundary.TorchDevice.burst`. Every figure is measured in two
+cores), `device/boundary.TorchDevice.burst`. Every figure is measured in two
 passes, the second after all the others, so that rank 0 blames only a device slow in both
-(device_judge.py): a moment of noise is not a slow device.
+(judge.py): a moment of noise is not a slow device.
 
 The family fits a time budget (`--device-budget`, default DEFAULT_BUDGET_S per device kind):
 every figure's passes share it equally, so the whole family stays within it, whatever the
@@ -24,7 +24,7 @@ from typing import Any
 
 from preflight.lib.errors import one_line
 from preflight.model.device_probe import DeviceReport, Measured
-from preflight.probes.device_boundary import SDC_SEED
+from preflight.probes.device.boundary import SDC_SEED
 
 # The timed part: on a GPU 4 s, which with allocations, cuBLAS's first call and pinning keeps the
 # family under ~5 s; on CPU 0.03 s of the thread's CPU time (one fp32 figure and one copy).

@@ -29,9 +29,11 @@ from preflight.lib.errors import one_line
 from preflight.model import CheckOutcome, Finding, Severity
 from preflight.model.device_probe import DeviceReport, DeviceRow
 from preflight.options import RunOptions
-from preflight.probes import device_judge, device_store, liveness
-from preflight.probes.device_boundary import cpu_model, open_device
-from preflight.probes.device_family import DEFAULT_BUDGET_S, run_family
+from preflight.probes import liveness
+from preflight.probes.device import judge as device_judge
+from preflight.probes.device import store as device_store
+from preflight.probes.device.boundary import cpu_model, open_device
+from preflight.probes.device.family import DEFAULT_BUDGET_S, run_family
 from preflight.probes.timing import barrier
 
 # On top of three times the budget: allocations, pinning host memory, cuBLAS's first call. A device
@@ -60,7 +62,7 @@ def _on_device(session: Any, call: Any) -> Any:
 def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: Any = None) -> DeviceReport:
     """Run the family on this rank's own device and publish its report (never raises).
 
-    device: the boundary to measure (device_boundary.TorchDevice by default; tests pass the
+    device: the boundary to measure (boundary.TorchDevice by default; tests pass the
     data-driven fake).
     """
     world, bound = session.world, session.bound

@@ -20,7 +20,7 @@ from torch.distributed import HashStore
 from preflight.channel.board import Board
 from preflight.model import World
 from preflight.options import RunOptions
-from preflight.probes import device_probes
+from preflight.probes.device import run as device_probes
 from preflight.probes.session import BoundDevice
 from tests.helpers.fake_device import FakeDevice
 

@@ -1,6 +1,6 @@
 """The one boundary between the device probes and the device: torch on CPU or on the bound CUDA GPU.
 
-Everything the device family does to a device goes through a `Device` (device_family.py only
+Everything the device family does to a device goes through a `Device` (family.py only
 asks it): make deterministic operands, run a burst of back-to-back calls and time it with one
 synchronisation (CUDA events on a GPU, the monotonic clock on CPU), pinned host buffers, the
 result's digest, and NVML reads of the bound GPU (PCIe link, serial, clocks under load).
