@@ -64,6 +64,12 @@ def no_gpu_key(rank: int) -> str:
     return f"no_gpu/{rank}"
 
 
+def gpu_seat_key(host: str, uuid: str) -> str:
+    """str, a rank in ASCII digits (first writer wins, Board.agree): the rank that measures GPU `uuid` of
+    `host` for every rank bound to it (probes/device/run.py: one measurement per physical GPU)."""
+    return f"gpu_seat/{host}/{uuid}"
+
+
 GPU_RANKS_KEY = "gpu_ranks"  # counter: ranks that can use a GPU
 BACKEND_VOTES_KEY = "backend_votes"  # counter: ranks that voted
 AGAIN_KEY = "again"  # RemeasureSteps: the steps rank 0 has measured a second time (confirm.py)

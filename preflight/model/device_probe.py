@@ -84,6 +84,7 @@ class DeviceReport:
     samples: list[NvmlSample] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> why it was not measured (no device for it)
     sized: str = ""  # why the operands are smaller than the kind's full size (free memory), "" at full size
+    shared_with: int | None = None  # another rank bound to the same GPU (one UUID) measured it for both
     errors: dict[str, str] = field(default_factory=dict)  # figure -> why it failed (could not run)
     elapsed_s: float = 0.0
 

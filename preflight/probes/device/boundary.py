@@ -226,20 +226,25 @@ class TorchDevice:
 
 
 def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = None,
-                deadline_s: float = 60.0) -> TorchDevice:
-    """The real device of this rank, with NVML opened on its GPU (matched by PCI bus id) where the host
-    has NVML; NVML is not called after deadline_s."""
+                deadline_s: float = 60.0, uuid: str = "") -> TorchDevice:
+    """The real device of this rank, with NVML opened on its GPU where the host has NVML: matched by PCI
+    bus id, or by UUID when torch gives no bus id (NVML indices are not CUDA ordinals); NVML is not
+    called after deadline_s, and close() shuts it down."""
     if kind != "cuda":
         return TorchDevice("cpu")
     from preflight.lib import nvml_source
 
     nvml, _ = nvml_source.open_nvml(deadline_s=deadline_s)
     handle = None
-    if nvml is not None and pci_bus_id:
+    if nvml is not None and (pci_bus_id or uuid):
         try:
             for i in range(nvml.count()):
                 candidate = nvml.handle(i)
-                if str(nvml.read(candidate, "pci_bus_id")).upper().endswith(pci_bus_id.upper()[-12:]):
+                if pci_bus_id:
+                    found = str(nvml.read(candidate, "pci_bus_id")).upper().endswith(pci_bus_id.upper()[-12:])
+                else:
+                    found = str(nvml.read(candidate, "uuid")) == uuid
+                if found:
                     handle = candidate
                     break
         except Exception:

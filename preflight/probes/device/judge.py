@@ -77,7 +77,7 @@ def judge(reports: Mapping[int, DeviceReport], missing: Mapping[int, str], hosts
         models.setdefault(_model(report), []).append(report)
     rows = {r.rank: DeviceRow(r.rank, r.host, r.kind, r.name, r.index, r.uuid, r.serial, link=r.link,
                               samples=r.samples, errors=dict(r.errors), elapsed_s=r.elapsed_s,
-                              skipped=dict(r.skipped), sized=r.sized)
+                              skipped=dict(r.skipped), sized=r.sized, shared_with=r.shared_with)
             for r in reports.values()}
     for members in models.values():
         _judge_figures(members, rows, out, expect)

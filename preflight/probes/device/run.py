@@ -14,6 +14,7 @@ import dataclasses
 import time
 from typing import Any
 
+from preflight.channel import keys
 from preflight.checks.device_probe import (
     below_expected,
     below_sku_peak,
@@ -25,7 +26,8 @@ from preflight.checks.device_probe import (
     result_unrepeatable,
     throttled_under_load,
 )
-from preflight.lib.errors import one_line
+from preflight.lib.errors import BadInput, one_line
+from preflight.lib.numbers import ascii_int
 from preflight.model import CheckOutcome, Finding, Severity
 from preflight.model.device_probe import DeviceReport, DeviceRow
 from preflight.options import RunOptions
@@ -50,6 +52,18 @@ def _software() -> str:
 
 def _budget(options: RunOptions, kind: str) -> float:
     return options.device_budget_s if options.device_budget_s is not None else DEFAULT_BUDGET_S.get(kind, 1.0)
+
+
+def elect(board: Any, rank: int, host: str, uuid: str) -> int:
+    """The rank that measures this rank's GPU: the first of the ranks bound to the same UUID on this host to
+    ask (Board.agree); this rank itself when it has no UUID (a CPU, or a GPU that reports none)."""
+    if not uuid:
+        return rank
+    won = board.agree(keys.gpu_seat_key(host, uuid), str(rank)).decode("ascii", "replace")
+    try:
+        return ascii_int(won, "gpu seat", maximum=1 << 31)
+    except BadInput:  # a value nobody of this run wrote: measure rather than trust it
+        return rank
 
 
 def _on_device(session: Any, call: Any) -> Any:
@@ -78,8 +92,15 @@ def measure(session: Any, options: RunOptions, watch: liveness.Watch, device: An
     began = time.monotonic()
     try:
         barrier(session.control, time.monotonic() + session.timeout_s)  # every device starts together
+        owner = elect(session.board, world.rank, world.host, bound.uuid if bound else "")
+        if owner != world.rank:  # MPS, or two ranks on device 0: each would measure half a GPU
+            why = f"shares GPU {bound.uuid if bound else '?'} with rank {owner}, which measures it for both"
+            report.shared_with, report.skipped = owner, dict.fromkeys(("every figure",), why)
+            report.elapsed_s = time.monotonic() - began
+            device_store.publish(session.board, report)
+            return report
         device = device or open_device(kind, bound.index if bound else None, bound.pci_bus_id if bound else "",
-                                       cuda=session.cuda, deadline_s=deadline_s)
+                                       cuda=session.cuda, deadline_s=deadline_s, uuid=bound.uuid if bound else "")
         report.serial = device.serial() if kind == "cuda" else ""
         sustain_s = options.device_sustain_s
         liveness.bounded(lambda: _on_device(session, lambda: run_family(device, report, budget, sustain_s)),
