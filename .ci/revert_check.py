@@ -64,14 +64,14 @@ rev("3a-nccl-env", "preflight/probes/session.py",
 # 5: per-iteration event pair with a host poll between iterations (the old timed_call, looped)
 rev("5-timing", "preflight/probes/timing.py",
     '''    events = [cuda.Event(enable_timing=True) for _ in range(iters + 1 if per_iteration else 2)]
-    events[0].record()
+    events[0].record(stream)
     for i in range(iters):
         for work in start():
             if work is not None:
                 work.wait()  # the current stream waits for the collective; the host does not
         if per_iteration:
-            events[i + 1].record()
-    events[-1].record()
+            events[i + 1].record(stream)
+    events[-1].record(stream)
     while not events[-1].query():  # the one synchronisation, bounded by the deadline
         remaining(deadline)
         time.sleep(0.0002)
@@ -149,6 +149,19 @@ rev("4-connect", "preflight/probes/session.py",
 rev("3a2-monitor", "preflight/probes/session.py", """    "TORCH_NCCL_ENABLE_MONITORING": "0",
 """, "")
 
+# 31a (issue 31): the session's device is a bare "cuda" (each thread's current device), not the bound GPU
+rev("31a-explicit-device", "preflight/probes/session.py",
+    '''            device = torch.device("cuda", bound.index)''', '''            device = torch.device("cuda")''')
+# 31b: the threads that touch the GPU do not make the bound GPU their current device first
+rev("31b-thread-device", "preflight/probes/session.py",
+    '''            (self.cuda or _torch_cuda()).set_device(self.device.index)''', '''            pass''')
+# 31c: the timing loop's events on the thread's current stream, not the bound GPU's
+rev("31c-event-stream", "preflight/probes/timing.py",
+    '''    stream = cuda.current_stream(device)''', '''    stream = None''')
+# 31d: the job's device read inside preflight's helper thread (always 0), not in the trainer's
+rev("31d-adopt-thread", "preflight/api.py",
+    '''        index = int(torch.cuda.current_device())  # here''', '''        index = 0  # here''')
+
 # 2d: the report's backend is what was asked ("auto"), and no rank's bound device reaches rank 0
 rev("2d-report", "preflight/probes/orchestrate.py",
     "    outcome.backend, outcome.backend_reason = choice.backend, choice.reason",
@@ -184,6 +197,10 @@ TESTS: dict[str, list[str]] = {'1a-compat': ['tests/probes/test_probes_gloo.py::
     '3b-exit': ['tests/probes/test_probes_hang_exit.py'],
     '3c-texts': ['tests/checks/test_nccl.py'],
     '3d-grace': ['tests/probes/test_collect.py'],
+    '31a-explicit-device': ['tests/probes/test_real_node.py::test_local_rank_5_touches_only_gpu_5_in_every_thread'],
+    '31b-thread-device': ['tests/probes/test_real_node.py::test_local_rank_5_touches_only_gpu_5_in_every_thread'],
+    '31c-event-stream': ['tests/probes/test_real_node.py::test_local_rank_5_touches_only_gpu_5_in_every_thread'],
+    '31d-adopt-thread': ['tests/test_api_device.py'],
     '4-connect': ['tests/probes/test_probes_gloo.py::test_a_rank_stuck_creating_its_groups_communicators_is_named_at_the_connect_step'],
     '5-timing': ['tests/probes/test_session_cuda.py'],
     '5b-cpu': ['tests/probes/test_session_cuda.py'],

@@ -4,7 +4,7 @@ The bare loop is what anyone would write: synchronise, read the clock, N back-to
 torch.matmul (or Tensor.copy_), synchronise, read the clock (on CPU the thread's CPU time, the
 probe's own clock there; on a GPU the wall clock around torch.cuda.synchronize). N is sized to
 take as long as the probe's whole figure. preflight's figure comes from its own code path
-(device_boundary.TorchDevice + device_family.run_family: best burst of two passes of 5).
+(device/boundary.TorchDevice + device/family.run_family: best burst of two passes of 5).
 Both run in this process, alternating, ROUNDS times; the medians and their ratio are printed
 (goal: >= 0.97 on a GPU). Not a test.
 
@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from preflight.model.device_probe import DeviceReport
-from preflight.probes.device_boundary import TorchDevice
-from preflight.probes.device_family import SIZES, rate, run_family
+from preflight.probes.device.boundary import TorchDevice
+from preflight.probes.device.family import SIZES, rate, run_family
 
 
 def _bare(kind: str, call: Callable[[], Any], seconds: float) -> tuple[int, float]:

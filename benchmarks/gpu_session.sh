@@ -56,5 +56,23 @@ done 2>&1 | tee "$RES/fidelity.txt"
 log "device probes: a run of the family alone, and its fidelity against a bare torch loop"
 timeout 120 python3 -m preflight run --only gpu-probe --json "$RES/device.json" --text "$RES/device.txt"; echo "exit $?"
 timeout 300 python3 benchmarks/device_fidelity.py --device cuda --rounds 5 2>&1 | tee "$RES/device_fidelity.txt"
+NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ "$NGPU" -ge 2 ]; then  # issue 31: a rank on LOCAL_RANK 1 must measure GPU 1, not GPU 0
+  log "device probes from LOCAL_RANK 0 and 1 of 2 visible devices"
+  port=$((20000 + RANDOM % 10000))
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      CUDA_VISIBLE_DEVICES=0,1 timeout 180 python3 -m preflight run --only gpu-probe \
+      --json "$RES/device_local_rank1.json" --text "$RES/device_local_rank1.txt" &
+  done
+  wait %1; echo "exit (rank 0) $?"; wait
+  python3 -c "import json; r = json.load(open('$RES/device_local_rank1.json')); print([(d['rank'], d['index'], d['uuid']) for d in r['device_probes']])"
+  log "in-process from LOCAL_RANK 1 with the newer TF32 API set"
+  LOCAL_RANK=1 timeout 180 python3 benchmarks/inprocess_device.py 2>&1 | tee "$RES/inprocess_local_rank1.txt"
+else
+  log "one GPU: LOCAL_RANK 1 of 2 visible devices cannot run here"
+fi
+log "in-process with the newer TF32 API set"
+timeout 180 python3 benchmarks/inprocess_device.py 2>&1 | tee "$RES/inprocess_tf32.txt"
 log done
 tar czf "$OUT/results.tgz" -C "$RES" .

@@ -211,7 +211,12 @@ def _job_groups(mesh: Any, dims: list[MeshDim], backend: str, device: str, rank:
         group = mesh.get_group(name)
         ranks = sorted(dist.get_process_group_ranks(group))
         layout[name] = (group, ranks, groups.index(ranks))
-    return JobGroups(backend, device, layout, dist.group.WORLD)
+    index = None
+    if device == "cuda":
+        import torch
+
+        index = int(torch.cuda.current_device())  # here, in the trainer's thread (per-thread state)
+    return JobGroups(backend, device, layout, dist.group.WORLD, device_index=index)
 
 
 def _mesh_repr(dims: list[MeshDim]) -> str:

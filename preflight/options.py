@@ -97,7 +97,7 @@ class RunOptions:
     strict_bandwidth: bool = False  # a group below its hardware profile is an error (BW007), not a warning (BW011)
     localize: str = "auto"  # auto | pairwise (never group testing) | grouptest (whenever it can run)
     expect: dict[str, float] = field(default_factory=dict)  # expected busbw per dimension, GB/s
-    # device probes (probes/device_family.py): --expect's device figures (TFLOP/s, GB/s) by name,
+    # device probes (probes/device/family.py): --expect's device figures (TFLOP/s, GB/s) by name,
     # the family's time budget per device (None: its default per device kind), sustained load
     device_expect: dict[str, float] = field(default_factory=dict)
     device_budget_s: float | None = None

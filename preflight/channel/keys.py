@@ -149,8 +149,10 @@ SECOND_PREFIX = "second"  # the second measuring pass's results, under the probe
 RESULT = Family[ProbeReport]("res/{rank}", ProbeReport, EVERY, RANK0 + " (collect.py)")
 POSITION = Family[int]("pos/{rank}", int, EVERY + " (each step it starts)", RANK0 + " (a hang's position)")
 BOUND = Family[BoundRecord]("dev/{rank}", BoundRecord, EVERY, RANK0)
-DEVICE = Family[DeviceReport]("device/{rank}", DeviceReport, EVERY, RANK0 + " (device_store.py)")
+DEVICE = Family[DeviceReport]("device/{rank}", DeviceReport, EVERY, RANK0 + " (probes/device/store.py)")
 SETUP = Family[SetupStage]("setup/{rank}", SetupStage, EVERY, RANK0 + " (setup.py)")
+GPU_SEAT = Family[str]("gpu_seat/{host}/{uuid}", Agreed, "ranks bound to one GPU (first wins)",
+                        "the same (probes/device/run.py: one measurement per physical GPU)")
 NO_GPU = Family[NoGpu]("no_gpu/{rank}", NoGpu, "a rank without a usable GPU", EVERY + " (backend vote)")
 GPU_RANKS = Family[int]("gpu_ranks", Counter, "a rank with a usable GPU", EVERY + " (backend vote)")
 BACKEND_VOTES = Family[int]("backend_votes", Counter, EVERY, EVERY + " (backend vote)")

@@ -1,6 +1,6 @@
 """The devices themselves: matrix throughput, memory copy, host link, correctness and clocks under load.
 
-Engine-scope checks: the device probes (preflight/probes/device_family.py) measure on every
+Engine-scope checks: the device probes (preflight/probes/device/family.py) measure on every
 rank's own device and rank 0 judges (device_judge.py); these turn what it found into findings.
 Every finding names the device: rank, host, GPU index, UUID and serial where NVML has them.
 """

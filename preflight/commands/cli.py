@@ -30,7 +30,7 @@ from preflight.options import (
     parse_seconds,
 )
 
-SUBCOMMANDS = ("run", "launch", "list", "explain", "report", "history")
+SUBCOMMANDS = ("run", "launch", "list", "explain", "report", "history", "hardware")
 
 EPILOG = """exit codes: 0 passed (warnings allowed), 1 warnings with --strict, 2 bad usage or input,
 3 failed (errors, missing ranks), 4 incomplete (a check could not run, or interrupted).
@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{run,launch,list,explain,report,history}",
+    commands = parser.add_subparsers(dest="command", metavar="{run,launch,list,explain,report,history,hardware}",
                                      parser_class=OneLineParser)
 
     run = commands.add_parser("run", help="run as this process's rank (srun, torchrun, mpirun, env://)",
@@ -267,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     spares.add_argument("--hostfile", metavar="PATH",
                         help="with --keep: write the kept hosts one per line (empty when none were chosen), "
                         "for srun --nodelist, torchrun or mpirun (default: not written)")
+
+    hardware = commands.add_parser("hardware", help="print the GPU table the device probes judge by (SKU peaks, "
+                                   "memory, PCIe, NVLink, sources)")
+    hardware.add_argument("--match", metavar="NAME", dest="match_name",
+                          help='say which row a device name (torch\'s or NVML\'s) matches and why, e.g. '
+                          '"NVIDIA GH200 480GB" (default: print the whole table)')
 
     from preflight.commands.history import add_parser as add_history
 
@@ -384,7 +390,7 @@ def _reader_gone(command: str) -> int:
     """
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
-    return int(ExitCode.PASSED if command in ("list", "explain") else ExitCode.INCOMPLETE)
+    return int(ExitCode.PASSED if command in ("list", "explain", "hardware") else ExitCode.INCOMPLETE)
 
 
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
@@ -400,6 +406,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from preflight.commands.rerender import rerender
 
         return rerender(args)
+    if args.command == "hardware":
+        from preflight.commands.hardware import print_match, print_table
+
+        return print_match(args.match_name) if args.match_name is not None else print_table()
     if args.command == "history":
         from preflight.commands.history import run_history
 

@@ -129,7 +129,7 @@ READS: dict[str, Callable[..., Any]] = {
     "power_limit": lambda nv, h: int(nv.nvmlDeviceGetEnforcedPowerLimit(h)),
     "power_default": lambda nv, h: int(nv.nvmlDeviceGetPowerManagementDefaultLimit(h)),
     "vbios": lambda nv, h: nv.nvmlDeviceGetVbiosVersion(h),
-    # read by the device probes (probes/device_boundary.py) while the GPU works
+    # read by the device probes (probes/device/boundary.py) while the GPU works
     "serial": lambda nv, h: nv.nvmlDeviceGetSerial(h),
     "sm_clock": lambda nv, h: int(nv.nvmlDeviceGetClockInfo(h, 1)),  # NVML_CLOCK_SM
     "max_sm_clock": lambda nv, h: int(nv.nvmlDeviceGetMaxClockInfo(h, 1)),

@@ -1,6 +1,6 @@
 """The device probes' data: what one rank measured on its own device, and rank 0's judged rows.
 
-`DeviceReport` is the message a rank sends rank 0 (probes/device_store.py, through the model's
+`DeviceReport` is the message a rank sends rank 0 (probes/device/store.py, through the model's
 codec); `DeviceRow` is one device in the JobReport, each figure beside its siblings' median and
 its SKU's peak. Figures are in TFLOP/s (matrix products) and GB/s (copies, bytes read + written).
 """
@@ -78,9 +78,13 @@ class DeviceReport:
     sdc_repeat_digest: str = ""
     sdc_checksum: list[float] = field(default_factory=list)  # a few sums of the product, for the tolerance test
     sdc_method: str = ""  # what was computed ("fp32 matmul chain 256x256, seed 1234")
+    # What must be equal for equal bits: BLAS library and version, compute capability, SM count.
+    sdc_key: str = ""
     link: HostLink | None = None
     samples: list[NvmlSample] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> why it was not measured (no device for it)
+    sized: str = ""  # why the operands are smaller than the kind's full size (free memory), "" at full size
+    shared_with: int | None = None  # another rank bound to the same GPU (one UUID) measured it for both
     errors: dict[str, str] = field(default_factory=dict)  # figure -> why it failed (could not run)
     elapsed_s: float = 0.0
 
@@ -121,13 +125,16 @@ class DeviceRow:
     samples: list[NvmlSample] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    skipped: dict[str, str] = field(default_factory=dict)  # figure -> why it was not measured (never a failure)
+    sized: str = ""  # why the operands were shrunk (free memory), "" at full size
+    shared_with: int | None = None  # the rank that measured this GPU for both (one UUID, two ranks)
 
     def figure(self, name: str) -> DeviceFigure | None:
         """The named judged figure, when it was measured."""
         return next((f for f in self.figures if f.name == name), None)
 
 
-# ---- what rank 0 concluded (probes/device_judge.py), for the checks (checks/device_probe.py) ----
+# ---- what rank 0 concluded (probes/device/judge.py), for the checks (checks/device_probe.py) ----
 
 @dataclass
 class Slow:

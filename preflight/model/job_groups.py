@@ -19,3 +19,6 @@ class JobGroups:
     device: str  # "cpu" or "cuda"
     dims: dict[str, tuple[Any, list[int], int]]
     world_group: Any  # the job's default process group
+    # The job's CUDA device, read in the caller's (the trainer's) thread: CUDA's current device is
+    # per thread, and a helper thread would read 0 whatever the job bound.
+    device_index: int | None = None

@@ -19,7 +19,7 @@ class ProbeOutcome:
     backend_reason: str = ""  # why auto chose it (a GPU job on gloo says which rank could not bind a GPU)
     devices: list[ProbeDevice] = field(default_factory=list)  # rank 0: every rank's backend and bound GPU
     device_ids: dict[int, str] = field(default_factory=dict)  # rank 0: rank -> its GPU's PCI bus id or UUID
-    device_rows: list[DeviceRow] = field(default_factory=list)  # rank 0: every device figure (probes/device_probes.py)
+    device_rows: list[DeviceRow] = field(default_factory=list)  # rank 0: every device figure (probes/device/run.py)
     device_outcomes: list[CheckOutcome] = field(default_factory=list)  # rank 0: every device check, for JUnit
     # A collective of this rank never finished: its communicator must not be destroyed, and the
     # process must leave by os._exit once the verdict is out (a gloo group's destructor would

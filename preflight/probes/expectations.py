@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from preflight.checks.probe_findings import below_expected, below_profile
 from preflight.model import Finding, ProbeResult, RankFacts
+from preflight.probes.device import hardware
 from preflight.probes.judge import EXPECT_FRACTION, largest
 from preflight.probes.nominal import device_of, nccl_ports, nvlink_of
 
@@ -45,13 +46,12 @@ class Profile:
         return round(self.line_gbps * self.fraction, 1)
 
 
-# (GPU model as NVML names it, NVLink generation, active links) -> profile. The fraction is
-# the effective busbw NVIDIA and nccl-tests report at large sizes over the line rate.
-NVLINK_PROFILES: dict[tuple[str, int, int], Profile] = {
-    ("H100", 4, 18): Profile("H100 SXM NVLink4 x18", 450.0, 0.82),  # ~370 GB/s all_reduce busbw
-    ("H200", 4, 18): Profile("H200 SXM NVLink4 x18", 450.0, 0.82),
-    ("A100", 3, 12): Profile("A100 SXM NVLink3 x12", 300.0, 0.77),  # ~230 GB/s all_reduce busbw
-}
+# NVLink generation -> the effective busbw NVIDIA and nccl-tests report at large sizes over the
+# line rate: NVLink4 (H100/H200 SXM, 18 links) ~370 of 450 GB/s, NVLink3 (A100 SXM, 12 links)
+# ~230 of 300 GB/s. A generation without a published figure (NVLink5) gets no profile. The
+# board's NVLink (generation, links) and line rate come from the one hardware table, by NVML's
+# name matched on whole tokens (device/hardware.py).
+NVLINK_EFFICIENCY = {3: 0.77, 4: 0.82}
 # InfiniBand rate of the ports NCCL uses (Gb/s, per NIC) -> profile: ~92% of line rate.
 RDMA_PROFILES: dict[float, Profile] = {
     400.0: Profile("InfiniBand NDR 400 Gb/s per NIC", 50.0, 0.92),
@@ -64,10 +64,14 @@ def _nvlink_profile(facts: RankFacts, device_id: str) -> Profile | None:
     gpu = device_of(facts, device_id)
     if gpu is None or nvlink_of(facts, device_id) is None:
         return None
-    for (model, generation, links), profile in NVLINK_PROFILES.items():
-        if model in gpu.name.upper() and gpu.nvlink_version == generation and gpu.nvlink_active >= links:
-            return profile
-    return None
+    sku = hardware.find(gpu.name)
+    if sku is None or sku.nvlink is None or sku.nvlink[0] not in NVLINK_EFFICIENCY:
+        return None
+    generation, links = sku.nvlink
+    line = hardware.nvlink_line_gbps(sku)
+    if line is None or gpu.nvlink_version != generation or gpu.nvlink_active < links:
+        return None  # fewer links up than the board has: no healthy profile (nominal says how many)
+    return Profile(f"{sku.needs[0].upper()} SXM NVLink{generation} x{links}", line, NVLINK_EFFICIENCY[generation])
 
 
 def _rdma_profile(facts: RankFacts) -> Profile | None:

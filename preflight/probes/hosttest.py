@@ -201,7 +201,7 @@ def lead(session: Any, sets: HostSets, ratio: float) -> GroupTestOutcome | None:
     ranks_of = sets.ranks
     reference_hosts = sets.good[:2]
     rounds = _Rounds(session, sorted(r for h in reference_hosts for r in ranks_of[h]))
-    per_round = 1 if session.device == "cpu" else len(sets.good)
+    per_round = 1 if session.kind == "cpu" else len(sets.good)
     singles: dict[str, list[tuple[float, str]]] = {}
     last_partner: dict[str, str] = {}
     references: list[float] = []
@@ -276,7 +276,7 @@ def _groups_for(session: Any, wanted: list[list[int]], groups: dict[tuple[int, .
 
     from preflight.probes.session import probe_nccl_env
 
-    env = probe_nccl_env() if session.device == "cuda" else contextlib.nullcontext()
+    env = probe_nccl_env() if session.kind == "cuda" else contextlib.nullcontext()
     with env:
         for ranks in wanted:
             key = tuple(ranks)

@@ -19,11 +19,7 @@ from typing import Any
 
 from preflight.lib.ib_hca import HcaFilter
 from preflight.model import GpuFacts, IbPort, ProbeResult, RankFacts
-
-# GB/s per link, one direction, by NVLink generation (GpuFacts.nvlink_version; gpus.py maps
-# NVML's version enum to it): NVLink 3 (A100, 12 links) and 4 (H100, 18 links) 25 GB/s,
-# NVLink 5 (B200, 18 links) 50 GB/s.
-NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+from preflight.probes.device.hardware import NVLINK_GBPS_PER_LINK  # the one hardware table
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from preflight.model.messages import RemeasureSteps
 from preflight.model.probe_faults import Hang
 from preflight.model.probe_outcome import ProbeOutcome
 from preflight.options import RunOptions
-from preflight.probes import device_probes, liveness, localize, setup
+from preflight.probes import liveness, localize, setup
+from preflight.probes.device import run as device_probes
 
 
 def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
@@ -87,7 +88,10 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
                                    reason=f"{type(exc).__name__}: {one_line(exc)}")
             return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
         mark("done")
-        # --- device probes (probes/device_probes.py): every rank's own device, before the collectives ---
+        # The session opened in a helper thread; this thread runs the steps: the bound GPU is its current
+        # device too (CUDA's is per thread), so NCCL's streams and the timing events are that GPU's.
+        session.enter_device()
+        # --- device probes (probes/device/run.py): every rank's own device, before the collectives ---
         if options.device_probes_enabled():
             device_probes.measure(session, options, watch)
         # --- end device probes ---
@@ -238,6 +242,13 @@ def _could_not_run(world: World, reason: str, dead: Mapping[int, str] | None = N
     return ProbeOutcome(findings=probes_could_not_run.report(reason=reason))
 
 
+def _torch_cuda() -> Any:
+    """torch.cuda (imported only where a GPU is in use)."""
+    import torch
+
+    return torch.cuda
+
+
 def _teardown(session: Any, clean: bool) -> None:
     """Destroy what preflight made after a clean run; after a hang leave it (destroy would block).
 
@@ -247,6 +258,8 @@ def _teardown(session: Any, clean: bool) -> None:
 
     if not clean or not dist.is_initialized():
         return
+    if session.kind == "cuda":  # the probes' buffers are gone: their cached blocks go back to the device
+        (session.cuda or _torch_cuda()).empty_cache()
     if session.owner == "job":
         for group in session.owned:
             dist.destroy_process_group(group)

@@ -34,7 +34,7 @@ def round_robin(ranks: list[int]) -> list[list[tuple[int, int]]]:
 
 
 def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control: Any, timeout_s: float, *,
-               group: Any = None, device: str = "cpu", dtype: Any = None, cuda: Any = None,
+               group: Any = None, device: Any = "cpu", dtype: Any = None, cuda: Any = None,
                rounds: list[list[tuple[int, int]]] | None = None) -> dict[int, list[float]]:
     """Every rank of the world takes part in the barriers; members of `ranks` exchange.
 
@@ -50,7 +50,7 @@ def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control
     import torch.distributed as dist
 
     group = control if group is None else group
-    dtype = dtype or (torch.bfloat16 if device == "cuda" else torch.float32)
+    dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
     elem = torch.tensor([], dtype=dtype).element_size()
     count = max(1, size_bytes // elem)
     send = torch.ones(count, dtype=dtype, device=device)

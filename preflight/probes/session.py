@@ -81,7 +81,10 @@ class Session:
     world: World
     plan: ProbePlan
     store: Any  # PrefixStore for probe keys
-    device: str
+    # torch.device("cpu"), or torch.device("cuda", k): the GPU this rank bound. Every tensor, event
+    # and synchronize of the probes names it; a bare "cuda" would mean "this thread's current
+    # device", which is 0 in every thread that did not set it (CUDA's current device is per thread).
+    device: Any
     dtype: Any
     control: Any
     groups: dict[str, tuple[Any, list[int], int]]  # dim -> (process group, global ranks, group index)
@@ -112,6 +115,17 @@ class Session:
     def board(self) -> Board:
         """The probes' keys in the store, typed (channel/board.py)."""
         return Board(self.store)
+
+    @property
+    def kind(self) -> str:
+        """"cuda" or "cpu": what kind of device the probes run on."""
+        return str(self.device.type)
+
+    def enter_device(self) -> None:
+        """Make the bound GPU this thread's current device: the first call of every thread that touches
+        the GPU (a new thread starts on device 0; NCCL and CUDA events act on the current device)."""
+        if self.kind == "cuda":
+            (self.cuda or _torch_cuda()).set_device(self.device.index)
 
     def localization(self) -> dict[str, Any]:
         """Keyword arguments of pairwise.run_rounds: the probe's own backend and device."""
@@ -252,15 +266,17 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
     from torch.distributed import PrefixStore
     from torch.distributed.device_mesh import init_device_mesh
 
-    device = "cuda" if backend == "nccl" else "cpu"
+    kind = "cuda" if backend == "nccl" else "cpu"
+    device = torch.device("cpu")
     bound = None
     mark = mark or (lambda stage: None)
-    env = probe_nccl_env() if device == "cuda" else contextlib.nullcontext()
+    env = probe_nccl_env() if kind == "cuda" else contextlib.nullcontext()
     with env:
-        if device == "cuda":
+        if kind == "cuda":
             mark("bind GPU")
             cuda = cuda or _torch_cuda()
             bound = bind_device(world, cuda)  # BindError names rank, host, visible devices, LOCAL_RANK
+            device = torch.device("cuda", bound.index)
         mark("process group")
         dist.init_process_group(backend, store=PrefixStore("pg", store), rank=world.rank, world_size=world.world_size,
                                 **init_kwargs(backend, bound, timeout_s))
@@ -270,7 +286,7 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
         mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
         if mesh_dims:
             mark("DeviceMesh")
-            mesh = init_device_mesh(device, tuple(d.size for d in mesh_dims),
+            mesh = init_device_mesh(kind, tuple(d.size for d in mesh_dims),
                                     mesh_dim_names=tuple(d.name for d in mesh_dims))
             for name, groups in dim_groups(mesh_dims).items():
                 pg = mesh[name].get_group()
@@ -280,14 +296,15 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
             # Its own group: a hang in it must not share a communicator with the control barriers.
             mark("world group")
             layout[WORLD_DIM] = (dist.new_group(backend=backend), list(range(world.world_size)), 0)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = torch.bfloat16 if kind == "cuda" else torch.float32
     # Rank 0 reads every rank's backend and bound device from the store (collect.devices).
     Board(store).put(keys.BOUND.at(world.rank), BoundRecord(world.host, backend, bound))
     return Session(world, plan, store, device, dtype, control, layout, timeout_s, backend, bound, cuda,
                    dist.group.WORLD)
 
 
-def adopt_session(world: World, plan: ProbePlan, store: Any, job: JobGroups, timeout_s: float) -> Session:
+def adopt_session(world: World, plan: ProbePlan, store: Any, job: JobGroups, timeout_s: float,
+                  cuda: Any = None) -> Session:
     """A session on the job's own groups: nothing is initialised or rebuilt.
 
     The barriers between steps need a CPU-capable group: the default group when it is gloo,
@@ -303,16 +320,19 @@ def adopt_session(world: World, plan: ProbePlan, store: Any, job: JobGroups, tim
         control = dist.new_group(backend="gloo")
         owned.append(control)
     bound = None
-    cuda = None
+    device = torch.device("cpu")
     if job.device == "cuda":
-        cuda = _torch_cuda()
-        index = int(cuda.current_device())  # the job bound its device; preflight does not rebind it
+        cuda = cuda or _torch_cuda()
+        if job.device_index is None:
+            raise BindError(f"rank {world.rank}: the job's CUDA device was not read in the caller's thread")
+        index = job.device_index  # the job bound it (read in the trainer's thread): preflight does not rebind it
         props = cuda.get_device_properties(index)
         bound = BoundDevice(index, str(getattr(props, "name", "")), _bus_id(props), _uuid(props))
+        device = torch.device("cuda", index)
     dtype = torch.bfloat16 if job.device == "cuda" else torch.float32
     Board(store).put(keys.BOUND.at(world.rank), BoundRecord(world.host, job.backend, bound))
     layout = {name: job.dims[name] for name in {dim for dim, _, _ in plan.steps()}}
-    return Session(world, plan, store, job.device, dtype, control, layout, timeout_s, job.backend, bound, cuda,
+    return Session(world, plan, store, device, dtype, control, layout, timeout_s, job.backend, bound, cuda,
                    job.world_group, owner="job", owned=owned)
 
 
@@ -354,7 +374,7 @@ def _connect(session: Session, dim: str, deadline: float) -> None:
     point-to-point communicator per peer pair at the first send)."""
     group, ranks, _ = session.groups[dim]
     me, n = ranks.index(session.world.rank), len(ranks)
-    elem = 2 if session.device == "cuda" else 4
+    elem = 2 if session.kind == "cuda" else 4
     pending = [ops.make_buffers("all_reduce", elem, me, n, session.dtype, session.device)]
     if any(d == dim and o == "send_recv" for d, o, _ in session.plan.measured_steps()):
         pending.append(ops.make_buffers("send_recv", elem, me, n, session.dtype, session.device))

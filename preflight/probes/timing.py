@@ -74,7 +74,7 @@ def wait_works(works: list[Any], deadline: float) -> None:
                 check_abort()  # a slice passed: wait on, unless a peer is known dead
 
 
-def timed_loop(start: Callable[[], list[Any]], iters: int, deadline: float, device: str, *,
+def timed_loop(start: Callable[[], list[Any]], iters: int, deadline: float, device: Any, *,
                cuda: Any = None, per_iteration: bool = False) -> list[float]:
     """Seconds per call, timed as nccl-tests does: `iters` calls back to back, one synchronisation.
 
@@ -86,7 +86,7 @@ def timed_loop(start: Callable[[], list[Any]], iters: int, deadline: float, devi
     threads, two at a time, so each call is awaited before the next starts; the clock still
     spans the whole loop.
     """
-    if device == "cpu":
+    if str(getattr(device, "type", device)) == "cpu":  # a torch.device or its kind
         marks = [time.perf_counter()]
         for _ in range(iters):
             wait_works(start(), deadline)
@@ -98,15 +98,17 @@ def timed_loop(start: Callable[[], list[Any]], iters: int, deadline: float, devi
         import torch
 
         cuda = torch.cuda
+    # The bound GPU's stream, by name: a thread's current device is 0 unless it set another.
+    stream = cuda.current_stream(device)
     events = [cuda.Event(enable_timing=True) for _ in range(iters + 1 if per_iteration else 2)]
-    events[0].record()
+    events[0].record(stream)
     for i in range(iters):
         for work in start():
             if work is not None:
                 work.wait()  # the current stream waits for the collective; the host does not
         if per_iteration:
-            events[i + 1].record()
-    events[-1].record()
+            events[i + 1].record(stream)
+    events[-1].record(stream)
     next_check = time.monotonic() + SLICE_S
     while not events[-1].query():  # the one synchronisation, bounded by the deadline
         remaining(deadline)

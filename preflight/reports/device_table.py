@@ -80,6 +80,12 @@ def device_rows(report: JobReport, limit: int = MAX_DEVICES) -> list[list[str]]:
             ident = [str(row.rank), row.host, _device(row), row.uuid] if first else ["", "", "", ""]
             out.append([*ident, name, "could not run", "", why[:60], "", ""])
             first = False
+        for name, why in sorted(row.skipped.items()):
+            if name in ("h2d", "d2h") and row.kind == "cpu":
+                continue  # a CPU has no host link: nothing to say on every CPU row
+            ident = [str(row.rank), row.host, _device(row), row.uuid] if first else ["", "", "", ""]
+            out.append([*ident, name, "skipped", "", why[:60], "", ""])
+            first = False
     return out
 
 

@@ -1,25 +1,55 @@
-"""A FAKE of the CUDA boundary the probes take (preflight/probes/session.py's `cuda=`, default torch.cuda).
+"""A FAKE of the CUDA boundary (torch.cuda and CUDA tensors), a model as strict as CUDA itself.
 
-No GPU exists on CI machines. This object answers the handful of torch.cuda calls the probe
-session and timing make, from data: the devices this process sees (CUDA ordinals, in order),
-which of them are lost, and a virtual clock for CUDA events. It is injected at that one
-boundary (session.bind_device / decide_backend / open_session / timing.timed_loop take it);
-no test patches the internals. Whether this torch has NCCL is part of the boundary too
-(`nccl_available`), since the CPU wheel CI uses has none.
+No GPU exists on CI machines. `FakeCuda` answers the torch.cuda calls preflight makes, from
+data, and holds CUDA's rules where preflight could break them:
+
+- the devices this process sees (CUDA ordinals, in order) with their name, UUID, PCI bus id,
+  PCIe switch and NUMA node (`gpu(...)`), which of them are lost, and free memory per device;
+- the current device belongs to the calling THREAD and starts at 0 in every new thread
+  (cudaSetDevice / torch.cuda.set_device are per thread);
+- every allocation, stream, event record and synchronize is recorded as a `Call` with its
+  device, whether it named the device or left it to the thread's current one ("bare"), and
+  the thread that made it: a test reads `calls` and asserts nothing touched another device;
+- memory: allocations count against the device's free memory (an allocation beyond it raises
+  CUDA's out-of-memory error); torch's caching allocator is modelled (reserved memory stays
+  reserved until empty_cache());
+- a communicator that refuses two ranks of one host on one device (NCCL's "Duplicate GPU
+  detected"): `Node.join`;
+- a virtual clock per device for events (record() stamps the time the device's queued work
+  ends; kernels queue work at `rates`).
+
+Two ways in, one model: injected where preflight takes a `cuda=` (session.bind_device,
+decide_backend, timing.timed_loop), or `install()`ed in place of torch.cuda and torch's tensor
+factories (so TorchDevice and the collective buffers run through it, their tensors held on the
+CPU). No test patches preflight's internals. Whether this torch has NCCL is part of the
+boundary too (`nccl_available`), since the CPU wheel CI uses has none.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 
-def h100(n: int, uuid_prefix: str = "0000") -> dict[str, Any]:
-    """One H100's properties as torch reports them (bus ids as NVML shows 18, 2A, 3A, ...)."""
+def gpu(n: int, uuid_prefix: str = "0000", name: str = "NVIDIA H100 80GB HBM3", free: int = 80 * 2**30,
+        switch: int | None = None, numa: int | None = None) -> dict[str, Any]:
+    """One GPU's properties as torch reports them (bus ids as NVML shows 18, 2A, 3A, ...), with its
+    PCIe switch and NUMA node (2 GPUs per switch, 4 per NUMA node, as on a DGX by default)."""
     bus = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB][n % 8]
-    return {"name": "NVIDIA H100 80GB HBM3", "pci_domain_id": 0, "pci_bus_id": bus, "pci_device_id": 0,
-            "uuid": f"{uuid_prefix}{n:04d}-1111-2222-3333-444444444444", "total_memory": 85 * 2**30}
+    return {"name": name, "pci_domain_id": 0, "pci_bus_id": bus, "pci_device_id": 0,
+            "uuid": f"{uuid_prefix}{n:04d}-1111-2222-3333-444444444444", "total_memory": 80 * 2**30,
+            "free": free, "switch": n // 2 if switch is None else switch, "numa": n // 4 if numa is None else numa}
+
+
+def h100(n: int, uuid_prefix: str = "0000") -> dict[str, Any]:
+    """One H100 (see gpu())."""
+    return gpu(n, uuid_prefix)
 
 
 # Replayed machines: CUDA_VISIBLE_DEVICES as the process sees it.
@@ -28,33 +58,78 @@ ONE_PER_TASK = {task: [h100(task)] for task in range(8)}  # srun --gpus-per-task
 TWO_OF_EIGHT = [h100(0), h100(1)]  # a CUDA_VISIBLE_DEVICES that fits neither rule
 
 
+@dataclass(frozen=True)
+class Call:
+    """One thing done to a device: what, on which ordinal, whether the caller named it, in which thread."""
+
+    what: str  # "alloc" | "event" | "synchronize" | "stream" | "set_device" | "mem_get_info" | "free"
+    device: int
+    named: bool  # False: a bare "cuda" (or no device), resolved to the thread's current device
+    thread: str
+    nbytes: int = 0
+
+
+class DuplicateGpu(RuntimeError):
+    """NCCL's refusal of one GPU twice in a communicator."""
+
+
+@dataclass
+class Node:
+    """What ranks of one host share: which GPU each communicator member sits on (NCCL refuses duplicates)."""
+
+    members: dict[str, dict[str, int]] = field(default_factory=dict)  # communicator -> uuid -> rank
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def join(self, communicator: str, rank: int, uuid: str) -> None:
+        """`rank` joins `communicator` on GPU `uuid`; raises as NCCL does when another rank of this host is on it."""
+        with self.lock:
+            seats = self.members.setdefault(communicator, {})
+            if uuid in seats and seats[uuid] != rank:
+                raise DuplicateGpu(f"NCCL error: invalid usage: Duplicate GPU detected : rank {rank} and rank "
+                                   f"{seats[uuid]} both on CUDA device {uuid}")
+            seats[uuid] = rank
+
+
+class FakeStream:
+    """A device's stream (the default one: the model has no other)."""
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+
+
 class FakeEvent:
-    """A CUDA event on the fake's virtual clock: record() stamps the time all queued work ends."""
+    """A CUDA event on the fake's virtual clock: record() stamps the time the device's queued work ends."""
 
     def __init__(self, cuda: FakeCuda, enable_timing: bool = False) -> None:
-        self.cuda, self.stamp = cuda, None
+        self.cuda, self.stamp, self.device = cuda, None, None
         cuda.events.append(self)
 
-    def record(self) -> None:
-        self.stamp = self.cuda.queued_until
+    def record(self, stream: FakeStream | None = None) -> None:
+        self.device = self.cuda._note("event", stream.device if stream is not None else None)
+        self.stamp = self.cuda.clock[self.device]
 
     def query(self) -> bool:
         self.cuda.queries += 1
         return not self.cuda.stuck
 
+    def synchronize(self) -> None:
+        self.cuda._note("synchronize", self.device)
+
     def elapsed_time(self, end: FakeEvent) -> float:
+        if end.device != self.device:  # CUDA: events of two devices cannot be compared
+            raise RuntimeError("CUDA error: invalid resource handle (events on different devices)")
         return (end.stamp - self.stamp) * 1e3  # milliseconds, as torch.cuda.Event gives
 
 
 @dataclass
 class FakeWork:
-    """A collective queued on the fake stream: wait() makes the stream wait, never the host."""
+    """A collective queued on the fake stream of the thread's current device: wait() makes the stream wait."""
 
     cuda: FakeCuda
     seconds: float
 
     def __post_init__(self) -> None:
-        self.cuda.queued_until += self.seconds
+        self.cuda.clock[self.cuda.current_device()] += self.seconds
 
     def wait(self, timeout: Any = None) -> bool:
         self.cuda.stream_waits += 1
@@ -63,18 +138,35 @@ class FakeWork:
 
 @dataclass
 class FakeCuda:
-    """The devices one process sees, by CUDA ordinal; `lost` ordinals fail like a GPU that fell off the bus."""
+    """The devices one process sees, by CUDA ordinal; `lost` ordinals fail like a GPU that fell off the bus.
+
+    rates: figure -> what each device delivers (TFLOP/s of products, GB/s of copies) on the
+    virtual clock, per ordinal where `device_rates` says otherwise (a slow GPU).
+    """
 
     devices: list[dict[str, Any]]
     lost: set[int] = field(default_factory=set)
     nccl: bool = True
     stuck: bool = False  # every event query says "not yet" (a hung collective)
-    current: int | None = None
-    queued_until: float = 0.0
+    node: Node = field(default_factory=Node)
+    rates: dict[str, float] = field(default_factory=lambda: {"gemm": 1.0, "copy": 100.0, "host": 20.0})
+    device_rates: dict[int, dict[str, float]] = field(default_factory=dict)
+    tunableop: bool = False
+    calls: list[Call] = field(default_factory=list)
     events: list[FakeEvent] = field(default_factory=list)
     queries: int = 0
     stream_waits: int = 0
+    installed: Any = None  # the install() context when installed for a whole process (install_from_env)
 
+    def __post_init__(self) -> None:
+        self.tunable = SimpleNamespace(is_enabled=lambda: self.tunableop)  # ROCm's TunableOp, off unless asked
+        self._thread = threading.local()
+        self._lock = threading.Lock()
+        self.clock = [0.0] * len(self.devices)
+        self.allocated = [0] * len(self.devices)
+        self.reserved = [0] * len(self.devices)
+
+    # ---- what torch.cuda answers ----
     def nccl_available(self) -> bool:
         return self.nccl
 
@@ -84,19 +176,302 @@ class FakeCuda:
     def device_count(self) -> int:
         return len(self.devices)
 
-    def set_device(self, index: int) -> None:
-        self._check(index)
-        self.current = index
+    def current_device(self) -> int:
+        """This thread's current device: 0 until this thread sets another."""
+        return getattr(self._thread, "index", 0)
 
-    def get_device_properties(self, index: int) -> SimpleNamespace:
+    @property
+    def current(self) -> int:
+        return self.current_device()
+
+    def set_device(self, index: Any) -> None:
+        index = _ordinal(index)
         self._check(index)
-        return SimpleNamespace(**self.devices[index])
+        self._thread.index = index
+        self._note("set_device", index)
+
+    @contextlib.contextmanager
+    def device(self, index: Any) -> Iterator[None]:
+        saved = self.current_device()
+        self.set_device(index)
+        try:
+            yield
+        finally:
+            self.set_device(saved)
+
+    def get_device_properties(self, index: Any) -> SimpleNamespace:
+        index = self.current_device() if index is None else _ordinal(index)
+        self._check(index)
+        props = {k: v for k, v in self.devices[index].items() if k not in ("free", "switch", "numa")}
+        return SimpleNamespace(**props, multi_processor_count=132, major=9, minor=0)
+
+    def current_stream(self, device: Any = None) -> FakeStream:
+        return FakeStream(self._note("stream", device))
 
     def Event(self, enable_timing: bool = False) -> FakeEvent:
         return FakeEvent(self, enable_timing)
+
+    def synchronize(self, device: Any = None) -> None:
+        self._note("synchronize", device)
+
+    def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+        index = self._note("mem_get_info", device)
+        spec = self.devices[index]
+        return max(0, int(spec["free"]) - self.reserved[index]), int(spec["total_memory"])
+
+    def memory_reserved(self, device: Any = None) -> int:
+        return self.reserved[self._resolve(device)[0]]
+
+    def memory_allocated(self, device: Any = None) -> int:
+        return self.allocated[self._resolve(device)[0]]
+
+    def empty_cache(self) -> None:
+        """Reserved memory no tensor holds goes back to the device (on the thread's current device, as torch)."""
+        with self._lock:
+            self.reserved = list(self.allocated)
+
+    # ---- the model's bookkeeping ----
+    def allocate(self, device: Any, nbytes: int) -> int:
+        """Count nbytes on `device` (raises CUDA's out-of-memory error beyond its free memory)."""
+        index = self._note("alloc", device, nbytes)
+        with self._lock:
+            spare = self.reserved[index] - self.allocated[index]
+            if nbytes > spare and self.reserved[index] + nbytes - spare > int(self.devices[index]["free"]):
+                raise RuntimeError(f"CUDA out of memory. Tried to allocate {nbytes / 2**20:.2f} MiB (GPU {index})")
+            self.allocated[index] += nbytes
+            self.reserved[index] = max(self.reserved[index], self.allocated[index])
+        return index
+
+    def release(self, index: int, nbytes: int) -> None:
+        """A tensor freed: allocated drops, reserved stays (torch's caching allocator)."""
+        with self._lock:
+            self.allocated[index] -= nbytes
+
+    def kernel(self, index: int, figure: str, amount: float) -> None:
+        """Queue `amount` (flops of a product, bytes of a copy) on device `index`'s virtual clock."""
+        rate = self.device_rates.get(index, {}).get(figure, self.rates[figure])
+        self.clock[index] += amount / (rate * (1e12 if figure == "gemm" else 1e9))
+
+    def on_other_devices(self, mine: int) -> list[Call]:
+        """Every recorded call not on device `mine`, or made with a bare "cuda" (the thread's current device).
+        Pinning host memory has no device argument (it uses the current device's context): only its device counts."""
+        return [c for c in self.calls if c.device != mine or not (c.named or c.what in CONTEXT_CALLS)]
+
+    def _resolve(self, device: Any) -> tuple[int, bool]:
+        if device is None:
+            return self.current_device(), False
+        index = _ordinal(device)
+        return (self.current_device(), False) if index is None else (index, True)
+
+    def _note(self, what: str, device: Any, nbytes: int = 0) -> int:
+        index, named = self._resolve(device)
+        self._check(index)
+        with self._lock:
+            self.calls.append(Call(what, index, named, threading.current_thread().name, nbytes))
+        return index
 
     def _check(self, index: int) -> None:
         if not 0 <= index < len(self.devices):
             raise RuntimeError(f"CUDA error: invalid device ordinal {index}")
         if index in self.lost:
             raise RuntimeError("CUDA error: GPU is lost (cudaErrorDevicesUnavailable)")
+
+    # ---- in place of torch.cuda and torch's tensor factories ----
+    def install(self) -> contextlib.AbstractContextManager[None]:
+        """This model as torch.cuda, and CUDA tensors held on the CPU through it, until the context ends."""
+        return _installed(self)
+
+
+def _ordinal(device: Any) -> int | None:
+    """The CUDA ordinal a device argument names, None for a bare "cuda" (raises for a CPU device)."""
+    if isinstance(device, int):
+        return device
+    if isinstance(device, FakeStream):
+        return device.device
+    import torch
+
+    place = torch.device(device)
+    if place.type != "cuda":
+        raise ValueError(f"Expected a cuda device, but got: {place}")
+    return place.index
+
+
+def _is_cuda(device: Any) -> bool:
+    import torch
+
+    if device is None or isinstance(device, torch.dtype):
+        return False
+    try:
+        return torch.device(device).type == "cuda"
+    except (RuntimeError, TypeError):
+        return False
+
+
+CONTEXT_CALLS = ("pin",)  # calls that act on the thread's current device by design
+FACTORIES = ("empty", "zeros", "ones", "randn", "rand", "arange", "full", "tensor", "empty_like", "zeros_like",
+             "ones_like")
+
+
+@contextlib.contextmanager
+def _installed(model: FakeCuda) -> Iterator[None]:
+    """torch.cuda's calls answered by `model`; tensor factories given a CUDA device allocate through it."""
+    import torch
+    import torch.distributed as dist
+
+    saved: list[tuple[Any, str, Any]] = []
+
+    def put(owner: Any, name: str, value: Any) -> None:
+        saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    where: dict[int, int] = {}  # id of a tensor "on the GPU" -> its ordinal
+
+    def held(tensor: Any, device: Any) -> Any:
+        nbytes = tensor.numel() * tensor.element_size()
+        index = model.allocate(device, nbytes)
+        where[id(tensor)] = index
+        weakref.finalize(tensor, model.release, index, nbytes)
+        weakref.finalize(tensor, where.pop, id(tensor), None)
+        return tensor
+
+    def on(*tensors: Any) -> int | None:
+        places = {where[id(t)] for t in tensors if id(t) in where}
+        if len(places) > 1:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found cuda:{min(places)} "
+                               f"and cuda:{max(places)}")
+        return places.pop() if places else None
+
+    def factory(real: Any) -> Any:
+        @functools.wraps(real)
+        def make(*args: Any, device: Any = None, **kwargs: Any) -> Any:
+            if device is None and real.__name__.endswith("_like") and args and on(args[0]) is not None:
+                device = torch.device("cuda", on(args[0]))  # *_like: on the source's device, as torch does
+            if not _is_cuda(device):
+                return real(*args, device=device, **kwargs)
+            return held(real(*args, device="cpu", **kwargs), device)
+        return make
+
+    real_matmul = torch.matmul
+
+    def matmul(a: Any, b: Any, **kwargs: Any) -> Any:
+        index = on(a, b)
+        if index is None:
+            return real_matmul(a, b, **kwargs)
+        # A half-precision product's values are never looked at (only its time, the model's): not computed,
+        # since the CPU holding the "GPU" tensors takes ~50 ms per 256^3 fp16 product.
+        half = a.dtype in (torch.float16, torch.bfloat16) and a.dim() == 2 and b.dim() == 2
+        out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype) if half else real_matmul(a, b, **kwargs)
+        model.kernel(index, "gemm", 2.0 * a.shape[0] * a.shape[1] * b.shape[-1])
+        return held(out, index)
+    put(torch, "matmul", matmul)
+    real_copy = torch.Tensor.copy_
+
+    def copy_(self: Any, src: Any, non_blocking: bool = False) -> Any:
+        mine, theirs = on(self), on(src)
+        real_copy(self, src, non_blocking=non_blocking)
+        if mine is not None or theirs is not None:
+            both = mine is not None and theirs is not None
+            model.kernel(mine if mine is not None else theirs, "copy" if both else "host",
+                         (2 if both else 1) * self.numel() * self.element_size())
+        return self
+    put(torch.Tensor, "copy_", copy_)
+
+    for name in FACTORIES:
+        put(torch, name, factory(getattr(torch, name)))
+    real_generator = torch.Generator
+
+    def generator(device: Any = "cpu") -> Any:
+        if _is_cuda(device):
+            model._note("generator", device)
+            return real_generator("cpu")
+        return real_generator(device)
+    put(torch, "Generator", generator)
+    real_to = torch.Tensor.to
+
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        device = kwargs.pop("device", None)
+        rest = list(args)
+        if rest and _is_cuda(rest[0]):
+            device = rest.pop(0)
+        if device is None and on(self) is not None:
+            device = torch.device("cuda", on(self))  # .to(dtype) of a GPU tensor stays on its GPU
+        if not _is_cuda(device):
+            return real_to(self, *rest, **({"device": device} if device is not None else {}), **kwargs)
+        out = real_to(self, *rest, **kwargs) if rest or kwargs else self
+        return held(out if out is not self else self.clone(), device)
+    put(torch.Tensor, "to", to)
+
+    def pin_memory(self: Any, device: Any = None) -> Any:
+        model._note("pin", device)  # pinned through the thread's current device's context
+        return self.clone()
+    put(torch.Tensor, "pin_memory", pin_memory)
+    for name in ("is_available", "device_count", "current_device", "set_device", "get_device_properties",
+                 "current_stream", "Event", "synchronize", "mem_get_info", "memory_reserved",
+                 "memory_allocated", "empty_cache", "device", "tunable"):
+        put(torch.cuda, name, getattr(model, name))
+    put(dist, "is_nccl_available", model.nccl_available)
+    real_init, real_new_group = dist.init_process_group, dist.new_group
+
+    def init_process_group(backend: Any = None, *args: Any, device_id: Any = None, **kwargs: Any) -> Any:
+        """NCCL as the model has it: the communicator's GPU is device_id, else the calling thread's
+        current device; a second rank of this host on that GPU is refused. The traffic is gloo's."""
+        if backend is not None and "nccl" in str(backend):
+            index = model.current_device() if device_id is None else _ordinal(device_id)
+            uuid = str(model.devices[index]["uuid"])
+            store = kwargs.get("store")
+            if store is not None and int(store.add(f"fake-cuda/gpu/{uuid}", 1)) > 1:
+                raise DuplicateGpu(f"NCCL error: invalid usage: Duplicate GPU detected : rank {kwargs.get('rank')} "
+                                   f"shares CUDA device {uuid} with another rank of this host")
+            model.node.join("world", int(kwargs.get("rank", -1)), uuid)
+            backend = "gloo"
+        return real_init(backend, *args, **kwargs)
+
+    def new_group(*args: Any, backend: Any = None, **kwargs: Any) -> Any:
+        return real_new_group(*args, backend="gloo" if backend is not None and "nccl" in str(backend) else backend,
+                              **kwargs)
+    put(dist, "init_process_group", init_process_group)
+    put(dist, "new_group", new_group)
+    try:
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+MODEL_ENV = "PREFLIGHT_TEST_CUDA_MODEL"  # JSON: a rank process's model (see install_from_env)
+
+
+def install_from_env() -> FakeCuda | None:
+    """In a rank's process (from a sitecustomize): the model $PREFLIGHT_TEST_CUDA_MODEL describes,
+    installed for the process's life; at exit its calls go to `<record>/calls-<RANK>.json`.
+
+    JSON: {"devices": N, "host": host tag for UUIDs, "free": bytes free per device, "rates": {...},
+    "slow": {ordinal: factor of its products' slowness}, "record": folder}.
+    """
+    import atexit
+    import json
+    import os
+
+    spec = json.loads(os.environ.get(MODEL_ENV) or "null")
+    if not spec:
+        return None
+    host = str(spec.get("host", os.environ.get("MODEL_HOST", "0")))
+    devices = [gpu(i, uuid_prefix=host.rjust(4, "0")[-4:], free=int(spec.get("free", 80 * 2**30)))
+               for i in range(int(spec.get("devices", 8)))]
+    model = FakeCuda(devices, rates={**FakeCuda.__dataclass_fields__["rates"].default_factory(),  # type: ignore[misc]
+                                     **spec.get("rates", {})})
+    for ordinal, factor in (spec.get("slow") or {}).items():  # a GPU slow at matrix products
+        model.device_rates[int(ordinal)] = {"gemm": model.rates["gemm"] / float(factor)}
+    installed = model.install()
+    installed.__enter__()
+    model.installed = installed  # held for the process's life (a collected context would undo the install)
+    record = spec.get("record")
+    if record:
+        def dump() -> None:
+            rows = [{"what": c.what, "device": c.device, "named": c.named, "thread": c.thread} for c in model.calls]
+            path = os.path.join(record, f"calls-{os.environ.get('RANK', '0')}.json")
+            with open(path, "w", encoding="utf-8") as out:
+                json.dump({"local_rank": os.environ.get("LOCAL_RANK"), "calls": rows,
+                           "reserved": model.reserved}, out)
+        atexit.register(dump)
+    return model

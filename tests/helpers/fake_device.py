@@ -1,11 +1,11 @@
-"""A FAKE of the device probes' one boundary (preflight/probes/device_boundary.TorchDevice) for a GPU.
+"""A FAKE of the device probes' one boundary (preflight/probes/device/boundary.TorchDevice) for a GPU.
 
 No GPU exists on CI machines. This object answers what the device family asks a device, from
 data: the rate it delivers per figure (TFLOP/s for products, GB/s for copies), on a virtual
 clock like tests/helpers/fake_cuda.py's events (a burst's seconds are the work queued during
 it divided by the rate: CUDA events measure the stream, not the host); the digests its
 correctness product gives, in order; the PCIe link and the NVML samples it reports; a figure
-that fails. It is passed where the real device would be (device_family.run_family's `device`,
+that fails. It is passed where the real device would be (family.run_family's `device`,
 device_probes.measure's `device=`); no test patches the family.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from preflight.model.device_probe import DeviceReport, HostLink, NvmlSample
-from preflight.probes.device_family import run_family
+from preflight.probes.device.family import run_family
 
 HEALTHY_H100 = {"gemm_bf16": 798.0, "gemm_fp16": 790.0, "gemm_tf32": 380.0, "copy": 3000.0, "h2d": 53.0, "d2h": 54.0}
 GEN5_X16 = HostLink(gen=5, width=16, max_gen=5, max_width=16)
@@ -49,6 +49,10 @@ class FakeDevice:
     # the rate of each burst, in order, overriding `rates` (a figure slow in one pass only)
     burst_rates: dict[str, list[float]] = field(default_factory=dict)
     kind: str = "cuda"
+    free: int | None = 80 * 2**30  # free memory the family sizes its operands from
+    blas_key: str = "cuBLAS 120804 sm_90 132 SMs"
+    no_digest: str = ""  # why digests may not be compared (TunableOp), "" when they may
+    closed: bool = False
     torch: Any = torch
     queued_s: float = 0.0
     products: int = 0
@@ -104,6 +108,15 @@ class FakeDevice:
 
     def synchronize(self) -> None:
         pass
+
+    def free_bytes(self) -> int | None:
+        return self.free
+
+    def digest_key(self) -> tuple[str, str]:
+        return self.blas_key, self.no_digest
+
+    def close(self) -> None:
+        self.closed = True
 
     def digest(self, tensor: FakeOperand) -> tuple[str, list[float]]:
         value = self.digests[min(self.digested, len(self.digests) - 1)]

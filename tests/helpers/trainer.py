@@ -7,19 +7,24 @@ preflight.check() (the world as one dimension, a second call in the same job); M
 preflight.check(mesh), and when it fails once more with on_failure="warn"; MODE `hang`:
 preflight.check(mesh) with a short probe deadline, then os._exit(3) when it says `stuck`.
 Each rank writes OUT_DIR/rank-N.json: what each call did,
-whether the process was left as found (environment, SIGTERM/SIGINT handlers, log levels,
-process groups, frozen objects), and the training step's result, which only a working
-default group and mesh groups give; it trains only when every check passed.
+whether the process was left as found (TF32 set through the newer fp32_precision API, float32
+matmul precision, intra/inter-op threads, torch's and Python's RNG, the Python threads running,
+environment, SIGTERM/SIGINT handlers, log levels, process groups, frozen objects), and the
+training step's result, which only a working default group and mesh groups give; it trains
+only when every check passed.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import logging
 import os
+import random
 import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -32,9 +37,22 @@ import preflight
 from preflight.lib.torch_import import cpp_log_level
 
 
+def _matmul_precision() -> str:
+    """torch's float32 matmul precision; with the new TF32 API set torch refuses the generic read (kept as is)."""
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError as exc:
+        return f"refused: {str(exc)[:40]}"
+
+
 def process_state() -> dict[str, Any]:
     """What preflight.check must leave as it found it."""
     return {
+        "tf32": torch.backends.cuda.matmul.fp32_precision,  # the new API (torch >= 2.9), as the trainer set it
+        "float32_matmul_precision": _matmul_precision(),
+        "threads": [torch.get_num_threads(), torch.get_num_interop_threads()],
+        "rng": [hashlib.sha256(bytes(torch.get_rng_state().tolist())).hexdigest(), hash(str(random.getstate()))],
+        "running_threads": sorted(t.name for t in threading.enumerate()),
         "env": dict(os.environ),
         "signals": [str(signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGINT)],
         "log_levels": [logging.getLogger(n).level for n in ("", "torch", "torch.distributed")],
@@ -101,6 +119,8 @@ def main() -> None:
     out, mode = Path(sys.argv[1]), sys.argv[2]
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    torch.backends.cuda.matmul.fp32_precision = "tf32"  # a trainer on the newer TF32 API (legacy reads now raise)
+    torch.set_num_threads(3)  # a trainer's own choice, which the CPU probes' one-thread products must not keep
     rank = dist.get_rank()
     result: dict[str, Any] = {"rank": rank}
     if mode == "full":

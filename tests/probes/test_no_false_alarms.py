@@ -19,7 +19,7 @@ from tests.helpers.ranks import read_json, run_cli
 
 RUNS = 10
 BANDWIDTH_WARNINGS = {"BW003", "BW004", "BW005", "BW006", "BW012"}
-DEVICE_FINDINGS = {f"DEV00{i}" for i in range(1, 10)}  # the device probes (probes/device_judge.py)
+DEVICE_FINDINGS = {f"DEV00{i}" for i in range(1, 10)}  # the device probes (probes/device/judge.py)
 SMALL = ["--sizes", "256KiB,1MiB", "--warmup", "1", "--iters", "5"]
 
 

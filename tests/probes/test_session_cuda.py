@@ -9,12 +9,15 @@ import time
 from datetime import timedelta
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from preflight.model import World
 from preflight.probes import session as ses
 from preflight.probes.timing import ProbeTimeout, timed_loop
 from tests.helpers.fake_cuda import EIGHT_GPUS, ONE_PER_TASK, TWO_OF_EIGHT, FakeCuda, FakeWork
+
+GPU0 = torch.device("cuda", 0)
 
 
 def world(rank: int, local_rank: int, local_world_size: int = 8, world_size: int = 8) -> World:
@@ -108,14 +111,14 @@ def test_probe_process_groups_keep_the_process_and_never_block_past_the_deadline
 def test_gpu_timing_queues_every_iteration_and_synchronises_once() -> None:
     cuda = FakeCuda(EIGHT_GPUS)
     per_op = 0.0012  # a 256 MiB all_reduce on 8 H100s
-    times = timed_loop(lambda: [FakeWork(cuda, per_op)], 20, time.monotonic() + 5, "cuda", cuda=cuda)
+    times = timed_loop(lambda: [FakeWork(cuda, per_op)], 20, time.monotonic() + 5, GPU0, cuda=cuda)
     assert times == [pytest.approx(per_op)]
     assert len(cuda.events) == 2 and cuda.queries == 1 and cuda.stream_waits == 20  # no host wait in between
 
 
 def test_gpu_timing_per_iteration_is_an_option() -> None:
     cuda = FakeCuda(EIGHT_GPUS)
-    times = timed_loop(lambda: [FakeWork(cuda, 0.001)], 5, time.monotonic() + 5, "cuda", cuda=cuda,
+    times = timed_loop(lambda: [FakeWork(cuda, 0.001)], 5, time.monotonic() + 5, GPU0, cuda=cuda,
                        per_iteration=True)
     assert times == [pytest.approx(0.001)] * 5 and cuda.queries == 1
 
@@ -124,7 +127,7 @@ def test_a_hung_gpu_collective_ends_at_the_deadline() -> None:
     cuda = FakeCuda(EIGHT_GPUS, stuck=True)
     started = time.monotonic()
     with pytest.raises(ProbeTimeout):
-        timed_loop(lambda: [FakeWork(cuda, 0.001)], 3, started + 0.5, "cuda", cuda=cuda)
+        timed_loop(lambda: [FakeWork(cuda, 0.001)], 3, started + 0.5, GPU0, cuda=cuda)
     assert time.monotonic() - started < 1.5
 
 

@@ -6,8 +6,8 @@ import io
 import xml.etree.ElementTree as ET
 
 from preflight.model import JobReport, ReportMeta
-from preflight.probes import device_judge
-from preflight.probes.device_probes import findings, outcomes
+from preflight.probes.device import judge as device_judge
+from preflight.probes.device.run import findings, outcomes
 from preflight.reports import device_table, html, junit, terminal, text
 from tests.helpers.fake_device import HEALTHY_H100, FakeDevice, measure
 

@@ -14,6 +14,7 @@ import dataclasses
 import time
 from typing import Any
 
+from preflight.channel import keys
 from preflight.channel.liveness import RankLiveness
 from preflight.checks.device_probe import (
     below_expected,
@@ -26,13 +27,16 @@ from preflight.checks.device_probe import (
     result_unrepeatable,
     throttled_under_load,
 )
-from preflight.lib.errors import one_line
+from preflight.lib.errors import BadInput, one_line
+from preflight.lib.numbers import ascii_int
 from preflight.model import CheckOutcome, Finding, Severity
 from preflight.model.device_probe import DeviceReport, DeviceRow
 from preflight.options import RunOptions
-from preflight.probes import device_judge, device_store, liveness
-from preflight.probes.device_boundary import cpu_model, open_device
-from preflight.probes.device_family import DEFAULT_BUDGET_S, run_family
+from preflight.probes import liveness
+from preflight.probes.device import judge as device_judge
+from preflight.probes.device import store as device_store
+from preflight.probes.device.boundary import cpu_model, open_device
+from preflight.probes.device.family import DEFAULT_BUDGET_S, run_family
 from preflight.probes.timing import barrier
 
 # On top of three times the budget: allocations, pinning host memory, cuBLAS's first call. A device
@@ -51,14 +55,33 @@ def _budget(options: RunOptions, kind: str) -> float:
     return options.device_budget_s if options.device_budget_s is not None else DEFAULT_BUDGET_S.get(kind, 1.0)
 
 
+def elect(board: Any, rank: int, host: str, uuid: str) -> int:
+    """The rank that measures this rank's GPU: the first of the ranks bound to the same UUID on this host to
+    ask (Board.agree); this rank itself when it has no UUID (a CPU, or a GPU that reports none)."""
+    if not uuid:
+        return rank
+    won = board.agree(keys.GPU_SEAT.at(host, uuid), str(rank)).decode("ascii", "replace")
+    try:
+        return ascii_int(won, "gpu seat", maximum=1 << 31)
+    except BadInput:  # a value nobody of this run wrote: measure rather than trust it
+        return rank
+
+
+def _on_device(session: Any, call: Any) -> Any:
+    """call() in this (new) thread with the session's GPU as its current device: a thread starts on
+    device 0, and CUDA events and the default stream act on the current device."""
+    session.enter_device()
+    return call()
+
+
 def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any = None) -> DeviceReport:
     """Run the family on this rank's own device and publish its report (never raises).
 
-    device: the boundary to measure (device_boundary.TorchDevice by default; tests pass the
+    device: the boundary to measure (boundary.TorchDevice by default; tests pass the
     data-driven fake).
     """
     world, bound = session.world, session.bound
-    kind = "cuda" if session.device == "cuda" else "cpu"
+    kind = session.kind
     report = DeviceReport(world.rank, world.host, kind, software=_software())
     if bound is not None:
         report.name, report.index, report.uuid = bound.name, bound.index, bound.uuid
@@ -70,10 +93,20 @@ def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any 
     began = time.monotonic()
     try:
         barrier(session.control, time.monotonic() + session.timeout_s)  # every device starts together
+        owner = elect(session.board, world.rank, world.host, bound.uuid if bound else "")
+        if owner != world.rank:  # MPS, or two ranks on device 0: each would measure half a GPU
+            why = f"shares GPU {bound.uuid if bound else '?'} with rank {owner}, which measures it for both"
+            report.shared_with, report.skipped = owner, dict.fromkeys(("every figure",), why)
+            report.elapsed_s = time.monotonic() - began
+            device_store.publish(session.board, report)
+            return report
         device = device or open_device(kind, bound.index if bound else None, bound.pci_bus_id if bound else "",
-                                       cuda=session.cuda, deadline_s=deadline_s)
+                                       cuda=session.cuda, deadline_s=deadline_s, uuid=bound.uuid if bound else "")
         report.serial = device.serial() if kind == "cuda" else ""
-        liveness.bounded(lambda: run_family(device, report, budget, options.device_sustain_s), deadline_s, watch)
+        sustain_s = options.device_sustain_s
+        liveness.bounded(lambda: _on_device(session, lambda: run_family(device, report, budget, sustain_s)),
+                         deadline_s, watch)
+        device.close()  # the family's thread is done: its cached blocks and NVML go back
     except liveness.StillRunning as exc:
         # The abandoned thread still fills `report`: send a copy of what it was, and this reason only.
         report = dataclasses.replace(report, measured=[], samples=[], skipped={},
@@ -91,7 +124,7 @@ def lead(session: Any, options: RunOptions, watch: RankLiveness,
     """Rank 0: every rank's report, judged; the rows for the report and the findings (outcomes() lists
     every device check for the JUnit report, passed or not)."""
     world = session.world
-    wait_s = session.timeout_s + _budget(options, session.device) * 3 + options.device_sustain_s + GRACE_S
+    wait_s = session.timeout_s + _budget(options, session.kind) * 3 + options.device_sustain_s + GRACE_S
     reports, missing = device_store.gather(session.board, world.world_size, wait_s, dead=watch.dead)
     missing = {r: why for r, why in missing.items() if r not in watch.dead()}  # RUN008 names the dead
     judged = device_judge.judge(reports, missing, hosts, options.device_expect)

@@ -4,9 +4,9 @@ Run by every rank on its own bound device (the session's GPU, or the CPU under g
 same time, before the collectives. Each figure is timed nccl-tests-style: a warm-up call, one
 call to size the burst, then bursts of back-to-back calls with one synchronisation each
 (CUDA events on a GPU; on CPU the thread's CPU time, since the ranks of a host share its
-cores), `device_boundary.TorchDevice.burst`. Every figure is measured in two
+cores), `device/boundary.TorchDevice.burst`. Every figure is measured in two
 passes, the second after all the others, so that rank 0 blames only a device slow in both
-(device_judge.py): a moment of noise is not a slow device.
+(judge.py): a moment of noise is not a slow device.
 
 The family fits a time budget (`--device-budget`, default DEFAULT_BUDGET_S per device kind):
 every figure's passes share it equally, so the whole family stays within it, whatever the
@@ -24,7 +24,7 @@ from typing import Any
 
 from preflight.lib.errors import one_line
 from preflight.model.device_probe import DeviceReport, Measured
-from preflight.probes.device_boundary import SDC_SEED
+from preflight.probes.device.boundary import SDC_SEED
 
 # The timed part: on a GPU 4 s, which with allocations, cuBLAS's first call and pinning keeps the
 # family under ~5 s; on CPU 0.03 s of the thread's CPU time (one fp32 figure and one copy).
@@ -48,6 +48,45 @@ SIZES = {
     "cuda": Sizes(gemm_n=8192, copy_bytes=512 * 2**20, host_bytes=256 * 2**20, sdc_n=2048),
     "cpu": Sizes(gemm_n=192, copy_bytes=4 * 2**20, host_bytes=0, sdc_n=128),
 }
+# In a training process the GPU is mostly the trainer's: the operands take at most this share of
+# what is free (the rest stays for the trainer, NCCL and cuBLAS's workspace), halving every size
+# until they fit, never below the floor (a smaller product measures launch overhead, not the
+# device): below it every figure is skipped with the reason, never an out-of-memory error.
+MEMORY_SHARE = 0.25
+FLOOR = Sizes(gemm_n=256, copy_bytes=16 * 2**20, host_bytes=16 * 2**20, sdc_n=256)
+
+
+def bytes_needed(sizes: Sizes, host_link: bool = True) -> int:
+    """Device memory the family holds at once: bf16 and fp16 operand pairs (2 bytes each) and the tf32
+    pair (4), one fp32 temporary while an operand is made and one result; the copy pair; the host
+    copies' device buffers; the correctness product's operands and its two results."""
+    n2 = sizes.gemm_n**2
+    host = 2 * sizes.host_bytes if host_link else 0
+    return 2 * n2 * (2 + 2 + 4) + 4 * n2 + 4 * n2 + 2 * sizes.copy_bytes + host + 4 * 4 * sizes.sdc_n**2
+
+
+def fit(sizes: Sizes, free_bytes: int | None, host_link: bool = True) -> tuple[Sizes | None, str]:
+    """The sizes that fit MEMORY_SHARE of free_bytes (None: unknown, the sizes as they are), and what was
+    done: "" when unchanged, why they shrank, or why nothing fits (then None)."""
+    if free_bytes is None:
+        return sizes, ""
+    allowed = int(free_bytes * MEMORY_SHARE)
+    fitted = sizes
+    while bytes_needed(fitted, host_link) > allowed:
+        smaller = Sizes(max(FLOOR.gemm_n, fitted.gemm_n // 2), max(FLOOR.copy_bytes, fitted.copy_bytes // 2),
+                        max(FLOOR.host_bytes, fitted.host_bytes // 2) if fitted.host_bytes else 0,
+                        max(FLOOR.sdc_n, min(fitted.sdc_n, fitted.gemm_n // 2)))
+        if smaller == fitted:  # every size at its floor
+            break
+        fitted = smaller
+    free_mib = free_bytes / 2**20
+    if bytes_needed(fitted, host_link) > allowed:
+        return None, (f"only {free_mib:.0f} MiB free on the device: the smallest operands "
+                      f"({bytes_needed(fitted, host_link) / 2**20:.0f} MiB) exceed {MEMORY_SHARE:g} of it")
+    if fitted != sizes:
+        return fitted, (f"operands shrunk to {fitted.gemm_n}^3 products and {fitted.copy_bytes // 2**20} MiB copies: "
+                        f"{free_mib:.0f} MiB free on the device")
+    return fitted, ""
 
 
 @contextlib.contextmanager
@@ -75,10 +114,21 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
     """
     began = time.monotonic()
     budget = budget_s if budget_s is not None else DEFAULT_BUDGET_S.get(device.kind, 1.0)
-    sizes = sizes or SIZES.get(device.kind, SIZES["cpu"])
-    figures = _figures(device, sizes)
     if not device.has_host_link():
         report.skipped.update({"h2d": "no host link on CPU", "d2h": "no host link on CPU"})
+    full = sizes or SIZES.get(device.kind, SIZES["cpu"])
+    try:
+        sizes, why = fit(full, device.free_bytes(), device.has_host_link())
+    except Exception as exc:  # the device cannot say how much memory is free: measure at full size
+        sizes, why = full, f"free memory unknown ({type(exc).__name__}: {one_line(exc)})"[:300]
+    if sizes is None:
+        names = [*device.dtypes(), "copy", "sdc", *(("h2d", "d2h") if device.has_host_link() else ())]
+        report.skipped.update({name: why for name in names})
+        report.elapsed_s = time.monotonic() - began
+        return report
+    if why:
+        report.sized = why  # shrunk figures are compared with siblings of their size only, never with a peak
+    figures = _figures(device, sizes)
     slot_s = budget * 0.9 / max(1, len(figures) * PASSES)
     with _one_thread(device):
         prepared: dict[str, tuple[Measured, Callable[[], Any]]] = {}
@@ -191,6 +241,11 @@ def _correctness(device: Any, report: DeviceReport, sizes: Sizes) -> None:
     """One deterministic product, twice: its digest travels to rank 0, which compares devices of one model."""
     torch = device.torch
     try:
+        key, why_not = device.digest_key()
+        if why_not:  # kernels chosen per rank (TunableOp): equal inputs need not give equal bits
+            report.skipped["sdc"] = why_not
+            return
+        report.sdc_key = key
         a, b = device.matrices(sizes.sdc_n, torch.float32, seed=SDC_SEED)
         first = device.matmul(a, b, tf32=False)
         second = device.matmul(a, b, tf32=False)

@@ -7,7 +7,7 @@ from torch.distributed import HashStore
 from preflight.channel.board import MAX_VALUE_BYTES, Board
 from preflight.model.codec import encode
 from preflight.model.device_probe import DeviceReport, Measured
-from preflight.probes import device_store
+from preflight.probes.device import store as device_store
 
 
 def test_reports_round_trip_and_a_bad_or_foreign_one_is_not_received() -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from preflight.model.device_probe import DeviceReport, HostLink, NvmlSample
-from preflight.probes import device_judge
-from preflight.probes.device_family import rate, run_family
-from preflight.probes.device_probes import findings, outcomes
+from preflight.probes.device import judge as device_judge
+from preflight.probes.device.family import rate, run_family
+from preflight.probes.device.run import findings, outcomes
 from tests.helpers.fake_device import HEALTHY_H100, FakeDevice, measure
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers.netns import FakeNetwork
 from tests.helpers.ranks import plant_env, read_json, spawn_env_ranks, spread
-from tests.probes.test_device_probes_gloo import QUICK, SLOW_MATMUL, WRONG_MATMUL, device_findings
+from tests.probes.device.test_run_gloo import QUICK, SLOW_MATMUL, WRONG_MATMUL, device_findings
 
 pytestmark = pytest.mark.netns
 

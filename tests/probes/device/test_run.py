@@ -13,13 +13,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 import torch.distributed as dist
 from torch.distributed import HashStore
 
 from preflight.channel.board import Board
 from preflight.model import World
 from preflight.options import RunOptions
-from preflight.probes import device_probes
+from preflight.probes.device import run as device_probes
 from preflight.probes.session import BoundDevice
 from tests.helpers.fake_device import FakeDevice
 
@@ -34,8 +35,8 @@ def session() -> Iterator[Any]:
     world = World(launcher="env", rank=0, world_size=1, local_rank=0, local_world_size=1, host="node7")
     bound = BoundDevice(0, "NVIDIA H100 80GB HBM3", "00000000:18:00.0", "GPU-0000-1111")
     try:
-        yield SimpleNamespace(world=world, bound=bound, device="cuda", store=store, board=Board(store),
-                              control=dist.group.WORLD,
+        yield SimpleNamespace(world=world, bound=bound, device=torch.device("cuda", 0), kind="cuda", store=store,
+                              board=Board(store), control=dist.group.WORLD, enter_device=lambda: None,
                               timeout_s=10.0, cuda=None, abandoned=False)
     finally:
         dist.destroy_process_group()
@@ -66,3 +67,21 @@ def test_a_device_that_never_finishes_could_not_run(session: Any, monkeypatch: p
     assert "did not finish within" in report.errors["every figure"] and session.abandoned
     _, found = device_probes.lead(session, RunOptions(device_budget_s=0.1), WATCH, hosts={0: "node7"})
     assert [(f.check_id, f.severity.value, f.ranks) for f in found] == [("DEV009", "could-not-run", [0])]
+
+
+def test_ranks_sharing_one_gpu_elect_one_to_measure_it() -> None:
+    board = Board(HashStore())
+    assert device_probes.elect(board, 4, "node7", "GPU-A") == 4  # the first to ask measures
+    assert device_probes.elect(board, 1, "node7", "GPU-A") == 4  # the other is told who does
+    assert device_probes.elect(board, 1, "node8", "GPU-A") == 1  # another host's GPU is another GPU
+    assert device_probes.elect(board, 2, "node7", "") == 2  # no UUID (a CPU): every rank measures its own
+
+
+def test_the_rank_that_shares_a_gpu_measures_nothing_and_is_blamed_for_nothing(session: Any) -> None:
+    session.board.agree("gpu_seat/node7/GPU-0000-1111", "3")  # rank 3, bound to the same GPU, asked first
+    device = FakeDevice(rates={**FakeDevice().rates, "gemm_bf16": 100.0})  # would be slow and below peak
+    report = device_probes.measure(session, RunOptions(device_budget_s=1.0), WATCH, device=device)
+    assert report.shared_with == 3 and report.measured == [] and device.bursts == {}
+    assert report.skipped == {"every figure": "shares GPU GPU-0000-1111 with rank 3, which measures it for both"}
+    rows, found = device_probes.lead(session, RunOptions(device_budget_s=1.0), WATCH, hosts={0: "node7"})
+    assert rows[0].shared_with == 3 and found == []  # no DEV003/DEV006, no could-not-run

@@ -1,7 +1,7 @@
 """Rank 0: judge every device's figures against its siblings and its SKU, and compare the results.
 
 Siblings are the devices of the same model in this job (same kind and name). A device is slow
-at a figure when, in BOTH passes (device_family.PASSES), its best burst is below SLOW_RATIO
+at a figure when, in BOTH passes (family.PASSES), its best burst is below SLOW_RATIO
 of the median of its siblings' best bursts: a burst of noise in one pass is not a slow device (confirm before
 blame, as the collective straggler rule does). At least MIN_SIBLINGS other devices are needed:
 with one sibling nobody can tell which of the two is slow.
@@ -28,7 +28,7 @@ from preflight.model.device_probe import (
     Slow,
     Throttled,
 )
-from preflight.probes import sku_peaks
+from preflight.probes.device import hardware
 
 # Below this share of the siblings' median, in both passes, a device is slow. A GPU's products
 # vary by a few percent between healthy devices of a model (clock bins, temperature): 0.85 names
@@ -76,7 +76,8 @@ def judge(reports: Mapping[int, DeviceReport], missing: Mapping[int, str], hosts
     for report in reports.values():
         models.setdefault(_model(report), []).append(report)
     rows = {r.rank: DeviceRow(r.rank, r.host, r.kind, r.name, r.index, r.uuid, r.serial, link=r.link,
-                              samples=r.samples, errors=dict(r.errors), elapsed_s=r.elapsed_s)
+                              samples=r.samples, errors=dict(r.errors), elapsed_s=r.elapsed_s,
+                              skipped=dict(r.skipped), sized=r.sized, shared_with=r.shared_with)
             for r in reports.values()}
     for members in models.values():
         _judge_figures(members, rows, out, expect)
@@ -107,25 +108,28 @@ def _judge_figures(members: list[DeviceReport], rows: dict[int, DeviceRow], out:
         have = [r for r in members if r.figure(name) is not None]
         for report in have:
             value = report.figure(name).value  # type: ignore[union-attr]
-            others = [o for o in have if o.rank != report.rank]
             measured = report.figure(name)
+            # Siblings ran the same size: a product shrunk to fit free memory runs below a full one's rate.
+            others = [o for o in have if o.rank != report.rank and o.figure(name).size == measured.size]  # type: ignore[union-attr]
             figure = DeviceFigure(name, UNITS[name], value, bursts=[*measured.bursts, *measured.confirm])  # type: ignore[union-attr]
             if others:
                 figure.siblings_median = statistics.median(o.figure(name).value for o in others)  # type: ignore[union-attr]
                 figure.pct_of_siblings = value / figure.siblings_median if figure.siblings_median else None
             expected = _expected(name, report.kind, expect)
-            if expected is not None:
+            if report.sized:
+                pass  # shrunk operands: no peak or --expect (they were meant for full-size operands)
+            elif expected is not None:
                 figure.peak, figure.peak_source = expected, "--expect"
             else:
                 link = report.link
-                found = sku_peaks.peak(name, report.name, link.gen if link else None, link.width if link else None)
+                found = hardware.peak(name, report.name, link.gen if link else None, link.width if link else None)
                 if found is not None:
                     figure.peak, figure.peak_source = found
             if figure.peak:
                 figure.pct_of_peak = value / figure.peak
             rows[report.rank].figures.append(figure)
             if figure.pct_of_peak is not None:
-                share = 1.0 if figure.peak_source == "--expect" else sku_peaks.fraction(name)
+                share = 1.0 if figure.peak_source == "--expect" else hardware.fraction(name)
                 if figure.pct_of_peak < share:
                     out.below.append(BelowPeak(rows[report.rank], figure, share, figure.peak_source == "--expect"))
             slow = _slow(report, others, name)
@@ -160,10 +164,12 @@ def _judge_sdc(members: list[DeviceReport], rows: dict[int, DeviceRow], out: Jud
         if report.sdc_repeat_digest and report.sdc_repeat_digest != report.sdc_digest:
             row.sdc = "unrepeatable"
             out.unrepeatable.append(row)
-    by_software: dict[str, list[DeviceReport]] = {}
+    # Equal bits are promised only within one library build, architecture and SM count, for one product
+    # (sdc_key: cuBLAS/hipBLASLt version, compute capability, SMs; sdc_method: the product's size).
+    by_software: dict[tuple[str, str, str], list[DeviceReport]] = {}
     for report in members:
         if report.sdc_digest:
-            by_software.setdefault(report.software, []).append(report)
+            by_software.setdefault((report.software, report.sdc_key, report.sdc_method), []).append(report)
     for group in by_software.values():
         if len(group) < 2:
             for report in group:

@@ -1,6 +1,6 @@
 """The one boundary between the device probes and the device: torch on CPU or on the bound CUDA GPU.
 
-Everything the device family does to a device goes through a `Device` (device_family.py only
+Everything the device family does to a device goes through a `Device` (family.py only
 asks it): make deterministic operands, run a burst of back-to-back calls and time it with one
 synchronisation (CUDA events on a GPU, the monotonic clock on CPU), pinned host buffers, the
 result's digest, and NVML reads of the bound GPU (PCIe link, serial, clocks under load).
@@ -16,10 +16,12 @@ slow or corrupt a training step.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from preflight.model.device_probe import HostLink, NvmlSample
@@ -37,6 +39,29 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor()[:120] or "cpu"
+
+
+@contextlib.contextmanager
+def tf32_allowed(torch: Any, allowed: bool) -> Iterator[None]:
+    """cuBLAS fp32 products with TF32 allowed or not, and the trainer's setting back after, through the
+    API this torch has. On torch >= 2.9 (`fp32_precision`) the legacy `allow_tf32` is never touched:
+    reading it after a trainer set the new API raises ("mix of the legacy and new APIs"), and
+    writing it turns the new API's "none" into "ieee"."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        saved = matmul.fp32_precision
+        matmul.fp32_precision = "tf32" if allowed else "ieee"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision = saved
+        return
+    saved_legacy = matmul.allow_tf32
+    matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = saved_legacy
 
 
 class TorchDevice:
@@ -89,13 +114,8 @@ class TorchDevice:
         """a @ b through torch.matmul (tf32 allowed only for the tf32 figure)."""
         if self.kind != "cuda":
             return self.torch.matmul(a, b)
-        backend = self.torch.backends.cuda.matmul
-        saved = backend.allow_tf32
-        backend.allow_tf32 = tf32
-        try:
+        with tf32_allowed(self.torch, tf32):
             return self.torch.matmul(a, b)
-        finally:
-            backend.allow_tf32 = saved
 
     @staticmethod
     def copy(dst: Any, src: Any) -> None:
@@ -107,11 +127,14 @@ class TorchDevice:
         """Seconds for `iters` back-to-back calls, one synchronisation at the end (CUDA events on a GPU,
         the thread's CPU time on CPU)."""
         if self.kind == "cuda":
+            # The bound GPU's stream, named: events record on the stream they are given, and the
+            # calls (tensors on self.device) queue on that device's current stream.
+            stream = self.cuda.current_stream(self.device)
             start, end = self.cuda.Event(enable_timing=True), self.cuda.Event(enable_timing=True)
-            start.record()
+            start.record(stream)
             for _ in range(iters):
                 call()
-            end.record()
+            end.record(stream)
             end.synchronize()
             return float(start.elapsed_time(end)) / 1e3
         # On CPU the clock is this thread's CPU time: the ranks of a host share its cores with each
@@ -124,15 +147,51 @@ class TorchDevice:
     def synchronize(self) -> None:
         """Wait for the device's queued work."""
         if self.kind == "cuda":
-            self.cuda.synchronize()
+            self.cuda.synchronize(self.device)
 
     # ---- correctness ----
     def digest(self, tensor: Any) -> tuple[str, list[float]]:
         """sha256 of the result's bytes, and its row-block sums (8 figures, for a tolerance comparison)."""
         host = tensor.detach().to("cpu").contiguous()
-        raw = host.view(self.torch.uint8) if host.dtype.itemsize > 0 else host
         blocks = host.float().reshape(8, -1).sum(dim=1).tolist()
-        return hashlib.sha256(raw.numpy().tobytes()).hexdigest()[:32], [float(v) for v in blocks]
+        # The bytes straight from the tensor's memory: numpy is no dependency of preflight (nor of torch).
+        raw = ctypes.string_at(host.data_ptr(), host.numel() * host.element_size())
+        return hashlib.sha256(raw).hexdigest()[:32], [float(v) for v in blocks]
+
+    def digest_key(self) -> tuple[str, str]:
+        """(what must match for two devices' digests to be compared, why none may be), e.g.
+        ("cuBLAS 120804 sm_90 132 SMs", ""). Under ROCm's TunableOp each rank picks its own kernels:
+        no comparison ("", the reason)."""
+        if self.kind != "cuda":
+            return "", ""
+        tunable = getattr(self.cuda, "tunable", None)
+        if tunable is not None and getattr(tunable, "is_enabled", lambda: False)():
+            return "", "TunableOp is on: each rank picks its own kernels, so equal bits are not promised"
+        props = self.cuda.get_device_properties(self.device)
+        blas = "hipBLASLt" if getattr(self.torch.version, "hip", None) else "cuBLAS"
+        version = ""
+        with contextlib.suppress(Exception):
+            version = str(self.torch._C._cuda_getCompiledVersion()) if blas == "cuBLAS" else str(self.torch.version.hip)
+        with contextlib.suppress(Exception):
+            version = str(self.torch.backends.cuda.preferred_blas_library()) + " " + version
+        return (f"{blas} {version.strip()} sm_{getattr(props, 'major', '?')}{getattr(props, 'minor', '?')} "
+                f"{getattr(props, 'multi_processor_count', '?')} SMs"), ""
+
+    def free_bytes(self) -> int | None:
+        """Free memory on the bound GPU now (None on CPU: the family's CPU sizes are small)."""
+        if self.kind != "cuda":
+            return None
+        return int(self.cuda.mem_get_info(self.device)[0])
+
+    def close(self) -> None:
+        """Give back what the family held: the caching allocator's blocks it reserved (its tensors are
+        gone by now) and the NVML reference it opened."""
+        if self.kind == "cuda":
+            self.cuda.empty_cache()
+        if self.nvml is not None:
+            with contextlib.suppress(Exception):
+                self.nvml.shutdown()
+            self.nvml = self.nvml_handle = None
 
     # ---- NVML (CUDA only) ----
     def nvml_read(self, what: str) -> Any:
@@ -167,20 +226,25 @@ class TorchDevice:
 
 
 def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = None,
-                deadline_s: float = 60.0) -> TorchDevice:
-    """The real device of this rank, with NVML opened on its GPU (matched by PCI bus id) where the host
-    has NVML; NVML is not called after deadline_s."""
+                deadline_s: float = 60.0, uuid: str = "") -> TorchDevice:
+    """The real device of this rank, with NVML opened on its GPU where the host has NVML: matched by PCI
+    bus id, or by UUID when torch gives no bus id (NVML indices are not CUDA ordinals); NVML is not
+    called after deadline_s, and close() shuts it down."""
     if kind != "cuda":
         return TorchDevice("cpu")
     from preflight.lib import nvml_source
 
     nvml, _ = nvml_source.open_nvml(deadline_s=deadline_s)
     handle = None
-    if nvml is not None and pci_bus_id:
+    if nvml is not None and (pci_bus_id or uuid):
         try:
             for i in range(nvml.count()):
                 candidate = nvml.handle(i)
-                if str(nvml.read(candidate, "pci_bus_id")).upper().endswith(pci_bus_id.upper()[-12:]):
+                if pci_bus_id:
+                    found = str(nvml.read(candidate, "pci_bus_id")).upper().endswith(pci_bus_id.upper()[-12:])
+                else:
+                    found = str(nvml.read(candidate, "uuid")) == uuid
+                if found:
                     handle = candidate
                     break
         except Exception:
