@@ -170,6 +170,16 @@ class RunOptions:
         return cls(mesh=parse_mesh_syntax(mesh), sizes=parse_sizes(sizes), ops=parse_ops(ops),
                    expect=parse_expect(mesh_expect), device_expect=device_expect, **typed)
 
+    def output_files(self) -> dict[str, str | None]:
+        """The files besides the reports that rank 0 writes, by flag: --metrics, and a sqlite
+        --history's database (None for PostgreSQL), checked before the run (reports/targets.py)."""
+        files: dict[str, str | None] = {"--metrics": self.metrics}
+        if self.history:
+            from preflight.history.store import sqlite_file  # SQLAlchemy only when a history is asked for
+
+            files["--history"] = sqlite_file(self.history)
+        return files
+
     def for_world(self, world_size: int) -> RunOptions:
         """These options with the mesh resolved for world_size (BadInput when its arithmetic fails)."""
         return dataclasses.replace(self, world_size=world_size)

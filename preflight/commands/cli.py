@@ -34,7 +34,8 @@ from preflight.options import (
 SUBCOMMANDS = ("run", "launch", "list", "explain", "report", "history")
 
 EPILOG = """exit codes: 0 passed (warnings allowed), 1 warnings with --strict, 2 bad usage or input,
-3 failed (errors, missing ranks), 4 incomplete (a check could not run, or interrupted).
+3 failed (errors, missing ranks), 4 incomplete (a check could not run, interrupted, or an
+output asked for could not be written after the run: the headline starts NOT WRITTEN).
 Every rank exits with rank 0's verdict, so `srun preflight` fails the job step on a bad verdict."""
 
 

@@ -19,9 +19,17 @@ def rerender(args: argparse.Namespace) -> int:
 
     With --keep N the report carries the choice (every format shows it), stdout is the choice
     alone (kept / dropped and why: the run printed its verdict already) and the exit code is
-    the choice's: 0 when N hosts were kept, 3 when no choice could be made."""
+    the choice's: 0 when N hosts were kept, 3 when no choice could be made. An output that cannot
+    be written is refused before anything is read (exit 2); one that fails while writing makes a
+    0 exit 4 (reports/targets.py)."""
     if args.hostfile and args.keep is None:
         raise BadInput("--hostfile needs --keep N (how many hosts to keep)")
+    targets = ReportTargets(json=args.json_path, html=args.html_path, junit=args.junit_path, text=args.text_path,
+                            exclude=args.exclude_file, retry_exclude=args.retry_exclude_file,
+                            hostfile=args.hostfile, quiet=args.keep is not None)
+    unwritable = targets.unwritable()
+    if unwritable:
+        raise BadInput(f"cannot write {unwritable}")
     try:
         report = json_report.load(args.json_file)
     except FileNotFoundError:
@@ -34,13 +42,13 @@ def rerender(args: argparse.Namespace) -> int:
         if report.host_ranking is None:  # written before reports carried one: the same pure function
             report.host_ranking = rank_hosts(report)
         report.host_choice = report.keep_hosts(args.keep)
-    targets = ReportTargets(json=args.json_path, html=args.html_path, junit=args.junit_path, text=args.text_path,
-                            exclude=args.exclude_file, retry_exclude=args.retry_exclude_file,
-                            hostfile=args.hostfile, quiet=args.keep is not None)
-    for flag, path in write_reports(report, targets):
+    written = write_reports(report, targets)
+    for flag, path in written:
         print(f"preflight: wrote {flag.lstrip('-')} report {path}", file=sys.stderr)
     if report.host_choice is None:
         return report.exit_code
     sys.stdout.write(host_choice.render(report))
     sys.stdout.flush()
-    return int(ExitCode.PASSED) if report.host_choice.chosen else int(ExitCode.FAILED)
+    if not report.host_choice.chosen:
+        return int(ExitCode.FAILED)
+    return int(ExitCode.INCOMPLETE) if len(written) < len(targets.paths()) else int(ExitCode.PASSED)

@@ -15,6 +15,7 @@ from preflight.model.history_records import HistoryFilters, RunView
 from preflight.reports.charts import OP_COLOURS, trend_svg
 from preflight.reports.history_trends import series
 from preflight.reports.html import _environment
+from preflight.reports.targets import ensure_parent
 
 MAX_SERIES = 64  # lines per chart: beyond that, the hosts with the lowest latest figure
 
@@ -43,5 +44,5 @@ def render(runs: list[RunView], filters: HistoryFilters, url: str) -> str:
 
 def write(runs: list[RunView], filters: HistoryFilters, url: str, path: Path) -> None:
     """Write the page to path, creating parent folders."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(path)
     path.write_text(render(runs, filters, url), encoding="utf-8")

@@ -35,6 +35,7 @@ from preflight.reports.common import (
 )
 from preflight.reports.drift_table import env_drift
 from preflight.reports.probe_dims import expected_busbw, probe_dimensions
+from preflight.reports.targets import ensure_parent
 
 _TEMPLATES = Path(__file__).parent / "templates"
 _VERDICT_CLASS = {"passed": "passed", "passed with warnings": "warned", "failed": "failed"}
@@ -186,5 +187,5 @@ def render(report: JobReport) -> str:
 def write(report: JobReport, path: str) -> None:
     """Write the HTML report to path, creating parent folders."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(target)
     target.write_text(render(report), encoding="utf-8")

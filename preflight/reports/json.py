@@ -16,6 +16,7 @@ import msgspec
 from preflight.model import JobReport, summarize_probes
 from preflight.model.codec import decode, encode
 from preflight.model.rank_table import RankTable, pack, unpack
+from preflight.reports.targets import ensure_parent
 
 SCHEMA = 2
 
@@ -45,7 +46,7 @@ def dumps(report: JobReport) -> str:
 def write(report: JobReport, path: str) -> None:
     """Write the report's JSON to path, creating parent folders."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(target)
     target.write_bytes(dumps_bytes(report) + b"\n")
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from preflight.model import CheckOutcome, Finding, JobReport, Severity
 from preflight.reports.common import SEVERITY_LABEL, where
+from preflight.reports.targets import ensure_parent
 
 
 def _describe(findings: list[Finding]) -> str:
@@ -86,5 +87,5 @@ def render(report: JobReport) -> str:
 def write(report: JobReport, path: str) -> None:
     """Write the JUnit XML to path."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(target)
     target.write_text(render(report), encoding="utf-8")
