@@ -15,6 +15,8 @@ from preflight.model.device_probe import SLOW_RATIO, UNITS, DeviceFigure, Device
 
 TITLE = "device probes: each figure, % of its siblings' median (same model), % of its peak"
 HEADERS = ["rank", "host", "device", "uuid", "figure", "value", "of siblings", "of peak", "result", "link"]
+WHOLE = ["rank", "figure", "value", "of siblings", "result"]  # figures: never wrapped on a terminal
+KEYS = ["rank", "figure"]  # repeated when a narrow terminal splits the table
 
 
 def _pct(value: float | None) -> str:

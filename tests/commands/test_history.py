@@ -123,3 +123,21 @@ def test_gpu_filter_follows_one_gpu_by_uuid(tmp_path: Path, capsys: pytest.Captu
     document = _json(capsys, "--history", url, "--gpu", "GPU-b-1")
     assert [r["run_id"] for r in document["runs"]] == ["g2", "g1", "g0"]
     assert {f["subject"] for r in document["runs"] for f in r["figures"]} == {"GPU-b-1"}
+
+
+def test_piped_history_prints_whole_run_ids_and_times(tmp_path: Path) -> None:
+    """`preflight history | cat`: not a terminal, so no table is fitted to 80 columns: every id whole."""
+    from tests.helpers.ranks import run_cli
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    ids = [f"preflight-launch-{i}-{'0123456789abcdef' * 4}" for i in range(3)]  # 83 characters: wider than 80
+    for i, run_id in enumerate(ids):
+        started = (NOW - datetime.timedelta(hours=3 - i)).isoformat(timespec="seconds")
+        with transaction(url, 10.0, write=True) as conn:
+            write_run(conn, history_report(run_id, ["n1", "n2"], mesh="dp2", started_at=started))
+    for extra in ([], ["--wide"]):
+        done = run_cli(["history", "--history", url, *extra], env={"COLUMNS": "80"})
+        assert done.returncode == 0, done.stderr
+        for run_id in ids:
+            [line] = [line for line in done.stdout.splitlines() if run_id in line]
+            assert "+00:00" in line  # its start time, whole, on the same line
