@@ -72,7 +72,7 @@ def inside_tree(folder: Path) -> bool:
 def ensure_parent(path: Path) -> None:
     """Create `path`'s missing folders, only inside the current directory's tree (else OSError).
 
-    Why this rule: a relative path (`reports/run1/r.json`) is the common case and creating its
+    Why this rule: a relative path (`out/r.json`) is the common case and creating its
     folders saves a step; a missing folder elsewhere is most often a typo or a filesystem that is
     not mounted (`/scratch/...` on a node without it), and creating it would hide that.
     """
