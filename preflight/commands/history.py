@@ -38,7 +38,9 @@ FULL_WIDTH = 100_000  # piped or --wide: no table is ever narrower than its wide
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """The `history` subcommand's flags."""
-    parser = commands.add_parser("history", help="recorded runs per host/GPU, flaky hosts, pruning (--history URL)")
+    parser = commands.add_parser("history", help="recorded runs per host/GPU, flaky hosts, pruning (--history URL)",
+                                 description="Show the runs a --history recorded (per host or GPU, with trends), "
+                                 "list flaky hosts to exclude, or prune old runs (`preflight explain history`).")
     parser.add_argument("action", nargs="?", choices=ACTIONS, default="show",
                         help="show (default): trend tables; exclude: write hosts to exclude; prune: delete old runs")
     parser.add_argument("--history", metavar="URL", default=None, help="the history, sqlite:///path or postgresql://..."
@@ -64,7 +66,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--wide", action="store_true",
                         help="tables at their full width on a terminal too: whole run ids and times, never wrapped "
                              "(default: fitted to the terminal; piped or redirected output is always whole)")
-    parser.add_argument("--timeout", dest="timeout_s", default="30",
+    parser.add_argument("--timeout", dest="timeout_s", default="30", metavar="SECONDS",
                         help="seconds to wait for the history (default 30)")
 
 
@@ -93,7 +95,7 @@ def run_history(args: argparse.Namespace) -> int:
     """The `history` subcommand; BadInput (one line, exit 2) when the history cannot be used."""
     url = history_url(args.history)
     if not url:
-        raise BadInput("no history: pass --history URL or set PREFLIGHT_HISTORY (docs/history.md)")
+        raise BadInput("no history: pass --history URL or set PREFLIGHT_HISTORY (`preflight explain history`)")
     check_history_url(url)
     args.timeout_s = ascii_decimal(args.timeout_s, "--timeout", maximum=3600.0)
     if args.timeout_s <= 0:

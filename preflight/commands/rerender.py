@@ -8,6 +8,7 @@ import sys
 
 from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
+from preflight.model.codec import BadPayload
 from preflight.options import ReportTargets
 from preflight.reports import host_choice, write_reports
 from preflight.reports import json as json_report
@@ -36,6 +37,8 @@ def rerender(args: argparse.Namespace) -> int:
         raise BadInput(f"{args.json_file}: no such file") from None
     except IsADirectoryError:
         raise BadInput(f"{args.json_file}: is a directory, not a JSON report") from None
+    except BadPayload as exc:
+        raise BadInput(f"{args.json_file}: not a preflight JSON report this preflight can read ({exc})") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"{args.json_file}: not a preflight JSON report ({type(exc).__name__}: {exc})") from None
     if args.keep is not None:
