@@ -14,7 +14,7 @@ import pytest
 from preflight.commands.cli import main
 from preflight.history.record import write_run
 from preflight.history.store import transaction
-from tests.helpers.browser import chromium_driver, console_errors
+from tests.helpers.browser import GEOMETRY_JS, chromium_driver, console_errors
 from tests.helpers.synthetic import history_report
 from tests.helpers.tools import require_tool
 
@@ -46,9 +46,7 @@ def driver() -> Iterator[Any]:
         yield browser
 
 
-GEOMETRY = """
-    function box(el) { var r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom}; }
-    function overlaps(a, b) { return a.l < b.r - 1 && b.l < a.r - 1 && a.t < b.b - 1 && b.t < a.b - 1; }
+GEOMETRY = GEOMETRY_JS + """
     var problems = [], doc = document.documentElement;
     if (doc.scrollWidth > doc.clientWidth + 1) { problems.push('page wider than the window: ' + doc.scrollWidth); }
     var figures = document.querySelectorAll('#trends figure');
@@ -56,13 +54,8 @@ GEOMETRY = """
         var svg = fig.querySelector('svg'), s = box(svg);
         if (s.r > box(fig).r + 1) { problems.push(fig.id + ': chart wider than its box'); }
         if (overlaps(box(fig.querySelector('figcaption')), s)) { problems.push(fig.id + ': caption over the chart'); }
+        textsCutOff(svg).forEach(function (text) { problems.push(fig.id + ': text cut off: ' + text); });
         var texts = Array.prototype.slice.call(svg.querySelectorAll('text'));
-        texts.forEach(function (t) {
-            var b = box(t);
-            if (b.l < s.l - 1 || b.r > s.r + 1 || b.t < s.t - 1 || b.b > s.b + 1) {
-                problems.push(fig.id + ': text cut off: ' + t.textContent);
-            }
-        });
         var ticks = texts.filter(function (t) { return t.classList.contains('tick') && t.getAttribute('y') > 100; });
         for (var i = 1; i < ticks.length; i++) {
             if (overlaps(box(ticks[i - 1]), box(ticks[i]))) { problems.push(fig.id + ': time labels overlap'); }
