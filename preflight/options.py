@@ -49,7 +49,7 @@ MAX_FLAKY_WINDOW = 1000  # --flaky K/N: more runs than that is not "recent"
 MAX_LIST_CHARS = 4096  # --sizes, --ops, --expect: longer is not a list anyone typed
 MAX_SECONDS = 7 * 24 * 3600.0  # a timeout above a week is a typo (and inf or nan is never a deadline)
 MAX_COUNT = 1_000_000  # --warmup, --iters
-MAX_RATIO = 1e6  # --straggler-ratio
+MAX_RATIO = 1.0  # --straggler-ratio: a share of the siblings' median, 0 < RATIO <= 1 (as its help says)
 
 # Each field's name as the two front doors spell it: the API's keyword, the CLI's flag.
 FLAGS = {"timeout_s": "--timeout", "check_timeout_s": "--check-timeout", "probe_timeout_s": "--probe-timeout",
@@ -166,6 +166,16 @@ class RunOptions:
         mesh_expect, device_expect = split_device_expect(expect)
         return cls(mesh=parse_mesh_syntax(mesh), sizes=parse_sizes(sizes), ops=parse_ops(ops),
                    expect=parse_expect(mesh_expect), device_expect=device_expect, **typed)
+
+    def output_files(self) -> dict[str, str | None]:
+        """The files besides the reports that rank 0 writes, by flag: --metrics, and a sqlite
+        --history's database (None for PostgreSQL), checked before the run (reports/targets.py)."""
+        files: dict[str, str | None] = {"--metrics": self.metrics}
+        if self.history:
+            from preflight.history.store import sqlite_file  # SQLAlchemy only when a history is asked for
+
+            files["--history"] = sqlite_file(self.history)
+        return files
 
     def for_world(self, world_size: int) -> RunOptions:
         """These options with the mesh resolved for world_size (BadInput when its arithmetic fails)."""

@@ -45,6 +45,7 @@ class HistoryOptions:
     exclude_file: str | None = None
     older_than_s: float | None = None  # prune: runs older than this many seconds
     timeout_s: float = 30.0  # every wait on the history
+    wide: bool = False  # show: tables at full width on a terminal too (piped output always is)
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -52,7 +53,7 @@ class HistoryOptions:
         if not isinstance(self.url, str):
             raise BadOptionType(f"--history must be a URL string, not {type(self.url).__name__}")
         if not self.url:
-            raise BadInput("no history: pass --history URL or set PREFLIGHT_HISTORY (docs/history.md)")
+            raise BadInput("no history: pass --history URL or set PREFLIGHT_HISTORY (`preflight explain history`)")
         check_history_url(self.url)
         self.timeout_s = bounded_seconds("timeout_s", self.timeout_s)
         if not 1 <= self.last <= MAX_LAST:
@@ -68,7 +69,7 @@ class HistoryOptions:
 
     @classmethod
     def parse(cls, *, history: str | None = None, since: str = "", last: str = "50", flaky: str | None = None,
-              older_than: str = "", timeout: str = "30", **typed: str | None) -> HistoryOptions:
+              older_than: str = "", timeout: str = "30", **typed: str | bool | None) -> HistoryOptions:
         """HistoryOptions from the flags as written (argparse's strings), plus those already typed."""
         return cls(url=history_url(history), since=parse_since(since) if since else None,
                    last=ascii_int(last, "--last", minimum=1, maximum=MAX_LAST),

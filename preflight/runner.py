@@ -74,7 +74,8 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     options = options.for_world(world.world_size)  # the mesh resolved; a bad one for this WORLD_SIZE: exit 2
     if options.run_id:
         world.run_id = options.run_id
-    refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0)
+    refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0,
+                      files=options.output_files())
     record = RunRecord(world, options)
     code = _steps(record, Exchange(world, options.timeout_s, options.out_dir))
     return _leave(record, code)
@@ -88,7 +89,8 @@ def run_in_job(options: RunOptions, world: World, job_store: Any, groups: JobGro
     Every rank's record carries the verdict's JobReport (`record.report`): rank 0 publishes
     it through the store with the verdict, the other ranks read it.
     """
-    refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0)
+    refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0,
+                      files=options.output_files())
     record = RunRecord(world, options)
     exchange = Exchange(world, options.timeout_s, options.out_dir, job_store=job_store)
     try:
@@ -263,10 +265,11 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
         record.findings += store_value_refused.report(key=key, reason=why)
     record.findings += history.recall(record)  # this run against its past (docs/history.md)
     report = build_report(record)
-    history.remember(report, record.options)  # after the verdict; a failure is an info finding
+    unwritten = history.remember(report, record.options)  # after the verdict; a failure: not written
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
-    # agent stops the remaining workers, rank 0 included.
-    write_reports(report, record.options.reports)
+    # agent stops the remaining workers, rank 0 included. An output not written makes a pass
+    # exit 4 (reports/targets.py).
+    write_reports(report, record.options.reports, unwritten)
     if record.options.verdict_file:
         Path(record.options.verdict_file).write_text(f"{report.exit_code}\n")
     record.report = report

@@ -23,15 +23,18 @@ def drop_fraction(finding: Finding) -> float | None:
     "HIS001",
     tag=Tags.HISTORY,
     severity=Severity.INFO,
-    hint="The run's verdict is unaffected. Fix the history URL or file (permissions, disk, a newer preflight "
-    "that wrote it); `preflight history --history URL` says the same in one line.",
+    hint="The checks' findings are unaffected, but the run was not recorded: a run that passed exits 4 "
+    "(incomplete), its headline starting NOT WRITTEN. Fix the history URL or file (permissions, disk, "
+    "a newer preflight that wrote it); `preflight history --history URL` says the same in one line.",
 )
 def history_unusable(reason: str, url: str) -> Iterable[Problem]:
     """The history (--history / PREFLIGHT_HISTORY) could not be read or written.
 
     Unwritable, locked past the deadline, corrupt, not a preflight history, or of a newer
     schema: this run is not recorded (or not judged against its past), and a corrupt or newer
-    database is never overwritten. Informational: it never changes the verdict or exit code.
+    database is never overwritten. Informational as a finding; the output not written makes a run
+    that passed exit 4 with `NOT WRITTEN: --history ...` first in its headline (one rule for every
+    output, preflight/reports/targets.py).
     """
     yield Problem(reason, data={"url": url})
 
@@ -89,9 +92,10 @@ def flaky_host(flaky: Flaky, failures: int, window: int) -> Iterable[Problem]:
     "HIS004",
     tag=Tags.HISTORY,
     severity=Severity.INFO,
-    hint="The run's verdict is unaffected. Check the --metrics folder (node_exporter's "
-    "--collector.textfile.directory): it must exist and be writable.",
+    hint="A run that passed exits 4 (incomplete: an output asked for was not written). Check the --metrics "
+    "folder (node_exporter's --collector.textfile.directory): it must exist and be writable.",
 )
 def metrics_not_written(path: str, reason: str) -> Iterable[Problem]:
-    """The --metrics file could not be written; the run's verdict and exit code are unaffected."""
+    """The --metrics file could not be written after the verdict; a run that passed then exits 4
+    with `NOT WRITTEN: --metrics PATH` first in its headline (preflight/reports/targets.py)."""
     yield Problem(f"metrics file {path} not written: {reason}", data={"path": path})

@@ -7,6 +7,7 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import shlex
 import sys
@@ -33,7 +34,8 @@ from preflight.options import (
 SUBCOMMANDS = ("run", "launch", "list", "explain", "report", "history", "hardware")
 
 EPILOG = """exit codes: 0 passed (warnings allowed), 1 warnings with --strict, 2 bad usage or input,
-3 failed (errors, missing ranks), 4 incomplete (a check could not run, or interrupted).
+3 failed (errors, missing ranks), 4 incomplete (a check could not run, interrupted, or an
+output asked for could not be written after the run: the headline starts NOT WRITTEN).
 Every rank exits with rank 0's verdict, so `srun preflight` fails the job step on a bad verdict."""
 
 
@@ -113,7 +115,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--timeout", dest="timeout_s", type=_positive_float, default=60.0, metavar="SECONDS",
                      help="seconds rank 0 waits for every rank to report (default 60)")
     run.add_argument("--check-timeout", dest="check_timeout_s", type=_positive_float, default=10.0, metavar="SECONDS",
-                     help="seconds one check or fact gatherer may take before it is could-not-run (default 10)")
+                     help="seconds one check or fact gatherer may take before it is could-not-run "
+                     "(`preflight explain could-not-run`) (default 10)")
     run.add_argument("--out-dir", metavar="DIR",
                      help="shared directory (cluster filesystem): fallback channel when the c10d store cannot "
                      "form, and where each rank leaves its own report if rank 0 is lost (default: none)")
@@ -146,11 +149,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                      help="write the bad hosts one per line, for `sbatch --exclude` (default: not written)")
     out.add_argument("--quiet", action="store_true", help="print nothing on stdout (default: print the report)")
 
-    history = parser.add_argument_group("history and metrics (docs/history.md)")
+    history = parser.add_argument_group("history and metrics (`preflight explain history`)")
     history.add_argument("--history", metavar="URL", default=None,
                          help="record the run and judge it against its past: sqlite:///path/history.db or "
                               "postgresql://user@host/db (default: $PREFLIGHT_HISTORY)")
     history.add_argument("--history-timeout", dest="history_timeout_s", type=_positive_float, default=10.0,
+                         metavar="SECONDS",
                          help="seconds the history may take before and after the verdict (default 10)")
     history.add_argument("--flaky", default="", metavar="K/N",
                          help="a host that failed in K of its last N recorded runs is flaky (default 3/10)")
@@ -185,23 +189,25 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     probe.add_argument("--straggler-ratio", type=_positive_float, default=0.8, metavar="RATIO",
                        help="a group below RATIO x its siblings' median busbw is a straggler candidate, "
                        "0 < RATIO <= 1 (default 0.8); confirmed twice below 0.5 it is an error "
-                       "(`preflight explain BW003`)")
+                       "(`preflight explain BW003`, `preflight explain siblings`)")
     probe.add_argument("--expect", default="", metavar="DIM=RATE[,DIM=RATE]",
                        help="expected busbw per mesh dimension, e.g. tp=300GB/s,dp=400Gb/s, and device figures, "
-                       "e.g. gemm=700TFLOPS,hbm=2.8TB/s,h2d=50GB/s (docs/probes.md); units GB/s "
+                       "e.g. gemm=700TFLOPS,hbm=2.8TB/s,h2d=50GB/s (`preflight explain expectations`); units GB/s "
                        "(1e9 B/s, nccl-tests' busbw), MB/s, TB/s, GiB/s or G/s (binary), Gb/s (bits); "
                        "below 0.9x is an error (default: none; a hardware profile on NCCL)")
     probe.add_argument("--device-budget", dest="device_budget_s", type=_positive_float, default=None,
+                       metavar="SECONDS",
                        help="seconds the device probes may take per device (default 4 on a GPU, 0.03 on CPU; "
                             "`--skip gpu-probe` turns them off)")
     probe.add_argument("--device-sustain", dest="device_sustain_s", type=_non_negative_float, default=0.0,
-                       help="seconds of continuous bf16 load on the GPU with NVML sampled, after the device probes "
-                            "(default 0: NVML is sampled between the bursts only)")
+                       metavar="SECONDS",
+                       help="seconds of continuous bf16 work on each GPU after the device probes, its clocks and "
+                            "temperature read throughout (`preflight explain sustain`) (default 0: none)")
     probe.add_argument("--localize", choices=LOCALIZE, default="auto",
-                       help="how slow groups are localized: auto (default; see docs/probes.md), pairwise "
+                       help="how slow groups are localized (`preflight explain localize`): auto (default), pairwise "
                             "(the round robin only), grouptest (group testing among hosts whenever it can run)")
     probe.add_argument("--strict-bandwidth", action="store_true",
-                       help="a group below its hardware profile (docs/expectations.md) is an error, not a "
+                       help="a group below its expected busbw (`preflight explain expectations`) is an error, not a "
                        "warning (default: a warning)")
 
 
@@ -212,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Validate a distributed PyTorch job from inside its own launcher, before it starts.\n"
         "Without a subcommand, `preflight [options]` is `preflight run [options]`.\n\n"
         "The run options (--mesh, --sizes, --ops, --expect, --json, --html, --junit, --strict,\n"
-        "--only, --skip, ...) are listed by `preflight run --help` (and `preflight launch --help`).",
+        "--only, --skip, ...) are listed by `preflight run --help` (and `preflight launch --help`).\n"
+        "A word you do not know: `preflight explain glossary`.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -221,10 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      parser_class=OneLineParser)
 
     run = commands.add_parser("run", help="run as this process's rank (srun, torchrun, mpirun, env://)",
+                              description="Run the checks and probes as this process's rank, under the job's own "
+                              "launcher (srun, torchrun, mpirun, env://); every rank exits with rank 0's verdict.",
                               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_options(run)
 
     launch = commands.add_parser("launch", help="spawn N local ranks with torch's elastic launcher",
+                                 description="Spawn N ranks on this machine with torch's elastic launcher (as "
+                                 "torchrun does) and run the checks and probes in them: a smoke test of one node.",
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     launch.add_argument("-n", "--nproc", type=_local_ranks, default=4, metavar="N",
                         help=f"local ranks to spawn, 1 to {MAX_LOCAL_RANKS} (default 4)")
@@ -236,15 +247,23 @@ def build_parser() -> argparse.ArgumentParser:
                              "sitecustomize run in every rank)")
     add_run_options(launch)
 
-    listing = commands.add_parser("list", help="list every check with its id, tag, scope and severity")
+    listing = commands.add_parser("list", help="list every check with its id, tag, scope and severity",
+                                  description="List every check preflight runs: its stable id, tag (what --only and "
+                                  "--skip select), scope (`preflight explain engine`), severity and what it checks.")
     listing.add_argument("--markdown", action="store_true",
-                         help="print docs/checks.md instead (preflight list --markdown > docs/checks.md) "
+                         help="print every check's whole explanation as one Markdown page instead "
                          "(default: a table)")
-    explain = commands.add_parser("explain", help="explain a check id: what it checks, why, its severity rule")
+    explain = commands.add_parser("explain", help="explain a check id or a word: what it checks, its severity rule",
+                                  description="Explain a check (what it checks, why, its severity rule, what to do) "
+                                  "or a word the help and reports use (`preflight explain glossary` lists them).")
     explain.add_argument("check_id", metavar="CHECK_ID",
-                         help="a check id as `preflight list` shows it, e.g. BW003 (case-insensitive)")
+                         help="a check id as `preflight list` shows it, e.g. BW003 (case-insensitive), or a word: "
+                         "glossary, siblings, engine, could-not-run, known-good, busbw, straggler, ...")
 
-    report = commands.add_parser("report", help="re-render a past run's JSON report")
+    report = commands.add_parser("report", help="re-render a past run's JSON report",
+                                 description="Render a past run again from its JSON (--json PATH of the run): "
+                                 "the text on stdout and any of the formats below, or choose the best N hosts "
+                                 "of it (--keep N).")
     report.add_argument("json_file", metavar="JSON_FILE", help="a report written by `preflight --json PATH`")
     report.add_argument("--html", dest="html_path", metavar="PATH", help="write the HTML report (default: not written)")
     report.add_argument("--junit", dest="junit_path", metavar="PATH", help="write JUnit XML (default: not written)")
@@ -349,10 +368,16 @@ def _password_hidden(argv: Sequence[str], url: str | None) -> list[str]:
 
 
 def _with_default_command(argv: list[str]) -> list[str]:
+    """`preflight [options]` is `preflight run [options]`; a first word that is neither an option nor
+    a command is a mistyped command (`preflight lsit`): BadInput naming the closest one."""
     if not argv:
         return ["run"]
     if argv[0] in SUBCOMMANDS or argv[0] in ("-h", "--help", "--version"):
         return argv
+    if not argv[0].startswith("-"):
+        close = difflib.get_close_matches(argv[0], SUBCOMMANDS, n=1, cutoff=0.5)
+        guess = f"did you mean `preflight {close[0]}`? " if close else ""
+        raise BadInput(f"unknown command {argv[0][:40]!r} ({guess}commands: {', '.join(SUBCOMMANDS)})")
     return ["run", *argv]
 
 
@@ -364,7 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
         except (AttributeError, ValueError, OSError):
             pass
-    argv = _with_default_command(raw)
+    try:
+        argv = _with_default_command(raw)
+    except BadInput as exc:
+        print(f"preflight: error: {exc}", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)  # argparse prints one line on a bad flag

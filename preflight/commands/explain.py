@@ -6,6 +6,7 @@ import re
 
 from tabulate import tabulate
 
+from preflight import glossary
 from preflight.lib.errors import BadInput
 from preflight.registry import all_checks, get_check
 
@@ -21,10 +22,19 @@ def print_list(markdown: bool = False) -> int:
 
 
 def print_explanation(check_id: str) -> int:
-    """Print one check's docstring and hint; unknown ids are bad input."""
+    """Print one check's docstring and hint, or a term of the glossary (`preflight explain siblings`,
+    `preflight explain glossary`); anything else is bad input."""
+    if check_id.strip().lower() == glossary.TOPIC:
+        print(glossary.text(), end="")
+        return 0
+    term = glossary.lookup(check_id)
+    if term is not None:
+        print(f"{check_id.strip().lower()}: {term}")
+        return 0
     spec = get_check(check_id)
     if spec is None:
-        raise BadInput(f"no check with id {check_id!r} (see `preflight list`)")
+        raise BadInput(f"no check with id or term {check_id[:40]!r} (see `preflight list`, `preflight explain "
+                       f"glossary`)")
     print(f"{spec.id} [{spec.tag}, {spec.scope}, {spec.severity.value}]\n")
     print(spec.explanation)
     print(f"\nWhat to do: {spec.hint}")

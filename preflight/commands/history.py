@@ -27,10 +27,14 @@ from preflight.model.history_records import HistoryFilters, RunView
 from preflight.options_history import ACTIONS, DEFAULT_FLAKY, HistoryOptions
 from preflight.reports.history_trends import series, spark
 
+FULL_WIDTH = 100_000  # piped or --wide: no table is ever narrower than its widest cell
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """The `history` subcommand's flags."""
-    parser = commands.add_parser("history", help="recorded runs per host/GPU, flaky hosts, pruning (--history URL)")
+    parser = commands.add_parser("history", help="recorded runs per host/GPU, flaky hosts, pruning (--history URL)",
+                                 description="Show the runs a --history recorded (per host or GPU, with trends), "
+                                 "list flaky hosts to exclude, or prune old runs (`preflight explain history`).")
     parser.add_argument("action", nargs="?", choices=ACTIONS, default="show",
                         help="show (default): trend tables; exclude: write hosts to exclude; prune: delete old runs")
     parser.add_argument("--history", metavar="URL", default=None, help="the history, sqlite:///path or postgresql://..."
@@ -53,7 +57,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                                                           " (default: not written)")
     parser.add_argument("--older-than", default="", metavar="AGE", help="prune: delete runs older than e.g. 90d"
                                                                    " (default: none; prune needs it)")
-    parser.add_argument("--timeout", dest="timeout_s", default="30",
+    parser.add_argument("--wide", action="store_true",
+                        help="tables at their full width on a terminal too: whole run ids and times, never wrapped "
+                             "(default: fitted to the terminal; piped or redirected output is always whole)")
+    parser.add_argument("--timeout", dest="timeout_s", default="30", metavar="SECONDS",
                         help="seconds to wait for the history (default 30)")
 
 
@@ -62,7 +69,8 @@ def run_history(args: argparse.Namespace) -> int:
     options = HistoryOptions.parse(
         history=args.history, since=args.since, last=args.last, flaky=args.flaky, older_than=args.older_than,
         timeout=args.timeout_s, action=args.action, host=args.host, gpu=args.gpu, check=args.check,
-        json_path=args.json_path, html_path=args.html_path, exclude_file=args.exclude_file)
+        json_path=args.json_path, html_path=args.html_path, exclude_file=args.exclude_file, wide=args.wide)
+    _refuse_unwritable(options)
     from preflight.history.store import HistoryError, missing_file, shown_url
 
     try:
@@ -75,6 +83,18 @@ def run_history(args: argparse.Namespace) -> int:
         return _show(options)
     except HistoryError as exc:
         raise BadInput(str(exc)) from None
+
+
+def _refuse_unwritable(options: HistoryOptions) -> None:
+    """--json PATH, --html PATH, --exclude-file PATH: one that cannot be written is one line and exit 2
+    before the history is read (the rule of every output, preflight/reports/targets.py)."""
+    from preflight.reports.targets import unwritable_path
+
+    json_path = options.json_path if options.json_path != "-" else None
+    for flag, path in (("--json", json_path), ("--html", options.html_path), ("--exclude-file", options.exclude_file)):
+        why = unwritable_path(Path(path)) if path else ""
+        if why:
+            raise BadInput(f"cannot write {flag} {path}: {why}")
 
 
 def _prune(options: HistoryOptions) -> int:
@@ -129,7 +149,7 @@ def _show(options: HistoryOptions) -> int:
 
         write(runs, filters, shown_url(options.url), Path(options.html_path))
     if options.json_path != "-":
-        print_tables(runs, filters, summary)
+        print_tables(runs, filters, summary, wide=options.wide)
     return 0
 
 
@@ -150,38 +170,46 @@ def host_summary(runs: list[RunView]) -> list[dict[str, object]]:
     return [hosts[h] for h in sorted(hosts)]
 
 
-def print_tables(runs: list[RunView], filters: HistoryFilters, summary: list[dict[str, object]]) -> None:
-    """The terminal view: the runs, then per host (or the one host/GPU) its figures' trends."""
-    from rich.console import Console
-    from rich.table import Table
+def print_tables(runs: list[RunView], filters: HistoryFilters, summary: list[dict[str, object]],
+                 wide: bool = False, width: int | None = None) -> None:
+    """The terminal view: the runs, then per host (or the one host/GPU) its figures' trends.
 
-    console = Console(highlight=False, soft_wrap=False)
+    Fitted to a terminal's width without splitting a figure (reports/fit_table.py); piped,
+    redirected or `--wide`, every table is at its full width, so a run id can be copied whole
+    from a log."""
+    from rich.console import Console
+
+    from preflight.reports.fit_table import fitted_tables
+
+    full = wide or not sys.stdout.isatty()
+    console = Console(highlight=False, soft_wrap=False, width=FULL_WIDTH if full and width is None else width)
     if not runs:
         console.print("no runs match")
         return
+
+    def show(title: str, headers: list[str], rows: list[list[str]], whole: list[str], keys: list[str]) -> None:
+        if not rows:
+            return
+        for part in fitted_tables(title, headers, rows, console.width, whole=whole, keys=keys):
+            console.print(part)
+
     subject = filters.gpu or filters.host
-    table = Table(title=f"runs{f' with {subject}' if subject else ''} (newest first)", title_justify="left")
-    for column in ("started (UTC)", "run id", "verdict", "hosts", "failed hosts"):
-        table.add_column(column)
-    for run in runs:
-        failed = [str(h["host"]) for h in run.hosts if h["failed"]]
-        table.add_row(run.started_at, run.run_id, run.verdict, str(len(run.hosts)), ",".join(failed[:8]))
-    console.print(table)
-    trends = Table(title="trends per " + ("GPU" if filters.gpu else "host") + " (oldest → newest)",
-                   title_justify="left")
-    for column in ("subject", "figure", "runs", "latest", "median", "trend"):
-        trends.add_column(column)
+    show(f"runs{f' with {subject}' if subject else ''} (newest first)",
+         ["run id", "started (UTC)", "verdict", "hosts", "failed hosts"],
+         [[run.run_id, run.started_at, run.verdict, str(len(run.hosts)),
+           ", ".join([str(h["host"]) for h in run.hosts if h["failed"]][:8])] for run in runs],
+         whole=["started (UTC)", "run id", "hosts"], keys=["run id"])
+    rows = []
     for name, labels in sorted(series(runs).items()):
         for label, points in sorted(labels.items()):
             values = [v for _, v in points]
-            trends.add_row(name, label, str(len(values)), f"{values[-1]:.3g}", f"{statistics.median(values):.3g}",
-                           spark(values[-40:]))
-    console.print(trends)
+            rows.append([name, label, str(len(values)), f"{values[-1]:.3g}", f"{statistics.median(values):.3g}",
+                         spark(values[-40:])])
+    show("trends per " + ("GPU" if filters.gpu else "host") + " (oldest → newest)",
+         ["subject", "figure", "runs", "latest", "median", "trend"], rows,
+         whole=["subject", "runs", "latest", "median", "trend"], keys=["subject"])
     failing = [s for s in summary if s["failed"]]
     if failing:
-        hosts = Table(title="hosts that failed", title_justify="left")
-        for column in ("host", "failed", "of runs", "last failed"):
-            hosts.add_column(column)
-        for s in failing:
-            hosts.add_row(str(s["host"]), str(s["failed"]), str(s["runs"]), str(s["last_failed"]))
-        console.print(hosts)
+        show("hosts that failed", ["host", "failed", "of runs", "last failed"],
+             [[str(s["host"]), str(s["failed"]), str(s["runs"]), str(s["last_failed"])] for s in failing],
+             whole=["host", "failed", "of runs", "last failed"], keys=["host"])

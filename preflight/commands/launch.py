@@ -28,6 +28,7 @@ from preflight.channel.run_auth import SECRET_VAR
 from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
 from preflight.options import RunOptions
+from preflight.reports.targets import refuse_unwritable
 
 # What the forkserver imports once for every worker (see launch).
 # forkserver_setup first: it quiets a Ctrl-C that arrives while the rest loads.
@@ -65,6 +66,7 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
     if nproc < 1:
         raise BadInput(f"-n {nproc}: need at least one rank")
     options.for_world(nproc)  # a bad --mesh for -n: exit 2 once here, not once per rank
+    refuse_unwritable(options.reports, options.out_dir, True, options.output_files())  # before any rank
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch

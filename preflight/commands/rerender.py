@@ -8,6 +8,7 @@ import sys
 
 from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
+from preflight.model.codec import BadPayload
 from preflight.options import ReportTargets
 from preflight.reports import host_choice, write_reports
 from preflight.reports import json as json_report
@@ -19,28 +20,38 @@ def rerender(args: argparse.Namespace) -> int:
 
     With --keep N the report carries the choice (every format shows it), stdout is the choice
     alone (kept / dropped and why: the run printed its verdict already) and the exit code is
-    the choice's: 0 when N hosts were kept, 3 when no choice could be made."""
+    the choice's: 0 when N hosts were kept, 3 when no choice could be made. An output that cannot
+    be written is refused before anything is read (exit 2); one that fails while writing makes a
+    0 exit 4 (reports/targets.py)."""
     if args.hostfile and args.keep is None:
         raise BadInput("--hostfile needs --keep N (how many hosts to keep)")
+    targets = ReportTargets(json=args.json_path, html=args.html_path, junit=args.junit_path, text=args.text_path,
+                            exclude=args.exclude_file, retry_exclude=args.retry_exclude_file,
+                            hostfile=args.hostfile, quiet=args.keep is not None)
+    unwritable = targets.unwritable()
+    if unwritable:
+        raise BadInput(f"cannot write {unwritable}")
     try:
         report = json_report.load(args.json_file)
     except FileNotFoundError:
         raise BadInput(f"{args.json_file}: no such file") from None
     except IsADirectoryError:
         raise BadInput(f"{args.json_file}: is a directory, not a JSON report") from None
+    except BadPayload as exc:
+        raise BadInput(f"{args.json_file}: not a preflight JSON report this preflight can read ({exc})") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"{args.json_file}: not a preflight JSON report ({type(exc).__name__}: {exc})") from None
     if args.keep is not None:
         if report.host_ranking is None:  # written before reports carried one: the same pure function
             report.host_ranking = rank_hosts(report)
         report.host_choice = report.keep_hosts(args.keep)
-    targets = ReportTargets(json=args.json_path, html=args.html_path, junit=args.junit_path, text=args.text_path,
-                            exclude=args.exclude_file, retry_exclude=args.retry_exclude_file,
-                            hostfile=args.hostfile, quiet=args.keep is not None)
-    for flag, path in write_reports(report, targets):
+    written = write_reports(report, targets)
+    for flag, path in written:
         print(f"preflight: wrote {flag.lstrip('-')} report {path}", file=sys.stderr)
     if report.host_choice is None:
         return report.exit_code
     sys.stdout.write(host_choice.render(report))
     sys.stdout.flush()
-    return int(ExitCode.PASSED) if report.host_choice.chosen else int(ExitCode.FAILED)
+    if not report.host_choice.chosen:
+        return int(ExitCode.FAILED)
+    return int(ExitCode.INCOMPLETE) if len(written) < len(targets.paths()) else int(ExitCode.PASSED)

@@ -65,6 +65,13 @@ def missing_file(url: str) -> bool:
     return parsed.get_backend_name() == "sqlite" and not path.startswith("file:") and not os.path.exists(path)
 
 
+def sqlite_file(url: str) -> str | None:
+    """The file a sqlite:/// history writes (None for PostgreSQL or a `file:` URI): checked before the run."""
+    parsed = make_url(check_url(url))
+    path = parsed.database or ""
+    return path if parsed.get_backend_name() == "sqlite" and not path.startswith("file:") else None
+
+
 def engine_for(url: str, timeout_s: float) -> Engine:
     """An engine for the history at url; every wait (lock, connect, statement) bounded by timeout_s."""
     parsed = make_url(check_url(url))

@@ -5,7 +5,7 @@ later and a rank's payload can cross the store unchanged. Import from here:
 `from preflight.model import Finding, RankFacts, JobReport`.
 """
 
-from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
+from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity, culprit_order
 from preflight.model.health_facts import GpuHealth, GpuProcess, HealthFacts, IbCounters, NvLinkHealth
 from preflight.model.host_choice import DroppedHost, HostChoice, HostRanking, HostStanding
 from preflight.model.job_report import JobReport, ReportMeta
@@ -27,11 +27,40 @@ from preflight.model.rank_facts import (
 from preflight.model.reachability import ReachabilityOutcome, ReachListener, ReachProbe
 
 __all__ = [
-    "CheckOutcome", "ChosenInterface", "DroppedHost", "ExitCode", "Finding", "GpuFacts", "GpuHealth", "GpuProcess",
+    "CheckOutcome",
+    "ChosenInterface",
+    "DroppedHost",
+    "ExitCode",
+    "Finding",
+    "GpuFacts",
+    "GpuHealth",
+    "GpuProcess",
     "HealthFacts",
-    "HostChoice", "HostRanking", "HostStanding", "IbCounters", "IbPort", "Interface", "JobReport",
-    "MasterAddrResolution", "MasterPortState", "NetworkFacts", "NvLinkHealth",
-    "PortHolder", "ProbeDevice", "ProbeResult", "ProbeStep", "ProbeSummary",
-    "RankFacts", "ReachListener", "ReachProbe", "ReachabilityOutcome",
-    "ReportMeta", "Severity", "SystemLimits", "Versions", "World", "summarize_probes",
+    "HostChoice",
+    "HostRanking",
+    "HostStanding",
+    "IbCounters",
+    "IbPort",
+    "Interface",
+    "JobReport",
+    "MasterAddrResolution",
+    "MasterPortState",
+    "NetworkFacts",
+    "NvLinkHealth",
+    "PortHolder",
+    "ProbeDevice",
+    "ProbeResult",
+    "ProbeStep",
+    "ProbeSummary",
+    "RankFacts",
+    "ReachListener",
+    "ReachProbe",
+    "ReachabilityOutcome",
+    "ReportMeta",
+    "Severity",
+    "SystemLimits",
+    "Versions",
+    "World",
+    "culprit_order",
+    "summarize_probes",
 ]

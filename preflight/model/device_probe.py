@@ -16,6 +16,14 @@ LINK_FIGURES = ("h2d", "d2h")
 UNITS = {**{name: "TFLOP/s" for name in GEMM_FIGURES}, "copy": "GB/s", "h2d": "GB/s", "d2h": "GB/s"}
 
 
+# Below this share of the siblings' median, in both passes, a device is slow (probes/device_judge.py);
+# the HTML's device grids colour a cell red at the same threshold. A GPU's products vary by a few
+# percent between healthy devices of a model (clock bins, temperature): 0.85 names one that holds
+# a synchronous job back by 15% or more. On CPU the ranks of a host share cores with each other
+# and everything else on it, so only a device at half its siblings' speed counts.
+SLOW_RATIO = {"cuda": 0.85, "cpu": 0.5}
+
+
 @dataclass
 class Measured:
     """One figure of one device: the value of each timed burst, in two passes (confirm before blame)."""

@@ -66,6 +66,16 @@ class Finding:
     context_only: bool = False
 
 
+def culprit_order(finding: Finding) -> tuple[int, bool, int, int, str, str]:
+    """The one order of findings every view uses (verdict line, text, terminal, HTML, "What to do",
+    JSON, JUnit): worst severity first; then a finding about its culprit before one about where a
+    problem only showed (`context_only`: a slow group); then the fewest ranks, the fewest hosts
+    (a rank that slows two groups, BW004, before the groups, BW003); then by id and message."""
+    wide = 1 << 30
+    return (-finding.severity.rank, finding.context_only, len(finding.ranks) or wide, len(finding.hosts) or wide,
+            finding.check_id, finding.message)
+
+
 @dataclass
 class CheckOutcome:
     """That a check ran, did not apply (skipped, with the reason) or could not run, so reports

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from preflight.lib.files import replacing
 from preflight.model import JobReport
-from preflight.reports.targets import ReportTargets
+from preflight.reports.targets import ReportTargets, Unwritten, ensure_parent, mark_unwritten
 
 
-def write_reports(report: JobReport, targets: ReportTargets) -> list[tuple[str, str]]:
+def write_reports(report: JobReport, targets: ReportTargets,
+                  unwritten: Sequence[Unwritten] = ()) -> list[tuple[str, str]]:
     """Write every requested format, then the verdict to stdout (rich on a TTY, else text);
     returns what was written, (flag, path) each.
 
     One format failing to render must not cost the others (a report is always written):
-    the failure is one line on stderr and the remaining formats are still written.
+    the failure is one line on stderr and the remaining formats are still written. Every
+    output not written (these files, and `unwritten`: the history, --metrics) then marks the
+    report (targets.mark_unwritten: the headline names them, a pass exits 4) before stdout gets it.
     """
     from preflight.reports import exclude, host_choice, html, junit, terminal, text
     from preflight.reports import json as json_report
@@ -29,7 +33,9 @@ def write_reports(report: JobReport, targets: ReportTargets) -> list[tuple[str, 
         ("--junit", targets.junit, junit.write),
         ("--html", targets.html, html.write),
     ]
+    mark_unwritten(report, list(unwritten))  # known before the files: every file says so too
     written: list[tuple[str, str]] = []
+    failed: list[Unwritten] = []
     for flag, path, write in writers:
         if not path:
             continue
@@ -37,7 +43,8 @@ def write_reports(report: JobReport, targets: ReportTargets) -> list[tuple[str, 
             _write_whole(write, report, path)
             written.append((flag, path))
         except Exception as exc:  # one renderer's bug or a full disk must not lose the rest
-            print(f"preflight: could not write {flag} {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            failed.append(Unwritten(flag, path, f"{type(exc).__name__}: {exc}"))
+    mark_unwritten(report, failed)
     if targets.quiet:
         return written
     if terminal.wants_rich(sys.stdout):
@@ -52,5 +59,6 @@ def _write_whole(write: Callable[[JobReport, str], None], report: JobReport, pat
     """Write to a temporary file beside `path`, then rename it over (preflight/lib/files.py): a
     reader, or a launcher that kills rank 0 mid-write (torchrun's agent stops the workers once
     one exits), never leaves half a report where a whole one is expected."""
+    ensure_parent(Path(path))
     with replacing(path) as partial:
         write(report, str(partial))

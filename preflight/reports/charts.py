@@ -234,36 +234,3 @@ def matrix(report: JobReport, rank_hosts: dict[int, str]) -> Matrix | None:
                 lines.append(f"... and {len(here) - 3} more")
             grid.cells[(host, check_id)] = (worst, "\n".join(lines))
     return grid
-
-
-def trend_svg(label: str, subjects: dict[str, list[tuple[str, float]]], unit: str = "busbw (GB/s)") -> str:
-    """A figure over the runs (`preflight history --html`): one line per host or GPU, the x axis the
-    runs' start times in order, each point's time and value in its tooltip."""
-    times = sorted({t for points in subjects.values() for t, _ in points})
-    top = _nice_max(max((v for points in subjects.values() for _, v in points), default=1.0))
-    left, right, upper, plot_h = 56, 40, 12, 190
-    height = upper + plot_h + 40
-    span = WIDTH - left - right
-    step = span / max(1, len(times) - 1)
-    column = {t: i for i, t in enumerate(times)}
-
-    def x(when: str) -> float:
-        return left + (column[when] * step if len(times) > 1 else span / 2)
-
-    def y(value: float) -> float:
-        return upper + plot_h * (1 - value / top)
-
-    parts = [_axes(left, upper, span, plot_h, top, _esc(unit))]
-    for when in (times[0], times[-1]) if times else ():
-        parts.append(f'<text class="tick" x="{x(when):.1f}" y="{upper + plot_h + 16}" text-anchor="middle">'
-                     f"{_esc(when[:16])}</text>")
-    parts.append(f'<text class="axis-title" x="{left + span / 2:.1f}" y="{height - 4}" text-anchor="middle">'
-                 "run started (UTC)</text>")
-    for index, (subject, points) in enumerate(sorted(subjects.items())):
-        colour = OP_COLOURS[index % len(OP_COLOURS)]
-        line = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points)
-        parts.append(f'<polyline class="trend" data-subject="{_esc(subject, 80)}" points="{line}" fill="none" '
-                     f'stroke="{colour}" stroke-width="1.5"/>')
-        parts += [f'<circle class="point" cx="{x(t):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}">'
-                  f"<title>{_esc(subject, 80)} at {_esc(t)}: {_gbps(v)}</title></circle>" for t, v in points]
-    return _svg(height, parts, label)

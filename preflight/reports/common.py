@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from preflight.lib.hostlist import compress_hostlist, host_ranges, rank_ranges
-from preflight.model import Finding, JobReport, Severity
+from preflight.model import Finding, JobReport, Severity, culprit_order
 
 SEVERITY_LABEL = {
     Severity.ERROR: "ERROR",
@@ -28,12 +28,14 @@ def where(finding: Finding) -> str:
     return " ".join(pieces)
 
 
+def culprits_first(findings: list[Finding]) -> list[Finding]:
+    """Findings in the one order every view shows (model.culprit_order): worst first, the culprit's own first."""
+    return sorted(findings, key=culprit_order)
+
+
 def ordered_findings(report: JobReport) -> list[Finding]:
-    """Worst first, then by id; OK findings are left out."""
-    return sorted(
-        (f for f in report.findings if f.severity != Severity.OK),
-        key=lambda f: (-f.severity.rank, f.check_id, f.message),
-    )
+    """The report's findings culprit first (culprits_first); OK findings are left out."""
+    return culprits_first([f for f in report.findings if f.severity != Severity.OK])
 
 
 def world_summary(report: JobReport) -> str:

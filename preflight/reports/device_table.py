@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from preflight.model import JobReport
-from preflight.model.device_probe import UNITS, DeviceFigure, DeviceRow
+from preflight.model.device_probe import SLOW_RATIO, UNITS, DeviceFigure, DeviceRow
 
 TITLE = "device probes: each figure, % of its siblings' median (same model), % of its peak"
 HEADERS = ["rank", "host", "device", "uuid", "figure", "value", "of siblings", "of peak", "result", "link"]
+WHOLE = ["rank", "figure", "value", "of siblings", "result"]  # figures: never wrapped on a terminal
+KEYS = ["rank", "figure"]  # repeated when a narrow terminal splits the table
 
 
 def _pct(value: float | None) -> str:
@@ -99,6 +101,19 @@ class Grid:
     columns: list[str]  # device index (GPU) or rank (CPU), as text
     cells: dict[tuple[str, str], tuple[float, float | None, int]]  # (host, column) -> (value, % of siblings, rank)
     slowest: str  # "rank 3 on node2 GPU 3: 41% of its siblings' median" ("" when none)
+    slow_ratio: float = 0.5  # below it a cell is red: the device findings' own threshold (model.SLOW_RATIO)
+
+    def colour(self, pct: float | None) -> str:
+        """This grid's cell colour for a % of the siblings' median (cell_colour at its threshold)."""
+        return cell_colour(pct, self.slow_ratio)
+
+    def legend(self) -> list[tuple[str, str]]:
+        """(colour, meaning) for the legend under the grid."""
+        return [(cell_colour(1.0, self.slow_ratio), f"{AMBER_BELOW:.0%} of the siblings' median or more"),
+                (cell_colour(AMBER_BELOW - 0.01, self.slow_ratio),
+                 f"{self.slow_ratio:.0%} to {AMBER_BELOW:.0%}: slower, not a finding"),
+                (cell_colour(0.0, self.slow_ratio), f"below {self.slow_ratio:.0%}: slow (a device finding)"),
+                (cell_colour(None, self.slow_ratio), "no siblings to compare with")]
 
 
 def grids(report: JobReport) -> list[Grid]:
@@ -121,16 +136,22 @@ def grids(report: JobReport) -> list[Grid]:
             continue
         hosts = sorted({h for h, _ in cells})
         columns = sorted({c for _, c in cells}, key=lambda c: (not c.isdigit(), int(c) if c.isdigit() else c))
-        out.append(Grid(name, UNITS[name], hosts, columns, cells, worst[1] if worst else ""))
+        kinds = {row.kind for row in report.device_probes if row.figure(name) is not None}
+        ratio = min(SLOW_RATIO.get(kind, 0.5) for kind in kinds)
+        out.append(Grid(name, UNITS[name], hosts, columns, cells, worst[1] if worst else "", ratio))
     return out
 
 
-def cell_colour(pct: float | None) -> str:
-    """A cell's background by its % of the siblings' median: green at par, amber below 95%, red below 85%."""
+AMBER_BELOW = 0.95  # below 95% of its siblings a cell is amber: slower, not yet a finding
+
+
+def cell_colour(pct: float | None, slow_ratio: float) -> str:
+    """A cell's background by its % of the siblings' median: red below `slow_ratio` (where the
+    device findings start: 85% on a GPU, 50% on CPU), amber below 95%, green from 95%."""
     if pct is None:
         return "#e0e0e0"
-    if pct >= 0.95:
+    if pct >= AMBER_BELOW:
         return "#b7e1b0"
-    if pct >= 0.85:
+    if pct >= slow_ratio:
         return "#ffe08a"
     return "#f4a3a3"

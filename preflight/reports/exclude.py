@@ -6,6 +6,7 @@ from pathlib import Path
 
 from preflight.lib.host_fault import retry_hosts
 from preflight.model import JobReport
+from preflight.reports.targets import ensure_parent
 
 __all__ = ["render", "retry_hosts", "write", "write_retry"]
 
@@ -18,12 +19,12 @@ def render(report: JobReport) -> str:
 def write(report: JobReport, path: str) -> None:
     """Write the file, always: an empty file says "no bad host", a missing one says nothing."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(target)
     target.write_text(render(report))
 
 
 def write_retry(report: JobReport, path: str) -> None:
     """`--retry-exclude-file`: retry_hosts one per line; always written, empty when retrying cannot help."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(target)
     target.write_text("".join(f"{host}\n" for host in retry_hosts(report)))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from preflight.lib.hostlist import compress_hostlist
 from preflight.model import HostChoice, JobReport
+from preflight.reports.targets import ensure_parent
 
 
 def nodelist(choice: HostChoice) -> str:
@@ -33,6 +34,6 @@ def render(report: JobReport) -> str:
 def write_hostfile(report: JobReport, path: str) -> None:
     """`--hostfile`: the kept hosts one per line, in job order; always written, empty without a choice."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(target)
     choice = report.host_choice
     target.write_text("".join(f"{host}\n" for host in (choice.kept if choice else [])))

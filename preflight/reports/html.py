@@ -35,6 +35,7 @@ from preflight.reports.common import (
 )
 from preflight.reports.drift_table import env_drift
 from preflight.reports.probe_dims import expected_busbw, probe_dimensions
+from preflight.reports.targets import ensure_parent
 
 _TEMPLATES = Path(__file__).parent / "templates"
 _VERDICT_CLASS = {"passed": "passed", "passed with warnings": "warned", "failed": "failed"}
@@ -60,23 +61,20 @@ class Todo:
 
 
 def what_to_do(report: JobReport) -> list[Todo]:
-    """Hints of error (then could-not-run, then warning) findings, deduplicated, most important first.
-
-    Within a severity, the hint that concerns the most ranks comes first: it blocks the most.
+    """Hints of error (then could-not-run, then warning) findings, deduplicated, in the findings'
+    one order (culprit first: model.culprit_order), so item 1 is what the culprit's own finding says.
     """
     todos: dict[str, Todo] = {}
     wanted = (Severity.ERROR, Severity.COULD_NOT_RUN, Severity.WARN)
-    for finding in report.findings:
+    for finding in ordered_findings(report):
         if finding.severity not in wanted or not finding.hint:
             continue
         todo = todos.setdefault(finding.hint, Todo(finding.severity, finding.hint))
-        if finding.severity.rank > todo.severity.rank:
-            todo.severity = finding.severity
         if finding.check_id not in todo.check_ids:
             todo.check_ids.append(finding.check_id)
         todo.ranks.update(finding.ranks)
         todo.hosts.update(finding.hosts)
-    return sorted(todos.values(), key=lambda t: (-t.severity.rank, -len(t.ranks) - len(t.hosts), t.check_ids))
+    return list(todos.values())
 
 
 def _verdict_class(report: JobReport) -> str:
@@ -177,7 +175,6 @@ def render(report: JobReport) -> str:
         matrix=charts.matrix(report, rank_hosts),
         check_summary=check_summary(report),
         device_grids=device_table.grids(report),
-        cell_colour=device_table.cell_colour,
         page_js=page_js,
         csp_scripts=_csp_hash(page_js),
     )
@@ -186,5 +183,5 @@ def render(report: JobReport) -> str:
 def write(report: JobReport, path: str) -> None:
     """Write the HTML report to path, creating parent folders."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(target)
     target.write_text(render(report), encoding="utf-8")

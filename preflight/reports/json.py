@@ -14,8 +14,9 @@ from pathlib import Path
 import msgspec
 
 from preflight.model import JobReport, summarize_probes
-from preflight.model.codec import decode, encode
+from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.rank_table import RankTable, pack, unpack
+from preflight.reports.targets import ensure_parent
 
 SCHEMA = 2
 
@@ -25,6 +26,7 @@ class _Packed:
     """The fields the JSON adds to the report's own: the packed ranks (schema 2)."""
 
     rank_table: RankTable | None = None
+    schema: int = 1  # a report without one is schema 1 (a verbatim `ranks` list)
 
 
 def dumps_bytes(report: JobReport) -> bytes:
@@ -45,14 +47,19 @@ def dumps(report: JobReport) -> str:
 def write(report: JobReport, path: str) -> None:
     """Write the report's JSON to path, creating parent folders."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(target)
     target.write_bytes(dumps_bytes(report) + b"\n")
 
 
 def loads(data: bytes | str) -> JobReport:
-    """The JobReport of `dumps` (raises BadPayload when the data is not one)."""
+    """The JobReport of `dumps` (raises BadPayload when the data is not one, or is of a schema this
+    preflight does not know: a newer one's fields would be dropped silently)."""
+    added = decode(data, _Packed)
+    if not 1 <= added.schema <= SCHEMA:
+        raise BadPayload(f"schema {added.schema}: this preflight reads report schemas 1 to {SCHEMA}"
+                         + (" (written by a newer preflight: upgrade to read it)" if added.schema > SCHEMA else ""))
     report = decode(data, JobReport)
-    packed = decode(data, _Packed).rank_table
+    packed = added.rank_table
     if packed is not None and not report.ranks:
         report.ranks = unpack(packed)
     return report

@@ -1,9 +1,12 @@
 """`--junit PATH`: one testcase per check id, so CI systems show preflight results natively.
 
-A check with an error finding is a failure; one that did not apply here (a GPU check without
-an NVIDIA driver) or could not run is skipped, with the reason as the message; anything else
-passes; warnings and infos go to the testcase's system-out. The
-hint is the failure's message: it is what a CI page shows first.
+The testcases are the same set on every run of the same options (the report lists every
+selected check, engine checks included: steps/verdict.build_report), each named `ID: title`,
+so CI trend tools never see tests appear and vanish. A check with an error finding is a
+failure; one that did not apply here (a GPU check without an NVIDIA driver) or could not run
+is skipped, with the reason as the message; anything else passes; warnings and infos go to
+the testcase's system-out. The failure's message is the specific finding, culprit first
+(`rank 3 on node04: ...`): it is what a CI page shows first; the hint is in the body.
 """
 
 from __future__ import annotations
@@ -13,13 +16,20 @@ from collections import defaultdict
 from pathlib import Path
 
 from preflight.model import CheckOutcome, Finding, JobReport, Severity
-from preflight.reports.common import SEVERITY_LABEL, where
+from preflight.reports.common import SEVERITY_LABEL, culprits_first, where
+from preflight.reports.targets import ensure_parent
 
 
 def _describe(findings: list[Finding]) -> str:
     return "\n".join(
         f"[{SEVERITY_LABEL[f.severity]}] {f.message}" + (f" ({where(f)})" if where(f) else "") for f in findings
     )
+
+
+def _specific(finding: Finding) -> str:
+    """`rank 3 on node04: rank 3 is in slow groups ...`: who, then what (the figure is in the message)."""
+    place = where(finding)
+    return f"{place}: {finding.message}" if place else finding.message
 
 
 def _classname(check_id: str, outcome: CheckOutcome | None) -> str:
@@ -48,17 +58,17 @@ def build(report: JobReport) -> ET.ElementTree:
         title = f"{check_id}: {outcome.title}" if outcome else check_id
         case = ET.SubElement(suite, "testcase", classname=_classname(check_id, outcome), name=title,
                              time=f"{outcome.duration_s if outcome else 0.0:.3f}")
-        errors = [f for f in found if f.severity == Severity.ERROR]
-        not_run = [f for f in found if f.severity == Severity.COULD_NOT_RUN]
+        errors = culprits_first([f for f in found if f.severity == Severity.ERROR])
+        not_run = culprits_first([f for f in found if f.severity == Severity.COULD_NOT_RUN])
         if errors:
             failures += 1
-            failure = ET.SubElement(case, "failure", message=errors[0].hint or errors[0].message, type="error")
-            failure.text = _describe(errors + not_run)
+            failure = ET.SubElement(case, "failure", message=_specific(errors[0]), type="error")
+            failure.text = _describe(errors + not_run) + "\n" + "\n".join(sorted({f.hint for f in errors if f.hint}))
         elif not_run or (outcome and outcome.status == Severity.COULD_NOT_RUN):
             skipped += 1
-            message = not_run[0].hint or not_run[0].message if not_run else "could not run"
+            message = _specific(not_run[0]) if not_run else "could not run"
             skip = ET.SubElement(case, "skipped", message=message)
-            skip.text = _describe(not_run)
+            skip.text = _describe(not_run) + "\n" + "\n".join(sorted({f.hint for f in not_run if f.hint}))
         elif outcome and outcome.status == Severity.SKIPPED:
             skipped += 1
             ET.SubElement(case, "skipped", message=f"did not apply: {outcome.reason or 'not applicable here'}")
@@ -86,5 +96,5 @@ def render(report: JobReport) -> str:
 def write(report: JobReport, path: str) -> None:
     """Write the JUnit XML to path."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(target)
     target.write_text(render(report), encoding="utf-8")

@@ -16,6 +16,8 @@ from preflight.reports.probe_dims import expected_busbw
 TITLE = "collective probes: busbw in GB/s (1e9 B/s) over each dimension's groups"
 HEADERS = ["dim", "op", "size", "groups", "min", "median", "max", "slowest group", "expected", "of nominal",
            "data"]
+WHOLE = ["dim", "op", "size", "groups", "min", "median", "max", "of nominal", "data"]  # figures: never wrapped
+KEYS = ["dim", "op", "size"]  # what a row is about: repeated when a narrow terminal splits the table
 
 
 def _time(seconds: float) -> str:

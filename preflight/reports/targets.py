@@ -1,13 +1,24 @@
-"""Where rank 0 writes the reports: a run's `--json/--html/...` options, or `preflight report`'s."""
+"""Where rank 0 writes the reports: a run's `--json/--html/...` options, or `preflight report`'s.
+
+One rule for every output a user asks for (the report files, --exclude-file, --hostfile,
+--metrics, a sqlite --history): an output that cannot be written is found before the run
+where it can be (one line, exit 2); one that fails after the verdict makes the exit code 4
+(incomplete) unless the run already failed (3), and the headline starts with what was not
+written (`mark_unwritten`). A missing folder is created only inside the current directory's
+tree: `--json /nonexistent/dir/r.json` is refused, never a new folder at the filesystem root.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from preflight.lib.errors import BadInput
+from preflight.model import ExitCode, JobReport
 
 
 @dataclass
@@ -39,19 +50,60 @@ class ReportTargets:
         return ""
 
 
+NOT_WRITTEN = "NOT WRITTEN: "  # the headline's first words when an output was not written
+
+
+@dataclass(frozen=True)
+class Unwritten:
+    """An output that was asked for and could not be written after the verdict: which, where, why."""
+
+    flag: str
+    path: str
+    reason: str
+
+
+def inside_tree(folder: Path) -> bool:
+    """Whether `folder` lies in the current directory's tree, where missing folders may be created."""
+    here = Path.cwd().resolve()
+    target = (here / folder).resolve()
+    return target == here or here in target.parents
+
+
+def ensure_parent(path: Path) -> None:
+    """Create `path`'s missing folders, only inside the current directory's tree (else OSError).
+
+    Why this rule: a relative path (`out/r.json`) is the common case and creating its
+    folders saves a step; a missing folder elsewhere is most often a typo or a filesystem that is
+    not mounted (`/scratch/...` on a node without it), and creating it would hide that.
+    """
+    folder = path.parent
+    if folder.is_dir():
+        return
+    if not inside_tree(folder):
+        raise FileNotFoundError(f"folder {folder} does not exist (preflight creates missing folders only "
+                                "inside the current directory; create it first)")
+    folder.mkdir(parents=True, exist_ok=True)
+
+
 def unwritable_path(path: Path, directory: bool = False) -> str:
     """Why `path` (a file, or a directory to create) cannot be written; "" when it can.
 
-    It tries for real, as the writer will: creates the folder (the writer would too) and a
-    temporary file in it, removed at once. Permission bits alone do not tell (root, /proc).
+    It tries for real, as the writer will: creates the folder (the writer would too: inside the
+    current directory's tree only) and a temporary file in it, removed at once. Permission bits
+    alone do not tell (root, /proc).
     """
     folder = path if directory else path.parent
     if not directory and path.is_dir():
         return "is a folder"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        if directory:
+            folder.mkdir(parents=True, exist_ok=True)  # --out-dir names the folder itself: asked for
+        else:
+            ensure_parent(path)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".preflight-write-test-"):
             pass
+    except FileNotFoundError as exc:
+        return str(exc) if not exc.filename else f"{exc.strerror} ({exc.filename})"
     except OSError as exc:
         return f"{exc.strerror or type(exc).__name__} ({exc.filename or folder})"
     if not directory and path.exists() and not os.access(path, os.W_OK):
@@ -59,11 +111,34 @@ def unwritable_path(path: Path, directory: bool = False) -> str:
     return ""
 
 
-def refuse_unwritable(targets: ReportTargets, out_dir: str | None, writes_reports: bool) -> None:
-    """An output that cannot be written is bad input, found before the run (exit 2), not after it."""
-    why = targets.unwritable() if writes_reports else ""  # only rank 0 writes reports
+def refuse_unwritable(targets: ReportTargets, out_dir: str | None, writes_reports: bool,
+                      files: Mapping[str, str | None] | None = None) -> None:
+    """An output that cannot be written is bad input, found before the run (exit 2), not after it.
+
+    Rank 0 writes the reports and `files` (flag -> path: --metrics, a sqlite --history's file,
+    RunOptions.output_files; a PostgreSQL server can only be tried when the run is recorded)."""
+    why = ""
+    if writes_reports:
+        why = targets.unwritable()
+        for flag, path in (files or {}).items():
+            reason = unwritable_path(Path(path)) if path and not why else ""
+            why = why or (f"{flag} {path}: {reason}" if reason else "")
     folder = unwritable_path(Path(out_dir), directory=True) if out_dir else ""
     if folder:
         why = why or f"--out-dir {out_dir}: {folder}"
     if why:
         raise BadInput(f"cannot write {why}")
+
+
+def mark_unwritten(report: JobReport, unwritten: list[Unwritten]) -> None:
+    """After the verdict: each output not written is one line on stderr, the headline starts with
+    them, and a run that passed exits 4 (incomplete: not everything asked for was done)."""
+    if not unwritten:
+        return
+    for item in unwritten:
+        print(f"preflight: could not write {item.flag} {item.path}: {item.reason}", file=sys.stderr)
+    if report.exit_code in (int(ExitCode.PASSED), int(ExitCode.WARNINGS_STRICT)):
+        report.exit_code, report.verdict = int(ExitCode.INCOMPLETE), "incomplete"
+    names = ", ".join(f"{item.flag} {item.path}" for item in unwritten)
+    marked = report.why.startswith(NOT_WRITTEN)  # the history's, before the report files' own
+    report.why = f"{NOT_WRITTEN}{names}{', ' if marked else '; '}{report.why.removeprefix(NOT_WRITTEN)}"

@@ -7,16 +7,17 @@ log gets (tests/reports/test_terminal.py compares them)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TextIO
 
 from rich.console import Console
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from preflight.model import JobReport, Severity
 from preflight.reports import device_table, host_choice, probes_table, text
 from preflight.reports.common import SEVERITY_LABEL, check_summary, ordered_findings, where
+from preflight.reports.fit_table import fitted_tables
 
 _VERDICT_STYLE = {0: "bold white on green", 1: "bold black on yellow", 3: "bold white on red"}
 _SEVERITY_STYLE = {
@@ -34,9 +35,9 @@ def wants_rich(stream: TextIO) -> bool:
     return stream.isatty() and "NO_COLOR" not in os.environ
 
 
-def render(report: JobReport, stream: TextIO) -> None:
-    """Print the report to a terminal."""
-    console = Console(file=stream, highlight=False)
+def render(report: JobReport, stream: TextIO, width: int | None = None) -> None:
+    """Print the report to a terminal (`width`: its columns; None: as the terminal says)."""
+    console = Console(file=stream, highlight=False, width=width)
     style = _VERDICT_STYLE.get(report.exit_code, "bold white on magenta")
     # Text() keeps user-derived strings (hostlists with brackets, env values) out of rich markup.
     banner = Text.assemble((f" {report.verdict.upper()} ", style), f" exit {report.exit_code}: {report.why}\n",
@@ -45,34 +46,27 @@ def render(report: JobReport, stream: TextIO) -> None:
     if report.host_choice:
         console.print(Text("\n".join(host_choice.lines(report.host_choice))))
     findings = ordered_findings(report)
-    if findings:
-        table = Table(show_lines=False, expand=True)
-        for column in ("severity", "check", "finding", "where", "what to do"):
-            table.add_column(column, overflow="fold")
-        for finding in findings:
-            table.add_row(
-                Text(SEVERITY_LABEL[finding.severity], style=_SEVERITY_STYLE[finding.severity]),
-                Text(finding.check_id), Text(finding.message), Text(where(finding)), Text(finding.hint),
-            )
-        console.print(table)
-    _print_table(console, probes_table.TITLE, probes_table.HEADERS, probes_table.probe_rows(report))
+    rows: list[list[str | Text]] = [
+        [Text(SEVERITY_LABEL[f.severity], style=_SEVERITY_STYLE[f.severity]), f.check_id, f.message, where(f), f.hint]
+        for f in findings]
+    _print_table(console, "", ["severity", "check", "finding", "where", "what to do"], rows, whole=["check"])
+    _print_table(console, probes_table.TITLE, probes_table.HEADERS, probes_table.probe_rows(report),
+                 whole=probes_table.WHOLE, keys=probes_table.KEYS)
     drift, more = text.drift_rows(report)
     _print_table(console, text.DRIFT_TITLE, ["variable", "values"], drift,
-                 f"... and {more} more variable(s); see the HTML or JSON report" if more else "")
+                 f"... and {more} more variable(s); see the HTML or JSON report" if more else "", whole=["variable"])
     _print_table(console, device_table.TITLE, device_table.HEADERS, device_table.device_rows(report),
-                 device_table.hidden_line(report))
+                 device_table.hidden_line(report), whole=device_table.WHOLE, keys=device_table.KEYS)
     console.print(Text(check_summary(report)))
 
 
-def _print_table(console: Console, title: str, headers: list[str], rows: list[list[str]], below: str = "") -> None:
-    """One table of plain cells (nothing when there are no rows), and the line under it if any."""
+def _print_table(console: Console, title: str, headers: list[str], rows: Sequence[Sequence[str | Text]],
+                 below: str = "", whole: Sequence[str] = (), keys: Sequence[str] = ()) -> None:
+    """One table (nothing when there are no rows) fitted to the console, figures whole
+    (fit_table.py), and the line under it if any."""
     if not rows:
         return
-    table = Table(title=title, expand=True)
-    for column in headers:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
-    console.print(table)
+    for part in fitted_tables(title, headers, rows, console.width, whole=whole, keys=keys):
+        console.print(part)
     if below:
         console.print(Text(below))

@@ -20,6 +20,7 @@ from preflight.reports.common import (
 )
 from preflight.reports.drift_table import UNSET, env_drift
 from preflight.reports.probes_table import HEADERS, TITLE, probe_rows
+from preflight.reports.targets import ensure_parent
 
 MAX_DRIFT_ROWS = 20
 
@@ -117,5 +118,5 @@ def render(report: JobReport) -> str:
 def write(report: JobReport, path: str) -> None:
     """Write the plain text report to path."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_parent(target)
     target.write_text(render(report))

@@ -3,11 +3,14 @@
 `recall`, before the verdict: judge this run's figures against each subject's own past
 (HIS002), name flaky hosts (HIS003), and give results without --expect or a profile their
 history's median as the expectation (source `history`). `remember`, after the verdict:
-write the run in one transaction, and the --metrics file. Neither changes the verdict when
-it fails: each failure is one info finding (HIS001, HIS004) on the report.
+write the run in one transaction, and the --metrics file. Neither changes the checks' findings
+when it fails: each failure is one info finding (HIS001, HIS004) on the report, and an output
+not written (reports/targets.py's rule: a pass exits 4, the headline names it).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from preflight.checks.history_findings import below_own_history, flaky_host, history_unusable, metrics_not_written
 from preflight.history import judge
@@ -17,6 +20,7 @@ from preflight.lib.deadline import call_with_deadline
 from preflight.model import Finding, JobReport, ProbeResult
 from preflight.model.history_records import Drop, FigureRow, Flaky, OwnPast
 from preflight.options import RunOptions
+from preflight.reports.targets import Unwritten, ensure_parent
 from preflight.steps.verdict import RunRecord
 
 GRACE_S = 2.0  # beyond the database's own timeouts, before the thread is given up on
@@ -66,22 +70,31 @@ def _history_expectations(results: list[ProbeResult], rows: list[FigureRow], pas
             result.expected_source = f"{judge.HISTORY_SOURCE} (median of {lowest.subject}'s last {len(lowest.values)})"
 
 
-def remember(report: JobReport, options: RunOptions) -> None:
-    """Write the run to --history and the figures to --metrics; a failure is an info finding on the report."""
+def remember(report: JobReport, options: RunOptions) -> list[Unwritten]:
+    """Write the run to --history and the figures to --metrics; what was not written, each also an
+    info finding on the report (the caller marks the verdict: reports/targets.mark_unwritten)."""
+    unwritten: list[Unwritten] = []
     recalled = not any(f.check_id == history_unusable.id for f in report.findings)
-    if options.history and recalled:  # unreadable before the verdict: HIS001 says so already
+    if options.history and not recalled:  # unreadable before the verdict: HIS001 says so already
+        unwritten.append(Unwritten("--history", shown_url(options.history), "not readable, so not recorded"))
+    if options.history and recalled:
         outcome = call_with_deadline(_write, options.history_timeout_s + GRACE_S, options.history,
                                      options.history_timeout_s, report)
         if not outcome.ok:
             report.findings += _unusable(options.history, outcome.error,
                                          outcome.reason(options.history_timeout_s), "written")
+            unwritten.append(Unwritten("--history", shown_url(options.history),
+                                       outcome.reason(options.history_timeout_s)[:200]))
     if options.metrics:
         from preflight.reports.metrics import write_metrics
 
         try:
+            ensure_parent(Path(options.metrics))
             write_metrics(report, options.metrics)
         except (OSError, ValueError) as exc:
             report.findings += metrics_not_written.report(path=options.metrics, reason=str(exc)[:200])
+            unwritten.append(Unwritten("--metrics", options.metrics, str(exc)[:200]))
+    return unwritten
 
 
 def _write(url: str, timeout_s: float, report: JobReport) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 from preflight.checks import device_probe, history_findings, probe_findings
 from preflight.lib.grouping import shared_host_names
 from preflight.lib.host_fault import job_error
+from preflight.lib.units import clip
 from preflight.model import ExitCode, Finding, HostChoice, HostRanking, HostStanding, JobReport, Severity
 from preflight.model.host_choice import SLOW_GROUP, SLOW_LINK, SLOW_MEASURED, SLOW_NAMED, SLOW_NONE, SLOW_SUSPECT
 from preflight.registry import EngineCheck
@@ -178,7 +179,7 @@ def _faults(report: JobReport) -> dict[str, list[str]]:
         if finding.severity != Severity.ERROR:
             continue
         for host in sorted(bad.intersection(finding.hosts)):
-            faults[host].append(f"{finding.check_id}: {finding.message[:160]}")
+            faults[host].append(f"{finding.check_id}: {clip(finding.message, 160)}")
     return faults
 
 
@@ -189,7 +190,7 @@ def blocked_reason(report: JobReport) -> str:
     shared = job_error(report)
     if shared is not None:
         return (f"an error every host shares is the job's to fix, not a host's: {shared.check_id}: "
-                f"{shared.message[:200]}")
+                f"{clip(shared.message, 200)}")
     if not report.ranks:
         return "no rank reported"
     return ""

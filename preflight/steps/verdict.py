@@ -25,10 +25,11 @@ from preflight.model import (
     ReportMeta,
     Severity,
     World,
+    culprit_order,
 )
 from preflight.model.probe_outcome import ProbeOutcome
 from preflight.options import RunOptions
-from preflight.registry import merge_findings, merge_outcomes
+from preflight.registry import Tags, every_selected_outcome, merge_findings, merge_outcomes
 from preflight.reports import json as json_report
 from preflight.steps.host_choice import rank_hosts
 
@@ -90,7 +91,7 @@ def build_report(record: RunRecord) -> JobReport:
         meta=meta,
         ranks=facts,
         findings=findings,
-        checks=merge_outcomes(record.outcomes),
+        checks=every_selected_outcome(record.outcomes, findings, options.only, options.skip, _not_run(record)),
         probes=list(record.probes.results) if record.probes else [],
         probe_devices=list(record.probes.devices) if record.probes else [],
         device_probes=list(record.probes.device_rows) if record.probes else [],
@@ -103,6 +104,17 @@ def build_report(record: RunRecord) -> JobReport:
     )
     report.host_ranking = rank_hosts(report)
     return report
+
+
+def _not_run(record: RunRecord) -> dict[str, str]:
+    """Tags whose step did not run this time -> why: their engine checks are skipped, not passed."""
+    not_run = {}
+    if record.probes is None:
+        why = "the probes did not run" + (f" ({record.interrupted})" if record.interrupted else "")
+        not_run = {Tags.PROBE: why, Tags.GPU_PROBE: why}
+    if not record.options.history:
+        not_run[Tags.HISTORY] = "no --history"
+    return not_run
 
 
 def _iso(timestamp: float) -> str:
@@ -140,16 +152,10 @@ MAX_WHY_CHARS = 130  # with "preflight: FAILED (exit 3): " the verdict line stay
 
 
 def culprit_first(findings: Sequence[Finding]) -> Finding | None:
-    """The finding the verdict line leads with: the worst severity, then the one naming the fewest
-    ranks (then hosts), so a rank that makes two groups slow (BW004) comes before the groups (BW003)."""
-    if not findings:
-        return None
-    worst = max(f.severity.rank for f in findings)
-
-    def narrowness(f: Finding) -> tuple[int, int, str]:
-        return (len(f.ranks) or 1 << 30, len(f.hosts) or 1 << 30, f.check_id)
-
-    return min((f for f in findings if f.severity.rank == worst), key=narrowness)
+    """The finding the verdict line leads with: the first in the one order every view shows
+    (model.culprit_order: worst severity, a culprit before where it showed, fewest ranks), so a
+    rank that makes two groups slow (BW004) comes before the groups (BW003)."""
+    return min(findings, key=culprit_order, default=None)
 
 
 def explain_verdict(code: ExitCode, findings: Sequence[Finding], outcomes: Sequence[CheckOutcome] = ()) -> str:
@@ -234,7 +240,7 @@ def amend_for_dead(report: JobReport, dead: dict[int, str], *, strict: bool = Fa
         findings += rank_died.report(rank=rank, host=hosts.get(rank, ""), how=how,
                                      when="under the launcher, which then stopped the other ranks")
     code = decide_exit_code(findings, strict=strict)
-    report.findings = findings
+    report.findings = sorted(findings, key=culprit_order)
     report.missing_ranks = [r for r in report.missing_ranks if r in dead]
     report.exit_code = int(code)
     report.verdict = verdict_text(code, findings)

@@ -4,11 +4,16 @@ its valid values; the top-level help says where the run options are; usage error
 from __future__ import annotations
 
 import argparse
+import json
+import re
 from pathlib import Path
 
 import pytest
 
-from preflight.commands.cli import build_parser, shown_argv
+from preflight import glossary
+from preflight.commands.cli import build_parser, main, shown_argv
+from preflight.options import RunOptions
+from preflight.registry import get_check
 from tests.helpers.ranks import read_json, run_cli
 
 COMMANDS = ("run", "launch", "report", "list", "explain", "history")
@@ -99,3 +104,80 @@ def test_explain_states_the_severity_rule() -> None:
     assert "confirmed twice below 50% of its siblings' median (both passes) is an ERROR, exit 3" in words
     assert "tests/" not in proc.stdout  # explain speaks to users, not about the test suite
 
+
+
+def _all_help() -> dict[str, str]:
+    """Every help page: the top level and each subcommand's, as `--help` prints them."""
+    parser = build_parser()
+    return {"preflight": parser.format_help(), **{name: sub.format_help() for name, sub in _subparsers(parser).items()}}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_subcommand_has_a_description_line(command: str) -> None:
+    parser = build_parser()
+    sub = _subparsers(parser)[command]
+    assert sub.description and len(sub.description.split()) >= 8, command
+    assert sub.format_help().split("\n\n")[1].strip().startswith(sub.description.split()[0])
+    listed = parser.format_help()
+    assert re.search(rf"^\s+{command}\s+\S", listed, re.M), f"{command} has no line in `preflight --help`"
+
+
+def test_no_help_text_cites_a_file_the_wheel_does_not_ship() -> None:
+    """A pip user has the package only: help points at `preflight explain TOPIC`, never at docs/*.md."""
+    package = Path(__file__).resolve().parents[2] / "preflight"
+    for name, text in _all_help().items():
+        flat = " ".join(text.split())
+        assert not re.search(r"\w\.md\b", flat), (name, re.findall(r"\S+\.md\b", flat))
+        for path in re.findall(r"\b(?:docs|tests|sbatch|benchmarks|preflight)/[\w./-]*\w", flat):
+            assert path.startswith("preflight/") and (package.parent / path).exists(), (name, path)
+        for topic in re.findall(r"`preflight explain ([\w-]+)`", flat):  # every pointer leads somewhere
+            assert topic == glossary.TOPIC or glossary.lookup(topic) or get_check(topic), (name, topic)
+
+
+@pytest.mark.parametrize("word", ["engine", "siblings", "known-good", "could-not-run", "busbw", "straggler",
+                                  "sustain", "localize", "expectations", "history"])
+def test_words_a_newcomer_does_not_know_are_explained(word: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", word]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{word}: ") and len(out.split()) > 12
+    assert main(["explain", "glossary"]) == 0 and f"\n{word}\n  " in "\n" + capsys.readouterr().out
+    assert "sampled between the bursts" not in " ".join(" ".join(_all_help().values()).split())
+
+
+def test_seconds_metavars_are_all_seconds() -> None:
+    parser = build_parser()
+    for name, sub in [("preflight", parser), *_subparsers(parser).items()]:
+        for action in sub._actions:
+            if action.dest.endswith("_s") and action.option_strings:
+                assert action.metavar == "SECONDS", (name, action.option_strings)
+    for name, text in _all_help().items():
+        assert not re.findall(r"\b[A-Z_]+_S\b", text), name
+
+
+def test_straggler_ratio_bounds_are_as_the_help_says(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "0 < RATIO <= 1" in " ".join(_all_help()["run"].split())
+    assert RunOptions(straggler_ratio=1.0).straggler_ratio == 1.0
+    for bad in ("1.5", "0", "-0.2"):
+        assert main(["run", "--straggler-ratio", bad]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_mistyped_command_suggests_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lsit"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "did you mean `preflight list`?" in err
+    assert main(["frobnicate"]) == 2 and "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_a_report_of_an_unknown_schema_is_refused_in_one_line(tmp_path: Path) -> None:
+    from preflight.model import JobReport, ReportMeta
+    from preflight.reports.json import dumps
+
+    document = json.loads(dumps(JobReport(meta=ReportMeta("env", "", "r", 1, 1, "h", 1))))
+    for schema in (99, 0):
+        document["schema"] = schema
+        path = tmp_path / f"s{schema}.json"
+        path.write_text(json.dumps(document))
+        done = run_cli(["report", str(path)], timeout=60)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and f"schema {schema}" in lines[0], done.stderr

@@ -4,8 +4,10 @@ the terminal tables, --json (every run shown in `runs`), --html, the filters, pr
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -78,8 +80,12 @@ def test_html_has_a_trend_chart_per_figure(url: str, tmp_path: Path) -> None:
                                               "tp all_reduce 64 MiB"}
     for _, chart in charts:  # a line per host, a point per run (12 runs)
         assert set(re.findall(r'<polyline class="trend" data-subject="([^"]+)"', chart)) == {"n1", "n2", "n3", "n4"}
-        assert chart.count('<circle class="point"') == 4 * 12
+        assert chart.count('<circle class="point') == 4 * 12
+        # Runs 3 and 9 failed: their points ringed, a dashed line across each chart.
+        assert chart.count('<circle class="point failed"') == 4 * 2 and chart.count('class="failed-run"') == 2
     assert "<script" not in text and "://" not in text.split("<body>")[0]  # inline SVG: no script, no network
+    assert text.index('id="runs"') < text.index('id="trends"')  # the runs table first
+    assert len(re.findall(r'<tr class="run run-failed"', text)) == 2
 
 
 def test_prune_deletes_old_runs_with_their_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,3 +129,35 @@ def test_gpu_filter_follows_one_gpu_by_uuid(tmp_path: Path, capsys: pytest.Captu
     document = _json(capsys, "--history", url, "--gpu", "GPU-b-1")
     assert [r["run_id"] for r in document["runs"]] == ["g2", "g1", "g0"]
     assert {f["subject"] for r in document["runs"] for f in r["figures"]} == {"GPU-b-1"}
+
+
+def test_piped_history_prints_whole_run_ids_and_times(tmp_path: Path) -> None:
+    """`preflight history | cat`: not a terminal, so no table is fitted to 80 columns: every id whole."""
+    from tests.helpers.ranks import run_cli
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    ids = [f"preflight-launch-{i}-{'0123456789abcdef' * 4}" for i in range(3)]  # 83 characters: wider than 80
+    for i, run_id in enumerate(ids):
+        started = (NOW - datetime.timedelta(hours=3 - i)).isoformat(timespec="seconds")
+        with transaction(url, 10.0, write=True) as conn:
+            write_run(conn, history_report(run_id, ["n1", "n2"], mesh="dp2", started_at=started))
+    for extra in ([], ["--wide"]):
+        done = run_cli(["history", "--history", url, *extra], env={"COLUMNS": "80"})
+        assert done.returncode == 0, done.stderr
+        for run_id in ids:
+            [line] = [line for line in done.stdout.splitlines() if run_id in line]
+            assert "+00:00" in line  # its start time, whole, on the same line
+
+
+def test_chart_axis_is_time_proportional_and_ids_are_counted(url: str, tmp_path: Path) -> None:
+    """Run 0 is 28 days before run 1, the rest a day apart: its gap on the axis is ~28 times theirs."""
+    from preflight.reports.history_html import counted_ids
+
+    page = tmp_path / "history.html"
+    assert main(["history", "--history", url, "--html", str(page)]) == 0
+    chart = page.read_text().split('<figure id="pf-trend-0">', 1)[1].split("</figure>", 1)[0]
+    xs = sorted(float(x) for x in re.findall(r'<circle class="point[^"]*"[^>]*? cx="([0-9.]+)"', chart))[::4]
+    gaps = [b - a for a, b in itertools.pairwise(xs)]
+    assert len(gaps) == 11 and 20 < gaps[0] / statistics.mean(gaps[1:]) < 40, gaps
+    assert counted_ids([{"check_id": "BW003"}, {"check_id": "BW003"}, {"check_id": "BW004"},
+                        {"check_id": "BW013"}]) == ["BW003 (2)", "BW004", "BW013"]

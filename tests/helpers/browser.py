@@ -72,3 +72,18 @@ def full_page_screenshot(driver: Any, path: str, width: int = 1400, max_height: 
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(width, min(max(int(height) + 120, 600), max_height))
     driver.save_screenshot(path)
+
+
+# JavaScript both geometry tests start from: an element's box, whether two boxes overlap, and the
+# <text> elements of an SVG drawn (partly) outside it: a label cut off.
+GEOMETRY_JS = """
+    function box(el) { var r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom}; }
+    function overlaps(a, b) { return a.l < b.r - 1 && b.l < a.r - 1 && a.t < b.b - 1 && b.t < a.b - 1; }
+    function textsCutOff(svg) {
+        var s = box(svg);
+        return Array.prototype.filter.call(svg.querySelectorAll('text'), function (t) {
+            var b = box(t);
+            return b.l < s.l - 1 || b.r > s.r + 1 || b.t < s.t - 1 || b.b > s.b + 1;
+        }).map(function (t) { return t.textContent; });
+    }
+"""

@@ -1,8 +1,9 @@
 """--history and --metrics in real runs (`preflight launch`, real gloo ranks, a real SQLite file).
 
 A history that cannot be used (locked, read-only, corrupt, newer schema) is one info finding
-(HIS001) with one line: the verdict and exit code are those of the same run without a history,
-and the file is left byte-identical. A usable one gains a run per run, with its hosts and
+(HIS001) with one line, and an output not written (reports/targets.py): the run that passed
+without a history exits 4, its headline starting `NOT WRITTEN: --history`; the file is left
+byte-identical. A usable one gains a run per run, with its hosts and
 figures, and `preflight history` reads it back.
 """
 
@@ -40,7 +41,10 @@ def _digest(path: Path) -> str:
 
 
 def _assert_unchanged_verdict(baseline: tuple[int, dict], code: int, report: dict) -> dict:
-    assert (code, report["verdict"], report["exit_code"]) == (baseline[0], baseline[1]["verdict"], baseline[0])
+    """The findings are the baseline's plus HIS001; a pass becomes exit 4, the headline names the history."""
+    assert baseline[0] == 0, baseline[1]["why"]
+    assert (code, report["verdict"], report["exit_code"]) == (4, "incomplete", 4)
+    assert report["why"].startswith("NOT WRITTEN: --history sqlite:///"), report["why"]
     [finding] = by_id(report, "HIS001")
     assert finding["severity"] == "info" and "\n" not in finding["message"]
     return finding

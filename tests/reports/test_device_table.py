@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import re
 import xml.etree.ElementTree as ET
 
 from preflight.model import JobReport, ReportMeta
+from preflight.model.device_probe import SLOW_RATIO, DeviceFigure, DeviceRow
 from preflight.probes.device import judge as device_judge
 from preflight.probes.device.run import findings, outcomes
 from preflight.reports import device_table, html, junit, terminal, text
@@ -46,7 +48,27 @@ def test_html_grid_per_figure_colours_cells_and_names_the_slow_one() -> None:
     page = html.render(_report())
     assert page.count('class="device-grid"') == 6  # bf16, fp16, tf32, copy, h2d, d2h
     assert "slowest: rank 11 on node1 GPU 3 NVIDIA H100 80GB HBM3: 400 TFLOP/s, 50% of its siblings&#39; median" in page
-    assert page.count(device_table.cell_colour(0.5)) == 1  # only the slow cell is red
+    red = device_table.cell_colour(0.0, 0.85)
+    assert page.count(f'class="device-cell" style="background: {red}"') == 1  # only the slow cell is red
+
+
+def _cell_colours(page: str) -> dict[int, str]:
+    """rank -> its device cell's background, from the HTML as rendered."""
+    found = re.findall(r'class="device-cell" style="background: (#[0-9a-f]{6})" title="rank (\d+):', page)
+    return {int(rank): colour for colour, rank in found}
+
+
+def test_html_device_cells_are_red_where_the_cpu_findings_start_with_a_legend() -> None:
+    """On CPU a device is slow below 50% of its siblings (model.SLOW_RATIO): 35% is red, 85% is not."""
+    rows = [DeviceRow(rank, "node1", "cpu", figures=[DeviceFigure("copy", "GB/s", 10.0 * pct, 10.0, pct)])
+            for rank, pct in enumerate([1.0, 1.0, 0.85, 0.35])]
+    page = html.render(JobReport(ReportMeta("env", "", "r", 4, 1, "node1", 29500), device_probes=rows))
+    colours = _cell_colours(page)
+    red = device_table.cell_colour(0.0, SLOW_RATIO["cpu"])
+    assert colours[3] == red and colours[2] != red and colours[0] != red, colours
+    assert 'class="small legend device-legend"' in page and "below 50%: slow (a device finding)" in page
+    # A GPU's threshold is its own finding's: 85% there is not red either, 84% is.
+    assert device_table.cell_colour(0.85, SLOW_RATIO["cuda"]) != device_table.cell_colour(0.84, SLOW_RATIO["cuda"])
 
 
 def test_junit_has_a_testcase_per_device_check() -> None:

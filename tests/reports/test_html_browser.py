@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.browser import chromium_driver, console_errors, full_page_screenshot, wait_ready
+from tests.helpers.browser import GEOMETRY_JS, chromium_driver, console_errors, full_page_screenshot, wait_ready
 from tests.helpers.tools import require_tool
 from tests.reports.conftest import IMG_PAYLOAD, SCRIPT_PAYLOAD, PlantedRun
 
@@ -76,9 +76,7 @@ def test_charts_have_plot_elements_with_data(page: Any) -> None:
     assert matrix[0] == ["node01", "node02", "node03", "node04"] and "NCCL001" in matrix[1] and matrix[2] >= 1
 
 
-GEOMETRY = """
-    function box(el) { var r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom}; }
-    function overlaps(a, b) { return a.l < b.r - 1 && b.l < a.r - 1 && a.t < b.b - 1 && b.t < a.b - 1; }
+GEOMETRY = GEOMETRY_JS + """
     var problems = [], doc = document.documentElement;
     if (doc.scrollWidth > doc.clientWidth + 1) { problems.push('page wider than the window: ' + doc.scrollWidth); }
     var table = document.getElementById('findings-table');
@@ -90,12 +88,7 @@ GEOMETRY = """
         if (overlaps(box(cap), s)) { problems.push(fig.id + ': caption over the chart'); }
         if (s.r > box(fig).r + 1) { problems.push(fig.id + ': chart wider than its box'); }
         var texts = Array.prototype.slice.call(svg.querySelectorAll('text'));
-        texts.forEach(function (t) {
-            var b = box(t);
-            if (b.l < s.l - 1 || b.r > s.r + 1 || b.t < s.t - 1 || b.b > s.b + 1) {
-                problems.push(fig.id + ': text cut off: ' + t.textContent);
-            }
-        });
+        textsCutOff(svg).forEach(function (text) { problems.push(fig.id + ': text cut off: ' + text); });
         var labels = texts.filter(function (t) { return t.classList.contains('label'); });
         for (var i = 1; i < labels.length; i++) {
             if (overlaps(box(labels[i - 1]), box(labels[i]))) { problems.push(fig.id + ': labels overlap'); }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from preflight.model import CheckOutcome, Finding, JobReport, ReportMeta, Severity
 from preflight.reports import exclude, junit, probes_table, text
 from tests.helpers.synthetic import big_report
@@ -32,15 +34,16 @@ def test_junit_one_testcase_per_check_failure_skip_and_pass() -> None:
     assert sorted(cases) == ["ENV001", "ENV002", "GPU001", "NET001", "RUN003"]
     assert root.get("tests") == "5" and root.get("failures") == "1" and root.get("skipped") == "2"
     failure = cases["ENV001"].find("failure")
-    assert failure.get("message") == "fix it" and "bad & <wrong>" in failure.text and "n1" in failure.text
-    assert cases["RUN003"].find("skipped").get("message") == "fix errors first"
+    assert failure.get("message") == "rank 1 on n1: bad & <wrong>" and "fix it" in failure.text
+    assert cases["RUN003"].find("skipped").get("message") == "probes not started"
     assert cases["GPU001"].find("skipped") is not None
     assert cases["ENV002"].find("failure") is None and cases["ENV002"].find("skipped") is None
     assert "slow-ish" in cases["NET001"].find("system-out").text
     assert cases["RUN003"].get("classname") == "preflight.run"
 
 
-def test_exclude_file_one_host_per_line_and_empty_when_none(tmp_path: Path) -> None:
+def test_exclude_file_one_host_per_line_and_empty_when_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a missing folder is created inside the current directory only
     exclude.write(_report([], [], ["gpu07", "gpu08"]), str(tmp_path / "bad.txt"))
     assert (tmp_path / "bad.txt").read_text() == "gpu07\ngpu08\n"
     exclude.write(_report([], [], []), str(tmp_path / "none" / "bad.txt"))

@@ -47,7 +47,8 @@ def test_junit_has_one_testcase_per_check_and_counts_match_the_findings(planted_
     failure = nccl.find("failure")
     assert failure is not None
     hint = next(f.hint for f in report.findings if f.check_id == "NCCL001")
-    assert failure.get("message") == hint and "node04" in (failure.text or "")
+    # The message is the specific finding, culprit first; the hint is in the body.
+    assert failure.get("message").startswith("rank 3 on node04: ") and hint in (failure.text or "")
 
 
 def test_text_report_is_what_stdout_showed_and_names_the_drift(planted_run: PlantedRun) -> None:

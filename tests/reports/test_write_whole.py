@@ -28,7 +28,8 @@ def test_a_writer_that_dies_midway_leaves_the_previous_file_and_no_partial(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
 
-def test_a_finished_write_replaces_the_target(tmp_path: Path) -> None:
+def test_a_finished_write_replaces_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a missing folder is created inside the current directory only
     target = tmp_path / "deeper" / "r.txt"
     _write_whole(lambda _, path: Path(path).write_text("whole\n"), report(), str(target))
     assert target.read_text() == "whole\n" and sorted(p.name for p in target.parent.iterdir()) == ["r.txt"]

@@ -211,3 +211,17 @@ def test_a_slow_device_and_a_drop_below_its_own_history_each_drop_their_host() -
     assert [d.host for d in choice.dropped] == ["n3", "n2"]  # the device, confirmed in this job, goes first
     assert "DEV003" in choice.dropped[0].why and "38%" in choice.dropped[0].why
     assert "HIS002" in choice.dropped[1].why and "44% of its median" in choice.dropped[1].why
+
+
+def test_no_choice_reason_is_never_cut_between_a_figure_and_its_unit() -> None:
+    """The NO CHOICE line quotes the error every host shares, clipped between words: `0.0789 GB`
+    whole or not at all (it was cut to `0.0789 G`)."""
+    from preflight.steps.host_choice import blocked_reason
+
+    for pad in range(150, 200):
+        message = "x" * pad + " copied 0.0789 GB in 0.2 s on every host"
+        shared = Finding("ENV001", Severity.ERROR, message, hosts=["n1", "n2", "n3"])
+        reason = blocked_reason(built_report(host_facts(["n1", "n2", "n3"]), [shared]))
+        assert reason.startswith("an error every host shares"), reason
+        assert "0.0789" not in reason or "0.0789 GB" in reason, (pad, reason[-40:])
+        assert not reason.rstrip(" …").endswith(("0.0789 G", "0.0789"))

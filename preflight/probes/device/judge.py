@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from preflight.model.device_probe import (
+    SLOW_RATIO,
     UNITS,
     BelowPeak,
     DeviceFigure,
@@ -30,11 +31,6 @@ from preflight.model.device_probe import (
 )
 from preflight.probes.device import hardware
 
-# Below this share of the siblings' median, in both passes, a device is slow. A GPU's products
-# vary by a few percent between healthy devices of a model (clock bins, temperature): 0.85 names
-# one that holds a synchronous job back by 15% or more. On CPU the ranks of a host share cores
-# with each other and everything else on it, so only a device at half its siblings' speed counts.
-SLOW_RATIO = {"cuda": 0.85, "cpu": 0.5}
 MIN_SIBLINGS = 2
 # NVML clock event reasons that mean the GPU slowed itself: SW power cap, HW slowdown, SW/HW
 # thermal, power brake (nvmlClocksEventReason*: 0x4, 0x8, 0x20, 0x40, 0x80).

@@ -1,0 +1,50 @@
+"""Words the help, the reports and `preflight explain` use, each defined once: `preflight explain
+TERM` prints one, `preflight explain glossary` all of them. It ships in the wheel (it is code),
+so the help points here, never at a docs/ file a pip user does not have."""
+
+from __future__ import annotations
+
+TERMS: dict[str, str] = {
+    "busbw": "Bus bandwidth, in GB/s (1e9 bytes/s): a collective's data rate scaled as nccl-tests scales it, so "
+             "all_reduce, all_gather and the rest compare with the link's own rate whatever the group size.",
+    "could-not-run": "A severity: the check started but crashed or ran past --check-timeout, so it proves "
+                     "nothing. It is never a pass: the run is incomplete (exit 4) unless something failed.",
+    "engine": "A check's scope: raised by preflight's own steps from what they observed (a store that did not "
+              "form, a rank that died, a probe that hung), not computed from facts. `preflight list` shows each "
+              "check's scope: local (every rank, its own facts), cross (rank 0, every rank's facts), engine.",
+    "expectations": "What a probe's busbw is compared with: --expect DIM=RATE when given, else the hardware "
+                    "profile of the GPUs and links found (NVLink, InfiniBand), else the run's history (--history). "
+                    "Below 0.9x of it is a finding; with --strict-bandwidth an error.",
+    "flaky": "A host that failed in K of its last N recorded runs (--flaky K/N, default 3/10): "
+             "`preflight history exclude --flaky` lists them, one per line.",
+    "history": "--history URL (sqlite:///path/history.db or postgresql://user@host/db) records every run and "
+               "judges each host's and GPU's figures against its own past; `preflight history` shows the runs, "
+               "trends and flaky hosts. A history or --metrics file that cannot be written makes a run that "
+               "passed exit 4, its headline starting NOT WRITTEN.",
+    "known-good": "A rank or host the probes have measured at its siblings' speed: what a suspect is measured "
+                  "against again, so a slow result follows the suspect, not its partner.",
+    "localize": "Finding which host or link makes a group slow (--localize): pairwise measures ranks two by two "
+                "in a round robin; grouptest halves the suspect hosts each round, fewer rounds on many hosts; "
+                "auto picks grouptest when the hosts are many and it can run.",
+    "siblings": "The others of the same kind in the same run: the other groups of a mesh dimension measured at "
+                "the same time, or the other devices of the same model. A figure is judged against its "
+                "siblings' median, so no hardware number has to be known.",
+    "straggler": "A group (or the rank in it) below --straggler-ratio x its siblings' median busbw: a warning; "
+                 "confirmed twice below half of it, an error (`preflight explain BW003`).",
+    "sustain": "--device-sustain SECONDS: after the device probes, that many seconds of continuous bf16 matrix "
+               "work on each GPU while NVML (the driver's monitoring library) is read, to catch a GPU that "
+               "throttles under long load. Without it NVML is read only in the pauses between the short timed "
+               "runs of the device probes.",
+}
+TOPIC = "glossary"  # `preflight explain glossary`: every term
+
+
+def lookup(word: str) -> str | None:
+    """The definition of a term (case and `-`/`_`/space insensitive), or None."""
+    key = word.strip().lower().replace("_", "-").replace(" ", "-")
+    return TERMS.get(key)
+
+
+def text() -> str:
+    """Every term with its definition, as `preflight explain glossary` prints them."""
+    return "\n\n".join(f"{term}\n  {definition}" for term, definition in sorted(TERMS.items())) + "\n"
