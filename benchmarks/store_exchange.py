@@ -91,6 +91,7 @@ def measure(size: int, procs: int) -> dict[str, object]:
     lead.open()
     assert lead.store is not None, lead.store_error
     port = lead.world.master_port
+    from preflight.channel import keys
     from preflight.channel.wire import SharedSections, from_wire
 
     lead.publish(from_wire(next(iter(_payloads(data))), SharedSections()))  # rank 0 publishes too
@@ -103,12 +104,15 @@ def measure(size: int, procs: int) -> dict[str, object]:
     for worker in workers:
         worker.start()
     deadline = time.time() + 240
-    while lead.store.add("reported", 0) < size and time.time() < deadline:  # every rank has published
+    def reported() -> int:  # the ranks whose payload is in (their arrivals)
+        return len(keys.listed_ranks(lead.store, keys.ARRIVALS.key, size))
+
+    while reported() < size and time.time() < deadline:  # every rank has published
         time.sleep(0.05)
-    reported = lead.store.add("reported", 0)
+    reported_now = reported()
     published = time.time()
     collect_started = time.perf_counter()
-    collected = lead.collect(timeout_s=0.0 if reported < size else 60.0)
+    collected = lead.collect(timeout_s=0.0 if reported_now < size else 60.0)
     collect_s = time.perf_counter() - collect_started
     results = [queue.get() for _ in workers]
     for worker in workers:
@@ -117,7 +121,7 @@ def measure(size: int, procs: int) -> dict[str, object]:
     return {"ranks": size, "client_processes": procs,
             "collect_s": round(collect_s, 3),
             "publish_window_s": round(published - started, 1), "collected": len(collected.payloads),
-            "reported": reported,
+            "reported": reported_now,
             "bad": len(collected.bad_payloads), "largest_value_kb": round(largest / 1e3, 1),
             "errors": errors[:3], "error_count": len(errors)}
 

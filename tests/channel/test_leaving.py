@@ -36,10 +36,10 @@ LONG_STALL = """
 # (rank 0 is collecting), without publishing.
 KILLED_IN_EXCHANGE = """
     import os, signal, time
-    from preflight.channel import exchange
+    from preflight.channel import exchange, keys
     def publish(self, payload):
-        for _ in range(2400):
-            if self.store.add("reported", 0) >= 3:
+        for _ in range(2400):  # until the three other ranks' payloads are in
+            if len(keys.listed_ranks(self.store, keys.ARRIVALS.key, self.world.world_size)) >= 3:
                 break
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGKILL)
