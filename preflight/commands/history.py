@@ -97,6 +97,7 @@ def run_history(args: argparse.Namespace) -> int:
     if not url:
         raise BadInput("no history: pass --history URL or set PREFLIGHT_HISTORY (`preflight explain history`)")
     check_history_url(url)
+    _refuse_unwritable(args)
     args.timeout_s = ascii_decimal(args.timeout_s, "--timeout", maximum=3600.0)
     if args.timeout_s <= 0:
         raise BadInput("--timeout must be positive")
@@ -112,6 +113,18 @@ def run_history(args: argparse.Namespace) -> int:
         return _show(url, args)
     except HistoryError as exc:
         raise BadInput(str(exc)) from None
+
+
+def _refuse_unwritable(args: argparse.Namespace) -> None:
+    """--json PATH, --html PATH, --exclude-file PATH: one that cannot be written is one line and exit 2
+    before the history is read (the rule of every output, preflight/reports/targets.py)."""
+    from preflight.reports.targets import unwritable_path
+
+    json_path = args.json_path if args.json_path != "-" else None
+    for flag, path in (("--json", json_path), ("--html", args.html_path), ("--exclude-file", args.exclude_file)):
+        why = unwritable_path(Path(path)) if path else ""
+        if why:
+            raise BadInput(f"cannot write {flag} {path}: {why}")
 
 
 def _prune(url: str, args: argparse.Namespace) -> int:
@@ -153,7 +166,9 @@ def _exclude(url: str, args: argparse.Namespace) -> int:
 
 def _write_atomically(path: Path, text: str) -> None:
     """Write beside the target and rename over it: a scheduler reading the file never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from preflight.reports.targets import ensure_parent
+
+    ensure_parent(path)  # inside the current directory's tree only
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as out:
         out.write(text)
