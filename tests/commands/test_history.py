@@ -161,3 +161,11 @@ def test_chart_axis_is_time_proportional_and_ids_are_counted(url: str, tmp_path:
     assert len(gaps) == 11 and 20 < gaps[0] / statistics.mean(gaps[1:]) < 40, gaps
     assert counted_ids([{"check_id": "BW003"}, {"check_id": "BW003"}, {"check_id": "BW004"},
                         {"check_id": "BW013"}]) == ["BW003 (2)", "BW004", "BW013"]
+
+
+@pytest.mark.parametrize("flag", ["--json", "--html", "--exclude-file"])
+def test_an_unwritable_output_is_one_line_and_exit_2(url: str, flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    action = ["exclude", "--flaky"] if flag == "--exclude-file" else []
+    assert main(["history", *action, "--history", url, flag, "/proc/preflight-nope/out"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"cannot write {flag} /proc/preflight-nope/out" in err

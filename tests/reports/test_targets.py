@@ -25,8 +25,18 @@ def test_an_unwritable_output_is_one_line_and_exit_2_before_the_run(flag: str, p
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-def test_a_writable_path_is_created_as_the_writer_would(tmp_path: Path) -> None:
+def test_a_writable_path_is_created_as_the_writer_would(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # inside the current directory's tree, missing folders are created
     assert unwritable_path(tmp_path / "a" / "b" / "r.json") == ""
     assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
     assert unwritable_path(tmp_path, directory=True) == ""
     assert unwritable_path(tmp_path / "a") == "is a folder"
+
+
+def test_missing_folders_outside_the_current_directory_are_not_created(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    why = unwritable_path(tmp_path / "elsewhere" / "r.json")
+    assert "does not exist" in why and "create it first" in why and not (tmp_path / "elsewhere").exists()
+    assert unwritable_path(tmp_path / "r.json") == ""  # an existing folder outside the tree is fine

@@ -109,7 +109,9 @@ def test_only_gpu_probe_runs_the_device_probes_and_no_collective(tmp_path: Path)
     report = read_json(out)
     assert report["probes"] == [], proc.stdout
     assert [r["rank"] for r in report["device_probes"]] == [0, 1]
-    assert {c["check_id"] for c in report["checks"]} == DEVICE_IDS
+    # The device checks, and the run's own checks (RUN*), which watch every run whatever --only says.
+    assert {c["check_id"] for c in report["checks"] if c["tag"] != "run"} == DEVICE_IDS
+    assert {c["check_id"] for c in report["checks"] if c["tag"] == "run"} >= {"RUN001", "RUN004"}
 
 
 def test_skip_gpu_probe_runs_the_collectives_without_the_device_probes(tmp_path: Path) -> None:
