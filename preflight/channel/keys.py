@@ -94,6 +94,35 @@ def round_times_key(index: int, rank: int) -> str:
     return f"{GROUP_TEST_PREFIX}/{index}/t/{rank}"
 
 
+# -- the storage family (steps/storage.py), under storage/ -----------------------------------
+STORAGE_PLAN_KEY = "storage/plan"  # StoragePlan: rank 0's per-run directory and nonce
+
+
+def storage_visit_key(rank: int) -> str:
+    """StorageVisit: what a rank found at PATH."""
+    return f"storage/visit/{rank}"
+
+
+def storage_round_key(index: int) -> str:
+    """StorageRound: who writes in pass `index` (or done)."""
+    return f"storage/round/{index}"
+
+
+def storage_wrote_key(index: int, rank: int) -> str:
+    """StorageWrote: a rank's timed write in pass `index`."""
+    return f"storage/{index}/w/{rank}"
+
+
+def storage_reads_key(index: int) -> str:
+    """StorageReads: whose file each reader reads back in pass `index`."""
+    return f"storage/{index}/read"
+
+
+def storage_read_key(index: int, rank: int) -> str:
+    """StorageRead: a rank's timed read-back in pass `index`."""
+    return f"storage/{index}/r/{rank}"
+
+
 # -- rank lists ------------------------------------------------------------------------------
 def append_rank(store: Any, key: str, rank: int) -> None:
     """Add `rank` to the rank list under `key` ("r," appended: atomic, any number of writers)."""
