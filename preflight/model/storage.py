@@ -198,6 +198,7 @@ class StorageHost:
     ranks: list[int] = field(default_factory=list)
     mount: MountView = field(default_factory=MountView)
     sees: bool = True
+    blind_ranks: list[int] = field(default_factory=list)  # its ranks that did not see rank 0's file
     write_gbps: float | None = None
     read_gbps: float | None = None
     write_again_gbps: float | None = None

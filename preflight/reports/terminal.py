@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from preflight.model import JobReport, Severity
-from preflight.reports import device_table, host_choice, probes_table, text
+from preflight.reports import device_table, host_choice, probes_table, storage_table, text
 from preflight.reports.common import SEVERITY_LABEL, check_summary, ordered_findings, where
 
 _VERDICT_STYLE = {0: "bold white on green", 1: "bold black on yellow", 3: "bold white on red"}
@@ -61,6 +61,8 @@ def render(report: JobReport, stream: TextIO) -> None:
                  f"... and {more} more variable(s); see the HTML or JSON report" if more else "")
     _print_table(console, device_table.TITLE, device_table.HEADERS, device_table.device_rows(report),
                  device_table.hidden_line(report))
+    _print_table(console, storage_table.TITLE, storage_table.HEADERS, storage_table.rows(report),
+                 storage_table.summary_line(report))
     console.print(Text(check_summary(report)))
 
 

@@ -263,6 +263,7 @@ class Judge:
             mount = next((v.mount for v in mine if common and v.mount.where() == common[0][0]), None)
             row = StorageHost(host=host, ranks=[r for r, h in sorted(self.rank_hosts.items()) if h == host],
                               sees=all(v.sees for v in mine) and bool(mine),
+                              blind_ranks=[v.rank for v in mine if not v.sees],
                               free_bytes=min((v.free_bytes for v in mine), default=0),
                               free_inodes=min((v.free_inodes for v in mine), default=0),
                               error="; ".join(f"rank {f.rank}: {f.why}" for f in _unique(self.failed)
