@@ -19,8 +19,8 @@ An error every host shares (`job_error`) blocks any choice: it is the job's to f
 incomplete run (exit 4) proves nothing about a host.
 
 Each kind of evidence is one `SlownessSource` in SLOWNESS_SOURCES: the collective probes'
-findings and raw figures, the device probes' slow devices (DEV003-DEV005) and the run history's
-drops (HIS002).
+findings and raw figures, the device probes' slow devices (DEV003-DEV005), the run history's
+drops (HIS002) and the checkpoint path's slow hosts (STO007).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.checks import device_probe, history_findings, probe_findings
+from preflight.checks import device_probe, history_findings, probe_findings, storage
 from preflight.lib.grouping import shared_host_names
 from preflight.lib.host_fault import job_error
 from preflight.model import ExitCode, Finding, HostChoice, HostRanking, HostStanding, JobReport, Severity
@@ -159,10 +159,23 @@ def history_drops(report: JobReport) -> Iterator[Slowness]:
             yield Slowness(host, SLOW_GROUP, fraction, f"{finding.check_id}: below its own history{share}")
 
 
+def slow_storage_hosts(report: JobReport) -> Iterator[Slowness]:
+    """Hosts whose checkpoint path writes or reads far below the other hosts', confirmed by a second pass
+    beside a known-good host (STO007): named as localization names a host, since every synchronous save
+    waits for the slowest host."""
+    for finding in _findings_of(report, storage.slow_storage):
+        passes, siblings = _numbers(finding.data.get("passes")), _numbers(finding.data.get("siblings_passes"))
+        fraction = min((p / s for p, s in zip(passes, siblings) if s), default=None)
+        for host in finding.hosts:
+            yield Slowness(host, SLOW_NAMED, fraction,
+                           f"{finding.check_id}: its checkpoint path's {finding.data.get('figure', '?')} is slow"
+                           f"{_percent(fraction)}")
+
+
 # Strongest first is not required: each host keeps its strongest evidence, whatever the order.
 SLOWNESS_SOURCES: tuple[SlownessSource, ...] = (
     named_slow_hosts, cross_dim_suspects, slow_link_ends, straggler_members, measured_figures, slow_devices,
-    history_drops,
+    history_drops, slow_storage_hosts,
 )
 
 

@@ -211,3 +211,15 @@ def test_a_slow_device_and_a_drop_below_its_own_history_each_drop_their_host() -
     assert [d.host for d in choice.dropped] == ["n3", "n2"]  # the device, confirmed in this job, goes first
     assert "DEV003" in choice.dropped[0].why and "38%" in choice.dropped[0].why
     assert "HIS002" in choice.dropped[1].why and "44% of its median" in choice.dropped[1].why
+
+
+def test_a_slow_checkpoint_path_drops_its_host() -> None:
+    from preflight.checks import storage
+    from preflight.model.storage import SlowStorage
+
+    found = storage.slow_storage.report(SlowStorage("n2", "write", [0.1, 0.12], [1.0, 1.2], 0.5))
+    report = built_report(host_facts(["n1", "n2", "n3"]), found)
+    assert report.exit_code == ExitCode.PASSED and report.bad_hosts == []  # a warning: nobody is blamed
+    choice = report.keep_hosts(2)
+    assert choice.kept == ["n1", "n3"]
+    assert choice.dropped[0].host == "n2" and "STO007" in choice.dropped[0].why and "10%" in choice.dropped[0].why
