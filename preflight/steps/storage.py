@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -83,10 +84,22 @@ def enabled(options: RunOptions) -> bool:
 def run_lead(store: Any, rank_hosts: dict[int, str], nonce: str, options: RunOptions) -> StorageOutcome:
     """Rank 0's part in the run (runner.py): lead the family, or say why it could not run."""
     assert options.storage is not None
-    if store is None or not nonce:
+    host = rank_hosts.get(0, "")
+    if store is None:
         return StorageOutcome(findings=storage_judge.could_not_start(
-            options.storage.path, rank_hosts.get(0, ""), "no store: the ranks cannot coordinate"))
-    return lead(store, rank_hosts, nonce, options.storage, options.timeout_s)
+            options.storage.path, host, "no store: the ranks cannot coordinate"))
+    # The run's nonce where the exchange agreed one; inside a job (preflight.check) a fresh one: either
+    # way this run's own, which no stale directory under PATH can carry.
+    nonce = nonce or secrets.token_hex(8)
+    try:
+        return lead(store, rank_hosts, nonce, options.storage, options.timeout_s)
+    except Exception as exc:  # the store failed under rank 0: release the others, never a pass
+        try:
+            Board(store).put(keys.STORAGE_PLAN_KEY, StoragePlan(directory="", nonce=nonce, share_bytes=0))
+        except Exception:  # the store is gone: the followers' waits end at their deadline
+            pass
+        return StorageOutcome(findings=storage_judge.could_not_start(options.storage.path, host,
+                                                                    f"{type(exc).__name__}: {exc}"[:200]))
 
 
 # -- what every rank does ------------------------------------------------------------------------
@@ -194,7 +207,9 @@ def _take_part(store: Any, rank: int, host: str, options: StorageOptions, timeou
     written: list[str] = []
     try:
         board.put(keys.storage_visit_key(rank), visit(rank, host, options.path, plan))
-        for index in range(storage_judge.MAX_PASSES):
+        # One more than the passes: the last round is always rank 0's done, after every read of the last
+        # pass is in (a rank that left after its own read would remove a file another rank still reads).
+        for index in range(storage_judge.MAX_PASSES + 1):
             step = board.wait(keys.storage_round_key(index), StorageRound, 0, wait_s)
             if not isinstance(step, StorageRound) or step.done:
                 return
@@ -261,8 +276,9 @@ def lead(store: Any, rank_hosts: dict[int, str], nonce: str, options: StorageOpt
         run_dir.make(nonce)
     except OSError as exc:
         board.put(keys.STORAGE_PLAN_KEY, StoragePlan(directory="", nonce=nonce, share_bytes=0))
-        return StorageOutcome(findings=storage_judge.could_not_start(options.path, rank_hosts.get(0, ""),
-                                                                    f"{run_dir.path}: {exc.strerror or exc}"))
+        return StorageOutcome(findings=storage_judge.could_not_start(
+            options.path, rank_hosts.get(0, ""), f"cannot make this run's directory {run_dir.name}: "
+            f"{exc.strerror or exc}"))
     plan = StoragePlan(directory=run_dir.name, nonce=nonce, share_bytes=options.share(world))
     own = threading.Thread(target=_own_part, args=(store, rank_hosts.get(0, ""), options, timeout_s),
                            daemon=True, name="storage-rank0")

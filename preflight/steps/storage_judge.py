@@ -290,8 +290,8 @@ class Judge:
 
 
 def could_not_start(path: str, host: str, why: str) -> list[Finding]:
-    """Rank 0 could not make this run's directory under PATH: the family could not run."""
-    return checks.storage_failed.report(StorageFailed(host, 0, f"cannot make this run's directory: {why}"))
+    """Rank 0 could not start or lead the family (no store, its directory under PATH): it could not run."""
+    return checks.storage_failed.report(StorageFailed(host, 0, f"{path}: {why}"))
 
 
 def _gbps(nbytes: int, seconds: float) -> float | None:
