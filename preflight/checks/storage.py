@@ -173,12 +173,12 @@ def read_back_differs(corrupt: Corrupt) -> Iterable[Problem]:
     "storage, a throttle or a degraded device): every synchronous save waits for the slowest host.",
 )
 def slow_storage(slow: SlowStorage) -> Iterable[Problem]:
-    """A host writes or reads the checkpoint path far slower than its siblings, confirmed by a second pass.
+    """A host writes or reads the checkpoint path far slower than its siblings, confirmed measured alone.
 
     Every rank writes its share at once and reads back another host's file; a host's rate is
     its ranks' bytes over their longest time. A host below half the median of the other hosts
-    is a suspect, and is measured again beside the fastest host (a known-good reference): it
-    is named only when below half the reference again. Half, not --straggler-ratio: ranks of
+    is a suspect, and is measured again alone, after the fastest other host alone (a
+    known-good reference): it is named only when below half the reference again. Half, not --straggler-ratio: ranks of
     one filesystem share it, and the faults this catches (a degraded client, a throttled
     path) cost several times. With one host there are no siblings to compare with.
     """

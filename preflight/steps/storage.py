@@ -16,8 +16,10 @@ rank taking part:
    a local cache cannot answer) and checksums it. Rates per host: its ranks' bytes over their
    longest time.
 4. Confirm before blame (as the bandwidth probes do, probes/confirm.py): hosts below half
-   their siblings' median in pass 0 write and read again in pass 1, beside the fastest host as
-   a known-good reference; only a host below half the reference again is named.
+   their siblings' median in pass 0 are measured again alone, one host per pass, after the
+   fastest other host alone as a known-good reference (alone: on a journaling filesystem one
+   host's fsync commits the others' data too); only a host below half the reference again is
+   named.
 5. Rank 0 says done; each rank removes what it wrote, and rank 0 the run's directory, also on
    SIGTERM (the `finally`s). A stale directory of another run has another nonce: never touched.
 

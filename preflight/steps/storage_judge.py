@@ -5,7 +5,7 @@ the free bytes and inodes, and its write and read rates per pass (its ranks' byt
 longest time, since they run at once). Across hosts: one filesystem everywhere (type, source,
 the directory mounted; and the options), options that slow every save, room for a checkpoint
 with headroom, read-backs whose checksum differs, hosts below SLOW_RATIO of their siblings'
-median in pass 0 and of the reference host in the confirming pass 1, and hosts below 0.9 x
+median in pass 0 and of the reference host when each is measured alone, and hosts below 0.9 x
 `--expect storage_write/storage_read`. The findings are checks/storage.py's.
 """
 
@@ -36,7 +36,11 @@ from preflight.model.storage import (
     StorageWrote,
 )
 
-MAX_PASSES = 2  # pass 0 every rank, pass 1 the suspects beside a reference host
+MAX_ALONE = 8  # suspects measured again alone, the slowest first: more is the filesystem, not a host
+# Pass 0 every rank at once; then the reference host alone, then each suspect alone: one host at a time,
+# so no host's fsync carries another's data (a journal commit flushes every writer's: whoever fsyncs
+# first pays for all, which made a healthy host look slow beside another in one pass).
+MAX_PASSES = 2 + MAX_ALONE
 # A host is slow below half its siblings' median, in both passes. Not --straggler-ratio (0.8):
 # the ranks of one filesystem share it, so a save's rates scatter more than a link's, and the
 # fault this looks for (a degraded client, a sync mount, a throttled path) costs several times.
@@ -59,6 +63,7 @@ class Judge:
         self.rates: list[dict[str, dict[str, float]]] = []  # per pass: figure -> host -> GB/s
         self.totals: list[dict[str, tuple[int, float]]] = []  # per pass: figure -> (bytes, longest seconds)
         self.passes = 0
+        self.confirm: list[str] = []  # the reference host, then the suspects: measured alone, in this order
 
     def host_of(self, rank: int) -> str:
         return self.rank_hosts.get(rank, "?")
@@ -116,23 +121,23 @@ class Judge:
             totals[figure] = (sum(b for _, b, _ in rows), max((s for _, _, s in rows), default=0.0))
         self.rates.append(rates)
         self.totals.append(totals)
-        if index + 1 >= MAX_PASSES or self.corrupt:
-            return []
+        if index > 0 or self.corrupt:
+            return self._ranks_of(self.confirm[index]) if index < len(self.confirm) else []
         suspects = {h for figure in FIGURES for h in self._suspects(rates[figure])}
-        if not suspects:
-            return []
-        reference = self._reference(rates, suspects)
+        reference = self._reference(rates, suspects) if suspects else None
         if reference is None:
             return []
-        self._second = (sorted(suspects), reference)
-        keep = suspects | {reference}
-        return [r for r in self.first_writers() if self.host_of(r) in keep]
+        # The slowest suspects first (by their worse figure against the median), at most MAX_ALONE of them.
+        worst = sorted(suspects, key=lambda h: min(rates[f].get(h, 0.0) / max(statistics.median(
+            [v for k, v in rates[f].items() if k != h] or [1.0]), 1e-12) for f in FIGURES))
+        self.confirm = [reference, *worst[:MAX_ALONE]]
+        return self._ranks_of(reference)
+
+    def _ranks_of(self, host: str) -> list[int]:
+        return [r for r in self.first_writers() if self.host_of(r) == host]
 
     def _asked(self, index: int) -> list[int]:
-        if index == 0:
-            return self.first_writers()
-        suspects, reference = self._second
-        return [r for r in self.first_writers() if self.host_of(r) in (*suspects, reference)]
+        return self.first_writers() if index == 0 else self._ranks_of(self.confirm[index - 1])
 
     def _suspects(self, rates: dict[str, float]) -> list[str]:
         out = []
@@ -148,21 +153,20 @@ class Judge:
         return max(good, key=lambda h: (rates["write"][h], rates["read"][h]), default=None)
 
     def slow(self) -> list[SlowStorage]:
-        """Hosts below the ratio in pass 0 (against their siblings' median) and pass 1 (against the reference)."""
-        if self.passes < 2:
-            return []
-        suspects, reference = self._second
+        """Hosts below the ratio in pass 0 (against their siblings' median) and again alone (against the
+        reference host, measured alone just before)."""
         out = []
-        for figure in FIGURES:
-            first, second = self.rates[0][figure], self.rates[1][figure]
-            for host in suspects:
+        for position, host in enumerate(self.confirm[1:], start=2):
+            if position >= len(self.rates):
+                break  # not measured again: never named
+            for figure in FIGURES:
+                first, again, reference = self.rates[0][figure], self.rates[position][figure], self.rates[1][figure]
                 others = [v for h, v in first.items() if h != host]
-                if host not in first or host not in second or reference not in second or not others:
+                if host not in first or host not in again or self.confirm[0] not in reference or not others:
                     continue
-                median = statistics.median(others)
-                if first[host] < self.ratio * median and second[host] < self.ratio * second[reference]:
-                    out.append(SlowStorage(host, figure, [first[host], second[host]], [median, second[reference]],
-                                           self.ratio))
+                median, ref = statistics.median(others), reference[self.confirm[0]]
+                if first[host] < self.ratio * median and again[host] < self.ratio * ref:
+                    out.append(SlowStorage(host, figure, [first[host], again[host]], [median, ref], self.ratio))
         return out
 
     def not_shared(self) -> list[NotShared]:
@@ -272,9 +276,9 @@ class Judge:
                 row.mount = mount
             if self.rates:
                 row.write_gbps, row.read_gbps = self.rates[0]["write"].get(host), self.rates[0]["read"].get(host)
-            if len(self.rates) > 1:
-                row.write_again_gbps = self.rates[1]["write"].get(host)
-                row.read_again_gbps = self.rates[1]["read"].get(host)
+            if host in self.confirm and self.confirm.index(host) + 1 < len(self.rates):
+                again = self.rates[self.confirm.index(host) + 1]
+                row.write_again_gbps, row.read_again_gbps = again["write"].get(host), again["read"].get(host)
             rows.append(row)
         out = StorageSection(path=self.options.path, share_bytes=self.plan.share_bytes,
                              checkpoint_size=self.options.checkpoint_size, headroom=HEADROOM, hosts=rows,
