@@ -55,6 +55,8 @@ class Judge:
     def __init__(self, options: StorageOptions, plan: StoragePlan, rank_hosts: dict[int, str],
                  visits: dict[int, StorageVisit], ratio: float = SLOW_RATIO) -> None:
         self.options, self.plan, self.rank_hosts, self.visits, self.ratio = options, plan, rank_hosts, visits, ratio
+        for rank, v in visits.items():  # a rank speaks for its own host only: the one the exchange knows it on
+            v.host = rank_hosts.get(rank, v.host)
         self.hosts = list(dict.fromkeys(rank_hosts[r] for r in sorted(rank_hosts)))  # job order
         self.failed: list[StorageFailed] = [StorageFailed(h, r, "no answer from this rank about PATH in time")
                                             for r, h in sorted(rank_hosts.items()) if r not in visits]
@@ -117,7 +119,8 @@ class Judge:
             per_host: dict[str, list[tuple[int, float]]] = defaultdict(list)
             for rank, nbytes, seconds in rows:
                 per_host[self.host_of(rank)].append((nbytes, seconds))
-            rates[figure] = {host: _gbps(sum(b for b, _ in xs), max(s for _, s in xs)) for host, xs in per_host.items()}
+            rates[figure] = {host: rate for host, xs in per_host.items()
+                             if (rate := _gbps(sum(b for b, _ in xs), max(s for _, s in xs))) is not None}
             totals[figure] = (sum(b for _, b, _ in rows), max((s for _, _, s in rows), default=0.0))
         self.rates.append(rates)
         self.totals.append(totals)

@@ -21,9 +21,13 @@ from preflight.channel import keys
 from preflight.channel.board import BadValue, Board, decode_value
 from preflight.channel.keys import listed_ranks
 from preflight.channel.liveness import read_dead
+from preflight.lib.storage_options import StorageOptions
 from preflight.model import messages as m
+from preflight.model import storage as sm
 from preflight.model.codec import encode
 from preflight.model.reachability import ReachListener
+from preflight.steps.storage import _gather
+from preflight.steps.storage_judge import Judge
 from tests.fuzz.strategies import FUZZ, FUZZ_SLOW, json_value
 
 # Every message family and its type (model/messages.py), with one valid value each.
@@ -43,6 +47,12 @@ FAMILIES: dict[str, tuple[Any, Any]] = {
     "gt/0/t/1": (m.RoundTimes, m.RoundTimes([0.1], [0.2])),
     "reach/listener/h1": (ReachListener, ReachListener("h1", "10.0.0.1", "eth0", 4000, rank=1)),
     "reach/result/h1": (m.ReachResult, m.ReachResult("h1", "eth0", "10.0.0.1", [m.ReachProbe("h0")])),
+    "storage/plan": (sm.StoragePlan, sm.StoragePlan(".preflight-storage-x", "x", 2**20)),
+    "storage/visit/1": (sm.StorageVisit, sm.StorageVisit(1, "h1", True, mount=sm.MountView("/c", "nfs4", "f:/c"))),
+    "storage/round/0": (sm.StorageRound, sm.StorageRound(0, [0, 1])),
+    "storage/0/w/1": (sm.StorageWrote, sm.StorageWrote(1, "/c/r1.p0", 2**20, 0.1, "ab")),
+    "storage/0/read": (sm.StorageReads, sm.StorageReads([[0, 1], [1, 0]])),
+    "storage/0/r/1": (sm.StorageRead, sm.StorageRead(1, 0, 2**20, 0.1, "ab")),
 }
 
 raw_value = st.one_of(st.binary(max_size=200), json_value.map(msgspec.json.encode),
@@ -174,3 +184,30 @@ def test_rank_0s_read_of_the_rechecks_raises_nothing(raw: bytes, key: str) -> No
 
     into = list[int] if key.startswith("xid") else list[IbCounters]
     assert set(_arrived(store_with(key, raw), [key], into, 0.01)) <= {key}
+
+
+@pytest.fixture(scope="module")
+def torch_imported() -> None:
+    """torch.distributed imported before the first example (seconds on a loaded machine: not the example's time)."""
+    import torch.distributed  # noqa: F401
+
+
+@FUZZ_SLOW
+@given(raw_value, raw_value, raw_value)
+def test_rank_0s_judgement_of_the_storage_family_raises_nothing(torch_imported: None, visit: bytes, wrote: bytes,
+                                                                 read: bytes) -> None:
+    """Fuzzed visits, writes and reads from rank 1 (rank 0's own are valid): a finding or nothing, never raised."""
+    store = store_with(keys.storage_visit_key(1), visit, storage__0__w__1=wrote, storage__0__r__1=read)
+    board = Board(store)
+    board.put(keys.storage_visit_key(0), sm.StorageVisit(0, "h0", True, mount=sm.MountView("/c", "nfs4", "f:/c")))
+    board.put(keys.storage_wrote_key(0, 0), sm.StorageWrote(0, "/c/r0.p0", 2**20, 0.1, "ab"))
+    board.put(keys.storage_read_key(0, 0), sm.StorageRead(0, 1, 2**20, 0.1, "ab"))
+    visits = _gather(board, [keys.storage_visit_key(r) for r in (0, 1)], [0, 1], sm.StorageVisit, 0.05)
+    judge = Judge(StorageOptions("/tmp", checkpoint_size=2**30), sm.StoragePlan("d", "x", 2**20), {0: "h0", 1: "h1"},
+                  visits)
+    wrote_got = _gather(board, [keys.storage_wrote_key(0, r) for r in (0, 1)], [0, 1], sm.StorageWrote, 0.05)
+    judge.pairs(0, wrote_got)
+    read_got = _gather(board, [keys.storage_read_key(0, r) for r in (0, 1)], [0, 1], sm.StorageRead, 0.05)
+    judge.add_pass(0, wrote_got, read_got)
+    assert all(f.check_id.startswith("STO") for f in judge.findings())
+    judge.section(0.1)
