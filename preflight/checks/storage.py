@@ -178,9 +178,11 @@ def slow_storage(slow: SlowStorage) -> Iterable[Problem]:
     Every rank writes its share at once and reads back another host's file; a host's rate is
     its ranks' bytes over their longest time. A host below half the median of the other hosts
     is a suspect, and is measured again alone, after the fastest other host alone (a
-    known-good reference): it is named only when below half the reference again. Half, not --straggler-ratio: ranks of
-    one filesystem share it, and the faults this catches (a degraded client, a throttled
-    path) cost several times. With one host there are no siblings to compare with.
+    known-good reference), twice, interleaved: it is named only when its best alone is below
+    half the reference's best alone (noise on a loaded host only ever slows a measurement).
+    Half, not --straggler-ratio: ranks of one filesystem share it, and the faults this
+    catches (a degraded client, a throttled path) cost several times. With one host there
+    are no siblings to compare with.
     """
     passes = ", ".join(f"{v:.3g} vs {s:.3g}" for v, s in zip(slow.passes, slow.siblings_passes))
     yield Problem(

@@ -17,9 +17,10 @@ rank taking part:
    longest time.
 4. Confirm before blame (as the bandwidth probes do, probes/confirm.py): hosts below half
    their siblings' median in pass 0 are measured again alone, one host per pass, after the
-   fastest other host alone as a known-good reference (alone: on a journaling filesystem one
-   host's fsync commits the others' data too); only a host below half the reference again is
-   named.
+   fastest other host alone as a known-good reference, twice, interleaved (alone: on a
+   journaling filesystem one host's fsync commits the others' data too; twice: noise only
+   ever slows a measurement down, so each host's best alone counts); only a host whose best
+   alone is below half the reference's is named.
 5. Rank 0 says done; each rank removes what it wrote, and rank 0 the run's directory, also on
    SIGTERM (the `finally`s). A stale directory of another run has another nonce: never touched.
 

@@ -36,11 +36,12 @@ from preflight.model.storage import (
     StorageWrote,
 )
 
-MAX_ALONE = 8  # suspects measured again alone, the slowest first: more is the filesystem, not a host
+MAX_ALONE = 4  # suspects measured again alone, the slowest first: more is the filesystem, not a host
+ALONE_REPEATS = 2  # each of them and the reference, interleaved; the best of its passes alone counts
 # Pass 0 every rank at once; then the reference host alone, then each suspect alone: one host at a time,
 # so no host's fsync carries another's data (a journal commit flushes every writer's: whoever fsyncs
 # first pays for all, which made a healthy host look slow beside another in one pass).
-MAX_PASSES = 2 + MAX_ALONE
+MAX_PASSES = 1 + ALONE_REPEATS * (1 + MAX_ALONE)
 # A host is slow below half its siblings' median, in both passes. Not --straggler-ratio (0.8):
 # the ranks of one filesystem share it, so a save's rates scatter more than a link's, and the
 # fault this looks for (a degraded client, a sync mount, a throttled path) costs several times.
@@ -133,7 +134,9 @@ class Judge:
         # The slowest suspects first (by their worse figure against the median), at most MAX_ALONE of them.
         worst = sorted(suspects, key=lambda h: min(rates[f].get(h, 0.0) / max(statistics.median(
             [v for k, v in rates[f].items() if k != h] or [1.0]), 1e-12) for f in FIGURES))
-        self.confirm = [reference, *worst[:MAX_ALONE]]
+        # Each measured alone twice, interleaved (reference, suspects, reference, suspects): its best counts,
+        # since noise (a descheduled writer on a loaded host) only ever slows a measurement down.
+        self.confirm = [reference, *worst[:MAX_ALONE]] * ALONE_REPEATS
         return self._ranks_of(reference)
 
     def _ranks_of(self, host: str) -> list[int]:
@@ -155,21 +158,31 @@ class Judge:
         good = [h for h in rates["write"] if h not in suspects and h in rates["read"]]
         return max(good, key=lambda h: (rates["write"][h], rates["read"][h]), default=None)
 
+    def alone(self, figure: str, host: str) -> float | None:
+        """The host's best `figure` over the passes it was measured alone in (None: never)."""
+        rates = [self.rates[i + 1][figure].get(host) for i, h in enumerate(self.confirm)
+                 if h == host and i + 1 < len(self.rates)]
+        return max((r for r in rates if r is not None), default=None)
+
     def slow(self) -> list[SlowStorage]:
-        """Hosts below the ratio in pass 0 (against their siblings' median) and again alone (against the
-        reference host, measured alone just before)."""
+        """Hosts below the ratio in pass 0 (against their siblings' median) and alone (their best alone against
+        the reference host's best alone)."""
         out = []
-        for position, host in enumerate(self.confirm[1:], start=2):
-            if position >= len(self.rates):
-                break  # not measured again: never named
+        if not self.confirm:
+            return out
+        reference = self.confirm[0]
+        for host in dict.fromkeys(self.confirm[1:]):
+            if host == reference:
+                continue
             for figure in FIGURES:
-                first, again, reference = self.rates[0][figure], self.rates[position][figure], self.rates[1][figure]
+                first = self.rates[0][figure]
                 others = [v for h, v in first.items() if h != host]
-                if host not in first or host not in again or self.confirm[0] not in reference or not others:
-                    continue
-                median, ref = statistics.median(others), reference[self.confirm[0]]
-                if first[host] < self.ratio * median and again[host] < self.ratio * ref:
-                    out.append(SlowStorage(host, figure, [first[host], again[host]], [median, ref], self.ratio))
+                again, ref = self.alone(figure, host), self.alone(figure, reference)
+                if host not in first or again is None or ref is None or not others:
+                    continue  # not measured again: never named
+                median = statistics.median(others)
+                if first[host] < self.ratio * median and again < self.ratio * ref:
+                    out.append(SlowStorage(host, figure, [first[host], again], [median, ref], self.ratio))
         return out
 
     def not_shared(self) -> list[NotShared]:
@@ -235,10 +248,9 @@ class Judge:
         return out
 
     def _counted(self, figure: str, host: str) -> float | None:
-        for rates in reversed(self.rates):
-            if host in rates[figure]:
-                return rates[figure][host]
-        return None
+        """The host's best alone where it was measured alone, else its pass-0 rate."""
+        alone = self.alone(figure, host)
+        return alone if alone is not None else (self.rates[0][figure].get(host) if self.rates else None)
 
     def findings(self) -> list[Finding]:
         """Every finding of the family, through its checks."""
@@ -279,9 +291,7 @@ class Judge:
                 row.mount = mount
             if self.rates:
                 row.write_gbps, row.read_gbps = self.rates[0]["write"].get(host), self.rates[0]["read"].get(host)
-            if host in self.confirm and self.confirm.index(host) + 1 < len(self.rates):
-                again = self.rates[self.confirm.index(host) + 1]
-                row.write_again_gbps, row.read_again_gbps = again["write"].get(host), again["read"].get(host)
+            row.write_again_gbps, row.read_again_gbps = self.alone("write", host), self.alone("read", host)
             rows.append(row)
         out = StorageSection(path=self.options.path, share_bytes=self.plan.share_bytes,
                              checkpoint_size=self.options.checkpoint_size, headroom=HEADROOM, hosts=rows,

@@ -56,13 +56,13 @@ def test_a_host_with_a_private_path_is_named_alone_and_a_healthy_run_names_nobod
         private = tmp_path / f"private{attempt}"
         private.mkdir()
         _shared(hosts, shared, path)
-        healthy = _run(hosts, tmp_path / f"healthy{attempt}.json", path, "--storage-budget", "1M")
+        healthy = _run(hosts, tmp_path / f"healthy{attempt}.json", path, "--storage-budget", "4M")
         assert _storage(healthy) == [] and healthy["exit_code"] == 0, healthy["findings"]
         assert [h["host"] for h in healthy["storage"]["hosts"]] == [h.hostname for h in hosts]
         assert all(h["sees"] and h["write_gbps"] and h["read_gbps"] for h in healthy["storage"]["hosts"])
 
         _shared(hosts, shared, path, private={1: private})
-        report = _run(hosts, tmp_path / f"private{attempt}.json", path, "--storage-budget", "1M")
+        report = _run(hosts, tmp_path / f"private{attempt}.json", path, "--storage-budget", "4M")
         [finding] = _storage(report)
         assert finding["check_id"] == "STO001" and finding["hosts"] == [hosts[1].hostname], finding
         assert f"[{private}]" in finding["message"] and f"[{shared}]" in finding["message"]
