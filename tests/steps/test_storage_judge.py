@@ -118,3 +118,12 @@ def test_mountinfo_names_the_mount_holding_a_path_and_its_bind_root() -> None:
     assert mount_of("/home", text).mount_point == "/"
     assert slow_options(mount_of("/ckpt", text)) == ["sync"]
     assert parse_line("garbage") is None and parse_line("1 2 3 4 5 6 7") is None
+
+
+def test_below_the_expected_rate_is_an_error_naming_each_host(tmp_path: Path) -> None:
+    judge = _judge(tmp_path, expect_write=1.0, expect_read=0.05)
+    _pass(judge, 0, {"n1": 0.01, "n2": 0.01, "n3": 0.01})  # 2 MiB per host in 10 ms: 0.21 GB/s
+    found = judge.findings()
+    assert {(f.check_id, f.hosts[0], f.data["figure"]) for f in found} == {
+        ("STO008", host, "write") for host in ("n1", "n2", "n3")}
+    assert all(f.severity.value == "error" and f.blames_host for f in found)
