@@ -32,6 +32,7 @@ from preflight.checks.probe_findings import probe_hang
 from preflight.lib.errors import BadInput
 from preflight.lib.interrupts import interrupts_raised
 from preflight.lib.mesh_shape import KNOWN_NAMES, WORLD_DIM, MeshDim, dim_groups
+from preflight.lib.storage_options import storage_path
 from preflight.model import ExitCode, JobReport
 from preflight.model.job_groups import JobGroups
 from preflight.options import RunOptions, history_url
@@ -72,7 +73,8 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
           json: Path | None = None, html: Path | None = None, junit: Path | None = None, text: Path | None = None,
           exclude_file: Path | None = None, quiet: bool = False, out_dir: Path | None = None,
           device_budget_s: float | None = None, device_sustain_s: float = 0.0,
-          history: str | None = None, metrics: Path | None = None, on_failure: OnFailure = "raise") -> JobReport:
+          history: str | None = None, metrics: Path | None = None, storage: Path | str | None = None,
+          checkpoint_size: str = "", storage_budget: str = "", on_failure: OnFailure = "raise") -> JobReport:
     """Run preflight's steps on this job's own process groups; call it on every rank. Returns the JobReport.
 
     mesh: the job's DeviceMesh over the whole world (init_device_mesh's row-major layout; built
@@ -82,7 +84,8 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     `--check-timeout`, `--probe-timeout`, `--only`, `--skip`, `--silence`, `--strict`, `--sizes`,
     `--ops`, `--expect`, `--json`/`--html`/`--junit`/`--text`/`--exclude-file` written by rank 0,
     `--quiet`, `--out-dir`, `--device-budget`, `--device-sustain`, `--history` (None:
-    $PREFLIGHT_HISTORY), `--metrics`). on_failure: "raise" PreflightFailed on every rank, "warn" a
+    $PREFLIGHT_HISTORY), `--metrics`, `--storage` (None: $PREFLIGHT_STORAGE), `--checkpoint-size`,
+    `--storage-budget`). on_failure: "raise" PreflightFailed on every rank, "warn" a
     PreflightWarning and return, "return" the report silently (its exit_code says).
     A call that is wrong on its face (no process group, a mesh of another world, a keyword of
     the wrong type or value) raises RuntimeError, TypeError or ValueError on that rank before
@@ -108,6 +111,7 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
                                                    exclude=exclude_file, quiet=quiet),  # type: ignore[arg-type]
             backend=backend, device_budget_s=device_budget_s, device_sustain_s=device_sustain_s,
             history=history_url(history), metrics=metrics,  # type: ignore[arg-type]
+            storage=storage_path(storage), checkpoint_size=checkpoint_size, storage_budget=storage_budget,
             command_line=f"preflight.check({_mesh_repr(dims)})")
         options = replace(options, mesh=dims, world_size=world_size)
         world = resolve_world(os.environ)

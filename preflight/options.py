@@ -26,6 +26,7 @@ from typing import Any
 from preflight.lib.errors import BadInput, BadOptionType
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim, mesh_text, parse_mesh_syntax, resolve_dims
 from preflight.lib.numbers import ascii_decimal, ascii_int, shown
+from preflight.lib.storage_options import MAX_CHECKPOINT, StorageOptions
 from preflight.registry import Tags, get_check
 from preflight.reports.targets import ReportTargets
 
@@ -35,8 +36,8 @@ OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "send_recv", 
 
 # Sizes as nccl-tests reads `-b 1M`: a bare K/M/G is binary (1M = 1,048,576 bytes); KiB/MiB/GiB say so
 # explicitly, and KB/MB/GB are the SI (decimal) units, for whoever means them.
-_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30,
-          "KB": 10**3, "MB": 10**6, "GB": 10**9}
+_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30,
+          "TIB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _SIZE = re.compile(r"([0-9.]{1,32})\s{0,8}([A-Za-z]{0,8})", re.ASCII)
 MAX_SIZE = 2**36  # 64 GiB: no collective probe message is larger
 MAX_RATE = 1e6  # GB/s (1 PB/s): an --expect above it is a typo
@@ -60,7 +61,8 @@ FLAGS = {"timeout_s": "--timeout", "check_timeout_s": "--check-timeout", "probe_
          "quiet": "--quiet", "backend": "--backend", "localize": "--localize",
          "device_budget_s": "--device-budget", "device_sustain_s": "--device-sustain", "history": "--history",
          "history_timeout_s": "--history-timeout", "metrics": "--metrics", "flaky_failures": "--flaky",
-         "flaky_window": "--flaky"}
+         "flaky_window": "--flaky", "storage": "--storage", "checkpoint_size": "--checkpoint-size",
+         "storage_budget": "--storage-budget"}
 
 
 @dataclass
@@ -108,6 +110,8 @@ class RunOptions:
     metrics: str | None = None  # --metrics: Prometheus textfile for node_exporter
     flaky_failures: int = 3  # --flaky K/N: failed in K ...
     flaky_window: int = 10  # ... of its last N recorded runs
+    # the storage family (steps/storage.py): None without --storage / PREFLIGHT_STORAGE
+    storage: StorageOptions | None = None
     # facts
     sysfs_root: str = "/sys"
     verdict_file: str | None = None  # `preflight launch` reads rank 0's code here
@@ -145,6 +149,8 @@ class RunOptions:
             if _count(name, getattr(self, name)) is None:
                 raise BadOptionType(f"{option_name(name)} must be a whole number, not None")
         check_flaky(self.flaky_failures, self.flaky_window)
+        if self.storage is not None and not isinstance(self.storage, StorageOptions):
+            raise BadOptionType(f"storage must be a StorageOptions, not {type(self.storage).__name__}")
         if self.world_size is not None:
             self.mesh = resolve_dims(self.mesh, self.world_size)
         names = {d.name for d in self.mesh} | {WORLD_DIM} | ({"dp"} if self.world_size is None else set())
@@ -155,15 +161,23 @@ class RunOptions:
 
     @classmethod
     def parse(cls, *, mesh: str = "", sizes: str = "", ops: str = "", expect: str = "", flaky: str = "",
-              **typed: Any) -> RunOptions:
-        """RunOptions from --mesh, --sizes, --ops, --expect and --flaky as written, plus the fields already typed."""
-        for name, text in (("mesh", mesh), ("sizes", sizes), ("ops", ops), ("expect", expect), ("flaky", flaky)):
+              storage: Any = None, checkpoint_size: str = "", storage_budget: str = "", **typed: Any) -> RunOptions:
+        """RunOptions from --mesh, --sizes, --ops, --expect, --flaky and the storage flags as written
+        (storage: a path or None), plus the fields already typed."""
+        for name, text in (("mesh", mesh), ("sizes", sizes), ("ops", ops), ("expect", expect), ("flaky", flaky),
+                           ("checkpoint_size", checkpoint_size), ("storage_budget", storage_budget)):
             if not isinstance(text, str):
                 raise BadOptionType(f"{name} must be a string as on the command line (e.g. sizes=\"1M,64M\"), "
                                     f"not {type(text).__name__}")
         if flaky:
             typed["flaky_failures"], typed["flaky_window"] = parse_flaky(flaky)
+        expect, storage_expect = split_storage_expect(expect)
         mesh_expect, device_expect = split_device_expect(expect)
+        if storage is not None:
+            typed["storage"] = storage_options(storage, checkpoint_size, storage_budget, storage_expect)
+        elif checkpoint_size or storage_budget or storage_expect:
+            raise BadInput("--checkpoint-size, --storage-budget and --expect storage_*: only with --storage PATH "
+                           "(or PREFLIGHT_STORAGE)")
         return cls(mesh=parse_mesh_syntax(mesh), sizes=parse_sizes(sizes), ops=parse_ops(ops),
                    expect=parse_expect(mesh_expect), device_expect=device_expect, **typed)
 
@@ -298,18 +312,19 @@ def parse_count(text: str) -> int:
     return ascii_int(text, "value", minimum=0, maximum=MAX_COUNT)
 
 
-def parse_size(text: str) -> int:
-    """`64M` and `64MiB` -> 67_108_864, `64MB` -> 64_000_000, `4096` -> 4096 (K/M/G binary, as nccl-tests)."""
+def parse_size(text: str, flag: str = "--sizes", maximum: int = MAX_SIZE) -> int:
+    """`64M` and `64MiB` -> 67_108_864, `64MB` -> 64_000_000, `4096` -> 4096 (K/M/G binary, as nccl-tests);
+    T/TiB/TB too, for a checkpoint's size."""
     match = _SIZE.fullmatch(text.strip())
     unit = match.group(2).upper() if match else ""
     if not match or unit not in _UNITS:
-        raise BadInput(f"--sizes: {shown(text)} is not a size (e.g. 1M, 64MiB, 4096)")
-    number = ascii_decimal(match.group(1), "--sizes")
-    if number * _UNITS[unit] > MAX_SIZE:
-        raise BadInput(f"--sizes: {shown(text)} is above the maximum {MAX_SIZE} bytes (64 GiB)")
+        raise BadInput(f"{flag}: {shown(text)} is not a size (e.g. 1M, 64MiB, 4096)")
+    number = ascii_decimal(match.group(1), flag)
+    if number * _UNITS[unit] > maximum:
+        raise BadInput(f"{flag}: {shown(text)} is above the maximum {maximum} bytes")
     value = int(number * _UNITS[unit])
     if value <= 0:
-        raise BadInput(f"--sizes: {shown(text)} must be positive")
+        raise BadInput(f"{flag}: {shown(text)} must be positive")
     return value
 
 
@@ -399,6 +414,33 @@ def split_device_expect(text: str) -> tuple[str, dict[str, float]]:
         figure = "copy" if name == "hbm" else name
         device[figure] = parse_flops(rate) if DEVICE_FIGURES[name] == "flops" else parse_rate(rate)
     return ",".join(rest), device
+
+
+STORAGE_FIGURES = ("storage_write", "storage_read")  # --expect's storage figures: GB/s per host
+
+
+def split_storage_expect(text: str) -> tuple[str, dict[str, float]]:
+    """`tp=300GB/s,storage_write=2GB/s` -> ("tp=300GB/s", {"storage_write": 2.0}): the storage figures
+    taken out and parsed; the rest is left for the device and mesh figures."""
+    if not text.strip():
+        return text, {}
+    rest, storage = [], {}
+    for part in _bounded_list(text, "--expect"):
+        name, _, rate = part.partition("=")
+        if name.strip() in STORAGE_FIGURES:
+            storage[name.strip()] = parse_rate(rate)
+        else:
+            rest.append(part)
+    return ",".join(rest), storage
+
+
+def storage_options(path: Any, checkpoint_size: str, budget: str, expect: dict[str, float]) -> StorageOptions:
+    """The storage family's options from --storage, --checkpoint-size, --storage-budget as written and
+    --expect's storage figures; StorageOptions checks the path (BadInput: exit 2 before the run)."""
+    return StorageOptions(
+        path, checkpoint_size=parse_size(checkpoint_size, "--checkpoint-size", MAX_CHECKPOINT) if checkpoint_size
+        else None, **({"budget": parse_size(budget, "--storage-budget")} if budget else {}),
+        expect_write=expect.get("storage_write"), expect_read=expect.get("storage_read"))
 
 
 def parse_expect(text: str) -> dict[str, float]:

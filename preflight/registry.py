@@ -63,6 +63,7 @@ class Tags:
     PROBE = "probe"  # also switches the collective probes on or off
     RUN = "run"
     SOFTWARE = "software"
+    STORAGE = "storage"  # the checkpoint path (--storage): also switches the storage family on or off
     WORLD = "world"
 
     @classmethod
@@ -184,6 +185,12 @@ class EngineCheck(Generic[P]):
     def report(self, *args: P.args, **kwargs: P.kwargs) -> list[Finding]:
         """The findings of what the engine observed."""
         return [self.spec.finding(problem) for problem in self.spec.func(*args, **kwargs)]
+
+    def outcome(self, found: Iterable[Finding]) -> CheckOutcome:
+        """This check's outcome among `found`: its worst finding's severity, OK when it found nothing."""
+        mine = [f.severity for f in found if f.check_id == self.spec.id]
+        status = max(mine, key=lambda s: s.rank, default=Severity.OK)
+        return CheckOutcome(self.spec.id, self.spec.tag, self.spec.scope, self.spec.title, status)
 
     def __repr__(self) -> str:
         return f"EngineCheck({self.spec.id})"

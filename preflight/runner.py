@@ -54,7 +54,7 @@ from preflight.probes.nominal import annotate as annotate_nominal_rates
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable
-from preflight.steps import history, recheck, tcp_reach
+from preflight.steps import history, recheck, storage, tcp_reach
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
 from preflight.steps.launchers import node_level, resolve_world
 from preflight.steps.phases import Phases, phase_display
@@ -186,6 +186,12 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
             record.findings += stale_files_ignored.report(folder=str(exchange.out_dir), files=collected.stale_files)
     with phases.step("reachability"):  # 5
         record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
+    if storage.enabled(options):  # the checkpoint path, before the cross checks: its errors stop the probes
+        with phases.step("storage"):
+            found = storage.run_lead(exchange.store, {f.rank: f.host for f in record.all_facts}, record.nonce, options)
+            record.storage = found.section
+            record.findings += found.findings
+            record.outcomes += found.outcomes()
     with phases.step("cross checks"):  # 6
         job = JobView(**vars(ctx), ranks=record.all_facts, duplicate_ranks=collected.duplicates,
                       dead_ranks=sorted(collected.dead), reachability=record.reachability,
@@ -218,6 +224,9 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
     world, options = record.world, record.options
     with phases.step("reachability"):  # 5
         tcp_reach.take_part(reach, options.timeout_s)
+    if storage.enabled(options) and exchange.has_channel() and options.storage is not None:
+        with phases.step("storage"):
+            storage.take_part(exchange.store, world.rank, world.host, options.storage, options.timeout_s)
     if not exchange.has_channel():
         # Its finding's id, as every finding carries one (PORT004: the store is another run's).
         check_id = f"{foreign_store.id}: " if exchange.foreign else ""

@@ -41,7 +41,9 @@ def torchrun(out: Path, mode: str, env: dict[str, str] | None = None, code: int 
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dict[str, Any]]]:
     out = tmp_path_factory.mktemp("api-healthy")
-    return out, torchrun(out, "full", {"PREFLIGHT_HISTORY": f"sqlite:///{out / 'history.db'}"})
+    (out / "ckpt").mkdir()  # preflight.check(storage=None) reads PREFLIGHT_STORAGE, as the CLI does
+    return out, torchrun(out, "full", {"PREFLIGHT_HISTORY": f"sqlite:///{out / 'history.db'}",
+                                       "PREFLIGHT_STORAGE": str(out / "ckpt")})
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +74,11 @@ def test_a_healthy_job_passes_then_trains_on_its_own_groups(healthy: tuple[Path,
     world = json.loads((out / "world.json").read_text())
     assert world["meta"]["mesh"] == "" and {p["dim"] for p in world["probes"]} == {"world"}
     assert report["meta"]["run_id"] != world["meta"]["run_id"]  # a second call, its own keys
+    # the checkpoint path (PREFLIGHT_STORAGE), over the job's own store: one host, every rank saw it, nothing left
+    [host] = report["storage"]["hosts"]
+    assert host["ranks"] == [0, 1, 2, 3] and host["sees"] and host["write_gbps"] and host["read_gbps"]
+    assert not [f for f in report["findings"] if f["check_id"].startswith("STO")]
+    assert list((out / "ckpt").iterdir()) == []
 
 
 def test_each_check_call_is_recorded_in_the_history(healthy: tuple[Path, dict]) -> None:
@@ -119,6 +126,7 @@ def test_bad_calls_give_one_clear_error_each(healthy: tuple[Path, dict]) -> None
         ("ValueError", "unknown tag 'nosuchtag'"),
         ("ValueError", "probe_timeout_s (--probe-timeout)=1000000000.0: must be above 0 and at most 604800"),
         ("TypeError", "device_budget_s (--device-budget) must be a number of seconds, not str"),
+        ("ValueError", "--storage '/nonexistent/ckpt': no such directory on this host"),
     ]
     for record in ranks.values():
         assert len(record["errors"]) == len(expected)

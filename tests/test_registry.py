@@ -108,8 +108,10 @@ def test_who_is_blamed_is_declared_by_the_check_and_survives_json() -> None:
     gpu_faults = {"GPU003", "GPU004", "GPU007", "GPU008", "GPU009", "GPU011", "GPU014", "GPU016", "GPU018", "GPU031",
                   "GPU040"}  # checks/gpu_health.py, gpu_agreement.py: a faulty GPU is the host's fault
     device_faults = {"DEV001", "DEV002"}  # checks/device_probe.py: a GPU that computes wrong numbers
+    # checks/storage.py: a host without the shared checkpoint path, corrupting it, or below --expect on it
+    storage_faults = {"STO001", "STO006", "STO008"}
     assert blaming == {"BW001", "BW002", "BW005", "BW012", "NET008", "RANK001", "NIC001", "RUN008"} | gpu_faults \
-        | device_faults
+        | device_faults | storage_faults
     spec = get_check("RANK001")
     assert spec is not None
     [finding] = [spec.finding(problem) for problem in missing_ranks(JobView(world_size=1))]

@@ -42,6 +42,7 @@ from preflight.model.messages import (
     Verdict,
 )
 from preflight.model.reachability import ReachListener
+from preflight.model.storage import StoragePlan, StorageRead, StorageReads, StorageRound, StorageVisit, StorageWrote
 
 T = TypeVar("T")
 
@@ -163,6 +164,15 @@ LOCALIZE = Family[LocalizePlan]("localize", LocalizePlan, RANK0, FOLLOWERS + " (
 PAIR = Family[PairTimes]("pair/{rank}", PairTimes, EVERY, RANK0 + " (localize.py)")
 ROUND = Family[RoundPlan]("gt/{index}", RoundPlan, RANK0, "the round's members (hosttest.py)")
 ROUND_TIMES = Family[RoundTimes]("gt/{index}/t/{rank}", RoundTimes, "a round's member", RANK0 + " (hosttest.py)")
+
+# -- the storage family (steps/storage.py), under storage/ -----------------------------------
+STORAGE_PLAN = Family[StoragePlan]("storage/plan", StoragePlan, RANK0, EVERY + " (its per-run directory, nonce)")
+STORAGE_VISIT = Family[StorageVisit]("storage/visit/{rank}", StorageVisit, EVERY + " (what it found at PATH)", RANK0)
+STORAGE_ROUND = Family[StorageRound]("storage/round/{index}", StorageRound, RANK0, EVERY + " (who writes, or done)")
+STORAGE_READY = Family[int]("storage/{index}/ready", Counter, "a pass's writers", "the same (start together)")
+STORAGE_WROTE = Family[StorageWrote]("storage/{index}/w/{rank}", StorageWrote, "a pass's writer", RANK0)
+STORAGE_READS = Family[StorageReads]("storage/{index}/read", StorageReads, RANK0, EVERY + " (whose file it reads)")
+STORAGE_READ = Family[StorageRead]("storage/{index}/r/{rank}", StorageRead, "a pass's reader", RANK0)
 
 TABLE: tuple[Family[Any], ...] = tuple(v for v in list(globals().values()) if isinstance(v, Family))
 

@@ -55,12 +55,14 @@ def below_own_history(drop: Drop) -> Iterable[Problem]:
     (at least 5). The p10 is the subject's own noise floor; a whole job slowed the same way
     passes the straggler rule, not this one. A host is named only when every figure of it the
     history can judge is below its past (one slow group shared with a slow host does not name
-    a healthy one). Rules in docs/history.md.
+    a healthy one). The checkpoint path's write and read rates per host (--storage) are
+    judged the same way, each on its own. Rules in docs/history.md.
     """
     row, past = drop.row, drop.past
     who = f"GPU {row.gpu_uuid} on {row.host}" if row.gpu_uuid else row.host
+    what = f"{row.dim} {row.op} busbw" if row.kind == "collective" else f"{row.dim} {row.op}".strip()
     yield Problem(
-        f"{who}: {row.dim} {row.op} busbw {row.value:.3g} {row.unit} at {human_bytes(row.size_bytes)}, its last "
+        f"{who}: {what} {row.value:.3g} {row.unit} at {human_bytes(row.size_bytes)}, its last "
         f"{len(past.values)} runs' median {past.median:.3g} {row.unit} ({row.value / past.median:.0%}; "
         f"below {1 - drop.margin:.0%} of its p10 {past.p10:.3g})",
         hosts=[row.host] if row.host else [],

@@ -19,6 +19,7 @@ from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.hostlist import MAX_HOSTS
 from preflight.lib.interrupts import ignore_interrupts, interrupts_raised
 from preflight.lib.numbers import ascii_int
+from preflight.lib.storage_options import storage_path
 from preflight.model import ExitCode
 from preflight.options import (
     BACKENDS,
@@ -209,6 +210,26 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     probe.add_argument("--strict-bandwidth", action="store_true",
                        help="a group below its expected busbw (`preflight explain expectations`) is an error, not a "
                        "warning (default: a warning)")
+    add_storage_options(parser)
+
+
+def add_storage_options(parser: argparse.ArgumentParser) -> None:
+    """The storage family's flags (steps/storage.py): off unless --storage or PREFLIGHT_STORAGE names a path."""
+    from preflight.lib.storage_options import DEFAULT_BUDGET, HEADROOM
+    from preflight.lib.units import human_bytes
+
+    storage = parser.add_argument_group("storage (the checkpoint path)")
+    storage.add_argument("--storage", metavar="PATH", default=None,
+                         help="the checkpoint directory every rank must see as one shared filesystem: checked "
+                         "for visibility, sameness, room and write/read speed (default: $PREFLIGHT_STORAGE; "
+                         "none: the family does not run)")
+    storage.add_argument("--checkpoint-size", default="", metavar="SIZE",
+                         help=f"what one save writes in total over all ranks, e.g. 800G (K/M/G/T binary): the "
+                         f"path needs room for {HEADROOM:g} (the previous checkpoint is kept until the new one is "
+                         "complete), and the report projects one save and one restore (default: none)")
+    storage.add_argument("--storage-budget", default="", metavar="SIZE",
+                         help=f"the most one rank writes and reads back per pass (default {human_bytes(DEFAULT_BUDGET)}"
+                         "; each rank writes checkpoint-size / world when that is smaller)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -309,6 +330,9 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         expect=args.expect,
         flaky=args.flaky,
         history=history_url(args.history),
+        storage=storage_path(args.storage),
+        checkpoint_size=args.checkpoint_size,
+        storage_budget=args.storage_budget,
         history_timeout_s=args.history_timeout_s,
         metrics=args.metrics,
         timeout_s=args.timeout_s,

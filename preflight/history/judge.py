@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import Connection, and_, select
 
 from preflight.history import schema
-from preflight.history.record import COLLECTIVE
+from preflight.history.record import COLLECTIVE, STORAGE_KINDS
 from preflight.model.history_records import Drop, FigureRow, Flaky, OwnPast
 
 WINDOW = 30  # the last healthy runs a subject's figure is compared with
@@ -73,8 +73,8 @@ def drops(conn: Connection, rows: Sequence[FigureRow], *, min_runs: int = MIN_RU
         k = (r.subject, r.key)
         if k not in best or r.value > best[k].value:
             best[k] = r
-    found: dict[str, list[Drop]] = {}
-    cleared: set[str] = set()
+    found: dict[tuple[str, str], list[Drop]] = {}
+    cleared: set[tuple[str, str]] = set()
     consulted = []
     for row in best.values():
         past = own_past(conn, row)
@@ -82,10 +82,16 @@ def drops(conn: Connection, rows: Sequence[FigureRow], *, min_runs: int = MIN_RU
         if len(past.values) < min_runs:
             continue
         if row.value < (1 - MARGIN) * past.p10:
-            found.setdefault(row.subject, []).append(Drop(row, past, MARGIN))
+            found.setdefault(_clearing(row), []).append(Drop(row, past, MARGIN))
         else:
-            cleared.add(row.subject)
-    return [d for subject, dropped in found.items() if subject not in cleared for d in dropped], consulted
+            cleared.add(_clearing(row))
+    return [d for key, dropped in found.items() if key not in cleared for d in dropped], consulted
+
+
+def _clearing(row: FigureRow) -> tuple[str, str]:
+    """What one healthy figure clears: the subject's other figures, except a storage rate, which is its own
+    path (a host's fast links say nothing of its checkpoint mount, nor its reads of its writes)."""
+    return (row.subject, row.kind if row.kind in STORAGE_KINDS.values() else "")
 
 
 def flaky_hosts(conn: Connection, hosts: Iterable[str], failures: int, window: int) -> list[Flaky]:

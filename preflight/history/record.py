@@ -2,8 +2,9 @@
 
 `figure_rows(report)` is the one place a JobReport's measurements become `FigureRow`s:
 collectives today (one row per host a group spans, and one per GPU UUID where the probe bound
-one); the device probes add theirs here, as rows of their own `kind` keyed by GPU UUID, and the
-history's tables, judge, CLI and metrics take them without a schema change.
+one); the storage family's per-host write and read rates (kinds STORAGE_KINDS, first pass: the
+same shape every run); the device probes add theirs here, as rows of their own `kind` keyed by GPU
+UUID, and the history's tables, judge, CLI and metrics take them without a schema change.
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ from preflight.history import schema
 from preflight.lib.iso_time import epoch
 from preflight.model import JobReport, ProbeDevice, ProbeResult
 from preflight.model.history_records import FigureRow
+from preflight.model.storage import StorageSection
 
 COLLECTIVE = "collective"
 BUSBW_UNIT = "GB/s"
+STORAGE_KINDS = {"write": "storage_write", "read": "storage_read"}  # the checkpoint path's rates, per host
 
 
-def figure_rows(results: Sequence[ProbeResult], devices: Sequence[ProbeDevice]) -> list[FigureRow]:
-    """Every figure of the run, per host (and per GPU where the probes bound one)."""
+def figure_rows(results: Sequence[ProbeResult], devices: Sequence[ProbeDevice],
+                storage: StorageSection | None = None) -> list[FigureRow]:
+    """Every figure of the run, per host (and per GPU where the probes bound one; per host for storage)."""
+    rows = storage_rows(storage) if storage is not None else []
     gpu_of = {d.rank: d.uuid for d in devices if d.uuid}
-    rows: list[FigureRow] = []
     for r in results:
         if not r.verified:
             continue  # wrong data: its speed means nothing
@@ -38,6 +42,21 @@ def figure_rows(results: Sequence[ProbeResult], devices: Sequence[ProbeDevice]) 
         for rank, host in zip(r.ranks, r.hosts):
             if rank in gpu_of:
                 rows.append(FigureRow(subject=gpu_of[rank], host=host, gpu_uuid=gpu_of[rank], **shape))
+    return rows
+
+
+def storage_rows(section: StorageSection) -> list[FigureRow]:
+    """Each host's first-pass write and read rate on the checkpoint path; comparable across runs with the same
+    share per rank, ranks on the host and hosts writing at once (the key's size, group size and group hosts)."""
+    writing = sum(1 for h in section.hosts if h.write_gbps is not None)
+    rows = []
+    for host in section.hosts:
+        for figure, kind in STORAGE_KINDS.items():
+            value = host.write_gbps if figure == "write" else host.read_gbps
+            if value is not None:
+                rows.append(FigureRow(kind=kind, subject=host.host, value=value, unit=BUSBW_UNIT, host=host.host,
+                                      dim="storage", op=figure, size_bytes=section.share_bytes,
+                                      group_size=len(host.ranks), group_hosts=writing))
     return rows
 
 
@@ -62,7 +81,8 @@ def write_run(conn: Connection, report: JobReport) -> int:
     gpus = list({(g["host"], g["uuid"], g["gpu_index"]): g for g in gpus}.values())  # a host's GPUs, once
     found = [{"run_pk": run_pk, "check_id": f.check_id, "severity": f.severity.value, "message": f.message[:2000],
               "hosts": ",".join(f.hosts), "ranks": ",".join(map(str, f.ranks))} for f in report.findings]
-    figures = [{"run_pk": run_pk, **asdict(row)} for row in figure_rows(report.probes, report.probe_devices)]
+    figures = [{"run_pk": run_pk, **asdict(row)}
+               for row in figure_rows(report.probes, report.probe_devices, report.storage)]
     for table, rows in ((schema.run_hosts, hosts), (schema.run_gpus, gpus), (schema.findings, found),
                         (schema.figures, figures)):
         if rows:

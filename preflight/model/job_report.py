@@ -10,6 +10,7 @@ from preflight.model.host_choice import HostChoice, HostRanking
 from preflight.model.probe_results import ProbeDevice, ProbeResult
 from preflight.model.rank_facts import RankFacts
 from preflight.model.reachability import ReachabilityOutcome
+from preflight.model.storage import StorageSection
 
 
 @dataclass
@@ -53,6 +54,8 @@ class JobReport:
     device_probes: list[DeviceRow] = field(default_factory=list)  # per rank: its device's figures, judged
     # Step 5's outcome: the roster of listeners, each prober host's results, hosts with none (None: not run).
     reachability: ReachabilityOutcome | None = None
+    # The storage family's outcome (--storage): per host its mount and rates (None: it did not run).
+    storage: StorageSection | None = None
     missing_ranks: list[int] = field(default_factory=list)
     bad_hosts: list[str] = field(default_factory=list)
     verdict: str = "incomplete"

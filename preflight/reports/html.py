@@ -22,7 +22,7 @@ import markupsafe
 
 from preflight.lib.hostlist import compress_hostlist, ranks_text
 from preflight.model import JobReport, Severity
-from preflight.reports import charts, device_table, host_choice
+from preflight.reports import charts, device_table, host_choice, storage_table
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
@@ -175,6 +175,9 @@ def render(report: JobReport) -> str:
         matrix=charts.matrix(report, rank_hosts),
         check_summary=check_summary(report),
         device_grids=device_table.grids(report),
+        storage_headers=storage_table.HEADERS,
+        storage_rows=storage_table.rows(report),
+        storage_summary=storage_table.summary_line(report),
         page_js=page_js,
         csp_scripts=_csp_hash(page_js),
     )

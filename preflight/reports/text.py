@@ -7,7 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from preflight.model import JobReport
-from preflight.reports import device_table, host_choice
+from preflight.reports import device_table, host_choice, storage_table
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
@@ -41,6 +41,15 @@ def _device_table(report: JobReport) -> list[str]:
     lines = ["", device_table.TITLE, tabulate(rows, headers=device_table.HEADERS, tablefmt="simple")]
     hidden = device_table.hidden_line(report)
     return [*lines, f"  {hidden}"] if hidden else lines
+
+
+def _storage_table(report: JobReport) -> list[str]:
+    rows = storage_table.rows(report)
+    if not rows:
+        return []
+    return ["", storage_table.TITLE, tabulate(rows, headers=storage_table.HEADERS, tablefmt="simple",
+                                              maxcolwidths=[None, 20, 60, None, None, None, None, None]),
+            f"  {storage_table.summary_line(report)}"]
 
 
 def _shown(value: str) -> str:
@@ -109,6 +118,7 @@ def render(report: JobReport) -> str:
         )
     lines += _probe_table(report)
     lines += _device_table(report)
+    lines += _storage_table(report)
     lines += _drift_table(report)
     lines.append("")
     lines.append(f"  {check_summary(report)}")

@@ -32,7 +32,7 @@ def recall(record: RunRecord) -> list[Finding]:
     if not options.history:
         return []
     results = list(record.probes.results) if record.probes else []
-    rows = figure_rows(results, record.probes.devices if record.probes else [])
+    rows = figure_rows(results, record.probes.devices if record.probes else [], record.storage)
     hosts = sorted({f.host for f in record.all_facts})
     outcome = call_with_deadline(_judge, options.history_timeout_s + GRACE_S, options, rows, hosts)
     if not outcome.ok:

@@ -21,8 +21,8 @@ an error. An error every host shares (`job_error`) blocks any choice: it is the 
 incomplete run (exit 4) proves nothing about a host.
 
 Each kind of evidence is one `SlownessSource` in SLOWNESS_SOURCES: the collective probes'
-findings and raw figures, the device probes' slow devices (DEV003-DEV005) and the run history's
-drops (HIS002).
+findings and raw figures, the device probes' slow devices (DEV003-DEV005), the run history's
+drops (HIS002) and the checkpoint path's slow hosts (STO007).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.checks import device_probe, history_findings, probe_findings
+from preflight.checks import device_probe, history_findings, probe_findings, storage
 from preflight.lib.grouping import shared_host_names
 from preflight.lib.host_fault import job_error
 from preflight.lib.units import clip
@@ -148,10 +148,22 @@ def history_drops(report: JobReport) -> Iterator[Slowness]:
             yield Slowness(host, SLOW_GROUP, fraction, f"{finding.check_id}: below its own history{share}")
 
 
+def slow_storage_hosts(report: JobReport) -> Iterator[Slowness]:
+    """Hosts whose checkpoint path writes or reads far below the other hosts', confirmed by a second pass
+    beside a known-good host (STO007): named as localization names a host, since every synchronous save
+    waits for the slowest host."""
+    for finding in _findings_of(report, storage.slow_storage):
+        figures = storage.slow_storage_figures(finding)
+        for host in finding.hosts:
+            yield Slowness(host, SLOW_NAMED, figures.fraction,
+                           f"{finding.check_id}: its checkpoint path's {figures.figure} is slow"
+                           f"{_percent(figures.fraction)}")
+
+
 # Strongest first is not required: each host keeps its strongest evidence, whatever the order.
 SLOWNESS_SOURCES: tuple[SlownessSource, ...] = (
     named_slow_hosts, cross_dim_suspects, slow_link_ends, straggler_members, measured_figures, slow_devices,
-    history_drops,
+    history_drops, slow_storage_hosts,
 )
 
 

@@ -28,6 +28,7 @@ from preflight.model import (
     culprit_order,
 )
 from preflight.model.probe_outcome import ProbeOutcome
+from preflight.model.storage import StorageSection
 from preflight.options import RunOptions
 from preflight.registry import Tags, every_selected_outcome, merge_findings, merge_outcomes
 from preflight.reports import json as json_report
@@ -49,6 +50,7 @@ class RunRecord:
     missing: list[int] = field(default_factory=list)
     reachability: ReachabilityOutcome | None = None  # step 5's outcome, on rank 0
     probes: ProbeOutcome | None = None  # step 8's outcome, where it ran
+    storage: StorageSection | None = None  # the storage family's section, on rank 0 (steps/storage.py)
     interrupted: str = ""
     nonce: str = ""  # the run's identity agreed through the store (channel/exchange.py)
     authenticated: bool = False  # this run had a run secret (PREFLIGHT_SECRET, channel/run_auth.py)
@@ -96,6 +98,7 @@ def build_report(record: RunRecord) -> JobReport:
         probe_devices=list(record.probes.devices) if record.probes else [],
         device_probes=list(record.probes.device_rows) if record.probes else [],
         reachability=record.reachability,
+        storage=record.storage,
         missing_ranks=list(record.missing),
         bad_hosts=bad_hosts(findings, sorted({f.host for f in facts})),
         verdict=verdict_text(code, findings),

@@ -23,11 +23,15 @@ from preflight.channel import keys
 from preflight.channel.board import BadValue, Board, decode_value
 from preflight.channel.keys import listed_ranks
 from preflight.channel.liveness import read_dead
+from preflight.lib.storage_options import StorageOptions
 from preflight.model import IbCounters, JobReport, ReportMeta
 from preflight.model import messages as m
+from preflight.model import storage as sm
 from preflight.model.codec import encode
 from preflight.model.device_probe import DeviceReport
 from preflight.model.reachability import ReachListener
+from preflight.steps.storage import _gather
+from preflight.steps.storage_judge import Judge
 from tests.fuzz.strategies import FUZZ, FUZZ_SLOW, json_value
 
 # Every message row of channel/keys.py's table, with one valid value each (the row gives the type).
@@ -57,6 +61,12 @@ FAMILIES: dict[str, Any] = {
     keys.GO.key: m.GoDecision(True, "world complete", "ab12"),
     keys.VERDICT.key: m.Verdict(3, "failed", "ab12"),
     keys.REPORT.key: JobReport(ReportMeta("env", "", "env", 2, 1, "127.0.0.1", 29500)),
+    keys.STORAGE_PLAN.key: sm.StoragePlan(".preflight-storage-x", "x", 2**20),
+    keys.STORAGE_VISIT.at(1): sm.StorageVisit(1, "h1", True, mount=sm.MountView("/c", "nfs4", "f:/c")),
+    keys.STORAGE_ROUND.at(0): sm.StorageRound(0, [0, 1]),
+    keys.STORAGE_WROTE.at(0, 1): sm.StorageWrote(1, "/c/r1.p0", 2**20, 0.1, "ab"),
+    keys.STORAGE_READS.at(0): sm.StorageReads([[0, 1], [1, 0]]),
+    keys.STORAGE_READ.at(0, 1): sm.StorageRead(1, 0, 2**20, 0.1, "ab"),
 }
 
 
@@ -242,3 +252,31 @@ def test_a_joining_ranks_look_at_the_owner_mark_refuses_or_accepts_and_raises_no
         if before is not None:
             os.environ["PREFLIGHT_SECRET"] = before
     assert not accepted or not secret  # nothing a foreign client writes passes under a secret
+
+
+
+@pytest.fixture(scope="module")
+def torch_imported() -> None:
+    """torch.distributed imported before the first example (seconds on a loaded machine: not the example's time)."""
+    import torch.distributed  # noqa: F401
+
+
+@FUZZ_SLOW
+@given(raw_value, raw_value, raw_value)
+def test_rank_0s_judgement_of_the_storage_family_raises_nothing(torch_imported: None, visit: bytes, wrote: bytes,
+                                                                 read: bytes) -> None:
+    """Fuzzed visits, writes and reads from rank 1 (rank 0's own are valid): a finding or nothing, never raised."""
+    store = store_with(keys.STORAGE_VISIT.at(1), visit, storage__0__w__1=wrote, storage__0__r__1=read)
+    board = Board(store)
+    board.put(keys.STORAGE_VISIT.at(0), sm.StorageVisit(0, "h0", True, mount=sm.MountView("/c", "nfs4", "f:/c")))
+    board.put(keys.STORAGE_WROTE.at(0, 0), sm.StorageWrote(0, "/c/r0.p0", 2**20, 0.1, "ab"))
+    board.put(keys.STORAGE_READ.at(0, 0), sm.StorageRead(0, 1, 2**20, 0.1, "ab"))
+    visits = _gather(board, [keys.STORAGE_VISIT.at(r) for r in (0, 1)], [0, 1], sm.StorageVisit, 0.05)
+    judge = Judge(StorageOptions("/tmp", checkpoint_size=2**30), sm.StoragePlan("d", "x", 2**20), {0: "h0", 1: "h1"},
+                  visits)
+    wrote_got = _gather(board, [keys.STORAGE_WROTE.at(0, r) for r in (0, 1)], [0, 1], sm.StorageWrote, 0.05)
+    judge.pairs(0, wrote_got)
+    read_got = _gather(board, [keys.STORAGE_READ.at(0, r) for r in (0, 1)], [0, 1], sm.StorageRead, 0.05)
+    judge.add_pass(0, wrote_got, read_got)
+    assert all(f.check_id.startswith("STO") for f in judge.findings())
+    judge.section(0.1)

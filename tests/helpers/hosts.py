@@ -9,6 +9,8 @@ tests/helpers/ranks.spawn_env_ranks) runs under
   and optionally a tmpfs /dev/shm of `shm_size`, and `binds` (source -> existing target) seen
   by this host only (e.g. a data-only sysfs tree under a shared --sysfs-root);
 - optionally a lower `ulimit -l` (`memlock_kib`; raising it needs CAP_SYS_RESOURCE);
+- optionally a cgroup every process joins first (`cgroup`: a cgroup v1 or v2 directory, e.g. a
+  blkio throttle from tests/helpers/slow_disk.py: the host's disk is slow, nobody else's);
 - optionally a network namespace (`netns`): its own interfaces and addresses. Those hosts are
   built by tests/helpers/netns.py (veths on bridges, needs root), which adds the network
   faults (link down, tbf shaping, nftables drops).
@@ -53,6 +55,7 @@ class FakeHost:
     shm_size: str | None = None  # a private tmpfs /dev/shm of this size ("64m")
     memlock_kib: int | None = None  # `ulimit -l`, lower than the machine's
     binds: Mapping[Path, Path] = field(default_factory=dict)  # source -> existing target
+    cgroup: Path | None = None  # a cgroup directory every process started here joins (cgroup.procs)
     _procs: list[subprocess.Popen[Any]] = field(default_factory=list, repr=False)
 
     def command(self, argv: Sequence[str]) -> list[str]:
@@ -67,7 +70,12 @@ class FakeHost:
             steps.append(f"ulimit -l {self.memlock_kib}")
         inner = [*_unshare(), "sh", "-c", " && ".join(steps) + ' && exec "$@"', "sh", *argv]
         # `ip netns exec` also remounts /sys, so /sys/class/net lists the namespace's interfaces.
-        return ["ip", "netns", "exec", self.netns, *inner] if self.netns else inner
+        hosted = ["ip", "netns", "exec", self.netns, *inner] if self.netns else inner
+        if self.cgroup is None:
+            return hosted
+        # Joined first, before `ip netns exec` hides /sys/fs/cgroup; children stay in it.
+        join = f"echo $$ > {shlex.quote(str(self.cgroup / 'cgroup.procs'))}"
+        return ["sh", "-c", join + ' && exec "$@"', "sh", *hosted]
 
     def popen(self, argv: Sequence[str], env: Mapping[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[Any]:
         """Start argv on this host; kill_started() kills it if it is still running."""

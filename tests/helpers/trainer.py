@@ -88,7 +88,8 @@ def bad_calls(mesh: Any) -> list[str]:
                  lambda: preflight.check(mesh, on_failure="ignore"),  # type: ignore[arg-type]
                  lambda: preflight.check(mesh, skip=["nosuchtag"]),
                  lambda: preflight.check(mesh, probe_timeout_s=1e9),  # the CLI's bound, from the same RunOptions
-                 lambda: preflight.check(mesh, device_budget_s="5")):  # type: ignore[arg-type]
+                 lambda: preflight.check(mesh, device_budget_s="5"),  # type: ignore[arg-type]
+                 lambda: preflight.check(mesh, storage="/nonexistent/ckpt")):
         try:
             call()
             errors.append("no error")

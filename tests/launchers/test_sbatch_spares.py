@@ -125,3 +125,33 @@ def test_too_few_healthy_hosts_fail_with_the_reason_and_resubmit(slurm_netns: Sl
     assert excluded and expand_hostlist(excluded.group(1)) == [n1, n2], state
     assert f"training on 2 of 2 node(s): {n3},{n4}, master {n3}:" in out2, out2
     assert _trained(tmp_path) == [[n3, second, n3, "2", "3"], [n4, second, n3, "2", "3"]], out2
+
+
+def _private_storage(tmp_path: Path, node: str, path: Path, private: Path) -> str:
+    """A PREFLIGHT command that runs preflight on `node` in its own mount namespace with `private` bound over
+    `path` (the checkpoint path is a local directory there), elsewhere as it is."""
+    wrapper = tmp_path / "private-storage-preflight"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$SLURMD_NODENAME" = {node} ]; then\n'
+                       f"  exec unshare --mount sh -c 'mount --bind {private} {path} && exec \"$0\" \"$@\"' "
+                       f'{BIN}/preflight "$@"\nfi\nexec {BIN}/preflight "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_a_host_whose_checkpoint_path_is_private_is_dropped_and_training_runs_on_the_rest(
+        slurm_netns: SlurmCluster, tmp_path: Path) -> None:
+    """PREFLIGHT_STORAGE names the shared checkpoint directory; on the second node it is a private one."""
+    n1, n2, n3 = slurm_netns.node_names[:3]
+    path, private = tmp_path / "ckpt", tmp_path / "private"
+    path.mkdir()
+    private.mkdir()
+    env = _env(slurm_netns, tmp_path, PREFLIGHT=_private_storage(tmp_path, n2, path, private), PREFLIGHT_SPARE="1",
+               PREFLIGHT_STORAGE=str(path), PREFLIGHT_ARGS="--skip probe --storage-budget 1M")
+    job, state = slurm_netns.sbatch(SCRIPT, ["-N", "3", "--ntasks-per-node=1"], _training(tmp_path), env,
+                                    cwd=tmp_path)
+    out = _output(tmp_path, "preflight-train", job)
+    assert "ExitCode=0:0" in state, state + out
+    assert f"dropped {n2}: STO001: " in out, out
+    assert f"training on 2 of 3 node(s): {n1},{n3}, master {n1}:" in out, out
+    assert [t[0] for t in _trained(tmp_path)] == [n1, n3]
+    assert list(path.iterdir()) == [] and list(private.iterdir()) == []

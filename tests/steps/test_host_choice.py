@@ -225,3 +225,15 @@ def test_no_choice_reason_is_never_cut_between_a_figure_and_its_unit() -> None:
         assert reason.startswith("an error every host shares"), reason
         assert "0.0789" not in reason or "0.0789 GB" in reason, (pad, reason[-40:])
         assert not reason.rstrip(" …").endswith(("0.0789 G", "0.0789"))
+
+
+def test_a_slow_checkpoint_path_drops_its_host() -> None:
+    from preflight.checks import storage
+    from preflight.model.storage import SlowStorage
+
+    found = storage.slow_storage.report(SlowStorage("n2", "write", [0.1, 0.12], [1.0, 1.2], 0.5))
+    report = built_report(host_facts(["n1", "n2", "n3"]), found)
+    assert report.exit_code == ExitCode.PASSED and report.bad_hosts == []  # a warning: nobody is blamed
+    choice = report.keep_hosts(2)
+    assert choice.kept == ["n1", "n3"]
+    assert choice.dropped[0].host == "n2" and "STO007" in choice.dropped[0].why and "10%" in choice.dropped[0].why

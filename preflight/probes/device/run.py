@@ -29,7 +29,7 @@ from preflight.checks.device_probe import (
 )
 from preflight.lib.errors import BadInput, one_line
 from preflight.lib.numbers import ascii_int
-from preflight.model import CheckOutcome, Finding, Severity
+from preflight.model import CheckOutcome, Finding
 from preflight.model.device_probe import DeviceReport, DeviceRow
 from preflight.options import RunOptions
 from preflight.probes import liveness
@@ -137,13 +137,7 @@ ALL_CHECKS = (result_differs, result_unrepeatable, matrix_slow, copy_slow, host_
 
 def outcomes(found: list[Finding]) -> list[CheckOutcome]:
     """One outcome per device check: its worst finding's severity, OK when it found nothing."""
-    out = []
-    for check in ALL_CHECKS:
-        spec = check.spec
-        mine = [f.severity for f in found if f.check_id == spec.id]
-        status = max(mine, key=lambda s: s.rank, default=Severity.OK)
-        out.append(CheckOutcome(spec.id, spec.tag, spec.scope, spec.title, status))
-    return out
+    return [check.outcome(found) for check in ALL_CHECKS]
 
 
 def findings(judged: device_judge.Judged) -> list[Finding]:
