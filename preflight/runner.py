@@ -143,7 +143,8 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
     """Steps 2-4 on every rank: gather facts, check them, publish them to rank 0."""
     world, options = record.world, record.options
     with phases.step("facts"):  # 2
-        record.facts = gather_facts(world, GatherOptions(options.check_timeout_s, options.sysfs_root))
+        record.facts = gather_facts(world, GatherOptions(options.check_timeout_s, options.sysfs_root,
+                                                         fingerprint=options.fingerprint))
     with phases.step("local checks"):  # 3
         found, outcomes = run_checks(select_checks(LOCAL, options.only, options.skip), record.facts, ctx,
                                      options.check_timeout_s, rank=world.rank, host=world.host)

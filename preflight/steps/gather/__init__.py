@@ -13,6 +13,7 @@ from preflight.checks.run_findings import gatherer_failed
 from preflight.lib.deadline import call_with_deadline
 from preflight.model import Finding, RankFacts, World
 from preflight.steps.gather import (
+    build,
     env_vars,
     gpu_health,
     gpus,
@@ -32,6 +33,7 @@ class GatherOptions:
 
     timeout_s: float = 5.0
     sysfs_root: str = "/sys"
+    fingerprint: list[str] = field(default_factory=list)  # --fingerprint: more distributions (gather/build.py)
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -48,6 +50,7 @@ GATHERERS: list[tuple[str, Gatherer]] = [
     ("ports", master_port.gather),
     ("gpu health", gpu_health.gather),  # the bound GPU, through nvml_source.py
     ("nic health", nic_health.gather),  # after "network": reads its ib_ports
+    ("build", build.gather),
 ]
 
 
