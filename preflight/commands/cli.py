@@ -271,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     spares.add_argument("--hostfile", metavar="PATH",
                         help="with --keep: write the kept hosts one per line (empty when none were chosen), "
                         "for srun --nodelist, torchrun or mpirun (default: not written)")
+    from preflight.commands.drain import add_flags as add_drain_flags
+
+    add_drain_flags(report)  # --drain [--yes] [--drain-warnings]: commands/drain.py
 
     from preflight.commands.history import add_parser as add_history
 

@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from preflight.commands import drain
 from preflight.lib.errors import BadInput
 from preflight.lib.numbers import ascii_decimal, ascii_int
 from preflight.model.history_records import HistoryFilters, RunView
@@ -58,6 +59,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="exclude: hosts that failed in K of their last N runs (default 3/10)")
     parser.add_argument("--exclude-file", metavar="PATH", help="exclude: also write the hosts here, one per line"
                                                           " (default: not written)")
+    drain.add_flags(parser)  # exclude --flaky --drain [--yes]
     parser.add_argument("--older-than", default="", metavar="AGE", help="prune: delete runs older than e.g. 90d"
                                                                    " (default: none; prune needs it)")
     parser.add_argument("--timeout", dest="timeout_s", default="30",
@@ -125,6 +127,7 @@ def _prune(url: str, args: argparse.Namespace) -> int:
 
 
 def _exclude(url: str, args: argparse.Namespace) -> int:
+    drain.check_flags(args)
     if args.flaky is None:
         raise BadInput("history exclude needs --flaky [K/N] (the hosts that failed in K of their last N runs)")
     from preflight.history import judge
@@ -142,7 +145,7 @@ def _exclude(url: str, args: argparse.Namespace) -> int:
         print(f"{f.host}\t# failed {f.failed} of its last {f.runs} runs")
     if not flaky:
         print(f"# no host failed in {failures} of its last {window} runs", file=sys.stderr)
-    return 0
+    return drain.carry_out(drain.from_flaky(flaky), args.yes) if args.drain else 0
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from preflight.commands import drain
 from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
 from preflight.options import ReportTargets
@@ -22,6 +23,7 @@ def rerender(args: argparse.Namespace) -> int:
     the choice's: 0 when N hosts were kept, 3 when no choice could be made."""
     if args.hostfile and args.keep is None:
         raise BadInput("--hostfile needs --keep N (how many hosts to keep)")
+    drain.check_flags(args)
     try:
         report = json_report.load(args.json_file)
     except FileNotFoundError:
@@ -39,6 +41,8 @@ def rerender(args: argparse.Namespace) -> int:
                             hostfile=args.hostfile, quiet=args.keep is not None)
     for flag, path in write_reports(report, targets):
         print(f"preflight: wrote {flag.lstrip('-')} report {path}", file=sys.stderr)
+    if args.drain:  # the exit code is the drain's (commands/drain.py)
+        return drain.carry_out(drain.from_report(report, args.drain_warnings), args.yes)
     if report.host_choice is None:
         return report.exit_code
     sys.stdout.write(host_choice.render(report))
