@@ -32,6 +32,7 @@ from typing import Any
 
 from preflight.channel import rank_files, roster, run_auth
 from preflight.channel.board import fetch_raw
+from preflight.channel.clock import ClockServer
 from preflight.channel.collected import Collected, accept_many, own_findings_only
 from preflight.channel.keys import ARRIVALS_KEY, payload_key
 from preflight.channel.liveness import Heartbeat, RankLiveness
@@ -79,6 +80,7 @@ class Exchange:
         self.dead: dict[int, object] = {}  # rank 0: ranks found dead during the collect
         self.nonce = ""  # this run's identity, agreed through the store; "" without one
         self.secret = run_auth.run_secret()  # the launcher's per-run secret, if any (channel/run_auth.py)
+        self.clock_server: ClockServer | None = None  # rank 0's clock answerer (channel/clock.py)
 
     # -- forming the channel -------------------------------------------------------------
 
@@ -231,9 +233,16 @@ class Exchange:
             self.liveness.acknowledge()
 
     def leave(self) -> None:
-        """This rank is done with the run: its beat stops (channel/liveness.py)."""
+        """This rank is done with the run: its beat stops (channel/liveness.py), and its clock answerer."""
+        self.stop_clock()
         if self.liveness is not None:
             self.liveness.stop()
+
+    def stop_clock(self) -> None:
+        """Rank 0: stop answering clock pings (channel/clock.py), once every rank has measured."""
+        if self.clock_server is not None:
+            self.clock_server.stop()
+            self.clock_server = None
 
     # -- rank 0 --------------------------------------------------------------------------
 

@@ -23,6 +23,21 @@ def payload_key(rank: int) -> str:
     return f"rank/{rank}"
 
 
+# -- step 4, clock offsets (channel/clock.py) ------------------------------------------------
+CLOCK_OPEN_KEY = "clock/open"  # ClockStamp: rank 0 answers clock pings
+CLOCK_TICKET_KEY = "clock/ticket"  # counter: each ping's number
+
+
+def clock_ping_key(ticket: int) -> str:
+    """ClockStamp: a measuring rank's ping number `ticket`."""
+    return f"clock/ping/{ticket}"
+
+
+def clock_pong_key(ticket: int) -> str:
+    """ClockStamp: rank 0's wall time, answering ping `ticket`."""
+    return f"clock/pong/{ticket}"
+
+
 # -- liveness (channel/liveness.py) ---------------------------------------------------------
 HEARTBEAT_KEY = "heartbeat"  # counter: rank 0's beat
 DEAD_KEY = "dead"  # DeadRanks: the ranks rank 0 found dead during the probes

@@ -56,6 +56,13 @@ class ClockFacts:
 
 
 @dataclass
+class ClockStamp:
+    """A wall-clock reading (time.time()) crossing the store: a clock ping, or rank 0's answer."""
+
+    wall: float
+
+
+@dataclass
 class NicPlacement:
     """One NIC NCCL would use: its NUMA node and the PCIe switch above it (sysfs)."""
 
