@@ -83,7 +83,7 @@ class AffinityFacts:
     numa_cpus: dict[int, list[int]] = field(default_factory=dict)  # NUMA node -> its CPUs (sysfs)
     nics: list[NicPlacement] = field(default_factory=list)  # what NCCL would use
     local_nics: list[str] = field(default_factory=list)  # RDMA devices on the GPU's switch or NUMA node
-    error: str = ""
+    torchrun_numa_binding: bool = False  # this torch's torchrun has --numa-binding (torch.numa)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from preflight.lib.deadline import call_with_deadline
 from preflight.model import Finding, RankFacts, World
 from preflight.options import CLOCK_SKEW_S
 from preflight.steps.gather import (
+    affinity,
     build,
     clock,
     env_vars,
@@ -55,6 +56,7 @@ GATHERERS: list[tuple[str, Gatherer]] = [
     ("nic health", nic_health.gather),  # after "network": reads its ib_ports
     ("build", build.gather),
     ("clock", clock.gather),
+    ("affinity", affinity.gather),  # after "gpus", "gpu health" (the bound GPU) and "network"
 ]
 
 
