@@ -29,7 +29,7 @@ def _no_gpu_place(facts: RankFacts, ctx: CheckContext) -> str | None:
     scope=LOCAL,
     severity=Severity.WARN,
     hint="Bind each rank to its GPU's NUMA node: `srun --cpu-bind=socket` (or map_cpu/mask_cpu from the "
-    "GPU's cpulist), torchrun's `--numa-binding=node` (torch 2.9 and later), or `numactl "
+    "GPU's cpulist), torchrun's `--numa-binding=node` (where this torch has it: the message says), or `numactl "
     "--cpunodebind=N --membind=N` around the training command.",
     applies=_no_gpu_place,
 )
