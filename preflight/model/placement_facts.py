@@ -25,18 +25,19 @@ class DistBuild:
     version: str
     digest: str = ""  # "" : no RECORD (an editable or a system install): not compared
     count: int = 0  # files in RECORD
-    files: dict[str, str] = field(default_factory=dict)  # path -> hash, for count <= SMALL_RECORD
+    files: dict[str, str] = field(default_factory=dict)  # path -> hash (12 chars), for count <= SMALL_RECORD
     buckets: list[str] = field(default_factory=list)  # for larger ones: BUCKETS group digests
     location: str = ""  # where it is installed (site-packages folder)
 
 
-SMALL_RECORD = 400  # files: a RECORD this small travels whole (~30 KB at most)
+SMALL_RECORD = 200  # files: a RECORD this small travels whole (~12 KB at most)
 BUCKETS = 64
 
 
 @dataclass
 class BuildFacts:
-    """This rank's fingerprint of the distributions that matter, and the container it runs in."""
+    """This node's fingerprint of the distributions that matter, and the container it runs in (filled on
+    each node's local rank 0 only; empty on the others)."""
 
     dists: list[DistBuild] = field(default_factory=list)
     container: str = ""  # e.g. "apptainer:/path/image.sif", "docker", "podman:image=...", "" : none visible

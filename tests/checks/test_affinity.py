@@ -68,6 +68,13 @@ def test_nccl_ib_hca_naming_the_far_nic_is_named(tmp_path: Path, attempt: int) -
     assert not by_id(report, "RUN005"), by_id(report, "RUN005")  # every gatherer ran
 
 
+def test_one_rank_left_unbound_among_bound_ones_overlaps_them(tmp_path: Path) -> None:
+    report = _run(tmp_path, {**NEAR, 3: "0,1"})  # rank 3 may run anywhere, its siblings are pinned
+    [finding] = _aff(report)
+    assert finding["check_id"] == "AFF003" and finding["ranks"] == [0, 1, 2, 3], _aff(report)
+    assert "rank 0 0 and rank 3 0-1" in finding["message"] and finding["data"]["cpus"]["3"] == "0-1"
+
+
 def _cpus(rank: int, cpus: list[int]) -> object:
     return rank_facts(rank, "n1", world_size=3, placement={"affinity": {"cpus": cpus}})
 
