@@ -51,6 +51,11 @@ MAX_LIST_CHARS = 4096  # --sizes, --ops, --expect: longer is not a list anyone t
 MAX_SECONDS = 7 * 24 * 3600.0  # a timeout above a week is a typo (and inf or nan is never a deadline)
 MAX_COUNT = 1_000_000  # --warmup, --iters
 MAX_RATIO = 1.0  # --straggler-ratio: a share of the siblings' median, 0 < RATIO <= 1 (as its help says)
+# A host's wall clock more than 1 s off rank 0's (beyond the measurement's error bar) is CLK001. Any
+# running time daemon keeps hosts within milliseconds, and the estimate's error on a loaded store is
+# tens of ms, so 1 s is never noise; yet 1 s already misorders logs, NCCL flight-recorder dumps and
+# checkpoint timestamps across hosts, and drift grows until time-based timeouts disagree.
+CLOCK_SKEW_S = 1.0
 
 # Each field's name as the two front doors spell it: the API's keyword, the CLI's flag.
 FLAGS = {"timeout_s": "--timeout", "check_timeout_s": "--check-timeout", "probe_timeout_s": "--probe-timeout",
@@ -62,7 +67,7 @@ FLAGS = {"timeout_s": "--timeout", "check_timeout_s": "--check-timeout", "probe_
          "device_budget_s": "--device-budget", "device_sustain_s": "--device-sustain", "history": "--history",
          "history_timeout_s": "--history-timeout", "metrics": "--metrics", "flaky_failures": "--flaky",
          "flaky_window": "--flaky", "storage": "--storage", "checkpoint_size": "--checkpoint-size",
-         "storage_budget": "--storage-budget"}
+         "storage_budget": "--storage-budget", "fingerprint": "--fingerprint", "clock_skew_s": "--expect clock_skew"}
 
 
 @dataclass
@@ -114,6 +119,8 @@ class RunOptions:
     storage: StorageOptions | None = None
     # facts
     sysfs_root: str = "/sys"
+    fingerprint: list[str] = field(default_factory=list)  # --fingerprint: distributions beyond torch/nvidia-*
+    clock_skew_s: float = CLOCK_SKEW_S  # --expect clock_skew=: a host's clock this far off rank 0's is CLK001
     verdict_file: str | None = None  # `preflight launch` reads rank 0's code here
     command_line: str = ""
 
@@ -131,6 +138,8 @@ class RunOptions:
         for name in ("strict", "strict_bandwidth"):
             _flag(name, getattr(self, name))
         self.only, self.skip = _names("only", self.only), _names("skip", self.skip)
+        self.fingerprint = _names("fingerprint", self.fingerprint)
+        self.clock_skew_s = _bounded_number("clock_skew_s", self.clock_skew_s, MAX_SECONDS, "a number of seconds")
         self.silence = [check_id.upper() for check_id in _names("silence", self.silence)]
         self.out_dir = _path("out_dir", self.out_dir)
         self.reports = _report_targets(self.reports)
@@ -178,6 +187,9 @@ class RunOptions:
         elif checkpoint_size or storage_budget or storage_expect:
             raise BadInput("--checkpoint-size, --storage-budget and --expect storage_*: only with --storage PATH "
                            "(or PREFLIGHT_STORAGE)")
+        mesh_expect, skew = split_clock_expect(mesh_expect)
+        if skew is not None:
+            typed["clock_skew_s"] = skew
         return cls(mesh=parse_mesh_syntax(mesh), sizes=parse_sizes(sizes), ops=parse_ops(ops),
                    expect=parse_expect(mesh_expect), device_expect=device_expect, **typed)
 
@@ -441,6 +453,23 @@ def storage_options(path: Any, checkpoint_size: str, budget: str, expect: dict[s
         path, checkpoint_size=parse_size(checkpoint_size, "--checkpoint-size", MAX_CHECKPOINT) if checkpoint_size
         else None, **({"budget": parse_size(budget, "--storage-budget")} if budget else {}),
         expect_write=expect.get("storage_write"), expect_read=expect.get("storage_read"))
+
+
+def split_clock_expect(text: str) -> tuple[str, float | None]:
+    """`tp=300GB/s,clock_skew=250ms` -> ("tp=300GB/s", 0.25): the clock threshold taken out (s, ms)."""
+    if "clock_skew" not in text:
+        return text, None
+    rest, skew = [], None
+    for part in _bounded_list(text, "--expect"):
+        name, _, value = part.partition("=")
+        if name.strip() != "clock_skew":
+            rest.append(part)
+            continue
+        match = re.fullmatch(r"([0-9.]{1,20})\s{0,4}(ms|s)?", value.strip(), re.ASCII)
+        if not match:
+            raise BadInput(f"--expect clock_skew={shown(value)}: a duration such as 500ms or 2s")
+        skew = ascii_decimal(match.group(1), "--expect clock_skew") / (1000.0 if match.group(2) == "ms" else 1.0)
+    return ",".join(rest), skew
 
 
 def parse_expect(text: str) -> dict[str, float]:

@@ -46,6 +46,9 @@ class HistoryOptions:
     older_than_s: float | None = None  # prune: runs older than this many seconds
     timeout_s: float = 30.0  # every wait on the history
     wide: bool = False  # show: tables at full width on a terminal too (piped output always is)
+    drain: bool = False  # exclude: print (with `yes`, run) scontrol DRAIN for the flaky hosts (commands/drain.py)
+    yes: bool = False
+    drain_warnings: bool = False  # accepted as `preflight report`'s; the flaky hosts are HIS003 warnings already
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -64,6 +67,11 @@ class HistoryOptions:
             raise BadInput(f"--older-than: {self.older_than_s!r} s is not an age")
         if self.action == "prune" and self.older_than_s is None:
             raise BadInput("history prune needs --older-than AGE (e.g. 90d)")
+        for flag in ("yes", "drain_warnings"):
+            if getattr(self, flag) and not self.drain:
+                raise BadInput(f"--{flag.replace('_', '-')} needs --drain")
+        if self.drain and self.action != "exclude":
+            raise BadInput("--drain goes with `history exclude --flaky` (or `preflight report r.json --drain`)")
         if self.action == "exclude" and self.flaky is None:
             raise BadInput("history exclude needs --flaky [K/N] (the hosts that failed in K of their last N runs)")
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from preflight.channel import keys, run_auth
+from preflight.channel import clock, keys, run_auth
 from preflight.channel.exchange import Exchange, RankPayload, agree_on_key
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import (
@@ -150,7 +150,9 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
     """Steps 2-4 on every rank: gather facts, check them, publish them to rank 0."""
     world, options = record.world, record.options
     with phases.step("facts"):  # 2
-        record.facts = gather_facts(world, GatherOptions(options.check_timeout_s, options.sysfs_root))
+        record.facts = gather_facts(world, GatherOptions(options.check_timeout_s, options.sysfs_root,
+                                                         fingerprint=options.fingerprint,
+                                                         clock_skew_s=options.clock_skew_s))
     with phases.step("local checks"):  # 3
         found, outcomes = run_checks(select_checks(LOCAL, options.only, options.skip), record.facts, ctx,
                                      options.check_timeout_s, rank=world.rank, host=world.host)
@@ -165,10 +167,28 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
         # With a run secret from the launcher the key derives from it, and nobody reads it from the store.
         key = run_auth.digest_key(exchange.secret) if exchange.secret else agree_on_key(exchange.store)
         secrets.seal(record.facts.env, os.environ, key)
+        _measure_clock(record, exchange)
         if exchange.store_error:
             store_failed = foreign_store if exchange.foreign else store_did_not_form
             record.findings += store_failed.report(rank=world.rank, host=world.host, reason=exchange.store_error)
         exchange.publish(_own_payload(record))
+
+
+def _measure_clock(record: RunRecord, exchange: Exchange) -> None:
+    """Rank 0 answers clock pings through the exchange; one rank per host measures its offset before
+    it publishes (channel/clock.py). Not inside a job's own store (preflight.check)."""
+    world = record.world
+    if exchange.store is None or exchange.job_store is not None or world.world_size == 1:
+        return
+    own = record.facts.placement.clock
+    if world.rank == 0:  # the reference clock
+        exchange.clock_server = clock.serve(world, record.options.timeout_s + VERDICT_MARGIN_S)
+        if exchange.clock_server is None:
+            own.error = "rank 0 could not open a second store connection to answer clock pings"
+        else:
+            own.offset_s, own.error_s = 0.0, 0.0
+    elif world.local_rank == 0:
+        clock.measure(exchange.store, own)
 
 
 def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reach.Reachability,
@@ -178,6 +198,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
     phases.on_step = exchange.lead_heartbeat().stage  # followers wait while rank 0 works (channel/liveness.py)
     with phases.step("collect"):  # 4
         collected = exchange.collect(options.timeout_s)
+        exchange.stop_clock()  # every rank that reported measured its clock before it published
         record.all_facts, findings, outcomes = collected.merged_with(_own_payload(record))
         record.findings += findings + gather_failures(record.all_facts)
         record.outcomes += outcomes

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from preflight.channel import keys, rank_files, roster, run_auth
 from preflight.channel.board import BadValue, Board, fetch_raw
+from preflight.channel.clock import ClockServer
 from preflight.channel.collected import Collected, accept_many, own_findings_only
 from preflight.channel.keys import Key, append_rank
 from preflight.channel.liveness import RankLiveness
@@ -83,6 +84,7 @@ class Exchange:
         self._root: Any = None  # rank 0 hosting: the store's root (its owner mark) ...
         self._mark: OwnerMark | None = None  # ... and the mark it wrote there
         self._announced: dict[str, GoDecision | Verdict] = {}  # rank 0: what it wrote under go / verdict
+        self.clock_server: ClockServer | None = None  # rank 0's clock answerer (channel/clock.py)
 
     # -- forming the channel -------------------------------------------------------------
 
@@ -242,13 +244,20 @@ class Exchange:
             self.liveness.acknowledge()
 
     def leave(self, why: str = "") -> None:
-        """This rank is done with the run: its beat stops (channel/liveness.py). With `why`, it
-        leaves without the verdict (a signal, its own deadline) and says so, so that rank 0 does
-        not wait for it."""
+        """This rank is done with the run: its beat stops (channel/liveness.py), and its clock answerer.
+        With `why`, it leaves without the verdict (a signal, its own deadline) and says so, so that
+        rank 0 does not wait for it."""
+        self.stop_clock()
         if why:
             self.liveness.leave(why)
         else:
             self.liveness.stop()
+
+    def stop_clock(self) -> None:
+        """Rank 0: stop answering clock pings (channel/clock.py), once every rank has measured."""
+        if self.clock_server is not None:
+            self.clock_server.stop()
+            self.clock_server = None
 
     # -- rank 0 --------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from preflight.model.messages import (
     SetupStage,
     Verdict,
 )
+from preflight.model.placement_facts import ClockStamp
 from preflight.model.reachability import ReachListener
 from preflight.model.storage import StoragePlan, StorageRead, StorageReads, StorageRound, StorageVisit, StorageWrote
 
@@ -124,6 +125,12 @@ VERDICT = Family[Verdict]("verdict", Verdict, RANK0, FOLLOWERS, SMALL)
 REPORT = Family[JobReport]("report", JobReport, RANK0 + " (preflight.check)", FOLLOWERS + " (preflight.check)")
 ACKED = Family[str]("acked", RankList, FOLLOWERS + " after the verdict", RANK0)
 
+# -- step 4, clock offsets (channel/clock.py) ------------------------------------------------
+CLOCK_OPEN = Family[ClockStamp]("clock/open", ClockStamp, RANK0 + " (its answerer is up)", HOST_FIRST)
+CLOCK_TICKET = Family[int]("clock/ticket", Counter, HOST_FIRST + " (each ping's number)", "the same")
+CLOCK_PING = Family[ClockStamp]("clock/ping/{ticket}", ClockStamp, HOST_FIRST, RANK0 + " (its answerer)")
+CLOCK_PONG = Family[ClockStamp]("clock/pong/{ticket}", ClockStamp, RANK0 + " (its answerer)", HOST_FIRST)
+
 # -- liveness (channel/liveness.py) ---------------------------------------------------------
 HEARTBEAT = Family[int]("heartbeat", Counter, RANK0, FOLLOWERS)
 BEAT = Family[int]("alive/{rank}", Counter, "the rank, from its claim until it leaves", RANK0)
@@ -179,11 +186,22 @@ TABLE: tuple[Family[Any], ...] = tuple(v for v in list(globals().values()) if is
 # The names channel/liveness.py reads its keys by (rows above).
 HEARTBEAT_KEY, DEAD_KEY, ACKED_KEY, CLAIMED_KEY = HEARTBEAT.key, DEAD.key, ACKED.key, CLAIMED.key
 CONTESTED_KEY, ARRIVALS_KEY, LEFT_KEY = CONTESTED.key, ARRIVALS.key, LEFT.key
+CLOCK_OPEN_KEY, CLOCK_TICKET_KEY = CLOCK_OPEN.key, CLOCK_TICKET.key  # channel/clock.py
 
 
 def beat_key(rank: int) -> Key[int]:
     """The counter a rank beats under, from its claim until it leaves."""
     return BEAT.at(rank)
+
+
+def clock_ping_key(ticket: int) -> Key[ClockStamp]:
+    """A measuring rank's ping number `ticket`."""
+    return CLOCK_PING.at(ticket)
+
+
+def clock_pong_key(ticket: int) -> Key[ClockStamp]:
+    """Rank 0's wall time, answering ping `ticket`."""
+    return CLOCK_PONG.at(ticket)
 
 
 def left_key(rank: int) -> Key[RankLeft]:

@@ -41,6 +41,7 @@ from preflight.model import (
     World,
 )
 from preflight.model.codec import BadPayload, decode, encode
+from preflight.model.placement_facts import PlacementFacts
 
 
 @dataclass
@@ -70,6 +71,7 @@ class _WireFacts:
     network: msgspec.Raw
     gpus: msgspec.Raw
     health: HealthFacts = field(default_factory=HealthFacts)  # per rank: its own GPU and counters
+    placement: PlacementFacts = field(default_factory=PlacementFacts)  # per rank: its CPUs, clock, build
     gather_errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -131,7 +133,7 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
                             versions=shared.get("versions", facts.versions),
                             system=shared.get("system", facts.system),
                             network=shared.get("network", facts.network), gpus=shared.get("gpus", facts.gpus),
-                            health=facts.health,
+                            health=facts.health, placement=facts.placement,
                             gather_errors=facts.gather_errors),
             findings=wire.findings, outcomes=_outcomes(shared, wire), outcome_s=wire.outcome_s,
         )

@@ -134,6 +134,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                      f"probes); tags: {tags}")
     run.add_argument("--strict", action="store_true",
                      help="exit 1 when there are warnings (default: warnings exit 0)")
+    run.add_argument("--fingerprint", type=_csv, default=[], metavar="PKG[,PKG]",
+                     help="also fingerprint these installed distributions' builds (default: torch, "
+                     "nvidia-* wheels and preflight; BLD001 compares them across hosts)")
     run.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)  # tests: a fixture sysfs tree
     run.add_argument("--verdict-file", default=None, help=argparse.SUPPRESS)  # launch's own channel to its ranks
 
@@ -307,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     spares.add_argument("--hostfile", metavar="PATH",
                         help="with --keep: write the kept hosts one per line (empty when none were chosen), "
                         "for srun --nodelist, torchrun or mpirun (default: not written)")
+    from preflight.commands.drain import add_flags as add_drain_flags
+
+    add_drain_flags(report)  # --drain [--yes] [--drain-warnings]: commands/drain.py
 
     hardware = commands.add_parser("hardware", help="print the GPU table the device probes judge by (SKU peaks, "
                                    "memory, PCIe, NVLink, sources)")
@@ -355,6 +361,7 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
         strict_bandwidth=args.strict_bandwidth,
         localize=args.localize,
         sysfs_root=args.sysfs_root,
+        fingerprint=list(args.fingerprint),
         verdict_file=args.verdict_file,
         command_line=shlex.join(["preflight", *_password_hidden(shown_argv(argv), args.history)]),
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import msgspec
 
+from preflight.commands import drain
 from preflight.lib.errors import BadInput
 from preflight.lib.files import atomic_write
 from preflight.model.codec import encode
@@ -55,6 +56,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="exclude: hosts that failed in K of their last N runs (default 3/10)")
     parser.add_argument("--exclude-file", metavar="PATH", help="exclude: also write the hosts here, one per line"
                                                           " (default: not written)")
+    drain.add_flags(parser)  # exclude --flaky --drain [--yes]
     parser.add_argument("--older-than", default="", metavar="AGE", help="prune: delete runs older than e.g. 90d"
                                                                    " (default: none; prune needs it)")
     parser.add_argument("--wide", action="store_true",
@@ -69,7 +71,8 @@ def run_history(args: argparse.Namespace) -> int:
     options = HistoryOptions.parse(
         history=args.history, since=args.since, last=args.last, flaky=args.flaky, older_than=args.older_than,
         timeout=args.timeout_s, action=args.action, host=args.host, gpu=args.gpu, check=args.check,
-        json_path=args.json_path, html_path=args.html_path, exclude_file=args.exclude_file, wide=args.wide)
+        json_path=args.json_path, html_path=args.html_path, exclude_file=args.exclude_file, wide=args.wide,
+        drain=args.drain, yes=args.yes, drain_warnings=getattr(args, "drain_warnings", False))
     _refuse_unwritable(options)
     from preflight.history.store import HistoryError, missing_file, shown_url
 
@@ -125,7 +128,7 @@ def _exclude(options: HistoryOptions) -> int:
         print(f"{f.host}\t# failed {f.failed} of its last {f.runs} runs")
     if not flaky:
         print(f"# no host failed in {failures} of its last {window} runs", file=sys.stderr)
-    return 0
+    return drain.carry_out(drain.from_flaky(flaky), options.yes) if options.drain else 0
 
 
 def _show(options: HistoryOptions) -> int:

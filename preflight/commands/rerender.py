@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from preflight.commands import drain
 from preflight.lib.errors import BadInput
 from preflight.model import ExitCode
 from preflight.model.codec import BadPayload
@@ -31,6 +32,7 @@ def rerender(args: argparse.Namespace) -> int:
     unwritable = targets.unwritable()
     if unwritable:
         raise BadInput(f"cannot write {unwritable}")
+    drain.check_flags(args)
     try:
         report = json_report.load(args.json_file)
     except FileNotFoundError:
@@ -48,6 +50,8 @@ def rerender(args: argparse.Namespace) -> int:
     written = write_reports(report, targets)
     for flag, path in written:
         print(f"preflight: wrote {flag.lstrip('-')} report {path}", file=sys.stderr)
+    if args.drain:  # the exit code is the drain's (commands/drain.py)
+        return drain.carry_out(drain.from_report(report, args.drain_warnings), args.yes)
     if report.host_choice is None:
         return report.exit_code
     sys.stdout.write(host_choice.render(report))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from preflight.model.health_facts import HealthFacts
+from preflight.model.placement_facts import PlacementFacts
 
 
 @dataclass
@@ -178,4 +179,5 @@ class RankFacts:
     network: NetworkFacts = field(default_factory=NetworkFacts)
     gpus: list[GpuFacts] = field(default_factory=list)
     health: HealthFacts = field(default_factory=HealthFacts)  # GPU and RDMA-port health (health_facts.py)
+    placement: PlacementFacts = field(default_factory=PlacementFacts)  # build, clock, affinity (placement_facts.py)
     gather_errors: dict[str, str] = field(default_factory=dict)  # gatherer name -> why it failed

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from preflight.model.codec import encode
 from preflight.model.health_facts import HealthFacts
+from preflight.model.placement_facts import PlacementFacts
 from preflight.model.rank_facts import GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
 
 # The World fields most ranks share (all but rank, local_rank, node_rank, host, raw, expected_hosts);
@@ -41,6 +42,7 @@ class PackedRank:
     network: int = 0
     gpus: int = 0
     health: int = 0
+    placement: int = 0
     gather_errors: int = 0
     env: dict[str, str] = field(default_factory=dict)  # variables whose value is not env_common's
     env_unset: list[str] = field(default_factory=list)  # env_common's variables this rank lacks
@@ -64,6 +66,7 @@ class RankTable:
     network: list[NetworkFacts] = field(default_factory=list)
     gpus: list[list[GpuFacts]] = field(default_factory=list)
     health: list[HealthFacts] = field(default_factory=list)
+    placement: list[PlacementFacts] = field(default_factory=list)
     gather_errors: list[dict[str, str]] = field(default_factory=list)
     ranks: list[PackedRank] = field(default_factory=list)
 
@@ -106,7 +109,7 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     table = RankTable(env_common=_common([f.env for f in ranks]), raw_common=_common([f.world.raw for f in ranks]))
     worlds, versions, system = _Interned(table.worlds), _Interned(table.versions), _Interned(table.system)
     network, gpus, errors = _Interned(table.network), _Interned(table.gpus), _Interned(table.gather_errors)
-    health = _Interned(table.health)
+    health, placement = _Interned(table.health), _Interned(table.placement)
     world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
     for facts in ranks:
         world = facts.world
@@ -119,6 +122,7 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
             rank=facts.rank, host=facts.host, world=world_index[key], local_rank=world.local_rank,
             node_rank=world.node_rank, versions=versions.add(facts.versions), system=system.add(facts.system),
             network=network.add(facts.network), gpus=gpus.add(facts.gpus), health=health.add(facts.health),
+            placement=placement.add(facts.placement),
             gather_errors=errors.add(facts.gather_errors),
             env=_differing(facts.env, table.env_common), env_unset=_unset(facts.env, table.env_common),
             raw=_differing(world.raw, table.raw_common), raw_unset=_unset(world.raw, table.raw_common),
@@ -160,6 +164,7 @@ def unpack(table: RankTable) -> list[RankFacts]:
             versions=table.versions[row.versions], system=table.system[row.system],
             network=table.network[row.network], gpus=table.gpus[row.gpus],
             health=table.health[row.health] if row.health < len(table.health) else HealthFacts(),
+            placement=table.placement[row.placement] if row.placement < len(table.placement) else PlacementFacts(),
             gather_errors=table.gather_errors[row.gather_errors],
         ))
     return facts

@@ -22,13 +22,14 @@ from preflight.model import (
     World,
 )
 from preflight.model.codec import from_builtins
+from preflight.model.placement_facts import PlacementFacts
 from preflight.options import RunOptions
 from preflight.probes.orchestrate import ProbeOutcome
 from preflight.registry import CheckContext, JobView, get_check
 from preflight.steps.verdict import RunRecord, build_report
 
 _SECTIONS = {"versions": Versions, "system": SystemLimits, "network": NetworkFacts, "gpus": list[GpuFacts],
-             "health": HealthFacts}
+             "health": HealthFacts, "placement": PlacementFacts}
 
 
 def rank_facts(rank: int, host: str = "node01", *, env: dict[str, str] | None = None, world_size: int = 1,

@@ -83,10 +83,12 @@ def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: 
 
 @dataclass(frozen=True)
 class Placement:
-    """How and where one rank runs: on `host` (None: this machine as it is), with `env` over the job's."""
+    """How and where one rank runs: on `host` (None: this machine as it is), with `env` over the job's,
+    under `wrap` (a command that execs the rest, e.g. `taskset -c 1`: the rank's real CPU affinity)."""
 
     host: FakeHost | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    wrap: Sequence[str] = ()
 
 
 # rank -> its Placement: a function, or a table (a rank it does not list runs as Placement()).
@@ -121,7 +123,7 @@ def start_rank(rank: int, world_size: int, args: Sequence[str], *, placement: Pl
         "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": master_addr, "MASTER_PORT": str(port),
         **(common_env or {}), **placement.env,
     })
-    argv = [PYTHON, *program, *args]
+    argv = [*placement.wrap, PYTHON, *program, *args]
     start = placement.host.popen if placement.host else subprocess.Popen
     return start(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

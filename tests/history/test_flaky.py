@@ -62,6 +62,13 @@ def test_host_failing_3_of_5_runs_is_named_flaky_and_excluded_alone(tmp_path: Pa
     assert listed.returncode == 0, listed.stderr
     assert exclude.read_text() == "fl-b\n"
     assert [line.split()[0] for line in listed.stdout.splitlines()] == ["fl-b"]
+    # --drain: the scontrol command that drains fl-b with HIS003's reason, printed only (a dry run).
+    drained = run_cli(["history", "exclude", "--flaky", "--history", url, "--drain"])
+    assert drained.returncode == 0, drained.stderr
+    assert [line for line in drained.stdout.splitlines() if line.startswith("scontrol")] == [
+        'scontrol update NodeName=fl-b State=DRAIN Reason="preflight HIS003: failed 3 of its last 6 runs '
+        '(flaky-4, flaky-2, flaky-0)"']
+    assert "dry run" in drained.stderr
     # A stricter rule (1 of the last 10) lists fl-c too; GPUs are recorded by UUID per host.
     stricter = run_cli(["history", "exclude", "--flaky", "1/10", "--history", url])
     assert [line.split()[0] for line in stricter.stdout.splitlines()] == ["fl-b", "fl-c"]

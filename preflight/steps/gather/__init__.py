@@ -12,7 +12,11 @@ from dataclasses import dataclass, field
 from preflight.checks.run_findings import gatherer_failed
 from preflight.lib.deadline import call_with_deadline
 from preflight.model import Finding, RankFacts, World
+from preflight.options import CLOCK_SKEW_S
 from preflight.steps.gather import (
+    affinity,
+    build,
+    clock,
     env_vars,
     gpu_health,
     gpus,
@@ -32,6 +36,8 @@ class GatherOptions:
 
     timeout_s: float = 5.0
     sysfs_root: str = "/sys"
+    fingerprint: list[str] = field(default_factory=list)  # --fingerprint: more distributions (gather/build.py)
+    clock_skew_s: float = CLOCK_SKEW_S  # --expect clock_skew: carried in the facts for CLK001
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -48,6 +54,9 @@ GATHERERS: list[tuple[str, Gatherer]] = [
     ("ports", master_port.gather),
     ("gpu health", gpu_health.gather),  # the bound GPU, through nvml_source.py
     ("nic health", nic_health.gather),  # after "network": reads its ib_ports
+    ("build", build.gather),
+    ("clock", clock.gather),
+    ("affinity", affinity.gather),  # after "gpus", "gpu health" (the bound GPU) and "network"
 ]
 
 
