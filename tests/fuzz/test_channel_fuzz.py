@@ -29,6 +29,7 @@ from preflight.model import messages as m
 from preflight.model import storage as sm
 from preflight.model.codec import encode
 from preflight.model.device_probe import DeviceReport
+from preflight.model.placement_facts import ClockStamp
 from preflight.model.reachability import ReachListener
 from preflight.steps.storage import _gather
 from preflight.steps.storage_judge import Judge
@@ -61,6 +62,9 @@ FAMILIES: dict[str, Any] = {
     keys.GO.key: m.GoDecision(True, "world complete", "ab12"),
     keys.VERDICT.key: m.Verdict(3, "failed", "ab12"),
     keys.REPORT.key: JobReport(ReportMeta("env", "", "env", 2, 1, "127.0.0.1", 29500)),
+    keys.CLOCK_OPEN.key: ClockStamp(1.5e9),
+    keys.clock_ping_key(1): ClockStamp(1.5e9),
+    keys.clock_pong_key(1): ClockStamp(1.5e9),
     keys.STORAGE_PLAN.key: sm.StoragePlan(".preflight-storage-x", "x", 2**20),
     keys.STORAGE_VISIT.at(1): sm.StorageVisit(1, "h1", True, mount=sm.MountView("/c", "nfs4", "f:/c")),
     keys.STORAGE_ROUND.at(0): sm.StorageRound(0, [0, 1]),
