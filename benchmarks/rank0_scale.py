@@ -12,7 +12,7 @@ measured process drives the project's own code, stage by stage:
                 then Collected.merged_with and the gatherer-failure findings
   cross checks  registry.run_checks over every registered cross check, with one JobView
   report        steps.verdict.build_report
-  json/text/junit/html/exclude   each renderer, to a temporary folder
+  json/text/junit/html/exclude/terminal   each renderer, to a temporary folder (terminal: rich, to memory)
   reload        `preflight report`'s path: the JSON read back and rendered again (text, html)
 
 The worlds are SYNTHETIC but built the way a real run builds them: the World comes from
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import resource
@@ -212,7 +213,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
     from preflight.model import World
     from preflight.options import RunOptions
     from preflight.registry import CROSS, CheckContext, JobView, run_checks, select_checks
-    from preflight.reports import exclude, html, junit, text
+    from preflight.reports import exclude, html, junit, terminal, text
     from preflight.reports import json as json_report
     from preflight.steps.gather import gather_failures
     from preflight.steps.verdict import RunRecord, build_report
@@ -272,6 +273,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
     timed("junit", junit.write, report, paths["xml"])
     timed("html", html.write, report, paths["html"])
     timed("exclude", exclude.write, report, paths["exclude"])
+    timed("terminal", terminal.render, report, io.StringIO())  # what a TTY shows (rich)
 
     def reload():
         again = json_report.load(paths["json"])
@@ -283,7 +285,9 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
     # Issue 35's budget covers every stage, the reload included (before it, total_s left the reload out).
     return {
         "world": world_kind, "ranks": size, "reported": len(again.ranks), "stages_s": stages,
-        "total_s": round(sum(stages.values()), 3), "total_cpu_s": round(sum(cpu.values()), 3),
+        "total_s": round(sum(stages.values()), 3), "total_cpu_s": round(sum(cpu.values()), 3), "stages_cpu_s": cpu,
+        "slowest_cross_checks": {o.check_id: round(o.duration_s, 3) for o in sorted(
+            cross_outcomes, key=lambda o: -o.duration_s)[:5]},
         "load_1min": round(os.getloadavg()[0], 2),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "json_mb": round(os.path.getsize(paths["json"]) / 1e6, 1),

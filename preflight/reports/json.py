@@ -1,8 +1,11 @@
 """`--json PATH`: the JobReport itself, the input of `preflight report`.
 
 The ranks' facts are written as a `RankTable` (preflight/model/rank_table.py): each distinct
-section once and one small row per rank, so a 16,384-rank report is a few MB, not hundreds.
-`load` reads that shape and the earlier one (schema 1, a verbatim `ranks` list) alike.
+section once and the ranks' own values as columns (schema 3), so a 131,072-rank report is tens
+of MB, not gigabytes. The report is indented; the rank table, the bulk of a large report, is
+written compact (one line: indenting puts every cell of a column on a line of its own).
+`load` reads that shape and the earlier ones (schema 2, a row per rank; schema 1, a verbatim
+`ranks` list) alike.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from pathlib import Path
 import msgspec
 
 from preflight.model import JobReport, summarize_probes
-from preflight.model.codec import decode, encode
+from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.rank_table import RankTable, pack, unpack
 
-SCHEMA = 2
+SCHEMA = 3
+_TABLE_SLOT = b'\n "rank_table": null'  # a top-level key (indent 1): nothing nested or quoted matches
 
 
 @dataclass
@@ -29,12 +33,14 @@ class _Packed:
 
 def dumps_bytes(report: JobReport) -> bytes:
     """The report as indented JSON bytes: its fields with `ranks` packed, then derived ones beside them."""
-    head = encode({"schema": SCHEMA, "rank_table": pack(report.ranks),
-                   "probe_summary": summarize_probes(report.probes)})
+    head = encode({"schema": SCHEMA, "rank_table": None, "probe_summary": summarize_probes(report.probes)})
     body = encode(dataclasses.replace(report, ranks=[]))
     # One object: the report's own fields, then the added ones (probe_summary is never read back).
     merged = body[:-1] + b"," + head[1:] if body != b"{}" else head
-    return msgspec.json.format(merged, indent=1)
+    indented = msgspec.json.format(merged, indent=1)
+    before, slot, after = indented.partition(_TABLE_SLOT)
+    assert slot, "the rank table's place in the report"
+    return before + b'\n "rank_table": ' + encode(pack(report.ranks)) + after
 
 
 def dumps(report: JobReport) -> str:
@@ -54,7 +60,10 @@ def loads(data: bytes | str) -> JobReport:
     report = decode(data, JobReport)
     packed = decode(data, _Packed).rank_table
     if packed is not None and not report.ranks:
-        report.ranks = unpack(packed)
+        try:
+            report.ranks = unpack(packed)
+        except (IndexError, ValueError) as exc:  # indices past their tables, columns of unequal length
+            raise BadPayload(f"rank_table: {str(exc)[:200]}") from None
     return report
 
 
