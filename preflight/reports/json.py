@@ -33,6 +33,12 @@ class _Packed:
 
 def dumps_bytes(report: JobReport) -> bytes:
     """The report as indented JSON bytes: its fields with `ranks` packed, then derived ones beside them."""
+    return b"".join(_parts(report))
+
+
+def _parts(report: JobReport) -> tuple[bytes, bytes, bytes]:
+    """The report's JSON in three pieces (before the rank table, the table, after it): `write` writes
+    them one after another, never holding a joined copy of a 100 MB report."""
     head = encode({"schema": SCHEMA, "rank_table": None, "probe_summary": summarize_probes(report.probes)})
     body = encode(dataclasses.replace(report, ranks=[]))
     # One object: the report's own fields, then the added ones (probe_summary is never read back).
@@ -40,7 +46,7 @@ def dumps_bytes(report: JobReport) -> bytes:
     indented = msgspec.json.format(merged, indent=1)
     before, slot, after = indented.partition(_TABLE_SLOT)
     assert slot, "the rank table's place in the report"
-    return before + b'\n "rank_table": ' + encode(pack(report.ranks)) + after
+    return before + b'\n "rank_table": ', encode(pack(report.ranks)), after
 
 
 def dumps(report: JobReport) -> str:
@@ -52,7 +58,10 @@ def write(report: JobReport, path: str) -> None:
     """Write the report's JSON to path, creating parent folders."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(dumps_bytes(report) + b"\n")
+    with target.open("wb") as out:
+        for part in _parts(report):
+            out.write(part)
+        out.write(b"\n")
 
 
 def loads(data: bytes | str) -> JobReport:
