@@ -220,6 +220,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
     from preflight.steps.verdict import RunRecord, build_report
 
     stages: dict[str, float] = {}
+    rss: dict[str, int] = {}  # resident MiB after each stage: where the memory goes
     cpu: dict[str, float] = {}  # CPU seconds: on a shared machine the wall time also counts waiting for a core
 
     def timed(name: str, func, *args):
@@ -227,6 +228,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
         value = func(*args)
         stages[name] = round(time.perf_counter() - started, 3)
         cpu[name] = round(time.process_time() - started_cpu, 3)
+        rss[name] = _rss_mib()
         return value
 
     def accept(collected, ranks, raws):  # what the store collect does with each multi_get's answer
@@ -290,7 +292,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
             cross_outcomes, key=lambda o: -o.duration_s)[:5]},
         "load_1min": round(os.getloadavg()[0], 2),
         "peak_rss_mib": max(main_rss, again["peak_rss_mib"]), "rank0_rss_mib": main_rss,
-        "reload_rss_mib": again["peak_rss_mib"],
+        "reload_rss_mib": again["peak_rss_mib"], "rss_after_mib": rss,
         "json_mb": round(os.path.getsize(paths["json"]) / 1e6, 1),
         "html_mb": round(os.path.getsize(paths["html"]) / 1e6, 1),
         "payload_kb_per_rank": round(payload_bytes / max(1, again["ranks"]) / 1e3, 1),
@@ -298,17 +300,21 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
     }
 
 
-def _peak_rss_mib() -> int:
+def _peak_rss_mib(field: str = "VmHWM") -> int:
     """This process's peak resident memory: VmHWM (ru_maxrss survives exec on Linux, so a child
-    started by a 2 GB parent would report the parent's peak)."""
+    started by a 2 GB parent would report the parent's peak); VmRSS: now."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
-                if line.startswith("VmHWM:"):
+                if line.startswith(f"{field}:"):
                     return round(int(line.split()[1]) / 1024)
     except OSError:
         pass
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def _rss_mib() -> int:
+    return _peak_rss_mib("VmRSS")
 
 
 def reload(path: str) -> dict[str, object]:
