@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from preflight.model import Finding, JobReport, RankFacts, ReportMeta, Severity, World
-from preflight.model.codec import BadPayload
+from preflight.model.codec import BadPayload, encode
 from preflight.model.rank_table import _WORLD_SHARED, PackedRank, pack, unpack
 from preflight.registry import CROSS, JobView, merge_findings, select_checks
 from preflight.reports import json as json_report
@@ -113,6 +113,13 @@ def test_rank_table_round_trips_and_stores_shared_values_once() -> None:
     # Every World field is either shared (interned) or the row's own: none is lost by packing.
     per_row = {"rank", "local_rank", "node_rank", "host", "raw", "expected_hosts"}
     assert {f.name for f in dataclasses.fields(World)} == per_row | set(_WORLD_SHARED)
+
+
+def test_the_table_written_piece_by_piece_is_the_codec_s_bytes() -> None:
+    """reports/json.py writes the rank table a column at a time (no whole copy at 131,072 ranks): the
+    same bytes as encoding it at once, so it loads back as any table."""
+    table = pack(_world(8))
+    assert b"".join(json_report._table_pieces(table)) == encode(table)
 
 
 def test_a_schema_2_rank_table_a_row_per_rank_still_unpacks() -> None:

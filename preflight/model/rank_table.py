@@ -146,9 +146,11 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     health = _Interned(table.health)
     world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
     cols = table.columns = RankColumns()
-    env: dict[str, dict[int, str]] = {}
+    # Per variable, the rows that differ and their values, as two lists (16 bytes a cell; a dict of
+    # 131,072 rows is ~6x that, for each per-rank variable).
+    env: dict[str, tuple[list[int], list[str]]] = {}
     env_unset: dict[str, list[int]] = {}
-    raw: dict[str, dict[int, str]] = {}
+    raw: dict[str, tuple[list[int], list[str]]] = {}
     raw_unset: dict[str, list[int]] = {}
     for row, facts in enumerate(ranks):
         world = facts.world
@@ -177,29 +179,35 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
         if world.host != facts.host:
             cols.world_host[row] = world.host
     rows = len(ranks)
-    cols.env, cols.env_unset = {name: _column(v, rows) for name, v in sorted(env.items())}, env_unset
-    cols.raw, cols.raw_unset = {name: _column(v, rows) for name, v in sorted(raw.items())}, raw_unset
+    cols.env, cols.env_unset = {name: _column(*env.pop(name), rows) for name in sorted(env)}, env_unset
+    cols.raw, cols.raw_unset = {name: _column(*raw.pop(name), rows) for name in sorted(raw)}, raw_unset
     return table
 
 
-def _collect(row: int, values: dict[str, str], common: dict[str, str], differing: dict[str, dict[int, str]],
-             unset: dict[str, list[int]]) -> None:
+def _collect(row: int, values: dict[str, str], common: dict[str, str],
+             differing: dict[str, tuple[list[int], list[str]]], unset: dict[str, list[int]]) -> None:
     """Note, per variable, this row's value where it is not the common one, and the common variables it lacks."""
     for name, value in values.items():
         if common.get(name) != value:
-            differing.setdefault(name, {})[row] = value
+            cells = differing.get(name)
+            if cells is None:
+                cells = differing[name] = ([], [])
+            cells[0].append(row)
+            cells[1].append(value)
     if len(values) < len(common) or not common.keys() <= values.keys():
         for name in common:
             if name not in values:
                 unset.setdefault(name, []).append(row)
 
 
-def _column(values: dict[int, str], rows: int) -> Column:
+def _column(at: list[int], values: list[str], rows: int) -> Column:
     """Dense where most rows differ (a list, None: the common value), sparse where few do."""
     if 2 * len(values) < rows:
-        return values
+        return dict(zip(at, values))
+    if len(at) == rows:  # every row differs (a per-rank variable): the values are the column
+        return values  # type: ignore[return-value]
     dense: list[str | None] = [None] * rows
-    for row, value in values.items():
+    for row, value in zip(at, values):
         dense[row] = value
     return dense
 

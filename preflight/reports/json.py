@@ -11,6 +11,7 @@ written compact (one line: indenting puts every cell of a column on a line of it
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,19 +27,20 @@ _TABLE_SLOT = b'\n "rank_table": null'  # a top-level key (indent 1): nothing ne
 
 @dataclass
 class _Packed:
-    """The fields the JSON adds to the report's own: the packed ranks (schema 2)."""
+    """The fields the JSON adds to the report's own: the packed ranks (schemas 2 and 3)."""
 
     rank_table: RankTable | None = None
 
 
 def dumps_bytes(report: JobReport) -> bytes:
     """The report as indented JSON bytes: its fields with `ranks` packed, then derived ones beside them."""
-    return b"".join(_parts(report))
+    before, table, after = _parts(report)
+    return b"".join([before, *table, after])
 
 
-def _parts(report: JobReport) -> tuple[bytes, bytes, bytes]:
-    """The report's JSON in three pieces (before the rank table, the table, after it): `write` writes
-    them one after another, never holding a joined copy of a 100 MB report."""
+def _parts(report: JobReport) -> tuple[bytes, Iterator[bytes], bytes]:
+    """The report's JSON in three parts (before the rank table, the table's pieces, after it): `write`
+    writes them one after another, never holding a joined copy of a 100 MB report."""
     head = encode({"schema": SCHEMA, "rank_table": None, "probe_summary": summarize_probes(report.probes)})
     body = encode(dataclasses.replace(report, ranks=[]))
     # One object: the report's own fields, then the added ones (probe_summary is never read back).
@@ -46,7 +48,24 @@ def _parts(report: JobReport) -> tuple[bytes, bytes, bytes]:
     indented = msgspec.json.format(merged, indent=1)
     before, slot, after = indented.partition(_TABLE_SLOT)
     assert slot, "the rank table's place in the report"
-    return before + b'\n "rank_table": ', encode(pack(report.ranks)), after
+    return before + b'\n "rank_table": ', _table_pieces(pack(report.ranks)), after
+
+
+def _table_pieces(table: RankTable) -> Iterator[bytes]:
+    """`encode(table)`, field by field and column by column: the same bytes (the codec writes a
+    dataclass as its fields in order, compact), without one more copy of the whole table at once."""
+    yield b"{"
+    for i, item in enumerate(dataclasses.fields(table)):
+        yield (b"," if i else b"") + encode(item.name) + b":"
+        value = getattr(table, item.name)
+        if item.name != "columns" or value is None:
+            yield encode(value)
+            continue
+        yield b"{"
+        for j, column in enumerate(dataclasses.fields(value)):
+            yield (b"," if j else b"") + encode(column.name) + b":" + encode(getattr(value, column.name))
+        yield b"}"
+    yield b"}"
 
 
 def dumps(report: JobReport) -> str:
@@ -59,9 +78,10 @@ def write(report: JobReport, path: str) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("wb") as out:
-        for part in _parts(report):
-            out.write(part)
-        out.write(b"\n")
+        before, table, after = _parts(report)
+        out.write(before)
+        out.writelines(table)
+        out.write(after + b"\n")
 
 
 def loads(data: bytes | str) -> JobReport:
