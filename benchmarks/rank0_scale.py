@@ -221,6 +221,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
 
     stages: dict[str, float] = {}
     rss: dict[str, int] = {}  # resident MiB after each stage: where the memory goes
+    peak: dict[str, int] = {}  # the peak so far after each stage: which stage makes it
     cpu: dict[str, float] = {}  # CPU seconds: on a shared machine the wall time also counts waiting for a core
 
     def timed(name: str, func, *args):
@@ -229,6 +230,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
         stages[name] = round(time.perf_counter() - started, 3)
         cpu[name] = round(time.process_time() - started_cpu, 3)
         rss[name] = _rss_mib()
+        peak[name] = _peak_rss_mib()
         return value
 
     def accept(collected, ranks, raws):  # what the store collect does with each multi_get's answer
@@ -292,7 +294,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
             cross_outcomes, key=lambda o: -o.duration_s)[:5]},
         "load_1min": round(os.getloadavg()[0], 2),
         "peak_rss_mib": max(main_rss, again["peak_rss_mib"]), "rank0_rss_mib": main_rss,
-        "reload_rss_mib": again["peak_rss_mib"], "rss_after_mib": rss,
+        "reload_rss_mib": again["peak_rss_mib"], "rss_after_mib": rss, "peak_after_mib": peak,
         "json_mb": round(os.path.getsize(paths["json"]) / 1e6, 1),
         "html_mb": round(os.path.getsize(paths["html"]) / 1e6, 1),
         "payload_kb_per_rank": round(payload_bytes / max(1, again["ranks"]) / 1e3, 1),

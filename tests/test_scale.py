@@ -115,6 +115,18 @@ def test_rank_table_round_trips_and_stores_shared_values_once() -> None:
     assert {f.name for f in dataclasses.fields(World)} == per_row | set(_WORLD_SHARED)
 
 
+def test_a_variable_that_skips_rows_after_the_first_round_trips() -> None:
+    """A variable on rows 0, 1 and 3 only (its rows implicit until row 2 goes without), and one unset on some."""
+    ranks = _world(4)
+    for facts in ranks[:2] + ranks[3:4]:
+        facts.env["ODD"] = f"v{facts.rank}"
+    del ranks[5].env["APP_07"]
+    table = pack(ranks)
+    assert table.columns is not None and table.columns.env["ODD"] == {0: "v0", 1: "v1", 3: "v3"}
+    assert table.columns.env_unset == {"APP_07": [5]}
+    assert unpack(table) == ranks
+
+
 def test_the_table_written_piece_by_piece_is_the_codec_s_bytes() -> None:
     """reports/json.py writes the rank table a column at a time (no whole copy at 131,072 ranks): the
     same bytes as encoding it at once, so it loads back as any table."""

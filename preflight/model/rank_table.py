@@ -146,11 +146,11 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     health = _Interned(table.health)
     world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
     cols = table.columns = RankColumns()
-    # Per variable, the rows that differ and their values, as two lists (16 bytes a cell; a dict of
-    # 131,072 rows is ~6x that, for each per-rank variable).
-    env: dict[str, tuple[list[int], list[str]]] = {}
+    # Per variable, its values and the rows they are on (rows: None while every row so far has one,
+    # as a per-rank variable does: no list of 131,072 row numbers for each of those).
+    env: dict[str, tuple[list[int] | None, list[str]]] = {}
     env_unset: dict[str, list[int]] = {}
-    raw: dict[str, tuple[list[int], list[str]]] = {}
+    raw: dict[str, tuple[list[int] | None, list[str]]] = {}
     raw_unset: dict[str, list[int]] = {}
     for row, facts in enumerate(ranks):
         world = facts.world
@@ -179,28 +179,39 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
         if world.host != facts.host:
             cols.world_host[row] = world.host
     rows = len(ranks)
-    cols.env, cols.env_unset = {name: _column(*env.pop(name), rows) for name in sorted(env)}, env_unset
-    cols.raw, cols.raw_unset = {name: _column(*raw.pop(name), rows) for name in sorted(raw)}, raw_unset
+    cols.env, cols.env_unset = {name: _column(*_cells_of(env, name), rows) for name in sorted(env)}, env_unset
+    cols.raw, cols.raw_unset = {name: _column(*_cells_of(raw, name), rows) for name in sorted(raw)}, raw_unset
     return table
 
 
 def _collect(row: int, values: dict[str, str], common: dict[str, str],
-             differing: dict[str, tuple[list[int], list[str]]], unset: dict[str, list[int]]) -> None:
+             differing: dict[str, tuple[list[int] | None, list[str]]], unset: dict[str, list[int]]) -> None:
     """Note, per variable, this row's value where it is not the common one, and the common variables it lacks."""
     for name, value in values.items():
         if common.get(name) != value:
             cells = differing.get(name)
             if cells is None:
-                cells = differing[name] = ([], [])
-            cells[0].append(row)
-            cells[1].append(value)
+                cells = differing[name] = (None if row == 0 else [], [])
+            at, found = cells
+            if at is None and len(found) != row:  # a row went without: from now on, say which rows
+                at = list(range(len(found)))
+                differing[name] = cells = (at, found)
+            if at is not None:
+                at.append(row)
+            found.append(value)
     if len(values) < len(common) or not common.keys() <= values.keys():
         for name in common:
             if name not in values:
                 unset.setdefault(name, []).append(row)
 
 
-def _column(at: list[int], values: list[str], rows: int) -> Column:
+def _cells_of(cells: dict[str, tuple[list[int] | None, list[str]]], name: str) -> tuple[list[int], list[str]]:
+    """A variable's rows and values, popped (rows spelled out where they were left implicit)."""
+    at, values = cells.pop(name)
+    return (range(len(values)) if at is None else at), values  # type: ignore[return-value]
+
+
+def _column(at: Sequence[int], values: list[str], rows: int) -> Column:
     """Dense where most rows differ (a list, None: the common value), sparse where few do."""
     if 2 * len(values) < rows:
         return dict(zip(at, values))
