@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from preflight.model import Finding, JobReport, RankFacts, ReportMeta, Severity, World
+from preflight.model import Finding, JobReport, RankFacts, ReportMeta, Severity, SystemLimits, World
 from preflight.model.codec import BadPayload, encode
 from preflight.model.rank_table import _WORLD_SHARED, PackedRank, pack, unpack
 from preflight.registry import CROSS, JobView, merge_findings, select_checks
@@ -100,9 +100,12 @@ def test_merging_one_finding_from_every_rank_is_linear() -> None:
 
 def test_rank_table_round_trips_and_stores_shared_values_once() -> None:
     ranks = _world(32)
+    for facts in ranks:  # each process its own pid, as on a real job
+        facts.system = SystemLimits(pid=1000 + facts.rank, cpu_count=8, memlock_bytes=-1, shm_bytes=1 << 30)
     table = pack(ranks)
     assert unpack(table) == ranks
     assert len(table.versions) == 2 and len(table.worlds) == 1  # one odd torch; one shared World
+    assert len(table.system) == 1 and len(set(table.columns.pid)) == len(ranks)  # limits once, pids a column
     columns = table.columns
     assert columns is not None and not table.ranks  # schema 3: columns, no row per rank
     assert set(columns.env) == {"RANK", "LOCAL_RANK", "NCCL_SOCKET_IFNAME"}

@@ -21,6 +21,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from preflight.model.codec import encode
 from preflight.model.health_facts import HealthFacts
@@ -30,6 +31,7 @@ from preflight.model.rank_facts import GpuFacts, NetworkFacts, RankFacts, System
 # decisions last. A field added to World must be named here or in PackedRank (the round-trip test).
 _WORLD_SHARED = ("launcher", "world_size", "local_world_size", "num_nodes", "master_addr", "master_port", "job_id",
                  "run_id", "restart_count", "use_agent_store", "node_rank_given", "decisions")
+T = TypeVar("T")
 _SAMPLE = 64  # ranks sampled to choose the common values (only the table's size depends on them)
 
 
@@ -73,7 +75,8 @@ class RankColumns:
     local_rank: list[int] = field(default_factory=list)
     node_rank: list[int] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
-    system: list[int] = field(default_factory=list)
+    system: list[int] = field(default_factory=list)  # the limits without the pid, which is...
+    pid: list[int] = field(default_factory=list)  # ...every rank's own: a column, not 131,072 table entries
     network: list[int] = field(default_factory=list)
     gpus: list[int] = field(default_factory=list)
     health: list[int] = field(default_factory=list)
@@ -141,7 +144,8 @@ def _common(dicts: Sequence[dict[str, str]]) -> dict[str, str]:
 def pack(ranks: Sequence[RankFacts]) -> RankTable:
     """The table of `ranks`; O(N) in ranks (each section is encoded once to find its twin)."""
     table = RankTable(env_common=_common([f.env for f in ranks]), raw_common=_common([f.world.raw for f in ranks]))
-    worlds, versions, system = _Interned(table.worlds), _Interned(table.versions), _Interned(table.system)
+    worlds, versions = _Interned(table.worlds), _Interned(table.versions)
+    limits_index: dict[tuple[int, int, int], int] = {}  # SystemLimits but its pid -> index in table.system
     network, gpus, errors = _Interned(table.network), _Interned(table.gpus), _Interned(table.gather_errors)
     health = _Interned(table.health)
     world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
@@ -165,7 +169,13 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
         cols.local_rank.append(world.local_rank)
         cols.node_rank.append(world.node_rank)
         cols.versions.append(versions.add(facts.versions))
-        cols.system.append(system.add(facts.system))
+        limits = facts.system
+        shared = (limits.cpu_count, limits.memlock_bytes, limits.shm_bytes)
+        if shared not in limits_index:
+            limits_index[shared] = len(table.system)
+            table.system.append(dataclasses.replace(limits, pid=0))
+        cols.system.append(limits_index[shared])
+        cols.pid.append(limits.pid)
         cols.network.append(network.add(facts.network))
         cols.gpus.append(gpus.add(facts.gpus))
         cols.health.append(health.add(facts.health))
@@ -252,7 +262,8 @@ def unpack(table: RankTable) -> list[RankFacts]:
     cols = table.columns
     rows = len(cols.rank)
     if any(len(column) != rows for column in (cols.host, cols.world, cols.local_rank, cols.node_rank, cols.versions,
-                                              cols.system, cols.network, cols.gpus, cols.health, cols.gather_errors)):
+                                              cols.system, cols.network, cols.gpus, cols.health, cols.gather_errors,
+                                              cols.pid)):
         raise ValueError("the rank table's columns differ in length")
     env = [dict(table.env_common) for _ in range(rows)]
     raw = [dict(table.raw_common) for _ in range(rows)]
@@ -266,13 +277,14 @@ def unpack(table: RankTable) -> list[RankFacts]:
     facts = []
     for row in range(rows):
         rank, host = cols.rank[row], cols.host[row]
-        world = _world(table.worlds[cols.world[row]], rank=cols.world_rank.get(row, rank),
+        world = _clone(table.worlds[cols.world[row]], rank=cols.world_rank.get(row, rank),
                        host=cols.world_host.get(row, host), local_rank=cols.local_rank[row],
                        node_rank=cols.node_rank[row], raw=raw[row], expected_hosts=cols.expected_hosts.get(row, {}))
         health = cols.health[row]
         facts.append(RankFacts(
             rank=rank, host=host, world=world, env=env[row], versions=table.versions[cols.versions[row]],
-            system=table.system[cols.system[row]], network=table.network[cols.network[row]],
+            system=_clone(table.system[cols.system[row]], pid=cols.pid[row]),
+            network=table.network[cols.network[row]],
             gpus=table.gpus[cols.gpus[row]],
             health=table.health[health] if health < len(table.health) else HealthFacts(),
             gather_errors=table.gather_errors[cols.gather_errors[row]],
@@ -280,13 +292,13 @@ def unpack(table: RankTable) -> list[RankFacts]:
     return facts
 
 
-def _world(shared: World, **own: object) -> World:
-    """A copy of a shared World with this rank's own fields (dataclasses.replace, 3x faster: no __init__
-    re-run; every field was validated when the table was decoded)."""
-    world = object.__new__(World)
-    world.__dict__.update(shared.__dict__)
-    world.__dict__.update(own)
-    return world
+def _clone(shared: T, **own: object) -> T:
+    """A copy of a shared section with this rank's own fields (dataclasses.replace, 3x faster: no
+    __init__ re-run; every field was validated when the table was decoded)."""
+    copy = object.__new__(type(shared))
+    copy.__dict__.update(shared.__dict__)
+    copy.__dict__.update(own)
+    return copy
 
 
 def _unpack_rows(table: RankTable) -> list[RankFacts]:
