@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -155,14 +156,16 @@ def store_touches(source: str) -> list[tuple[int, str]]:
     return found
 
 
+def scan(walker: Callable[[str], list[tuple[int, str]]], *exempt: str) -> list[str]:
+    """What `walker` finds in every module of the package but those within `exempt`, as `module:line text`."""
+    return [f"{name}:{line} {text}" for name, path in sorted(modules().items()) if not within(name, *exempt)
+            for line, text in walker(path.read_text())]
+
+
 def test_nothing_outside_the_channel_touches_the_store_or_decodes_a_store_value() -> None:
     """Every value that crosses the store goes through preflight/channel/ (board.py: typed, bounded,
     a bad value names its rank): no other module calls a store's methods or decodes what one holds."""
-    offenders = []
-    for name, path in sorted(modules().items()):
-        if within(name, "preflight.channel"):
-            continue
-        offenders += [f"{name}:{line} {text}" for line, text in store_touches(path.read_text())]
+    offenders = scan(store_touches, "preflight.channel")
     assert not offenders, "\n".join(offenders)
 
 
@@ -224,11 +227,7 @@ def key_strings(source: str) -> list[tuple[int, str]]:
 def test_no_key_string_outside_the_table() -> None:
     """Every key of the store is named by its row of preflight/channel/keys.py (`keys.VERDICT.key`,
     `keys.RESULT.at(rank)`), which carries its message type: no module spells a key itself."""
-    offenders = []
-    for name, path in sorted(modules().items()):
-        if name == "preflight.channel.keys":
-            continue
-        offenders += [f"{name}:{line} {text}" for line, text in key_strings(path.read_text())]
+    offenders = scan(key_strings, "preflight.channel.keys")
     assert not offenders, "\n".join(offenders)
 
 
@@ -292,11 +291,7 @@ def picks_apart(node: ast.AST, read: set[str]) -> bool:
 def test_no_raw_dict_reading_of_a_store_value_outside_the_model() -> None:
     """A value from the store is its key's model type (channel/keys.py, model/messages.py): read by its
     fields, validated once where it enters (codec.decode), never picked apart as a dict by its readers."""
-    offenders = []
-    for name, path in sorted(modules().items()):
-        if within(name, "preflight.model"):
-            continue
-        offenders += [f"{name}:{line} {text}" for line, text in loose_reads(path.read_text())]
+    offenders = scan(loose_reads, "preflight.model")
     assert not offenders, "\n".join(offenders)
 
 
