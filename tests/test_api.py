@@ -145,8 +145,23 @@ def test_a_probe_hang_in_the_jobs_own_group_says_stuck_on_every_rank(tmp_path: P
     """Rank 3 never enters its all_to_all (a planted skip): the job's tp group [2, 3] hangs.
 
     Every rank still gets the verdict, with the hang named, and `stuck`, so the trainer leaves
-    by os._exit instead of waiting on the job's own communicator (the process would hang)."""
-    plant = plant_env(tmp_path, {3: """
+    by os._exit instead of waiting on the job's own communicator (the process would hang).
+
+    Rank 1 is slow after its call returns (3 s, a loaded node): rank 0 leaves as soon as every
+    rank has read the verdict, and torchrun stops every worker once one exits non-zero, so a
+    trainer that left at once lost rank 1's record (CI, once: "rank 1 wrote no rank-1.json").
+    The trainer leaves only when every rank's record is written; this slow rank shows it does."""
+    plant = plant_env(tmp_path, {1: """
+        import time
+        import preflight
+        _check = preflight.check
+        def check(*args, **kwargs):
+            try:
+                return _check(*args, **kwargs)
+            finally:
+                time.sleep(3.0)
+        preflight.check = check
+    """, 3: """
         import torch.distributed as dist
         dist.all_to_all_single = lambda *args, **kwargs: None
     """})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -169,14 +170,16 @@ def store_touches(source: str) -> list[tuple[int, str]]:
     return found
 
 
+def scan(walker: Callable[[str], list[tuple[int, str]]], *exempt: str) -> list[str]:
+    """What `walker` finds in every module of the package but those within `exempt`, as `module:line text`."""
+    return [f"{name}:{line} {text}" for name, path in sorted(modules().items()) if not within(name, *exempt)
+            for line, text in walker(path.read_text())]
+
+
 def test_nothing_outside_the_channel_touches_the_store_or_decodes_a_store_value() -> None:
     """Every value that crosses the store goes through preflight/channel/ (board.py: typed, bounded,
     a bad value names its rank): no other module calls a store's methods or decodes what one holds."""
-    offenders = []
-    for name, path in sorted(modules().items()):
-        if within(name, "preflight.channel"):
-            continue
-        offenders += [f"{name}:{line} {text}" for line, text in store_touches(path.read_text())]
+    offenders = scan(store_touches, "preflight.channel")
     assert not offenders, "\n".join(offenders)
 
 
@@ -196,3 +199,119 @@ def test_the_probes_and_the_steps_do_not_import_each_other_in_a_cycle() -> None:
                if within(name, "preflight.channel")
                for target in sorted(imports_of(path, name)) if within(target, "preflight.probes")]
     assert not broken, "\n".join(broken)
+
+
+# -- the store's keys: one table (channel/keys.py) ------------------------------------------------------------
+STORE_CALLS = STORE_METHODS | {"put", "read", "has", "has_all", "count", "fetch", "agree", "announce", "wait_for",
+                               "write_value", "read_value", "decode_value", "fetch_raw", "append_rank",
+                               "listed_ranks", "listed", "present"}
+
+
+def called(node: ast.Call) -> str:
+    """The name a call calls: `f` of `f(...)`, `m` of `x.m(...)`."""
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+
+
+def key_strings(source: str) -> list[tuple[int, str]]:
+    """Key strings written outside the table: a constant or f-string that starts with a family's pattern
+    (`f"reach/claim/{host}"`, `"res/1"`, `"reach/roster"`), or a bare fixed key (`"verdict"`) handed to
+    a store, board or exchange call or named as a key (`KEY_NAME = "secret-key"`)."""
+    from preflight.channel import keys
+
+    heads = tuple(row.head for row in keys.TABLE if "{" in row.pattern or "/" in row.pattern)
+    fixed = {row.pattern for row in keys.TABLE if "{" not in row.pattern}
+    tree = ast.parse(source)
+    handed = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call) and called(node) in STORE_CALLS
+              for arg in node.args}
+    handed |= {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)  # NONCE_KEY = "nonce"
+               and any(isinstance(t, ast.Name) and "KEY" in t.id.upper() for t in node.targets)}
+    inside = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            text = str(node.values[0].value)
+            if text.startswith(heads):
+                found.append((node.lineno, ast.unparse(node)[:80]))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in inside:
+            if node.value.startswith(heads) or (node.value in fixed and id(node) in handed):
+                found.append((node.lineno, repr(node.value)[:80]))
+    return found
+
+
+def test_no_key_string_outside_the_table() -> None:
+    """Every key of the store is named by its row of preflight/channel/keys.py (`keys.VERDICT.key`,
+    `keys.RESULT.at(rank)`), which carries its message type: no module spells a key itself."""
+    offenders = scan(key_strings, "preflight.channel.keys")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_key_walker_sees_a_key_string() -> None:
+    planted = ("def f(board, store, host, rank):\n    board.count(f'reach/claim/{host}')\n"
+               "    store.set('verdict', '[1]')\n    x = 'reach/roster'\n    y = {'verdict': 1}\n"
+               "    z = f'xid_after/{rank}'\nKEY_NAME = 'secret-key'\n")
+    assert sorted(line for line, _ in key_strings(planted)) == [2, 3, 4, 6, 7]
+
+
+# Calls whose result is a value decoded from the store (typed: a model type, a BadValue or None): a
+# board's reads, the exchange's waits for rank 0's decisions, the probes' session.kept(...) of a read,
+# and the channel's own read functions.
+BOARD_READS = {"read", "wait", "fetch"}
+DECISION_READS = {"wait_for", "read_report", "_read_published", "kept"}
+FUNCTION_READS = {"read_value", "decode_value", "read_mark", "read_decision", "read_dead"}
+
+
+def is_store_read(node: ast.AST) -> bool:
+    """Whether `node` is a call that returns a value read from the store."""
+    if not isinstance(node, ast.Call):
+        return False
+    name = called(node)
+    if isinstance(node.func, ast.Attribute) and name in BOARD_READS:
+        return "board" in ast.unparse(node.func.value).lower()
+    return name in DECISION_READS | FUNCTION_READS
+
+
+def loose_reads(source: str) -> list[tuple[int, str]]:
+    """`.get(...)`, `int(...)` or `[...]` with a string on a value read from the store: the raw-dict
+    reading (`decision.get("go")`, `int(verdict["exit_code"])`) a typed message makes needless."""
+    found = []
+    for scope in ast.walk(ast.parse(source)):
+        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        read = {target.id for node in ast.walk(scope) if isinstance(node, (ast.Assign, ast.NamedExpr))
+                and any(is_store_read(sub) for sub in ast.walk(node.value))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Name)}
+        read |= {target.id for node in ast.walk(scope) if isinstance(node, (ast.For, ast.comprehension))
+                 and any(is_store_read(sub) for sub in ast.walk(node.iter))
+                 for target in ast.walk(node.target) if isinstance(target, ast.Name)}
+        found += [(node.lineno, ast.unparse(node)[:80]) for node in ast.walk(scope) if picks_apart(node, read)]
+    return sorted(set(found))
+
+
+def picks_apart(node: ast.AST, read: set[str]) -> bool:
+    """`x.get(...)`, `int(x)`, `int(x[...])` or `x["..."]` where x is a value read from the store."""
+    def decoded(value: ast.AST) -> bool:
+        return (isinstance(value, ast.Name) and value.id in read) or is_store_read(value)
+
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+        return decoded(node.func.value)
+    if isinstance(node, ast.Call) and called(node) == "int" and node.args:
+        arg = node.args[0]
+        return decoded(arg) or (isinstance(arg, ast.Subscript) and decoded(arg.value))
+    return (isinstance(node, ast.Subscript) and decoded(node.value) and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str))
+
+
+def test_no_raw_dict_reading_of_a_store_value_outside_the_model() -> None:
+    """A value from the store is its key's model type (channel/keys.py, model/messages.py): read by its
+    fields, validated once where it enters (codec.decode), never picked apart as a dict by its readers."""
+    offenders = scan(loose_reads, "preflight.model")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_read_walker_sees_a_raw_dict_reading() -> None:
+    planted = ("def f(exchange, board):\n    decision = exchange.wait_for('go', 1)\n"
+               "    if decision.get('go'):\n        pass\n    verdict = exchange.wait_for('verdict', 1)\n"
+               "    code = int(verdict['exit_code'])\n    ok = board.read(k, 0).get('x')\n"
+               "    fine = verdict.exit_code\n")
+    assert [line for line, _ in loose_reads(planted)] == [3, 6, 6, 7]

@@ -9,7 +9,7 @@ string and no message type travel separately (tests/test_architecture.py: no key
 outside this module). The nccl-tests idea, each collective one table row, applied to messages.
 
 All keys live under the run's prefix (`preflight/<run id>/`, store_join.run_prefix), except the
-owner mark, at the store's root beside it (`preflight/owner`); the probes' keys under a
+owner mark (OWNER), at the store's root beside the runs' prefixes; the probes' keys under a
 further `probe/` (PROBE_PREFIX), the second measuring pass's under `probe/second/`.
 """
 

@@ -171,7 +171,8 @@ class Claimant:
 
 @dataclass
 class OwnerMark:
-    """`preflight/owner`: what rank 0 writes into the store it hosts, so a joining rank can tell it is its run's.
+    """The owner mark (channel/keys.OWNER, at the store's root): what rank 0 writes into the store it
+    hosts, so a joining rank can tell it is its run's.
 
     `proof`: with a run secret, its HMAC over the run id and world size (channel/run_auth.py)."""
 

@@ -157,13 +157,23 @@ class Reachability:
         if self.store is None:
             return
         assert self.board is not None
-        self.active = self.board.count(keys.REACH_CLAIM.at(self.facts.host)) == 1
-        if not self.active:
-            return
-        self.listener.open()
-        self.board.put(keys.REACH_LISTENER.at(self.facts.host),
-                       ReachListener(self.facts.host, self.listener.address, self.listener.interface,
-                                     self.listener.port or 0, self.listener.error, rank=self.facts.rank))
+        try:
+            self.active = self.board.count(keys.REACH_CLAIM.at(self.facts.host)) == 1
+            if not self.active:
+                return
+            self.listener.open()
+            self.board.put(keys.REACH_LISTENER.at(self.facts.host),
+                           ReachListener(self.facts.host, self.listener.address, self.listener.interface,
+                                         self.listener.port or 0, self.listener.error, rank=self.facts.rank))
+        except (RuntimeError, OSError):
+            self.lost()
+
+    def lost(self) -> None:
+        """The store dropped this rank's connection (rank 0 gone; or a foreign client's `[1]` under a
+        counter, which c10d's server answers by closing the connection): the step goes inert here, and
+        the go / verdict wait that follows reports the lost store, never a traceback."""
+        self.active, self.store, self.board = False, None, None
+        self.listener.close()
 
     def publish_roster(self, hosts: list[str], timeout_s: float) -> list[dict[str, Any]]:
         """Rank 0: wait for the listeners of the hosts that reported, then publish the roster."""
@@ -189,6 +199,12 @@ class Reachability:
 
     def probe_peers(self, timeout_s: float) -> None:
         """Wait for the roster, probe this host's targets in parallel, publish the result."""
+        try:
+            self._probe_peers(timeout_s)
+        except (RuntimeError, OSError):
+            self.lost()
+
+    def _probe_peers(self, timeout_s: float) -> None:
         if not self.active:
             return
         told = self._wait_roster(timeout_s)
@@ -218,6 +234,8 @@ class Reachability:
             board = self.board
             if size and board is not None:
                 wait_until(lambda: board.count(keys.REACH_DONE.key, 0) >= size, timeout_s)
+        except (RuntimeError, OSError):
+            pass  # the store is gone: nothing more to wait for
         finally:
             self.listener.close()
 

@@ -235,7 +235,7 @@ def test_a_followers_wait_for_a_decision_adopts_only_its_type_and_raises_nothing
 @given(st.one_of(raw_value, mutated_message(keys.OWNER.key)), st.sampled_from([None, "run-secret"]))
 def test_a_joining_ranks_look_at_the_owner_mark_refuses_or_accepts_and_raises_nothing(
         raw: bytes, secret: str | None) -> None:
-    """The owner mark under `preflight/owner`: this run's (accepted) or ForeignStore naming the key."""
+    """The owner mark (keys.OWNER): this run's (accepted) or ForeignStore naming the key."""
     import os
 
     from preflight.channel.store_join import ForeignStore, _verify_owner

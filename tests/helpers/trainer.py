@@ -5,7 +5,8 @@
 On a 2x2 dp x tp mesh. MODE `full`: each wrong call first, then preflight.check(mesh), then
 preflight.check() (the world as one dimension, a second call in the same job); MODE `mesh`:
 preflight.check(mesh), and when it fails once more with on_failure="warn"; MODE `hang`:
-preflight.check(mesh) with a short probe deadline, then os._exit(3) when it says `stuck`.
+preflight.check(mesh) with a short probe deadline, then os._exit(3) when it says `stuck`, once
+every rank's record is written (torchrun stops every worker when one exits non-zero).
 Each rank writes OUT_DIR/rank-N.json: what each call did,
 whether the process was left as found (TF32 set through the newer fp32_precision API, float32
 matmul precision, intra/inter-op threads, torch's and Python's RNG, the Python threads running,
@@ -35,6 +36,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import preflight
 from preflight.lib.torch_import import cpp_log_level
+from preflight.lib.waiting import wait_until
 
 
 def _matmul_precision() -> str:
@@ -116,6 +118,13 @@ def checked(result: dict[str, Any], key: str, mesh: Any, out: Path, **options: A
     return bool(result[key]["outcome"] == "passed")
 
 
+def record(out: Path, rank: int, result: dict[str, Any]) -> None:
+    """This rank's record, written whole (renamed into place): a reader never sees half of one."""
+    partial = out / f".rank-{rank}.json.partial"
+    partial.write_text(json.dumps(result))
+    os.replace(partial, out / f"rank-{rank}.json")
+
+
 def main() -> None:
     out, mode = Path(sys.argv[1]), sys.argv[2]
     dist.init_process_group("gloo")
@@ -128,7 +137,11 @@ def main() -> None:
         result["errors"] = bad_calls(mesh)
     if mode == "hang":  # a planted probe hang: the job's groups cannot be used again, so leave at once
         checked(result, "mesh", mesh, out, probe_timeout_s=4.0, sizes="64KiB")
-        (out / f"rank-{rank}.json").write_text(json.dumps(result))
+        record(out, rank, result)
+        # torchrun's agent stops every worker as soon as one exits non-zero: the first rank to leave
+        # with 3 would kill a rank still between its verdict and its record (a loaded node), which then
+        # wrote none. So no rank leaves before every rank's record is written (bounded).
+        wait_until(lambda: all((out / f"rank-{r}.json").exists() for r in range(dist.get_world_size())), 120.0)
         os._exit(3 if result["mesh"].get("stuck") else 0)
     passed = checked(result, "mesh", mesh, out)
     if not passed:  # the same fault again, as a warning: the call returns the report instead
@@ -141,7 +154,7 @@ def main() -> None:
         passed = checked(result, "world", None, out)
     if passed:
         result["step"] = train_step(mesh)
-    (out / f"rank-{rank}.json").write_text(json.dumps(result))
+    record(out, rank, result)
     dist.destroy_process_group()
 
 

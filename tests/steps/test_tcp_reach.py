@@ -73,3 +73,25 @@ def test_rank_0_reads_every_hosts_key_in_two_calls_per_chunk_not_two_per_host() 
     missing = [*keys[:5], REACH_LISTENER.at("absent")]
     assert fetch_typed(Board(store), missing) == {} and store.calls == 1  # incomplete: waits, unread
     assert set(fetch_typed(Board(store), missing, final=True)) == set(keys[:5])  # at the deadline
+
+
+def test_a_foreign_value_under_the_hosts_claim_counter_leaves_the_step_inert_not_raising() -> None:
+    """c10d's server answers an add on a non-integer value by closing the connection: a foreign
+    client's `[1]` under `reach/claim/<host>` must not be a traceback on the rank that claims."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from preflight.channel.keys import REACH_CLAIM
+    from preflight.model import RankFacts, World
+    from preflight.steps.tcp_reach import Reachability
+
+    server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
+    client = TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=10))
+    server.set(REACH_CLAIM.at("node1"), "[1]")
+    reach = Reachability(client, RankFacts(rank=1, host="node1", world=World(launcher="env", rank=1, world_size=2)),
+                         "seed", 1.0)
+    reach.start()
+    reach.probe_peers(0.1)
+    reach.finish(0.1)
+    assert not reach.active and reach.store is None
