@@ -117,6 +117,8 @@ def _not_run(record: RunRecord) -> dict[str, str]:
         not_run = {Tags.PROBE: why, Tags.GPU_PROBE: why}
     if not record.options.history:
         not_run[Tags.HISTORY] = "no --history"
+    if record.options.storage is None:
+        not_run[Tags.STORAGE] = "no --storage"
     return not_run
 
 
