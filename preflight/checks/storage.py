@@ -181,7 +181,9 @@ def slow_storage(slow: SlowStorage) -> Iterable[Problem]:
     its ranks' bytes over their longest time. A host below half the median of the other hosts
     is a suspect, and is measured again alone, after the fastest other host alone (a
     known-good reference), twice, interleaved: it is named only when its best alone is below
-    half the reference's best alone (noise on a loaded host only ever slows a measurement).
+    half the reference's best alone (noise on a loaded host only ever slows a measurement)
+    and its bytes took at least 50 ms longer than at the reference's rate (a shorter gap is
+    scheduling noise, not a save that waits).
     Half, not --straggler-ratio: ranks of one filesystem share it, and the faults this
     catches (a degraded client, a throttled path) cost several times. With one host there
     are no siblings to compare with.

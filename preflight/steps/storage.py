@@ -20,7 +20,7 @@ rank taking part:
    fastest other host alone as a known-good reference, twice, interleaved (alone: on a
    journaling filesystem one host's fsync commits the others' data too; twice: noise only
    ever slows a measurement down, so each host's best alone counts); only a host whose best
-   alone is below half the reference's is named.
+   alone is below half the reference's, and 50 ms longer for its bytes, is named.
 5. Rank 0 says done; each rank removes what it wrote, and rank 0 the run's directory, also on
    SIGTERM (the `finally`s). A stale directory of another run has another nonce: never touched.
 

@@ -46,6 +46,10 @@ MAX_PASSES = 1 + ALONE_REPEATS * (1 + MAX_ALONE)
 # the ranks of one filesystem share it, so a save's rates scatter more than a link's, and the
 # fault this looks for (a degraded client, a sync mount, a throttled path) costs several times.
 SLOW_RATIO = 0.5
+# And its time alone at least this much longer than the reference's for the same bytes: a shorter gap
+# is within a loaded host's scheduling noise (a descheduled writer loses slices of 10 ms), which on a
+# fast path and a small share is most of the measurement (4 MiB in 2 ms vs 6 ms named a healthy host).
+MIN_EXTRA_S = 0.05
 EXPECT_RATIO = 0.9  # below 0.9 x --expect is an error, as for the collectives
 FIGURES = ("write", "read")
 
@@ -181,7 +185,10 @@ class Judge:
                 if host not in first or again is None or ref is None or not others:
                     continue  # not measured again: never named
                 median = statistics.median(others)
-                if first[host] < self.ratio * median and again < self.ratio * ref:
+                # Seconds this host's bytes took alone beyond what the reference's rate takes for them.
+                nbytes = self.plan.share_bytes * len(self._ranks_of(host))
+                extra = nbytes / (again * 1e9) - nbytes / (ref * 1e9)
+                if first[host] < self.ratio * median and again < self.ratio * ref and extra >= MIN_EXTRA_S:
                     out.append(SlowStorage(host, figure, [first[host], again], [median, ref], self.ratio))
         return out
 

@@ -127,3 +127,11 @@ def test_below_the_expected_rate_is_an_error_naming_each_host(tmp_path: Path) ->
     assert {(f.check_id, f.hosts[0], f.data["figure"]) for f in found} == {
         ("STO008", host, "write") for host in ("n1", "n2", "n3")}
     assert all(f.severity.value == "error" and f.blames_host for f in found)
+
+
+def test_a_gap_of_milliseconds_alone_is_noise_not_a_slow_host(tmp_path: Path) -> None:
+    """3x slower alone twice, but 2 MiB in 6 ms against 2 ms: within a loaded host's scheduling noise."""
+    judge = _judge(tmp_path)
+    first = _pass(judge, 0, {"n1": 0.002, "n2": 0.002, "n3": 0.006})
+    _alone(judge, first, [{"n1": 0.002}, {"n3": 0.006}, {"n1": 0.002}, {"n3": 0.006}])
+    assert judge.findings() == []
