@@ -96,7 +96,7 @@ def container_differs(job: JobView) -> Iterable[Problem]:
     Apptainer/Singularity name their image in APPTAINER_CONTAINER / SINGULARITY_CONTAINER, Enroot
     its root filesystem, Podman its image in /run/.containerenv; Docker leaves only /.dockerenv.
     """
-    ranks = job.ranks
+    ranks = [f for f in job.ranks if f.placement.build.taken]  # one per node (steps/gather/build.py)
     groups = group_by(ranks, lambda f: f.placement.build.container)
     if len(groups) < 2:
         return

@@ -39,6 +39,7 @@ class BuildFacts:
     """This node's fingerprint of the distributions that matter, and the container it runs in (filled on
     each node's local rank 0 only; empty on the others)."""
 
+    taken: bool = False  # this rank fingerprinted (its node's local rank 0); the others' parts stay empty
     dists: list[DistBuild] = field(default_factory=list)
     container: str = ""  # e.g. "apptainer:/path/image.sif", "docker", "podman:image=...", "" : none visible
 

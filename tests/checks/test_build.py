@@ -96,7 +96,10 @@ def test_bld001_is_silent_on_equal_builds_and_leaves_other_versions_to_their_own
 
 
 def test_bld002_names_a_rank_outside_the_common_container() -> None:
-    ranks = [rank_facts(r, f"n{r}", world_size=3, placement={"build": {"container": c}})
+    ranks = [rank_facts(r, f"n{r}", world_size=3, placement={"build": {"container": c, "taken": True}})
              for r, c in enumerate(["apptainer:/img/a.sif", "apptainer:/img/a.sif", "apptainer:/img/old.sif"])]
     [finding] = run("BLD002", ranks)
     assert finding.hosts == ["n2"] and "old.sif" in finding.message
+    # A node's other ranks fingerprint nothing (only its local rank 0 does): never "no container".
+    others = [rank_facts(r, f"n{r % 3}", world_size=6) for r in range(3, 6)]
+    assert run("BLD002", ranks[:2] + others) == []

@@ -52,7 +52,8 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
         seen[name] = fingerprint(dist, name)
         if len(seen) >= MAX_DISTS:
             break
-    facts.placement.build = BuildFacts(dists=sorted(seen.values(), key=lambda d: d.name), container=container())
+    facts.placement.build = BuildFacts(taken=True, dists=sorted(seen.values(), key=lambda d: d.name),
+                                       container=container())
 
 
 def fingerprint(dist: importlib.metadata.Distribution, name: str) -> DistBuild:
