@@ -17,7 +17,7 @@ from typing import NoReturn
 from preflight import __version__
 from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.hostlist import MAX_HOSTS
-from preflight.lib.interrupts import ignore_interrupts, interrupts_raised
+from preflight.lib.interrupts import ignore_interrupts, interrupts_raised, leave_now
 from preflight.lib.numbers import ascii_int
 from preflight.lib.storage_options import storage_path
 from preflight.model import ExitCode
@@ -435,9 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInput as exc:
         print(f"preflight: error: {exc}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
-    except Interrupted as stop:  # outside the run's steps (they handle their own): one line
-        print(f"preflight: {args.command}: stopped ({stop}); exit {int(ExitCode.INCOMPLETE)}", file=sys.stderr)
-        return int(ExitCode.INCOMPLETE)
+    except Interrupted as stop:  # outside the run's steps (they handle their own): one line, and out at once
+        leave_now(f"preflight: {args.command}: stopped ({stop}); exit {int(ExitCode.INCOMPLETE)}")
     except BrokenPipeError:
         return _reader_gone(args.command)
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from preflight.channel.run_auth import SECRET_VAR
 from preflight.lib.errors import BadInput
+from preflight.lib.interrupts import exit_at_once
 from preflight.model import ExitCode
 from preflight.options import RunOptions
 from preflight.reports.targets import refuse_unwritable
@@ -114,8 +115,12 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
         except SignalException as stop:  # SIGTERM / SIGINT to the launcher (scancel, a time limit)
             # The agent stops the workers; rank 0 writes its partial report and verdict on the way.
             print(f"preflight launch: stopped by {signal.Signals(stop.sigval).name}", file=sys.stderr)
-            return _verdict_or(verdict_file, int(ExitCode.INCOMPLETE))
-    return int(ExitCode.PASSED)
+            stopped = _verdict_or(verdict_file, int(ExitCode.INCOMPLETE))
+        else:
+            return int(ExitCode.PASSED)
+    # Stopped, the folder removed: out at once, not through an interpreter shutdown with torch
+    # loaded (a second or more on a loaded node, after the ranks were already gone).
+    exit_at_once(stopped)
 
 
 def _quiet_torch_loggers() -> None:

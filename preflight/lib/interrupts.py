@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import NoReturn
 
 from preflight.lib.errors import Interrupted
 from preflight.model import ExitCode
@@ -40,7 +41,7 @@ def interrupts_raised(second_exits: bool = False) -> Iterator[None]:
             if now - first[0] < REPEAT_S:
                 return  # the same request, forwarded: the first is being handled
             if second_exits:
-                leave_now(f"received {signal.Signals(signum).name} again")
+                leave_now(f"preflight: received {signal.Signals(signum).name} again: stopping now; exit {INCOMPLETE}")
         first.append(now)
         raise Interrupted(f"received {signal.Signals(signum).name}")
 
@@ -57,13 +58,23 @@ def interrupts_raised(second_exits: bool = False) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def leave_now(why: str) -> None:
-    """End this process at once with exit 4: one line, no traceback, no clean-up that could hang."""
+def leave_now(line: str) -> NoReturn:
+    """End this process at once with exit 4 after `line` on stderr: no traceback, and no interpreter
+    shutdown, which can hang on a collective the signal interrupted or abort (std::terminate) on a
+    C++ library whose import it interrupted."""
     try:
-        print(f"preflight: {why}: stopping now; exit {INCOMPLETE}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
+        print(line, file=sys.stderr, flush=True)
     finally:
-        os._exit(INCOMPLETE)
+        exit_at_once(INCOMPLETE)
+
+
+def exit_at_once(code: int) -> NoReturn:
+    """Leave the process with `code` now, output flushed, without interpreter shutdown."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def ignore_interrupts() -> None:

@@ -138,8 +138,8 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
             proc.kill()
             codes[name] = proc.wait()
         gone[name] = time.monotonic() - signalled
-    for pid in pids:  # every rank, not only the launcher: none may outlive it
-        gone[f"pid {pid}"] = _wait_gone(pid, signalled + BOUND_S) - signalled
+    for pid, when in _wait_gone(pids, signalled + BOUND_S).items():  # every rank: none may outlive the launcher
+        gone[f"pid {pid}"] = when - signalled
     for reader in readers:
         reader.join(timeout=10)
     return Interrupted(codes, gone, "".join(lines), json.loads(report.read_text()) if report.exists() else None,
@@ -167,17 +167,22 @@ def _all_pids(procs: dict[str, subprocess.Popen[str]]) -> list[int]:
     return found
 
 
-def _wait_gone(pid: int, deadline: float) -> float:
+def _wait_gone(pids: list[int], deadline: float) -> dict[int, float]:
+    """When each process was gone (exited, or a zombie nobody reaped yet), looking at all of them at once."""
     import psutil
 
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return time.monotonic()
-        except psutil.NoSuchProcess:
-            return time.monotonic()
-        time.sleep(0.05)
-    return time.monotonic()
+    gone: dict[int, float] = {}
+    while len(gone) < len(pids) and time.monotonic() < deadline:
+        for pid in pids:
+            if pid in gone:
+                continue
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    gone[pid] = time.monotonic()
+            except psutil.NoSuchProcess:
+                gone[pid] = time.monotonic()
+        time.sleep(0.02)
+    return {pid: gone.get(pid, time.monotonic()) for pid in pids}
 
 
 def assert_clean_stop(run: Interrupted, phase: str) -> None:

@@ -47,3 +47,37 @@ def test_srun_task_that_never_starts_is_named_with_its_node(slurm_cluster: Slurm
     [missing] = [f for f in report.findings if f.check_id == "RANK001"]
     assert missing.ranks == [3] and missing.hosts == ["node2"]
     assert report.bad_hosts == ["node2"]
+
+
+def test_scancel_signal_term_mid_probes_ends_every_task_with_exit_4_and_rank_0s_partial_report(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """`scancel --signal=TERM`: Slurm's slurmd signals every task (a time limit's SIGTERM is the
+    same; a SIGTERM to srun itself cancels the step, SIGKILL after KillWait): each task ends at
+    once, exit 4, rank 0 writes its partial report; no traceback (issue 36, items 1-2)."""
+    import signal
+    import threading
+    import time
+
+    env = slurm_cluster.env({"PATH": f"{BIN}:{os.environ['PATH']}"})
+    proc = subprocess.Popen(["srun", "-N", "2", "--ntasks-per-node=1", "preflight", "--ops", "all_reduce",
+                             "--sizes", "16MiB", "--iters", "5000", "--probe-timeout", "120",
+                             "--json", str(tmp_path / "r.json")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None and proc.stdout is not None
+    seen: list[str] = []
+    for line in proc.stderr:  # rank 0's progress lines: the probes start after the cross checks
+        seen.append(line)
+        if "cross checks done" in line:
+            break
+    time.sleep(3.0)  # inside the all_reduce loop (5000 iterations of 16 MiB: far longer)
+    rest: list[str] = []
+    threading.Thread(target=lambda: rest.append(proc.stderr.read()), daemon=True).start()  # type: ignore[union-attr]
+    [job] = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout.split()
+    subprocess.run(["scancel", f"--signal={signal.SIGTERM.name[3:]}", job], env=env, check=True)
+    out, _ = proc.communicate(timeout=60)  # "does not hang": 2 s on an idle machine
+    time.sleep(0.5)
+    err = "".join(seen + rest)
+    assert proc.returncode == 4, out + err
+    assert "Traceback" not in err, err
+    report = load_report(tmp_path / "r.json")
+    assert report.exit_code == 4 and any(f.check_id == "RUN004" for f in report.findings)
