@@ -39,7 +39,7 @@ class Measured:
 
 @dataclass
 class NvmlSample:
-    """NVML read of the bound GPU between bursts of load (None: NVML could not say)."""
+    """NVML read of the bound GPU while its bursts run (None: NVML could not say)."""
 
     t_s: float  # seconds since the family started
     sm_clock_mhz: int | None = None

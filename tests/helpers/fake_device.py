@@ -11,7 +11,8 @@ device_probes.measure's `device=`); no test patches the family.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,8 @@ class FakeDevice:
     blas_key: str = "cuBLAS 120804 sm_90 132 SMs"
     no_digest: str = ""  # why digests may not be compared (TunableOp), "" when they may
     closed: bool = False
+    figure: str = ""  # set by the family as it measures (TorchDevice's sampler reads it)
+    sampling_into: DeviceReport | None = None
     torch: Any = torch
     queued_s: float = 0.0
     products: int = 0
@@ -104,7 +107,26 @@ class FakeDevice:
             call()
         if iters > 1:  # sized bursts only: the warm-up and sizing calls are not counted
             self.bursts[self._current] = self.bursts.get(self._current, 0) + 1
+            if self.sampling_into is not None:  # the side thread's reads, one during each sized burst
+                self._sampled(self.sampling_into)
         return self.queued_s - began
+
+    @contextlib.contextmanager
+    def sampling(self, report: DeviceReport, began: float) -> Iterator[None]:
+        """NVML read while the bursts run (TorchDevice's side thread), here one read during each sized burst."""
+        self.sampling_into = report
+        try:
+            yield
+        finally:
+            self.sampling_into = None
+
+    def _sampled(self, report: DeviceReport) -> None:
+        if self._current.startswith("gemm"):
+            sample = self.sample(0.0)
+            if sample is not None:
+                report.samples.append(sample)
+        elif self._current in ("h2d", "d2h") and report.link is None:
+            report.link = self.link()
 
     def synchronize(self) -> None:
         pass

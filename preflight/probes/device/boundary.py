@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import hashlib
 import platform
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +28,8 @@ from typing import Any
 from preflight.model.device_probe import HostLink, NvmlSample
 
 SDC_SEED = 1234
+SAMPLE_EVERY_S = 0.05  # NVML while the bursts run: ~20 samples a second
+MAX_SAMPLES = 400  # a bounded report, however long the family runs
 
 
 def cpu_model() -> str:
@@ -76,6 +79,7 @@ class TorchDevice:
         self.index = index
         self.cuda = cuda if cuda is not None else (torch.cuda if kind == "cuda" else None)
         self.nvml, self.nvml_handle = nvml, nvml_handle
+        self.figure = ""  # the figure being measured now (the NVML sampler reads it)
         self.device = torch.device("cuda", index) if kind == "cuda" else torch.device("cpu")
 
     # ---- what the device can run ----
@@ -211,6 +215,34 @@ class TorchDevice:
         return NvmlSample(t_s, self.nvml_read("sm_clock"), self.nvml_read("max_sm_clock"),
                           self.nvml_read("clock_event_reasons"), self.nvml_read("temperature"),
                           power / 1000.0 if isinstance(power, (int, float)) else None)
+
+    @contextlib.contextmanager
+    def sampling(self, report: Any, began: float) -> Iterator[None]:
+        """NVML read in a side thread every SAMPLE_EVERY_S while the block runs: clocks and throttle reasons
+        during the matrix bursts, the PCIe link during the host copies (an idle link trains down). Nothing
+        without NVML; the thread is stopped and joined when the block ends."""
+        if self.nvml_handle is None:
+            yield
+            return
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(SAMPLE_EVERY_S):
+                figure = self.figure
+                if figure.startswith("gemm") and len(report.samples) < MAX_SAMPLES:
+                    sample = self.sample(time.monotonic() - began)
+                    if sample is not None:
+                        report.samples.append(sample)
+                elif figure in ("h2d", "d2h") and report.link is None:
+                    report.link = self.link()
+
+        thread = threading.Thread(target=loop, daemon=True, name="preflight-nvml-sampler")
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=5.0)  # an NVML call is bounded by the Nvml deadline
 
     def link(self) -> HostLink | None:
         """The PCIe link now (read during the host copies, when the link is up to speed)."""

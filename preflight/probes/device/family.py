@@ -140,7 +140,10 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
         for pass_index in range(PASSES):
             if pass_index == 0:
                 _correctness(device, report, sizes)
-            _pass(device, prepared, pass_index, slot_s, report, began)
+            # NVML read WHILE the bursts run (a side thread on a GPU): after a burst the GPU is idle
+            # again, and its clocks and throttle reasons are an idle GPU's.
+            with device.sampling(report, began):
+                _pass(device, prepared, pass_index, slot_s, report, began)
         if sustain_s > 0 and "gemm_bf16" in prepared:
             _sustain(device, prepared["gemm_bf16"], sustain_s, report, began)
     report.measured = [m for m, _ in prepared.values()]
@@ -203,7 +206,8 @@ def rate(name: str, size: int, iters: int, seconds: float) -> float:
 
 def _bursts(device: Any, call: Callable[[], Any], slot_s: float, measured: Measured, report: DeviceReport,
             began: float) -> list[float]:
-    """BURSTS timed bursts of `call` filling about slot_s; NVML sampled after each on a GPU."""
+    """BURSTS timed bursts of `call` filling about slot_s (NVML is sampled meanwhile: Device.sampling)."""
+    device.figure = measured.name  # what the sampler reads the link and clocks under
     device.burst(call, 1)  # warm-up: kernels chosen, memory touched
     if not measured.iters:
         one = max(device.burst(call, 1), 1e-6)
@@ -212,12 +216,7 @@ def _bursts(device: Any, call: Callable[[], Any], slot_s: float, measured: Measu
     for _ in range(BURSTS):
         seconds = device.burst(call, measured.iters)
         values.append(rate(measured.name, measured.size, measured.iters, seconds))
-        if measured.name.startswith("gemm"):
-            sample = device.sample(time.monotonic() - began)
-            if sample is not None:
-                report.samples.append(sample)
-        if measured.name in ("h2d", "d2h") and report.link is None:
-            report.link = device.link()  # under load: an idle link may have trained down to save power
+    device.figure = ""
     return values
 
 
