@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from preflight.lib.pci_topology import PciPlace
 from preflight.model.device_probe import DeviceReport, HostLink, NvmlSample
 from preflight.probes.device.family import run_family
 
@@ -55,6 +56,8 @@ class FakeDevice:
     no_digest: str = ""  # why digests may not be compared (TunableOp), "" when they may
     closed: bool = False
     figure: str = ""  # set by the family as it measures (TorchDevice's sampler reads it)
+    place: PciPlace = field(default_factory=PciPlace)  # its PCIe switch and NUMA node
+    turns: int = 0  # host-link turns taken (TorchDevice.link_turn)
     sampling_into: DeviceReport | None = None
     torch: Any = torch
     queued_s: float = 0.0
@@ -110,6 +113,11 @@ class FakeDevice:
             if self.sampling_into is not None:  # the side thread's reads, one during each sized burst
                 self._sampled(self.sampling_into)
         return self.queued_s - began
+
+    @contextlib.contextmanager
+    def link_turn(self) -> Iterator[None]:
+        self.turns += 1
+        yield
 
     @contextlib.contextmanager
     def sampling(self, report: DeviceReport, began: float) -> Iterator[None]:

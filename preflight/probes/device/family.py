@@ -129,6 +129,7 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
     if why:
         report.sized = why  # shrunk figures are compared with siblings of their size only, never with a peak
     figures = _figures(device, sizes)
+    report.pcie_switch, report.numa_node = device.place.switch, device.place.numa
     slot_s = budget * 0.9 / max(1, len(figures) * PASSES)
     with _one_thread(device):
         prepared: dict[str, tuple[Measured, Callable[[], Any]]] = {}
@@ -156,7 +157,10 @@ def _pass(device: Any, prepared: dict[str, tuple[Measured, Callable[[], Any]]], 
     """One pass over every prepared figure; a figure that raises is dropped with its reason."""
     for name, (measured, call) in list(prepared.items()):
         try:
-            values = _bursts(device, call, slot_s, measured, report, began)
+            # The host copies of GPUs behind one PCIe switch take turns (Device.link_turn): all of a host's
+            # GPUs copy at once otherwise, and two sharing an uplink each read ~0.4 of it.
+            with device.link_turn() if name in ("h2d", "d2h") else contextlib.nullcontext():
+                values = _bursts(device, call, slot_s, measured, report, began)
         except Exception as exc:
             report.errors[name] = f"{type(exc).__name__}: {one_line(exc)}"[:300]
             del prepared[name]
