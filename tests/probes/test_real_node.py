@@ -118,6 +118,14 @@ def test_a_gpu_with_2_gib_free_shrinks_its_operands_and_gives_back_what_it_reser
     del held
 
 
+def test_a_gpu_lost_right_after_binding_is_a_finding_not_a_crashed_rank() -> None:
+    model = FakeCuda([gpu(i, free=SMALL_FREE) for i in range(8)], lost_after_sets=2)  # voted, bound, then gone
+    outcome = _run_one_rank(model, 3, _options())
+    (finding,) = outcome.findings
+    assert finding.check_id == "BW009" and "device cuda:3: RuntimeError: CUDA error: GPU is lost" in finding.message
+    assert outcome.left_pending  # the groups are left as they are: the process leaves by os._exit
+
+
 def test_a_second_rank_of_the_host_on_the_same_gpu_is_refused_like_nccl() -> None:
     model = FakeCuda([gpu(i) for i in range(8)])
     store = dist.HashStore()
