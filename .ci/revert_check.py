@@ -72,8 +72,12 @@ rev("5-timing", "preflight/probes/timing.py",
         if per_iteration:
             events[i + 1].record(stream)
     events[-1].record(stream)
+    next_check = time.monotonic() + SLICE_S
     while not events[-1].query():  # the one synchronisation, bounded by the deadline
         remaining(deadline)
+        if time.monotonic() >= next_check:
+            check_abort()
+            next_check = time.monotonic() + SLICE_S
         time.sleep(0.0002)
     if per_iteration:
         return [a.elapsed_time(b) / 1e3 for a, b in pairwise(events)]

@@ -19,7 +19,14 @@ __all__ = ["PreflightFailed", "PreflightWarning", "check"]
 def __getattr__(name: str) -> Any:
     """preflight.check, preflight.PreflightFailed and preflight.PreflightWarning, from preflight.api on first use."""
     if name in __all__:
-        from preflight import api
+        import random
 
+        # The first use imports the runner, and with it rich, whose import draws from Python's global
+        # random generator: the trainer's random state is its own (lib/process_state.py keeps the rest).
+        state = random.getstate()
+        try:
+            from preflight import api
+        finally:
+            random.setstate(state)
         return getattr(api, name)
     raise AttributeError(f"module 'preflight' has no attribute {name!r}")

@@ -47,7 +47,7 @@ class Measured:
 
 @dataclass
 class NvmlSample:
-    """NVML read of the bound GPU between bursts of load (None: NVML could not say)."""
+    """NVML read of the bound GPU while its bursts run (None: NVML could not say)."""
 
     t_s: float  # seconds since the family started
     sm_clock_mhz: int | None = None
@@ -93,6 +93,8 @@ class DeviceReport:
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> why it was not measured (no device for it)
     sized: str = ""  # why the operands are smaller than the kind's full size (free memory), "" at full size
     shared_with: int | None = None  # another rank bound to the same GPU (one UUID) measured it for both
+    pcie_switch: str = ""  # the PCIe upstream port whose link the GPU shares ("" unknown; lib/pci_topology.py)
+    numa_node: int | None = None  # the GPU's NUMA node, where its pinned buffers were made
     errors: dict[str, str] = field(default_factory=dict)  # figure -> why it failed (could not run)
     elapsed_s: float = 0.0
 

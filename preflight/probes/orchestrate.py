@@ -90,7 +90,12 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
         mark("done")
         # The session opened in a helper thread; this thread runs the steps: the bound GPU is its current
         # device too (CUDA's is per thread), so NCCL's streams and the timing events are that GPU's.
-        session.enter_device()
+        try:
+            session.enter_device()
+        except Exception as exc:  # the GPU bound a moment ago failed (fell off the bus, reset): a finding
+            outcome = _could_not_run(world, f"device {session.device}: {type(exc).__name__}: {one_line(exc)}")
+            outcome.backend, outcome.backend_reason, outcome.left_pending = choice.backend, choice.reason, True
+            return outcome
         # --- device probes (probes/device/run.py): every rank's own device, before the collectives ---
         if options.device_probes_enabled():
             device_probes.measure(session, options, watch)

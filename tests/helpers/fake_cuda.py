@@ -152,6 +152,7 @@ class FakeCuda:
     rates: dict[str, float] = field(default_factory=lambda: {"gemm": 1.0, "copy": 100.0, "host": 20.0})
     device_rates: dict[int, dict[str, float]] = field(default_factory=dict)
     tunableop: bool = False
+    lost_after_sets: int | None = None  # the GPUs fall off the bus after this many set_device calls
     calls: list[Call] = field(default_factory=list)
     events: list[FakeEvent] = field(default_factory=list)
     queries: int = 0
@@ -186,6 +187,9 @@ class FakeCuda:
 
     def set_device(self, index: Any) -> None:
         index = _ordinal(index)
+        sets = sum(c.what == "set_device" for c in self.calls)
+        if self.lost_after_sets is not None and sets >= self.lost_after_sets:
+            self.lost.add(index)
         self._check(index)
         self._thread.index = index
         self._note("set_device", index)

@@ -11,12 +11,14 @@ device_probes.measure's `device=`); no test patches the family.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from preflight.lib.pci_topology import PciPlace
 from preflight.model.device_probe import DeviceReport, HostLink, NvmlSample
 from preflight.probes.device.family import run_family
 
@@ -53,6 +55,10 @@ class FakeDevice:
     blas_key: str = "cuBLAS 120804 sm_90 132 SMs"
     no_digest: str = ""  # why digests may not be compared (TunableOp), "" when they may
     closed: bool = False
+    figure: str = ""  # set by the family as it measures (TorchDevice's sampler reads it)
+    place: PciPlace = field(default_factory=PciPlace)  # its PCIe switch and NUMA node
+    turns: int = 0  # host-link turns taken (TorchDevice.link_turn)
+    sampling_into: DeviceReport | None = None
     torch: Any = torch
     queued_s: float = 0.0
     products: int = 0
@@ -104,7 +110,31 @@ class FakeDevice:
             call()
         if iters > 1:  # sized bursts only: the warm-up and sizing calls are not counted
             self.bursts[self._current] = self.bursts.get(self._current, 0) + 1
+            if self.sampling_into is not None:  # the side thread's reads, one during each sized burst
+                self._sampled(self.sampling_into)
         return self.queued_s - began
+
+    @contextlib.contextmanager
+    def link_turn(self) -> Iterator[None]:
+        self.turns += 1
+        yield
+
+    @contextlib.contextmanager
+    def sampling(self, report: DeviceReport, began: float) -> Iterator[None]:
+        """NVML read while the bursts run (TorchDevice's side thread), here one read during each sized burst."""
+        self.sampling_into = report
+        try:
+            yield
+        finally:
+            self.sampling_into = None
+
+    def _sampled(self, report: DeviceReport) -> None:
+        if self._current.startswith("gemm"):
+            sample = self.sample(0.0)
+            if sample is not None:
+                report.samples.append(sample)
+        elif self._current in ("h2d", "d2h") and report.link is None:
+            report.link = self.link()
 
     def synchronize(self) -> None:
         pass

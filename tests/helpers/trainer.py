@@ -53,7 +53,8 @@ def process_state() -> dict[str, Any]:
         "tf32": torch.backends.cuda.matmul.fp32_precision,  # the new API (torch >= 2.9), as the trainer set it
         "float32_matmul_precision": _matmul_precision(),
         "threads": [torch.get_num_threads(), torch.get_num_interop_threads()],
-        "rng": [hashlib.sha256(bytes(torch.get_rng_state().tolist())).hexdigest(), hash(str(random.getstate()))],
+        "rng_torch": hashlib.sha256(bytes(torch.get_rng_state().tolist())).hexdigest(),
+        "rng_python": hashlib.sha256(repr(random.getstate()).encode()).hexdigest(),
         "running_threads": sorted(t.name for t in threading.enumerate()),
         "env": dict(os.environ),
         "signals": [str(signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGINT)],
@@ -115,6 +116,7 @@ def checked(result: dict[str, Any], key: str, mesh: Any, out: Path, **options: A
     result[key]["keep_one"] = {"chosen": choice.chosen, "kept": choice.kept, "why": choice.why}
     after = process_state()
     result[key]["changed"] = sorted(k for k in before if before[k] != after[k])
+    result[key]["threads_left"] = sorted(set(after["running_threads"]) - set(before["running_threads"]))
     return bool(result[key]["outcome"] == "passed")
 
 

@@ -102,6 +102,30 @@ def test_too_little_free_memory_skips_every_figure_with_the_reason_never_oom(mod
     assert model.reserved[2] == 0
 
 
+def test_a_gpu_with_2_gib_free_shrinks_its_operands_and_gives_back_what_it_reserved() -> None:
+    """A trainer holds 78 of 80 GiB on GPU 4: the family fits a quarter of the 2 GiB left, never DEV009."""
+    model = FakeCuda([gpu(i, free=2 * 2**30) for i in range(8)], rates={"gemm": 0.05, "copy": 50.0, "host": 10.0})
+    with model.install():
+        held = torch.empty(2**20, dtype=torch.uint8, device=torch.device("cuda", 4))  # the trainer's own tensor
+        reserved_before = model.memory_reserved(4)
+    outcome = _run_one_rank(model, 4, _options("only=gpu-probe"))
+    (row,) = outcome.device_rows
+    assert row.sized.startswith("operands shrunk to 1024^3 products and 64 MiB copies: 2047 MiB free")
+    assert {f.name for f in row.figures} == {"gemm_bf16", "gemm_fp16", "gemm_tf32", "copy", "h2d", "d2h"}
+    assert not [f for f in outcome.findings if f.check_id == "DEV009"] and row.errors == {}
+    peak_use = max(c.nbytes for c in model.calls if c.what == "alloc")
+    assert peak_use <= 2**30 // 4 and model.memory_reserved(4) == reserved_before  # the trainer's 1 MiB, no more
+    del held
+
+
+def test_a_gpu_lost_right_after_binding_is_a_finding_not_a_crashed_rank() -> None:
+    model = FakeCuda([gpu(i, free=SMALL_FREE) for i in range(8)], lost_after_sets=2)  # voted, bound, then gone
+    outcome = _run_one_rank(model, 3, _options())
+    (finding,) = outcome.findings
+    assert finding.check_id == "BW009" and "device cuda:3: RuntimeError: CUDA error: GPU is lost" in finding.message
+    assert outcome.left_pending  # the groups are left as they are: the process leaves by os._exit
+
+
 def test_a_second_rank_of_the_host_on_the_same_gpu_is_refused_like_nccl() -> None:
     model = FakeCuda([gpu(i) for i in range(8)])
     store = dist.HashStore()

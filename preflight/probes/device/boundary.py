@@ -18,15 +18,23 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import hashlib
+import os
 import platform
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from preflight.lib import pci_topology
+from preflight.lib.pci_topology import PciPlace
 from preflight.model.device_probe import HostLink, NvmlSample
 
 SDC_SEED = 1234
+SAMPLE_EVERY_S = 0.05  # NVML while the bursts run: ~20 samples a second
+MAX_SAMPLES = 400  # a bounded report, however long the family runs
 
 
 def cpu_model() -> str:
@@ -68,7 +76,8 @@ class TorchDevice:
     """This rank's device as torch drives it: "cpu", or the CUDA ordinal the session bound."""
 
     def __init__(self, kind: str, index: int | None = None, cuda: Any = None, nvml: Any = None,
-                 nvml_handle: Any = None) -> None:
+                 nvml_handle: Any = None, place: PciPlace | None = None, sysfs_root: str = "/sys",
+                 host: str = "") -> None:
         import torch
 
         self.torch = torch
@@ -76,6 +85,9 @@ class TorchDevice:
         self.index = index
         self.cuda = cuda if cuda is not None else (torch.cuda if kind == "cuda" else None)
         self.nvml, self.nvml_handle = nvml, nvml_handle
+        self.figure = ""  # the figure being measured now (the NVML sampler reads it)
+        self.place = place or PciPlace()  # the PCIe switch it shares and its NUMA node (lib/pci_topology.py)
+        self.sysfs_root, self.host = sysfs_root, host
         self.device = torch.device("cuda", index) if kind == "cuda" else torch.device("cpu")
 
     # ---- what the device can run ----
@@ -105,9 +117,41 @@ class TorchDevice:
         return self.torch.empty_like(src), src
 
     def host_buffers(self, nbytes: int) -> tuple[Any, Any]:
-        """A pinned host buffer and a device buffer of nbytes (CUDA only)."""
-        host = self.torch.ones(nbytes // 4, dtype=self.torch.float32).pin_memory()
+        """A pinned host buffer on the GPU's NUMA node (first touched by this thread while it runs on that
+        node's CPUs: a remote buffer reads 20-40% lower) and a device buffer of nbytes (CUDA only)."""
+        with self._on_numa_node():
+            host = self.torch.ones(nbytes // 4, dtype=self.torch.float32).pin_memory()
         return host, self.torch.empty(nbytes // 4, dtype=self.torch.float32, device=self.device)
+
+    @contextlib.contextmanager
+    def _on_numa_node(self) -> Iterator[None]:
+        """This thread on the GPU's NUMA node's CPUs for the block (its own affinity back after)."""
+        cpus = pci_topology.node_cpus(self.place.numa, self.sysfs_root) if self.place.numa is not None else set()
+        saved = os.sched_getaffinity(0) if cpus and hasattr(os, "sched_setaffinity") else set()
+        usable = cpus & saved
+        if not usable:
+            yield
+            return
+        os.sched_setaffinity(0, usable)  # pid 0: the calling thread
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, saved)
+
+    @contextlib.contextmanager
+    def link_turn(self) -> Iterator[None]:
+        """The host link to this rank alone for the block: the GPUs behind one PCIe switch (every GPU of the
+        host when the topology is unknown) copy to and from the host in turns, through a lock file that
+        the ranks of a host share, so a shared uplink is not measured as a slow one."""
+        shared = self.place.switch or "host"
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{self.host}-{shared}")
+        path = os.path.join(tempfile.gettempdir(), f"preflight-pcie-{name}.lock")
+        with open(path, "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # bounded by the family's deadline (a bounded thread)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     # ---- the calls measured ----
     def matmul(self, a: Any, b: Any, tf32: bool = False) -> Any:
@@ -212,6 +256,34 @@ class TorchDevice:
                           self.nvml_read("clock_event_reasons"), self.nvml_read("temperature"),
                           power / 1000.0 if isinstance(power, (int, float)) else None)
 
+    @contextlib.contextmanager
+    def sampling(self, report: Any, began: float) -> Iterator[None]:
+        """NVML read in a side thread every SAMPLE_EVERY_S while the block runs: clocks and throttle reasons
+        during the matrix bursts, the PCIe link during the host copies (an idle link trains down). Nothing
+        without NVML; the thread is stopped and joined when the block ends."""
+        if self.nvml_handle is None:
+            yield
+            return
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(SAMPLE_EVERY_S):
+                figure = self.figure
+                if figure.startswith("gemm") and len(report.samples) < MAX_SAMPLES:
+                    sample = self.sample(time.monotonic() - began)
+                    if sample is not None:
+                        report.samples.append(sample)
+                elif figure in ("h2d", "d2h") and report.link is None:
+                    report.link = self.link()
+
+        thread = threading.Thread(target=loop, daemon=True, name="preflight-nvml-sampler")
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=5.0)  # an NVML call is bounded by the Nvml deadline
+
     def link(self) -> HostLink | None:
         """The PCIe link now (read during the host copies, when the link is up to speed)."""
         if self.nvml_handle is None:
@@ -226,7 +298,7 @@ class TorchDevice:
 
 
 def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = None,
-                deadline_s: float = 60.0, uuid: str = "") -> TorchDevice:
+                deadline_s: float = 60.0, uuid: str = "", sysfs_root: str = "/sys", host: str = "") -> TorchDevice:
     """The real device of this rank, with NVML opened on its GPU where the host has NVML: matched by PCI
     bus id, or by UUID when torch gives no bus id (NVML indices are not CUDA ordinals); NVML is not
     called after deadline_s, and close() shuts it down."""
@@ -249,4 +321,5 @@ def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = 
                     break
         except Exception:
             handle = None
-    return TorchDevice("cuda", index, cuda=cuda, nvml=nvml, nvml_handle=handle)
+    return TorchDevice("cuda", index, cuda=cuda, nvml=nvml, nvml_handle=handle,
+                       place=pci_topology.place(pci_bus_id, sysfs_root), sysfs_root=sysfs_root, host=host)

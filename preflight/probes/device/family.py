@@ -129,6 +129,7 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
     if why:
         report.sized = why  # shrunk figures are compared with siblings of their size only, never with a peak
     figures = _figures(device, sizes)
+    report.pcie_switch, report.numa_node = device.place.switch, device.place.numa
     slot_s = budget * 0.9 / max(1, len(figures) * PASSES)
     with _one_thread(device):
         prepared: dict[str, tuple[Measured, Callable[[], Any]]] = {}
@@ -140,7 +141,10 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
         for pass_index in range(PASSES):
             if pass_index == 0:
                 _correctness(device, report, sizes)
-            _pass(device, prepared, pass_index, slot_s, report, began)
+            # NVML read WHILE the bursts run (a side thread on a GPU): after a burst the GPU is idle
+            # again, and its clocks and throttle reasons are an idle GPU's.
+            with device.sampling(report, began):
+                _pass(device, prepared, pass_index, slot_s, report, began)
         if sustain_s > 0 and "gemm_bf16" in prepared:
             _sustain(device, prepared["gemm_bf16"], sustain_s, report, began)
     report.measured = [m for m, _ in prepared.values()]
@@ -153,7 +157,10 @@ def _pass(device: Any, prepared: dict[str, tuple[Measured, Callable[[], Any]]], 
     """One pass over every prepared figure; a figure that raises is dropped with its reason."""
     for name, (measured, call) in list(prepared.items()):
         try:
-            values = _bursts(device, call, slot_s, measured, report, began)
+            # The host copies of GPUs behind one PCIe switch take turns (Device.link_turn): all of a host's
+            # GPUs copy at once otherwise, and two sharing an uplink each read ~0.4 of it.
+            with device.link_turn() if name in ("h2d", "d2h") else contextlib.nullcontext():
+                values = _bursts(device, call, slot_s, measured, report, began)
         except Exception as exc:
             report.errors[name] = f"{type(exc).__name__}: {one_line(exc)}"[:300]
             del prepared[name]
@@ -203,7 +210,8 @@ def rate(name: str, size: int, iters: int, seconds: float) -> float:
 
 def _bursts(device: Any, call: Callable[[], Any], slot_s: float, measured: Measured, report: DeviceReport,
             began: float) -> list[float]:
-    """BURSTS timed bursts of `call` filling about slot_s; NVML sampled after each on a GPU."""
+    """BURSTS timed bursts of `call` filling about slot_s (NVML is sampled meanwhile: Device.sampling)."""
+    device.figure = measured.name  # what the sampler reads the link and clocks under
     device.burst(call, 1)  # warm-up: kernels chosen, memory touched
     if not measured.iters:
         one = max(device.burst(call, 1), 1e-6)
@@ -212,12 +220,7 @@ def _bursts(device: Any, call: Callable[[], Any], slot_s: float, measured: Measu
     for _ in range(BURSTS):
         seconds = device.burst(call, measured.iters)
         values.append(rate(measured.name, measured.size, measured.iters, seconds))
-        if measured.name.startswith("gemm"):
-            sample = device.sample(time.monotonic() - began)
-            if sample is not None:
-                report.samples.append(sample)
-        if measured.name in ("h2d", "d2h") and report.link is None:
-            report.link = device.link()  # under load: an idle link may have trained down to save power
+    device.figure = ""
     return values
 
 

@@ -36,6 +36,7 @@ MIN_SIBLINGS = 2
 # thermal, power brake (nvmlClocksEventReason*: 0x4, 0x8, 0x20, 0x40, 0x80).
 SLOWDOWN_BITS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
                  0x40: "hardware thermal slowdown", 0x80: "power brake"}
+LINK_FIGURES = ("h2d", "d2h")
 CLOCK_RATIO = 0.85  # an SM clock under load below this share of its siblings' median is a collapse
 
 
@@ -100,13 +101,15 @@ def _expected(name: str, kind: str, expect: Mapping[str, float]) -> float | None
 def _judge_figures(members: list[DeviceReport], rows: dict[int, DeviceRow], out: Judged,
                    expect: Mapping[str, float]) -> None:
     names = sorted({m.name for r in members for m in r.measured}, key=list(UNITS).index)
+    position = _link_positions(members)
     for name in names:
         have = [r for r in members if r.figure(name) is not None]
         for report in have:
             value = report.figure(name).value  # type: ignore[union-attr]
             measured = report.figure(name)
             # Siblings ran the same size: a product shrunk to fit free memory runs below a full one's rate.
-            others = [o for o in have if o.rank != report.rank and o.figure(name).size == measured.size]  # type: ignore[union-attr]
+            others = [o for o in have if o.rank != report.rank and o.figure(name).size == measured.size  # type: ignore[union-attr]
+                      and (name not in LINK_FIGURES or position[o.rank] == position[report.rank])]
             figure = DeviceFigure(name, UNITS[name], value, bursts=[*measured.bursts, *measured.confirm])  # type: ignore[union-attr]
             if others:
                 figure.siblings_median = statistics.median(o.figure(name).value for o in others)  # type: ignore[union-attr]
@@ -132,6 +135,17 @@ def _judge_figures(members: list[DeviceReport], rows: dict[int, DeviceRow], out:
             if slow is not None:
                 out.slow.append(Slow(rows[report.rank], name, UNITS[name], value, figure.siblings_median or 0.0,
                                      *slow, siblings=len(others), ratio=SLOW_RATIO.get(report.kind, 0.5)))
+
+
+def _link_positions(members: list[DeviceReport]) -> dict[int, int]:
+    """rank -> its GPU's topology position for the host-link figures: how many of its host's GPUs sit
+    behind its PCIe switch (0: topology unknown). Host links are compared within one position only:
+    a GPU alone on its switch and one sharing it are not the same kind of link."""
+    behind: dict[tuple[str, str], set[str]] = {}
+    for r in members:
+        if r.pcie_switch:
+            behind.setdefault((r.host, r.pcie_switch), set()).add(r.uuid or str(r.rank))
+    return {r.rank: len(behind.get((r.host, r.pcie_switch), ())) for r in members}
 
 
 def _slow(report: DeviceReport, others: list[DeviceReport], name: str) -> tuple[list[float], list[float]] | None:

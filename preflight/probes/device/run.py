@@ -101,7 +101,8 @@ def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any 
             device_store.publish(session.board, report)
             return report
         device = device or open_device(kind, bound.index if bound else None, bound.pci_bus_id if bound else "",
-                                       cuda=session.cuda, deadline_s=deadline_s, uuid=bound.uuid if bound else "")
+                                       cuda=session.cuda, deadline_s=deadline_s, uuid=bound.uuid if bound else "",
+                                       sysfs_root=options.sysfs_root, host=world.host)
         report.serial = device.serial() if kind == "cuda" else ""
         sustain_s = options.device_sustain_s
         liveness.bounded(lambda: _on_device(session, lambda: run_family(device, report, budget, sustain_s)),

@@ -1,0 +1,46 @@
+"""The real device boundary (TorchDevice) where a GPU is not needed: its NVML side, on the NVML replay FAKE
+(PREFLIGHT_NVML_REPLAY, docs/testing.md) and the CUDA model (tests/helpers/fake_cuda.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from preflight.model.device_probe import DeviceReport, HostLink
+from preflight.probes.device.boundary import open_device
+from tests.helpers.fake_cuda import FakeCuda, gpu
+
+UUID_3 = "GPU-5a1e0000-0000-4000-8000-000000000003"  # NVML index 3 of the fixture
+
+
+@pytest.fixture
+def replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_NVML_REPLAY", "tests/fixtures/nvml/healthy_h100x8.json")
+
+
+def test_without_a_bus_id_the_gpu_is_found_by_uuid_and_nvml_is_shut_down_after(replayed: None) -> None:
+    device = open_device("cuda", 3, pci_bus_id="", cuda=FakeCuda([gpu(i) for i in range(8)]), uuid=UUID_3)
+    assert device.nvml is not None and device.nvml_handle is not None
+    assert device.nvml.read(device.nvml_handle, "uuid") == UUID_3
+    device.close()
+    assert device.nvml is None and device.nvml_handle is None
+
+
+def test_nvml_is_read_while_the_bursts_run_and_the_sampler_stops_after(replayed: None) -> None:
+    device = open_device("cuda", 3, pci_bus_id="00000000:5D:00.0", cuda=FakeCuda([gpu(i) for i in range(8)]))
+    report = DeviceReport(0, "n", "cuda")
+    with device.sampling(report, time.monotonic()):
+        device.figure = "gemm_bf16"  # a matrix burst under way
+        time.sleep(0.5)
+        during = len(report.samples)
+        device.figure = "h2d"  # then a host copy
+        time.sleep(0.3)
+    assert during >= 3 and report.samples[0].clock_event_reasons == 1 and report.samples[0].temperature_c == 34
+    assert report.link == HostLink(5, 16, 5, 16)
+    assert "preflight-nvml-sampler" not in {t.name for t in threading.enumerate()}
+    count = len(report.samples)
+    time.sleep(0.2)
+    assert len(report.samples) == count  # nothing read once the block ended
+    device.close()
