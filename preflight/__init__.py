@@ -19,7 +19,10 @@ __all__ = ["PreflightFailed", "PreflightWarning", "check"]
 def __getattr__(name: str) -> Any:
     """preflight.check, preflight.PreflightFailed and preflight.PreflightWarning, from preflight.api on first use."""
     if name in __all__:
-        from preflight import api
+        from preflight.lib.collector import collector_paused
+
+        with collector_paused():  # no full collection of the trainer's heap for preflight's import
+            from preflight import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'preflight' has no attribute {name!r}")

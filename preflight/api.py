@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from preflight.checks.probe_findings import probe_hang
+from preflight.lib.collector import collector_paused
 from preflight.lib.errors import BadInput
 from preflight.lib.interrupts import interrupts_raised
 from preflight.lib.mesh_shape import KNOWN_NAMES, WORLD_DIM, MeshDim, dim_groups
@@ -126,7 +127,7 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     groups = _job_groups(mesh, dims, backend, device, rank, world_size)
     frozen = gc.get_freeze_count()
     try:
-        with interrupts_raised():
+        with interrupts_raised(), collector_paused():  # no full collection of the trainer's heap meanwhile
             code, record = run_in_job(options, world, dist.distributed_c10d._get_default_store(), groups)
     except BadInput as exc:  # rank 0 cannot write a report it was asked for (the others time out waiting for it)
         raise ValueError(f"preflight.check: {exc}") from None
