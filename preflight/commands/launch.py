@@ -10,7 +10,6 @@ that imported torch once (the per-rank `import torch` was most of a CPU launch's
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import multiprocessing
 import multiprocessing.forkserver
@@ -144,10 +143,6 @@ def run_worker(argv: list[str], launch_env: dict[str, str], launch_cwd: str) -> 
     """
     from preflight.commands.cli import main
 
-    # What this rank inherited from the forkserver (torch, preflight: most of its heap) lives as
-    # long as the rank: out of the collector's generations, no full collection scans it (nor,
-    # by writing its headers, copies every page of it from the forkserver).
-    gc.freeze()
     from_agent = {k: v for k, v in os.environ.items() if _ENV_AT_IMPORT.get(k) != v}
     os.environ.clear()
     os.environ.update(launch_env)
