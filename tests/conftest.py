@@ -93,6 +93,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError("\n".join(wrong[:20]))
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist must not refuse it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """Under --dist loadgroup: xdist's group scheduling, with the groups of MODULE_GROUPS."""
     if config.getvalue("dist") != "loadgroup":
