@@ -18,7 +18,8 @@ pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helper
 # By module path, because the scheduler (in the controller, which collects nothing) sees only test
 # ids: xdist's own `xdist_group` marks cannot reach it under pytest 9 (xdist 3.8 writes the group
 # into `item._nodeid`, which pytest 9 no longer reads). Every collected test is checked against
-# the rules below (check_group), so a new lab or shared-fixture module missing here fails collection.
+# the rules below (check_group), so a new lab module missing here fails collection (a new module
+# with a shared fixture only runs slower until it is added).
 MODULE_GROUPS: dict[str, str] = {
     **dict.fromkeys(("tests/launchers/test_slurm.py", "tests/launchers/test_sbatch.py",
                      "tests/launchers/test_sbatch_spares.py"), "slurm"),
@@ -81,8 +82,10 @@ def check_group(item: pytest.Item) -> str | None:
     wanted, given = xdist_group_of(item), group_of_test_id(item.nodeid)
     if wanted is None or wanted == given:
         return None
-    if wanted.startswith("module:") and given is not None:
-        return None  # a whole lab module is one group already: its shared fixture is made once
+    if wanted.startswith("module:"):
+        # A shared fixture outside the table is only made once per worker that runs its tests
+        # (slower, never wrong); a lab test outside its group would collide: that is refused.
+        return None
     return f"{item.nodeid}: tests/conftest.py's MODULE_GROUPS must put its module in group {wanted!r} (has {given!r})"
 
 
