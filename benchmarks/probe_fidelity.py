@@ -1,16 +1,19 @@
 """Probe fidelity: preflight's busbw against a bare timing loop of the same op, size and iterations.
 
-The bare loop is the all_reduce_bench method: barrier, time N back-to-back calls, barrier,
-slowest rank's total / N. preflight's figure comes from its own probe code path
-(session.open_session + run_steps, then collect.results on rank 0: per-iteration timing,
-median per rank, slowest rank). Both run in the same processes, alternating, on the same
-world group. Not a test: it prints the ratio (goal >= 0.97).
+For every op of probes/ops.py. The bare loop is the all_reduce_bench / nccl-tests method:
+warm-up, barrier, time N back-to-back calls of the plain torch.distributed function, one
+synchronisation, slowest rank's total / N. preflight's figure comes from its own probe code
+path (session.open_session + run_steps with the plan a run uses, then collect.results on
+rank 0). Both run in the same processes, on the same process group and buffers' sizes,
+alternating preflight and bare in every round; the figure is the median of the rounds. Not a
+test: it prints the ratio per op (goal >= 0.97).
 
 With --backend nccl every rank shares GPU 0 under its own NCCL_HOSTID (NCCL then treats the
 ranks as separate hosts and connects them over its network transport), so one GPU measures
 the same loop both ways; the bare loop synchronises the device before reading the clock.
 
-    python benchmarks/probe_fidelity.py [--ranks 4] [--size 16MiB] [--iters 20] [--rounds 5]
+    python benchmarks/probe_fidelity.py [--ranks 4] [--size 16MiB] [--iters 20] [--rounds 5] [--ops all_reduce,...]
+    python benchmarks/probe_fidelity.py --tiny        # 2 ranks, 64 KiB, 2 iterations, 1 round (a smoke run)
     python benchmarks/probe_fidelity.py --backend nccl --ranks 2 --size 256MiB
 """
 
@@ -22,7 +25,9 @@ import socket
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,22 +40,46 @@ from preflight.probes import collect, ops, session
 from preflight.probes.plan import ProbePlan
 
 
-def _bare(op: str, size: int, iters: int, warmup: int, n: int, ses: session.Session) -> float:
+def _bare_call(op: str, b: ops.Buffers, group: Any, ranks: list[int], me: int) -> Callable[[], None]:
+    """The plain synchronous torch call anyone would time (no preflight code in the loop)."""
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(b.send, group=group)
+    if op in ("all_gather", "reduce_scatter"):  # the newest name this torch has, as ops.py picks it
+        fn = next(getattr(dist, name) for name in ops.row(op).torch_names if hasattr(dist, name))
+        return lambda: fn(b.recv, b.send, group=group)
+    if op == "all_to_all":
+        return lambda: dist.all_to_all_single(b.recv, b.send, group=group)
+    if op == "broadcast":
+        return lambda: dist.broadcast(b.send, src=ranks[0], group=group)
+
+    def send_recv() -> None:  # adjacent stages, all pairs at once, as ops.py runs it
+        works = []
+        if me + 1 < len(ranks):
+            works.append(dist.isend(b.send, dst=ranks[me + 1], group=group))
+        if me > 0:
+            works.append(dist.irecv(b.recv, src=ranks[me - 1], group=group))
+        for work in works:
+            work.wait()
+    return send_recv
+
+
+def _bare(op: str, size: int, iters: int, warmup: int, ses: session.Session) -> float:
     """busbw of a plain loop, as all_reduce_bench measures it (slowest rank's total / iters)."""
-    bufs = ops.make_buffers(op, size, dist.get_rank(), n, ses.dtype, ses.device)
-    call = {"all_reduce": lambda: dist.all_reduce(bufs.send),
-            "all_to_all": lambda: dist.all_to_all_single(bufs.recv, bufs.send)}[op]
+    group, ranks, _ = ses.groups["world"]
+    me, n = ranks.index(dist.get_rank()), len(ranks)
+    bufs = ops.make_buffers(op, size, me, n, ses.dtype, ses.device)
+    call = _bare_call(op, bufs, group, ranks, me)
     sync = torch.cuda.synchronize if ses.device == "cuda" else (lambda: None)
     for _ in range(warmup):
         call()
     sync()
-    dist.barrier()
+    dist.barrier(group=group)
     began = time.perf_counter()
     for _ in range(iters):
         call()
     sync()
     elapsed = torch.tensor([time.perf_counter() - began], device=ses.device)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
     return ops.busbw_gbps(op, n, bufs.nbytes, elapsed.item() / iters)
 
 
@@ -63,14 +92,14 @@ def _worker(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
     world = World("bench", rank, n, host=socket.gethostname())
     size = parse_size(args.size)
     figures: dict[str, dict[str, list[float]]] = {}
-    for op in ("all_reduce", "all_to_all"):
-        plan = ProbePlan([MeshDim("world", n)], [op], [size], args.warmup, args.iters, False)
-        probe_store = dist.PrefixStore(f"{op}", base)
-        if not dist.is_initialized():
-            ses = session.open_session(world, plan, probe_store, args.backend, 120.0)
-        else:
-            ses.plan = plan
-        for round_index in range(args.rounds):
+    # One world dimension: the probes' own group (new_group), which the bare loop uses as well.
+    dims = [MeshDim("world", n)]
+    ses = session.open_session(world, ProbePlan(dims, list(args.ops), [size], args.warmup, args.iters, False),
+                               dist.PrefixStore("open", base), args.backend, 120.0)
+    for round_index in range(args.rounds):
+        for op in args.ops:
+            # The plan a run uses (per-iteration figures: ProbePlan's default), one op at a time.
+            ses.plan = ProbePlan(dims, [op], [size], args.warmup, args.iters, False)
             ses.store = dist.PrefixStore(f"{op}/{round_index}", base)
             records, status = session.run_steps(ses)
             session.publish(ses.board, rank, world.host, records, status)
@@ -78,17 +107,17 @@ def _worker(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
                 got = collect.gather(ses.board, n, 120.0)
                 (result,) = collect.results(got, got.hosts())
                 figures.setdefault(op, {}).setdefault("preflight", []).append(result.busbw_gbps)
-            bare = _bare(op, size, args.iters, args.warmup, n, ses)
+            bare = _bare(op, size, args.iters, args.warmup, ses)
             if rank == 0:
                 figures[op].setdefault("bare", []).append(bare)
     if rank == 0:
         print(f"{args.backend}, {n} ranks, {args.size}, {args.iters} iters, "
-              f"{args.rounds} alternating rounds (busbw GB/s)")
+              f"{args.rounds} alternating rounds (busbw GB/s, medians), load average {os.getloadavg()[0]:.1f}")
         for op, both in figures.items():
             pf, bare = statistics.median(both["preflight"]), statistics.median(both["bare"])
-            print(f"  {op:<11} preflight {pf:.4f}  bare loop {bare:.4f}  ratio {pf / bare:.3f}   "
+            print(f"  {op:<14} preflight {pf:.4f}  bare loop {bare:.4f}  ratio {pf / bare:.3f}   "
                   f"(rounds: preflight {[round(x, 3) for x in both['preflight']]}, "
-                  f"bare {[round(x, 3) for x in both['bare']]})")
+                  f"bare {[round(x, 3) for x in both['bare']]})", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -101,12 +130,20 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--ops", default=",".join(ops.NAMES), help="comma-separated (default: every op)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--tiny", action="store_true", help="a smoke run: 2 ranks, 64 KiB, 2 iterations, 1 round")
     args = parser.parse_args()
     if args.backend == "nccl" and not torch.cuda.is_available():
         print("probe_fidelity.py --backend nccl needs a GPU: torch sees no CUDA device "
                          "(run --backend gloo here, or on the device machine)", file=sys.stderr)
         raise SystemExit(2)
+    if args.tiny:
+        args.ranks, args.size, args.iters, args.warmup, args.rounds = 2, "64KiB", 2, 1, 1
+    args.ops = [op.strip() for op in args.ops.split(",") if op.strip()]
+    unknown = [op for op in args.ops if not ops.known(op)]
+    if unknown:
+        parser.error(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(ops.NAMES)}")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

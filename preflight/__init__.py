@@ -21,11 +21,14 @@ def __getattr__(name: str) -> Any:
     if name in __all__:
         import random
 
+        from preflight.lib.collector import collector_paused
+
         # The first use imports the runner, and with it rich, whose import draws from Python's global
         # random generator: the trainer's random state is its own (lib/process_state.py keeps the rest).
         state = random.getstate()
         try:
-            from preflight import api
+            with collector_paused():  # no full collection of the trainer's heap for preflight's import
+                from preflight import api
         finally:
             random.setstate(state)
         return getattr(api, name)

@@ -29,11 +29,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from preflight.checks.probe_findings import probe_hang
+from preflight.lib.collector import collector_paused
 from preflight.lib.errors import BadInput
 from preflight.lib.interrupts import interrupts_raised
 from preflight.lib.mesh_shape import KNOWN_NAMES, WORLD_DIM, MeshDim, dim_groups
-from preflight.lib.storage_options import storage_path
 from preflight.lib.process_state import left_as_found
+from preflight.lib.storage_options import storage_path
 from preflight.model import ExitCode, JobReport
 from preflight.model.job_groups import JobGroups
 from preflight.options import RunOptions, history_url
@@ -131,7 +132,7 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     groups = _job_groups(mesh, dims, backend, device, rank, world_size)
     frozen = gc.get_freeze_count()
     try:
-        with interrupts_raised(), left_as_found():
+        with interrupts_raised(), left_as_found(), collector_paused():  # no full collection of the trainer's heap
             code, record = run_in_job(options, world, dist.distributed_c10d._get_default_store(), groups)
     except BadInput as exc:  # rank 0 cannot write a report it was asked for (the others time out waiting for it)
         raise ValueError(f"preflight.check: {exc}") from None

@@ -1,4 +1,110 @@
-"""Fixtures shared by every test package."""
+"""Fixtures shared by every test package, and how the suite splits over pytest-xdist workers."""
+
+from __future__ import annotations
+
+import pytest
 
 # netns_hosts: fake hosts in real network namespaces (needs root; see tests/helpers/netns.py, hosts.py).
 pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helpers.node_exporter"]
+
+# Which tests share a worker under `pytest -n 2 --dist loadgroup` (.ci/run): a group's tests run
+# one after another on one worker, so two never run at once. Slurm: the loopback cluster listens
+# on fixed ports, and both clusters are session fixtures (started once per worker that asks).
+# Network namespaces: some modules name their hosts with a fixed prefix ("pfv", "pfhi") that two
+# workers would both create. PostgreSQL and the browser: one server / one chromium at a time, and
+# the browser tests share the planted run's session fixture. A module with a module-scoped fixture
+# of ours (one launched run whose report several tests read) is its own group: the run is made once.
+#
+# By module path, because the scheduler (in the controller, which collects nothing) sees only test
+# ids: xdist's own `xdist_group` marks cannot reach it under pytest 9 (xdist 3.8 writes the group
+# into `item._nodeid`, which pytest 9 no longer reads). Every collected test is checked against
+# the rules below (check_group), so a new lab module missing here fails collection (a new module
+# with a shared fixture only runs slower until it is added).
+MODULE_GROUPS: dict[str, str] = {
+    **dict.fromkeys(("tests/launchers/test_slurm.py", "tests/launchers/test_sbatch.py",
+                     "tests/launchers/test_sbatch_spares.py"), "slurm"),
+    **dict.fromkeys(("tests/helpers/test_netns.py", "tests/checks/test_network_netns.py",
+                     "tests/history/test_history_netns.py", "tests/launchers/test_kubeflow.py",
+                     "tests/launchers/test_mpich.py", "tests/launchers/test_mpirun.py",
+                     "tests/probes/test_device_probes_netns.py", "tests/probes/test_probes_netns.py"), "netns"),
+    "tests/history/test_store.py": "postgres",
+    **dict.fromkeys(("tests/reports/test_html_browser.py", "tests/reports/test_html_size.py",
+                     "tests/reports/test_planted_run.py"), "browser"),
+    **{path: f"module:{path}" for path in (
+        "tests/checks/test_config_multirank.py", "tests/checks/test_health_multirank.py",
+        "tests/commands/test_history.py", "tests/history/test_run_history.py", "tests/test_api.py",
+        "tests/test_api_meshes.py")},
+}
+
+# What puts a test in a lab group: (group, its fixtures, its markers).
+LAB_GROUPS: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = (
+    ("slurm", frozenset({"slurm_cluster", "slurm_netns"}), frozenset({"slurm"})),
+    ("netns", frozenset({"netns_hosts"}), frozenset({"netns"})),
+    ("postgres", frozenset({"postgres"}), frozenset()),
+    ("browser", frozenset({"planted_run"}), frozenset({"browser"})),
+)
+
+
+def _shared_fixture_group(item: pytest.Item) -> str | None:
+    """`module:<path>` for a test that uses one of the suite's own module- or session-scoped fixtures."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in item.fixturenames:
+        defs = info.name2fixturedefs.get(name)
+        if not defs:
+            continue
+        definition = defs[-1]
+        if not getattr(definition.func, "__module__", "").startswith("tests."):
+            continue  # pytest's own (tmp_path_factory, ...)
+        if definition.scope in ("session", "module", "package"):
+            return f"module:{item.nodeid.split('::')[0]}"
+    return None
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The group a test's fixtures and markers call for, or None (any worker)."""
+    marks = {mark.name for mark in item.iter_markers()}
+    fixtures = set(item.fixturenames)
+    for group, by_fixture, by_marker in LAB_GROUPS:
+        if fixtures & by_fixture or marks & by_marker:
+            return group
+    return _shared_fixture_group(item)
+
+
+def group_of_test_id(nodeid: str) -> str | None:
+    """The group a test id runs in (MODULE_GROUPS), or None."""
+    return MODULE_GROUPS.get(nodeid.split("::")[0])
+
+
+def check_group(item: pytest.Item) -> str | None:
+    """Why the test's module is missing from MODULE_GROUPS (or is in the wrong group), or None."""
+    wanted, given = xdist_group_of(item), group_of_test_id(item.nodeid)
+    if wanted is None or wanted == given:
+        return None
+    if wanted.startswith("module:"):
+        # A shared fixture outside the table is only made once per worker that runs its tests
+        # (slower, never wrong); a lab test outside its group would collide: that is refused.
+        return None
+    return f"{item.nodeid}: tests/conftest.py's MODULE_GROUPS must put its module in group {wanted!r} (has {given!r})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every lab test and every test of a shared fixture is in its module's group (else a usage error)."""
+    wrong = [why for item in items if (why := check_group(item))]
+    if wrong:
+        raise pytest.UsageError("\n".join(wrong[:20]))
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist must not refuse it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under --dist loadgroup: xdist's group scheduling, with the groups of MODULE_GROUPS."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModuleGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of_test_id(nodeid) or nodeid  # ungrouped: any worker, test by test
+
+    return ModuleGroups(config, log)

@@ -41,13 +41,17 @@ class Buffers:
 
 
 def _pattern(offset: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
-    values = (torch.arange(count, dtype=torch.int64, device=device) + offset) % _PATTERN_MOD + 1
-    return values.to(dtype)
+    """Element j is (j + offset) % _PATTERN_MOD + 1: one period built and tiled, not a modulo over every
+    element (buffers are made per step and per check: at 4 MiB the modulo was most of a step's set-up)."""
+    period = ((torch.arange(_PATTERN_MOD, dtype=torch.int64) + offset) % _PATTERN_MOD + 1).to(dtype)
+    return period.to(device).repeat(-(-count // _PATTERN_MOD))[:count]
 
 
 def _owned_ones(me: int, n: int, start: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
-    index = torch.arange(start, start + count, dtype=torch.int64, device=device)
-    return ((index + me) % n == 0).to(dtype)
+    """Element j is 1 where (start + j + me) % n == 0 (its owner is group rank me), else 0: one period, tiled."""
+    period = torch.zeros(n, dtype=dtype)
+    period[(-(start + me)) % n] = 1
+    return period.to(device).repeat(-(-count // n))[:count]
 
 
 def _zeros(count: int, dtype: torch.dtype, device: str) -> torch.Tensor:

@@ -6,6 +6,10 @@ history's median as the expectation (source `history`). `remember`, after the ve
 write the run in one transaction, and the --metrics file. Neither changes the checks' findings
 when it fails: each failure is one info finding (HIS001, HIS004) on the report, and an output
 not written (reports/targets.py's rule: a pass exits 4, the headline names it).
+
+The database side (judge, record, store: SQLAlchemy) is imported only when a run has
+--history: every rank of every run imports this module, and SQLAlchemy's import is a
+quarter of preflight's own (docs/performance.md, "preflight.check before the first step").
 """
 
 from __future__ import annotations
@@ -13,9 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from preflight.checks.history_findings import below_own_history, flaky_host, history_unusable, metrics_not_written
-from preflight.history import judge
-from preflight.history.record import figure_rows, write_run
-from preflight.history.store import HistoryError, missing_file, shown_url, transaction
 from preflight.lib.deadline import call_with_deadline
 from preflight.model import Finding, JobReport, ProbeResult
 from preflight.model.history_records import Drop, FigureRow, Flaky, OwnPast
@@ -31,6 +32,8 @@ def recall(record: RunRecord) -> list[Finding]:
     options = record.options
     if not options.history:
         return []
+    from preflight.history.record import figure_rows
+
     results = list(record.probes.results) if record.probes else []
     rows = figure_rows(results, record.probes.devices if record.probes else [], record.storage)
     hosts = sorted({f.host for f in record.all_facts})
@@ -45,6 +48,9 @@ def recall(record: RunRecord) -> list[Finding]:
 
 def _judge(options: RunOptions, rows: list[FigureRow],
            hosts: list[str]) -> tuple[list[Drop], list[Flaky], list[OwnPast]]:
+    from preflight.history import judge
+    from preflight.history.store import missing_file, transaction
+
     if missing_file(options.history):
         return [], [], []  # the first run of a new history
     with transaction(options.history, options.history_timeout_s, write=False) as conn:
@@ -57,6 +63,8 @@ def _judge(options: RunOptions, rows: list[FigureRow],
 
 def _history_expectations(results: list[ProbeResult], rows: list[FigureRow], pasts: list[OwnPast]) -> None:
     """A result with no --expect and no profile: the lowest median of its hosts' own pasts, when each has one."""
+    from preflight.history import judge
+
     by_subject = {(p.subject, p.key): p for p in pasts if len(p.values) >= judge.MIN_RUNS}
     keys = {(r.dim, r.op, r.size_bytes, r.group_size, r.group_hosts): r.key for r in rows}
     for result in results:
@@ -74,6 +82,8 @@ def remember(report: JobReport, options: RunOptions) -> list[Unwritten]:
     """Write the run to --history and the figures to --metrics; what was not written, each also an
     info finding on the report (the caller marks the verdict: reports/targets.mark_unwritten)."""
     unwritten: list[Unwritten] = []
+    if options.history:  # the database side only with --history (its import is not free: see above)
+        from preflight.history.store import shown_url
     recalled = not any(f.check_id == history_unusable.id for f in report.findings)
     if options.history and not recalled:  # unreadable before the verdict: HIS001 says so already
         unwritten.append(Unwritten("--history", shown_url(options.history), "not readable, so not recorded"))
@@ -98,11 +108,16 @@ def remember(report: JobReport, options: RunOptions) -> list[Unwritten]:
 
 
 def _write(url: str, timeout_s: float, report: JobReport) -> int:
+    from preflight.history.record import write_run
+    from preflight.history.store import transaction
+
     with transaction(url, timeout_s, write=True) as conn:
         return write_run(conn, report)
 
 
 def _unusable(url: str, error: BaseException | None, reason: str, what: str) -> list[Finding]:
+    from preflight.history.store import HistoryError, shown_url
+
     line = str(error) if isinstance(error, HistoryError) else f"history {shown_url(url)} not {what}: {reason}"
     prefix = "run not written to history" if what == "written" else "history not used (run not judged or recorded)"
     return history_unusable.report(reason=f"{prefix}: {line}", url=shown_url(url))

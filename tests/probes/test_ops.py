@@ -62,3 +62,24 @@ def test_verification_names_the_corrupting_rank(op: str) -> None:
     outcome = _simulate(op, 4, corrupt=2)
     assert {r for ok, bad in outcome for r in bad} == {2}
     assert not any(ok for ok, _ in outcome if op == "all_reduce")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("size", [4, 796, 800, 4100, 1 << 16])
+def test_every_input_is_its_documented_value_element_by_element(dtype: torch.dtype, n: int, size: int) -> None:
+    """The inputs are tiled from one period (not a modulo per element): every element is still the
+    documented value, at sizes that are and are not whole periods (200, n)."""
+    for me in range(n):
+        for op in ops.NAMES:
+            b = ops.make_buffers(op, size, me, n, dtype, "cpu")
+            assert b.send.is_contiguous() and b.recv.is_contiguous()
+            send = b.send.float().tolist()
+            if op in ("all_reduce", "reduce_scatter"):  # element j is 1 on its owner, (-j) mod n, only
+                assert send == [1.0 if (j + me) % n == 0 else 0.0 for j in range(len(send))], (op, me)
+            elif op == "all_to_all":  # chunk k is the pattern of offset 7 me + 3 k
+                assert send == [float((j % b.chunk + 7 * me + 3 * (j // b.chunk)) % 200 + 1)
+                                for j in range(b.chunk * n)], (op, me)
+            elif op != "broadcast" or me == 0:
+                offset = me if op in ("all_gather", "send_recv") else 0
+                assert send == [float((j + offset) % 200 + 1) for j in range(b.chunk)], (op, me)
