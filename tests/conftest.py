@@ -22,14 +22,16 @@ pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helper
 # with a shared fixture only runs slower until it is added).
 MODULE_GROUPS: dict[str, str] = {
     **dict.fromkeys(("tests/launchers/test_slurm.py", "tests/launchers/test_sbatch.py",
-                     "tests/launchers/test_sbatch_spares.py"), "slurm"),
+                     "tests/launchers/test_sbatch_spares.py", "tests/launchers/test_drain.py"), "slurm"),
     **dict.fromkeys(("tests/helpers/test_netns.py", "tests/checks/test_network_netns.py",
                      "tests/history/test_history_netns.py", "tests/launchers/test_kubeflow.py",
                      "tests/launchers/test_mpich.py", "tests/launchers/test_mpirun.py",
-                     "tests/probes/test_device_probes_netns.py", "tests/probes/test_probes_netns.py"), "netns"),
+                     "tests/probes/device/test_run_netns.py", "tests/probes/test_probes_netns.py",
+                     "tests/checks/test_build_netns.py", "tests/probes/test_real_node.py",
+                     "tests/steps/test_storage_netns.py"), "netns"),
     "tests/history/test_store.py": "postgres",
     **dict.fromkeys(("tests/reports/test_html_browser.py", "tests/reports/test_html_size.py",
-                     "tests/reports/test_planted_run.py"), "browser"),
+                     "tests/reports/test_planted_run.py", "tests/reports/test_history_browser.py"), "browser"),
     **{path: f"module:{path}" for path in (
         "tests/checks/test_config_multirank.py", "tests/checks/test_health_multirank.py",
         "tests/commands/test_history.py", "tests/history/test_run_history.py", "tests/test_api.py",
