@@ -22,7 +22,8 @@ Two ways in, one model: injected where preflight takes a `cuda=` (session.bind_d
 decide_backend, timing.timed_loop), or `install()`ed in place of torch.cuda and torch's tensor
 factories (so TorchDevice and the collective buffers run through it, their tensors held on the
 CPU). No test patches preflight's internals. Whether this torch has NCCL is part of the
-boundary too (`nccl_available`), since the CPU wheel CI uses has none.
+boundary too (`nccl_available`), since the CPU wheel CI uses has none. (Longer than most
+modules: one fake per boundary, and this boundary is torch.cuda and CUDA tensors together.)
 """
 
 from __future__ import annotations
