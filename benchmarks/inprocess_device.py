@@ -29,7 +29,8 @@ def main() -> int:
     import preflight
 
     if not torch.cuda.is_available():
-        print("inprocess_device: no CUDA device here")
+        print("inprocess_device.py needs a GPU: torch sees no CUDA device (run it on the device machine)",
+              file=sys.stderr)
         return 2
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29531")

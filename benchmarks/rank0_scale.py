@@ -272,6 +272,7 @@ def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) ->
     record.missing = collected.missing(size)
     report = timed("report", build_report, record)
     out = folder / "out"
+    out.mkdir(parents=True, exist_ok=True)  # preflight creates folders only inside the current directory
     paths = {name: str(out / f"report.{name}") for name in ("json", "txt", "xml", "html", "exclude")}
     timed("json", json_report.write, report, paths["json"])
     timed("text", text.write, report, paths["txt"])

@@ -41,7 +41,8 @@ class Smoke:
 
 
 SMOKE: dict[str, Smoke] = {
-    "api_overhead.py": Smoke(("--nproc", "2", "--repeat", "1"), r"ratio of medians"),
+    "api_hang_repeat.py": Smoke(("--runs", "1"), r'"runs": 1, "passed": 1\b'),
+    "api_overhead.py": Smoke(("--tiny",), r"ratio of medians"),
     "device_cost.py": Smoke(("--nproc", "2", "--pairs", "1"), r"with device probes: wall median"),
     "device_fidelity.py": Smoke(("--device", "cpu", "--rounds", "1", "--budget", "0.2"), r"\| copy \|"),
     "floor_allreduce.py": Smoke((), "",  # prints nothing: its own assert checks the all_reduce
@@ -49,13 +50,14 @@ SMOKE: dict[str, Smoke] = {
     "history_query.py": Smoke(("--runs", "5", "--hosts", "4", "--folder", "{tmp}"), r'"ratio"'),
     "html_report.py": Smoke(("--ranks", "16", "--mesh", "dp2,tp2,pp4", "--opens", "1"), r"console_errors: 0",
                             ("chromium",)),
+    "interrupt_exit.py": Smoke(("--runs", "1", "--scenario", "sigterm-all"), r'"summary"'),
     "killed_mid_collective.py": Smoke(("--runs", "1", "--config", "env:4"), r'"summary": \{"env:4": "1/1"\}'),
-    "launch_overhead.py": Smoke(("--nproc", "2", "--repeat", "1"), r"ratio of medians launch/floor"),
+    "launch_overhead.py": Smoke(("--tiny",), r"preflight launch .* ratio of medians to the floor"),
     "localization_netns.py": Smoke(("--runs", "1"), r"^run 0: .* named ", ("root",)),
     "localization_sim.py": Smoke(("--hosts", "64", "--bad", "1", "--trials", "2"), r"round robin"),
-    "probe_fidelity.py": Smoke(("--ranks", "2", "--size", "64KiB", "--iters", "2", "--warmup", "1", "--rounds", "1"),
-                               r"all_reduce .* ratio .*\n.*all_to_all .* ratio"),
+    "probe_fidelity.py": Smoke(("--tiny",), r"all_reduce .* ratio (.*\n)*.*all_to_all .* ratio"),
     "rank0_scale.py": Smoke(("--ranks", "64", "--world", "slurm"), r'"reported": 56\b'),
+    "storage_cost.py": Smoke(("--nproc", "2", "--pairs", "1", "--dir", "{tmp}"), r"without: wall median"),
     "store_exchange.py": Smoke(("--ranks", "64", "--procs", "2"), r'"collected": 63, .*"bad": 0'),
     "store_joins.py": Smoke(("--clients", "16"), r'"clients": 16, .*"failed": 0'),
 }
@@ -63,6 +65,7 @@ SMOKE: dict[str, Smoke] = {
 # The benchmarks (or modes) that only a GPU can run: (file, arguments) -> what their one line names.
 GPU_ONLY: dict[str, tuple[str, ...]] = {
     "gpu_session.sh": (),
+    "inprocess_device.py": (),
     "device_fidelity.py": ("--device", "cuda"),
     "probe_fidelity.py": ("--backend", "nccl"),
 }

@@ -58,7 +58,8 @@ def proof(secret: bytes, *parts: str | bytes) -> str:
 
 def valid(secret: bytes, claimed: object, *parts: str | bytes) -> bool:
     """Whether `claimed` is the proof of these parts under the secret (constant-time)."""
-    return isinstance(claimed, str) and hmac.compare_digest(claimed, proof(secret, *parts))
+    # As bytes: compare_digest refuses a str with non-ASCII characters (a foreign client's proof).
+    return isinstance(claimed, str) and hmac.compare_digest(claimed.encode(), proof(secret, *parts).encode())
 
 
 def payload_proof(secret: bytes, nonce: str, rank: int, text: str | bytes) -> str:
@@ -69,7 +70,8 @@ def payload_proof(secret: bytes, nonce: str, rank: int, text: str | bytes) -> st
 
 def valid_payload(secret: bytes, claimed: str, nonce: str, rank: int, text: str | bytes) -> bool:
     """Whether `claimed` is the proof of this rank's payload under the secret (constant-time)."""
-    return hmac.compare_digest(claimed, payload_proof(secret, nonce, rank, text))
+    return isinstance(claimed, str) and hmac.compare_digest(claimed.encode(),
+                                                            payload_proof(secret, nonce, rank, text).encode())
 
 
 def signed(secret: bytes | None, key: str, value: T) -> T:

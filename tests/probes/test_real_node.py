@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from preflight.channel.liveness import RankLiveness
 from preflight.model import World
 from preflight.options import RunOptions
 from preflight.probes import orchestrate
@@ -48,7 +49,7 @@ def _run_one_rank(model: FakeCuda, local_rank: int, options: RunOptions) -> Any:
     store = dist.TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False)
     with model.install():
         try:
-            return orchestrate.run_probes(world, options, store)
+            return orchestrate.run_probes(world, options, store, alive=RankLiveness(1, 0, store))
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()

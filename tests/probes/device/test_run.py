@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import HashStore
 
+from preflight.channel import keys
 from preflight.channel.board import Board
 from preflight.model import World
 from preflight.options import RunOptions
@@ -78,7 +79,7 @@ def test_ranks_sharing_one_gpu_elect_one_to_measure_it() -> None:
 
 
 def test_the_rank_that_shares_a_gpu_measures_nothing_and_is_blamed_for_nothing(session: Any) -> None:
-    session.board.agree("gpu_seat/node7/GPU-0000-1111", "3")  # rank 3, bound to the same GPU, asked first
+    session.board.agree(keys.GPU_SEAT.at("node7", "GPU-0000-1111"), "3")  # rank 3, bound to the same GPU, asked first
     device = FakeDevice(rates={**FakeDevice().rates, "gemm_bf16": 100.0})  # would be slow and below peak
     report = device_probes.measure(session, RunOptions(device_budget_s=1.0), WATCH, device=device)
     assert report.shared_with == 3 and report.measured == [] and device.bursts == {}
