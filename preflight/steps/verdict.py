@@ -30,7 +30,7 @@ from preflight.model import (
 from preflight.model.probe_outcome import ProbeOutcome
 from preflight.model.storage import StorageSection
 from preflight.options import RunOptions
-from preflight.registry import Tags, every_selected_outcome, merge_findings, merge_outcomes
+from preflight.registry import Tags, every_selected_outcome, merge_findings
 from preflight.reports import json as json_report
 from preflight.steps.host_choice import rank_hosts
 
@@ -89,11 +89,12 @@ def build_report(record: RunRecord) -> JobReport:
         run_nonce=record.nonce,
         authenticated=record.authenticated,
     )
+    checks = every_selected_outcome(record.outcomes, findings, options.only, options.skip, _not_run(record))
     report = JobReport(
         meta=meta,
         ranks=facts,
         findings=findings,
-        checks=every_selected_outcome(record.outcomes, findings, options.only, options.skip, _not_run(record)),
+        checks=checks,
         probes=list(record.probes.results) if record.probes else [],
         probe_devices=list(record.probes.devices) if record.probes else [],
         device_probes=list(record.probes.device_rows) if record.probes else [],
@@ -103,7 +104,7 @@ def build_report(record: RunRecord) -> JobReport:
         bad_hosts=bad_hosts(findings, sorted({f.host for f in facts})),
         verdict=verdict_text(code, findings),
         exit_code=int(code),
-        why=explain_verdict(code, findings, merge_outcomes(record.outcomes)),
+        why=explain_verdict(code, findings, checks),  # the same skips the check summary counts
     )
     report.host_ranking = rank_hosts(report)
     return report
