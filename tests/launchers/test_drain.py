@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,10 @@ def test_drain_yes_drains_exactly_the_bad_node_with_its_reason(slurm_netns: Slur
         errors = [line for line in failed.stderr.splitlines() if line.startswith("preflight: drain")]
         assert failed.returncode == 1 and len(errors) == 1, failed.stderr
         assert n2 in errors[0] and "Traceback" not in failed.stderr
-    finally:
-        subprocess.run(slurm_netns.command(["scontrol", "update", f"NodeName={n2}", "State=RESUME"]),
-                       env=slurm_netns.env(), capture_output=True, timeout=60)
+    finally:  # the cluster is the module's neighbours' too (tests/launchers/test_sbatch.py): as it was found
+        resumed = subprocess.run(slurm_netns.command(["scontrol", "update", f"NodeName={n2}", "State=RESUME"]),
+                                 env=slurm_netns.env(), capture_output=True, text=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while _node(slurm_netns, n2)[0] != "IDLE" and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert _node(slurm_netns, n2)[0] == "IDLE", resumed.stdout + resumed.stderr
