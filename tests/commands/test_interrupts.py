@@ -122,11 +122,11 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
     if mark:
         assert seen.wait(START_BOUND_S), "".join(lines)[-3000:]
         time.sleep(3.0 if phase == "probes" else 0.5)  # inside the all_reduce loop / the planted wait
-    elif launcher == "env":
-        time.sleep(START_UP_S)  # the recipe; each env:// rank imports torch itself (seconds)
+    elif launcher != "forkserver":
+        time.sleep(START_UP_S)  # the recipe; each rank imports torch itself (seconds)
     else:
-        # Under `launch`, start-up is the launcher's first child (the forkserver preloading torch, or an
-        # exec'd rank importing it): a fixed sleep can land after a quick run's verdict on a quiet machine.
+        # Under the forkserver, start-up is the launcher's first child (the forkserver preloading torch):
+        # a fixed sleep can land after a quick run's verdict on a quiet machine.
         started = time.monotonic()
         while len(_all_pids(procs)) <= len(procs) and time.monotonic() - started < START_BOUND_S:
             time.sleep(0.02)
