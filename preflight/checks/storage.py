@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from preflight.lib.hostlist import ranks_text
 from preflight.lib.numbers import json_numbers
 from preflight.lib.units import human_bytes
 from preflight.model import Finding, Severity
@@ -25,10 +26,6 @@ from preflight.model.storage import (
     StorageFailed,
 )
 from preflight.registry import Problem, Tags, engine_check
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {','.join(str(r) for r in ranks)}"
 
 
 @engine_check(
@@ -51,7 +48,7 @@ def not_shared(item: NotShared) -> Iterable[Problem]:
     """
     others = "; ".join(item.others) or "none"
     yield Problem(
-        f"{item.host} ({_ranks(item.ranks)}): {item.path} is not the directory rank 0 wrote into ({item.seen}); "
+        f"{item.host} ({ranks_text(item.ranks)}): {item.path} is not the directory rank 0 wrote into ({item.seen}); "
         f"there it is {item.mount.where()}; the {item.others_hosts} host(s) that see it have: {others}",
         ranks=item.ranks, hosts=[item.host],
         data={"path": item.path, "seen": item.seen, "mount": item.mount.where(), "fs_type": item.mount.fs_type,
