@@ -58,6 +58,48 @@ def interrupts_raised(second_exits: bool = False) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """SIGTERM / SIGINT held until the block ends, then handed to the handler in force (Interrupted).
+
+    For an import that must not be cut in half: an exception raised inside a C extension's
+    initialisation (numpy, imported by torch) leaves the module half-loaded, and the rank's exit
+    prints numpy's "cannot load module more than once" ImportError traceback instead of ending
+    cleanly. A later signal (not the forwarded copy of the first) leaves at once, as a second
+    Ctrl-C does. Outside the main thread signal handlers cannot be set: the block runs as is.
+    """
+    held: list[tuple[int, float]] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if held and now - held[0][1] >= REPEAT_S:
+            leave_now(f"preflight: received {signal.Signals(signum).name} again: stopping now; exit {INCOMPLETE}")
+        if not held:
+            held.append((signum, now))
+
+    previous = {}
+    for signum in SIGNALS:
+        try:
+            previous[signum] = signal.signal(signum, hold)
+        except ValueError:  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if held:
+        _deliver(held[0][0], previous.get(held[0][0]))
+
+
+def _deliver(signum: int, handler: object) -> None:
+    """Hand a held signal to `handler` as the kernel would have: call it, or the default action."""
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(signum)
+
+
 def leave_now(line: str) -> NoReturn:
     """End this process at once with exit 4 after `line` on stderr: no traceback, and no interpreter
     shutdown, which can hang on a collective the signal interrupted or abort (std::terminate) on a

@@ -15,15 +15,24 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
+
+from preflight.lib.interrupts import interrupts_deferred
 
 FATAL = 3  # c10's levels: 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL
 
 
 def import_torch_distributed() -> None:
-    """Import torch.distributed now (the slow import, outside any gatherer's deadline), at the user's log level."""
-    import torch.distributed  # noqa: F401
+    """Import torch.distributed now (the slow import, outside any gatherer's deadline), at the user's log level.
+
+    A SIGINT/SIGTERM during the import is delivered once it is done (lib/interrupts.interrupts_deferred):
+    an interrupt raised inside numpy's C initialisation would leave an ImportError traceback."""
+    if "torch.distributed" in sys.modules:
+        return  # inside a job (preflight.check), or a forked rank: nothing to wait for
+    with interrupts_deferred():
+        import torch.distributed  # noqa: F401
 
 
 def _level_flag() -> Any:
