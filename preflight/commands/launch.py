@@ -26,7 +26,7 @@ from typing import Any
 
 from preflight.channel.run_auth import SECRET_VAR
 from preflight.lib.errors import BadInput
-from preflight.lib.interrupts import exit_at_once
+from preflight.lib.interrupts import exit_at_once, interrupts_deferred
 from preflight.model import ExitCode
 from preflight.options import RunOptions
 from preflight.reports.targets import refuse_unwritable
@@ -68,9 +68,10 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
         raise BadInput(f"-n {nproc}: need at least one rank")
     options.for_world(nproc)  # a bad --mesh for -n: exit 2 once here, not once per rank
     refuse_unwritable(options.reports, options.out_dir, True, options.output_files())  # before any rank
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    with interrupts_deferred():  # a Ctrl-C must not cut torch's import in half (lib/torch_import.py)
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     args = _forwarded_args(argv)
     if options.backend == "auto" and "--backend" not in " ".join(args):
