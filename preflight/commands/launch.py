@@ -26,7 +26,7 @@ from typing import Any
 
 from preflight.channel.run_auth import SECRET_VAR
 from preflight.lib.errors import BadInput
-from preflight.lib.interrupts import exit_at_once, interrupts_deferred
+from preflight.lib.interrupts import children_start_with_signals_held, exit_at_once, interrupts_end_at_once
 from preflight.model import ExitCode
 from preflight.options import RunOptions
 from preflight.reports.targets import refuse_unwritable
@@ -68,7 +68,7 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
         raise BadInput(f"-n {nproc}: need at least one rank")
     options.for_world(nproc)  # a bad --mesh for -n: exit 2 once here, not once per rank
     refuse_unwritable(options.reports, options.out_dir, True, options.output_files())  # before any rank
-    with interrupts_deferred():  # a Ctrl-C must not cut torch's import in half (lib/torch_import.py)
+    with interrupts_end_at_once("loading torch"):  # not cut torch's import in half (lib/torch_import.py)
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -102,12 +102,13 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
             args += ["--json", report_json]
         try:
             run_args = ["run", *args, "--verdict-file", str(verdict_file)]
-            if start_method == "exec":
-                program, *prefix = worker_command()
-                elastic_launch(config, program)(*prefix, *run_args)
-            else:
-                start_forkserver()
-                elastic_launch(config, run_worker)(run_args, dict(os.environ), os.getcwd())
+            with children_start_with_signals_held():  # no Ctrl-C inside a child's interpreter start-up
+                if start_method == "exec":
+                    program, *prefix = worker_command()
+                    elastic_launch(config, program)(*prefix, *run_args)
+                else:
+                    start_forkserver()
+                    elastic_launch(config, run_worker)(run_args, dict(os.environ), os.getcwd())
         except ChildFailedError as failed:
             dead = _dead_ranks(failed)
             if dead:

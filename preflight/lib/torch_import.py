@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from preflight.lib.interrupts import interrupts_deferred
+from preflight.lib.interrupts import interrupts_end_at_once
 
 FATAL = 3  # c10's levels: 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL
 
@@ -27,11 +27,12 @@ FATAL = 3  # c10's levels: 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL
 def import_torch_distributed() -> None:
     """Import torch.distributed now (the slow import, outside any gatherer's deadline), at the user's log level.
 
-    A SIGINT/SIGTERM during the import is delivered once it is done (lib/interrupts.interrupts_deferred):
-    an interrupt raised inside numpy's C initialisation would leave an ImportError traceback."""
+    A SIGINT/SIGTERM during the import ends the process at once, one line and exit 4
+    (lib/interrupts.interrupts_end_at_once): raised inside numpy's C initialisation, an interrupt
+    left an ImportError traceback."""
     if "torch.distributed" in sys.modules:
         return  # inside a job (preflight.check), or a forked rank: nothing to wait for
-    with interrupts_deferred():
+    with interrupts_end_at_once("loading torch"):
         import torch.distributed  # noqa: F401
 
 
