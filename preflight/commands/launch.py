@@ -13,6 +13,7 @@ import argparse
 import logging
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import secrets
 import signal
@@ -102,6 +103,10 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
             args += ["--json", report_json]
         try:
             run_args = ["run", *args, "--verdict-file", str(verdict_file)]
+            if start_method != "exec":
+                # Started first, out of the block: CPython's resource tracker (which the forkserver
+                # starts) unblocks SIGINT/SIGTERM in the calling thread once it runs, whatever was blocked.
+                multiprocessing.resource_tracker.ensure_running()
             with children_start_with_signals_held():  # no Ctrl-C inside a child's interpreter start-up
                 if start_method == "exec":
                     program, *prefix = worker_command()
