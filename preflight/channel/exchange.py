@@ -168,7 +168,7 @@ class Exchange:
 
     def _run_file(self, name: str) -> Path:
         """A file in this run's folder under --out-dir, made here: the user asked for that folder
-        (wherever it is), and lib/files creates missing folders inside the current tree only."""
+        (wherever it is), and lib/files.py creates missing folders inside the current tree only."""
         assert self.out_dir is not None
         self.out_dir.mkdir(parents=True, exist_ok=True)
         return self.out_dir / name
