@@ -83,6 +83,22 @@ def _bare(op: str, size: int, iters: int, warmup: int, ses: session.Session) -> 
     return ops.busbw_gbps(op, n, bufs.nbytes, elapsed.item() / iters)
 
 
+def _preflight(op: str, size: int, round_index: int, dims: list[MeshDim], args: argparse.Namespace,
+               ses: session.Session, base: Any) -> float:
+    """busbw of preflight's own probe step on `op` (rank 0's figure from collect.results; 0.0 elsewhere)."""
+    rank, n = ses.world.rank, ses.world.world_size
+    # The plan a run uses (per-iteration figures: ProbePlan's default), one op at a time.
+    ses.plan = ProbePlan(dims, [op], [size], args.warmup, args.iters, False)
+    ses.store = dist.PrefixStore(f"{op}/{round_index}", base)
+    records, status = session.run_steps(ses)
+    session.publish(ses.board, rank, ses.world.host, records, status)
+    if rank != 0:
+        return 0.0
+    got = collect.gather(ses.board, n, 120.0)
+    (result,) = collect.results(got, got.hosts())
+    return result.busbw_gbps
+
+
 def _worker(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     if args.backend == "nccl":
@@ -98,18 +114,15 @@ def _worker(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
                                dist.PrefixStore("open", base), args.backend, 120.0)
     for round_index in range(args.rounds):
         for op in args.ops:
-            # The plan a run uses (per-iteration figures: ProbePlan's default), one op at a time.
-            ses.plan = ProbePlan(dims, [op], [size], args.warmup, args.iters, False)
-            ses.store = dist.PrefixStore(f"{op}/{round_index}", base)
-            records, status = session.run_steps(ses)
-            session.publish(ses.board, rank, world.host, records, status)
-            if rank == 0:
-                got = collect.gather(ses.board, n, 120.0)
-                (result,) = collect.results(got, got.hosts())
-                figures.setdefault(op, {}).setdefault("preflight", []).append(result.busbw_gbps)
-            bare = _bare(op, size, args.iters, args.warmup, ses)
-            if rank == 0:
-                figures[op].setdefault("bare", []).append(bare)
+            # Which goes first alternates by round: the second runs on an allocator and caches the
+            # first just warmed with the same op (a fixed order gave the bare loop that every time).
+            for side in ("preflight", "bare") if round_index % 2 == 0 else ("bare", "preflight"):
+                if side == "preflight":
+                    figure = _preflight(op, size, round_index, dims, args, ses, base)
+                else:  # the same untimed run-up as the probe: its checked call and the warm-up
+                    figure = _bare(op, size, args.iters, args.warmup + 1, ses)
+                if rank == 0:
+                    figures.setdefault(op, {}).setdefault(side, []).append(figure)
     if rank == 0:
         print(f"{args.backend}, {n} ranks, {args.size}, {args.iters} iters, "
               f"{args.rounds} alternating rounds (busbw GB/s, medians), load average {os.getloadavg()[0]:.1f}")
