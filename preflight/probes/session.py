@@ -396,7 +396,7 @@ def _measure(session: Session, index: int, dim: str, op: str, size: int, deadlin
     # first, not after the clock stops, keeps the allocation and reading of a second set of
     # buffers out of the run-up to the timed loop: with it there, gloo's own per-call temporaries
     # (16 MiB for reduce_scatter / all_gather at 16 MiB) were still being re-faulted in the first
-    # timed iterations (2-5x the page faults of a bare loop), 3-5% of busbw (docs/performance.md).
+    # timed iterations: 2-5x the page faults of a bare loop, 4,096-page bursts (docs/performance.md).
     timed_loop(start, 1, deadline, device, cuda=session.cuda)
     output_ok, bad = ops.verify(buffers, me, n)
     if plan.warmup:
