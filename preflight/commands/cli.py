@@ -17,7 +17,7 @@ from typing import NoReturn
 from preflight import __version__
 from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.hostlist import MAX_HOSTS
-from preflight.lib.interrupts import ignore_interrupts, interrupts_raised, leave_now
+from preflight.lib.interrupts import exit_at_once, ignore_interrupts, interrupts_raised, leave_now
 from preflight.lib.numbers import ascii_int
 from preflight.lib.storage_options import storage_path
 from preflight.model import ExitCode
@@ -414,6 +414,7 @@ def _with_default_command(argv: list[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `preflight` script and `python -m preflight`."""
+    argv_was_none = argv is None
     raw = list(sys.argv[1:] if argv is None else argv)
     for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 byte in argv or env is printed escaped, never a traceback
         try:
@@ -431,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # 2 on a bad flag, 0 after --help / --version: a code, never an exception
         return exc.code if isinstance(exc.code, int) else int(ExitCode.BAD_INPUT)
     try:
-        return _dispatch(args, argv)
+        code = _dispatch(args, argv)
     except BadInput as exc:
         print(f"preflight: error: {exc}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
@@ -439,6 +440,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         leave_now(f"preflight: {args.command}: stopped ({stop}); exit {int(ExitCode.INCOMPLETE)}")
     except BrokenPipeError:
         return _reader_gone(args.command)
+    if argv_was_none and args.command == "launch":
+        # `preflight launch` as a program: its ranks are gone and the verdict is out. The
+        # interpreter's shutdown with torch loaded would add 0.3-1 s before the shell (or the
+        # job script) sees the code; an in-process caller (argv given, the tests) returns as usual.
+        exit_at_once(code)
+    return code
 
 
 def _reader_gone(command: str) -> int:

@@ -35,7 +35,7 @@ from preflight.reports.targets import refuse_unwritable
 # What the forkserver imports once for every worker (see launch).
 # forkserver_setup first: it quiets a Ctrl-C that arrives while the rest loads.
 WORKER_PRELOAD = ("preflight.commands.forkserver_setup", "torch", "torch.distributed", "preflight.commands.cli",
-                  "preflight.runner", __name__)
+                  "preflight.runner", __name__, "preflight.commands.forkserver_warm")
 # In the forkserver this is its environment at start; workers forked from it inherit the copy.
 _ENV_AT_IMPORT = dict(os.environ)
 
@@ -69,6 +69,20 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
         raise BadInput(f"-n {nproc}: need at least one rank")
     options.for_world(nproc)  # a bad --mesh for -n: exit 2 once here, not once per rank
     refuse_unwritable(options.reports, options.out_dir, True, options.output_files())  # before any rank
+    # 8 ranks x 2 OpenMP threads on 2 cores run 2x slower; torchrun sets 1 as well. Set before the
+    # forkserver starts: its torch import reads it once, for every rank forked from it.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # A per-run secret every worker inherits (the agent passes its environment on): the store's
+    # values are then proven to come from this run's ranks (channel/run_auth.py).
+    os.environ.setdefault(SECRET_VAR, secrets.token_hex(16))
+    if start_method != "exec":
+        # Started first, out of the held block: CPython's resource tracker (which the forkserver
+        # starts) unblocks SIGINT/SIGTERM in the calling thread once it runs, whatever was blocked.
+        multiprocessing.resource_tracker.ensure_running()
+        # Before this process imports torch: the forkserver's import of torch and preflight then
+        # runs beside the launcher's own (two imports of ~2 CPU-s each, on two cores at once).
+        with children_start_with_signals_held():  # no Ctrl-C inside its interpreter's start-up
+            start_forkserver()
     with interrupts_end_at_once("loading torch"):  # not cut torch's import in half (lib/torch_import.py)
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -77,12 +91,8 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
     args = _forwarded_args(argv)
     if options.backend == "auto" and "--backend" not in " ".join(args):
         args += ["--backend", "gloo"]  # the CPU smoke check: gloo unless asked otherwise
-    # 8 ranks x 2 OpenMP threads on 2 cores run 2x slower; torchrun sets 1 as well.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    # A per-run secret every worker inherits (the agent passes its environment on): the store's
-    # values are then proven to come from this run's ranks (channel/run_auth.py).
-    os.environ.setdefault(SECRET_VAR, secrets.token_hex(16))
     _quiet_torch_loggers()
+    _cheap_rendezvous_event_names()
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -103,16 +113,11 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
             args += ["--json", report_json]
         try:
             run_args = ["run", *args, "--verdict-file", str(verdict_file)]
-            if start_method != "exec":
-                # Started first, out of the block: CPython's resource tracker (which the forkserver
-                # starts) unblocks SIGINT/SIGTERM in the calling thread once it runs, whatever was blocked.
-                multiprocessing.resource_tracker.ensure_running()
             with children_start_with_signals_held():  # no Ctrl-C inside a child's interpreter start-up
                 if start_method == "exec":
                     program, *prefix = worker_command()
                     elastic_launch(config, program)(*prefix, *run_args)
                 else:
-                    start_forkserver()
                     elastic_launch(config, run_worker)(run_args, dict(os.environ), os.getcwd())
         except ChildFailedError as failed:
             dead = _dead_ranks(failed)
@@ -138,6 +143,29 @@ def _quiet_torch_loggers() -> None:
     for name in ["torch.distributed.elastic", "torch.multiprocessing", *logging.root.manager.loggerDict]:
         if name.startswith(("torch.distributed.elastic", "torch.multiprocessing")):
             logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _cheap_rendezvous_event_names() -> None:
+    """Name torch's rendezvous events from one frame, not the whole stack with its source.
+
+    torch's dynamic rendezvous names every event it records by its caller's function,
+    read as `inspect.stack()[2].function`: each call walks every frame and reads its source
+    file (findsource). A launch records about nine, ~1 CPU-s of the launcher's critical path
+    on a loaded 2-core node (cProfile, docs/performance.md). sys._getframe gives the same
+    name. Only where torch still has that helper, in this (the launcher's) process.
+    """
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    if not callable(getattr(dynamic_rendezvous, "get_method_name", None)):
+        return
+
+    def get_method_name(depth: int = 2) -> str:
+        try:
+            return sys._getframe(depth).f_code.co_name  # frame 0 is this function, as stack()[0] was
+        except ValueError:  # a stack shallower than depth
+            return "no_method_name"
+
+    dynamic_rendezvous.get_method_name = get_method_name
 
 
 def start_forkserver() -> None:

@@ -8,6 +8,7 @@ one c10d store do not hammer it.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -49,3 +50,20 @@ def wait_until(condition: Callable[[], T], timeout_s: float | Callable[[], float
             return None
         time.sleep(min(poll, left))
         poll = min(poll * 2, max_poll_s)
+
+
+def join_until(thread: threading.Thread, timeout_s: float, *, stop_if: Callable[[], bool] | None = None,
+               slice_s: float = 0.1) -> bool:
+    """Wait for `thread` to end, at most timeout_s; whether it ended.
+
+    A join, not a poll: the wait ends the moment the thread does (a backed-off poll overshot
+    by up to its interval, ~0.1 s per set-up stage of the probes). `stop_if` is asked every
+    slice_s and ends the wait early when it holds (a peer known dead).
+    """
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    while thread.is_alive():
+        left = deadline - time.monotonic()
+        if left <= 0 or (stop_if is not None and stop_if()):
+            break
+        thread.join(min(slice_s, left))
+    return not thread.is_alive()

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from preflight.channel import keys, store_join
 from preflight.channel.liveness import RankLiveness
 from preflight.lib import deadline
-from preflight.lib.waiting import wait_until
+from preflight.lib.waiting import join_until
 from preflight.model import World
 from preflight.probes import setup, timing
 
@@ -77,8 +77,7 @@ def bounded(call: Callable[[], T], timeout_s: float, watch: RankLiveness) -> T:
 
     thread = threading.Thread(target=target, daemon=True, name="preflight-probe-setup")
     thread.start()
-    wait_until(lambda: not thread.is_alive(), timeout_s, stop_if=lambda: bool(watch.dead()), max_poll_s=0.1)
-    if thread.is_alive():
+    if not join_until(thread, timeout_s, stop_if=lambda: bool(watch.dead())):
         deadline.abandon(thread)
         raise StillRunning(watch.abort_reason() or f"did not finish within {timeout_s:g}s")
     if "error" in box:

@@ -391,14 +391,18 @@ def _measure(session: Session, index: int, dim: str, op: str, size: int, deadlin
     def start() -> list[Any]:
         return ops.launch(buffers, group, ranks, me)
 
+    # The first call, on the fresh inputs, is the one checked against the known result; then the
+    # warm-up and the timed loop run on the same buffers (made once, as nccl-tests does). Checking
+    # first, not after the clock stops, keeps the allocation and reading of a second set of
+    # buffers out of the run-up to the timed loop: with it there, gloo's own per-call temporaries
+    # (16 MiB for reduce_scatter / all_gather at 16 MiB) were still being re-faulted in the first
+    # timed iterations: 2-5x the page faults of a bare loop, 4,096-page bursts (docs/performance.md).
+    timed_loop(start, 1, deadline, device, cuda=session.cuda)
+    output_ok, bad = ops.verify(buffers, me, n)
     if plan.warmup:
         timed_loop(start, plan.warmup, deadline, device, cuda=session.cuda)
     barrier(session.control, deadline)  # the timed loop starts together too
     times = timed_loop(start, plan.iters, deadline, device, cuda=session.cuda, per_iteration=plan.per_iteration)
-    # One more call on fresh inputs, checked against the known result.
-    buffers = ops.make_buffers(op, size, me, n, session.dtype, device)
-    timed_loop(start, 1, deadline, device, cuda=session.cuda)
-    output_ok, bad = ops.verify(buffers, me, n)
     return StepRecord(dim, op, buffers.nbytes, group_index, ranks, step=index, times_s=times, output_ok=output_ok,
                       bad_sources=[ranks[b] for b in bad])
 

@@ -173,3 +173,25 @@ def test_a_rank_killed_during_the_exchange_under_launch_is_named_and_the_stopped
     report = load_report(tmp_path / "r.json")
     assert [f.ranks for f in report.findings if f.check_id == "RUN008"] == [[2]]
     assert not [f for f in report.findings if f.check_id == "RANK001"] and report.missing_ranks in ([], [2])
+
+
+def test_rendezvous_events_keep_their_names_without_walking_the_stack(monkeypatch) -> None:
+    """The launcher's cheap get_method_name names the same function torch's inspect.stack() did."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from preflight.commands.launch import _cheap_rendezvous_event_names
+
+    original = dynamic_rendezvous.get_method_name
+    monkeypatch.setattr(dynamic_rendezvous, "get_method_name", original)  # restored after the test
+
+    def _record(namer):  # torch's shape: Handler.some_step -> self._record -> get_method_name()
+        return namer()
+
+    def some_step(namer):
+        return _record(namer)
+
+    expected = some_step(original)
+    _cheap_rendezvous_event_names()
+    assert dynamic_rendezvous.get_method_name is not original
+    assert some_step(dynamic_rendezvous.get_method_name) == expected == "some_step"
+    assert dynamic_rendezvous.get_method_name(depth=10_000) == "no_method_name"

@@ -7,7 +7,6 @@ gatherer records what the host says about its own clock, where that can be read.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from typing import TYPE_CHECKING
 
 from preflight.model import RankFacts
@@ -40,11 +39,10 @@ def running_daemon() -> str:
 
 def kernel_synchronised() -> bool | None:
     """adjtimex(2) with modes 0 (a read): False when the kernel says TIME_ERROR, None when unreadable."""
-    path = ctypes.util.find_library("c")
-    if not path:
-        return None
     try:
-        libc = ctypes.CDLL(path, use_errno=True)
+        # The process's own symbols, libc's among them: find_library("c") ran `ldconfig -p` in a
+        # subprocess, a fork of a rank with torch loaded, on every rank of every run.
+        libc = ctypes.CDLL(None, use_errno=True)
         buffer = ctypes.create_string_buffer(512)  # struct timex (208 bytes on x86_64), modes = 0: read only
         state = libc.adjtimex(buffer)
     except (OSError, AttributeError):
