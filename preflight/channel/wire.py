@@ -16,7 +16,8 @@ the exchange linear and rank 0's decode fast:
 Rank 0 decodes each section that ranks share (environment, versions, limits, network, GPUs,
 outcomes) once per distinct value, validated by the model's codec like everything else, and gives
 every rank with that value the same object: 8x fewer network and GPU sections to decode (one
-per host), one environment for most of the job. Those shared objects are read-only.
+per host), one environment for most of the job (each rank's `facts.env` a RankEnv: that shared
+dict and its own variables, never a merged copy). Those shared objects are read-only.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from preflight.model import (
 )
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.placement_facts import PlacementFacts
+from preflight.model.rank_env import RankEnv
 
 
 @dataclass
@@ -126,7 +128,7 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
     wire = decode(data, _WirePayload, max_bytes=MAX_PAYLOAD_BYTES)
     facts = wire.facts
     try:
-        env = {**shared.get("env", facts.env), **wire.own_env}
+        env = RankEnv(shared.get("env", facts.env), wire.own_env)  # the shared part not copied per rank
         return RankPayload(
             rank=wire.rank,
             facts=RankFacts(rank=facts.rank, host=facts.host, world=facts.world, env=env,

@@ -15,14 +15,23 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import typing
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import msgspec
 
 T = TypeVar("T")
 
-_ENCODER = msgspec.json.Encoder()
+def _enc_hook(value: Any) -> Any:
+    """A read-only mapping in the model (a RankEnv, model/rank_env.py) encodes as the dict it reads as."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
 MAX_DECODE_BYTES = 256 * 2**20  # a report of thousands of ranks fits; callers may pass less (a rank's payload)
 MAX_DEPTH = 64  # containers within containers, model objects included; the model itself is under 10
 
@@ -45,10 +54,18 @@ def decode(data: bytes | str, into: type[T], max_bytes: int = MAX_DECODE_BYTES) 
         raise BadPayload(f"expected JSON bytes or text, got {type(data).__name__}")
     if len(data) > max_bytes:
         raise BadPayload(f"{len(data)} bytes is more than the maximum {max_bytes}")
+    # The cyclic collector paused: decoding allocates only new, acyclic objects, and each automatic
+    # collection would rescan every one decoded so far (a 131,072-rank report: 311k network
+    # objects took 2.0 s to decode with it running, 0.26 s paused). Reference counting still frees.
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         value = msgspec.json.decode(data, type=into, strict=False)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeError) as exc:
         raise BadPayload(str(exc)[:300]) from None
+    finally:
+        if enabled:
+            gc.enable()
     _check_depth(value)
     return value
 
@@ -103,7 +120,7 @@ def _hints(cls: type) -> list[Any]:
 
 def to_builtins(value: Any) -> Any:
     """Plain dicts/lists/strings of a model object: what `json.dumps` would write for it."""
-    return msgspec.to_builtins(value, str_keys=True)
+    return msgspec.to_builtins(value, str_keys=True, enc_hook=_enc_hook)
 
 
 def from_builtins(raw: Any, into: type[T]) -> T:

@@ -11,12 +11,14 @@ written compact (one line: indenting puts every cell of a column on a line of it
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
+from preflight.lib.collector import collector_paused
 from preflight.model import JobReport, summarize_probes
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.rank_table import RankTable, pack, unpack
@@ -97,9 +99,14 @@ def loads(data: bytes | str) -> JobReport:
     packed = added.rank_table
     if packed is not None and not report.ranks:
         try:
-            report.ranks = unpack(packed)
+            with collector_paused():  # 131,072 ranks' new objects: no collection rescanning them (as decode)
+                report.ranks = unpack(packed)
         except (IndexError, ValueError) as exc:  # indices past their tables, columns of unequal length
             raise BadPayload(f"rank_table: {str(exc)[:200]}") from None
+    # What was just read lives while the report is rendered: out of the collector's generations, so
+    # the renderers' own allocations do not rescan it (131,072 ranks: text + HTML 3.5 -> 1.1 s of CPU).
+    # The report is acyclic data, which reference counting frees as before.
+    gc.freeze()
     return report
 
 
