@@ -33,3 +33,17 @@ def test_durations_that_do_not_match_the_outcomes_are_a_bad_payload() -> None:
     raw = to_wire(_payload(1, (0.1, 0.2))).replace(b'"outcome_s":[0.1,0.2]', b'"outcome_s":[0.1]')
     with pytest.raises(BadPayload, match="1 check durations for 2 check outcomes"):
         from_wire(raw, SharedSections())
+
+
+def test_ranks_with_one_environment_share_it_read_only_and_each_reads_its_own_variables() -> None:
+    sent = [_payload(rank, (0.1, 0.2)) for rank in range(3)]
+    for payload in sent:
+        payload.facts.env = {"NCCL_IB_HCA": "mlx5", "RANK": str(payload.rank), "HOME": "/root"}
+    sent[2].facts.env["NCCL_IB_HCA"] = "mlx5_1"
+    shared = SharedSections()
+    read = [from_wire(to_wire(p), shared) for p in sent]
+    assert [r.facts.env for r in read] == [p.facts.env for p in sent]
+    assert [r.facts.env["RANK"] for r in read] == ["0", "1", "2"]
+    assert read[0].facts.env.shared is read[1].facts.env.shared  # decoded once, no copy per rank
+    assert read[2].facts.env.shared is not read[0].facts.env.shared
+    assert "RANK" not in read[0].facts.env.shared  # a per-rank variable is the rank's own
