@@ -66,8 +66,20 @@ def decode(data: bytes | str, into: type[T], max_bytes: int = MAX_DECODE_BYTES) 
     finally:
         if enabled:
             gc.enable()
-    _check_depth(value)
+    try:
+        nests = _can_nest(into)
+    except TypeError:  # an unhashable annotation: walk, as before
+        nests = True
+    if nests:
+        _check_depth(value)
     return value
+
+
+@functools.cache
+def _can_nest(into: Any) -> bool:
+    """Whether a value of this declared type can hold free-form (`Any`) data at all: the depth walk
+    is skipped for one that cannot (a typed section, as deep as the model; see _check_depth)."""
+    return _may_nest(into, set())
 
 
 def _check_depth(value: Any) -> None:

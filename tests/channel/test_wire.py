@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes, to_wire
 from preflight.model import CheckOutcome, RankFacts, Severity, World
-from preflight.model.codec import BadPayload
+from preflight.model.codec import BadPayload, encode
 from preflight.registry import merge_outcomes
 
 
@@ -47,3 +48,11 @@ def test_ranks_with_one_environment_share_it_read_only_and_each_reads_its_own_va
     assert read[0].facts.env.shared is read[1].facts.env.shared  # decoded once, no copy per rank
     assert read[2].facts.env.shared is not read[0].facts.env.shared
     assert "RANK" not in read[0].facts.env.shared  # a per-rank variable is the rank's own
+
+
+def test_a_section_seen_before_is_the_same_object_whether_it_came_just_before_or_earlier() -> None:
+    shared = SharedSections()
+    first, second = (msgspec.json.decode(encode(v), type=msgspec.Raw) for v in ({"A": "1"}, {"A": "2"}))
+    got = [shared.get("env", raw) for raw in (first, first, second, first, second)]
+    assert got == [{"A": "1"}, {"A": "1"}, {"A": "2"}, {"A": "1"}, {"A": "2"}]
+    assert got[0] is got[1] is got[3] and got[2] is got[4] and len(shared.decoded) == 2
