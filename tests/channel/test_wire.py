@@ -56,3 +56,14 @@ def test_a_section_seen_before_is_the_same_object_whether_it_came_just_before_or
     got = [shared.get("env", raw) for raw in (first, first, second, first, second)]
     assert got == [{"A": "1"}, {"A": "1"}, {"A": "2"}, {"A": "1"}, {"A": "2"}]
     assert got[0] is got[1] is got[3] and got[2] is got[4] and len(shared.decoded) == 2
+
+
+def test_the_longest_duration_of_each_check_is_found_across_thousands_of_ranks() -> None:
+    """merged_outcomes takes the maximum a few thousand lists at a time: every chunk counts."""
+    outcomes = _payload(0, (0.0, 0.0)).outcomes
+    payloads = [RankPayload(rank, RankFacts(rank=rank, host="node", world=World(launcher="env", rank=rank,
+                                                                                   world_size=9000)),
+                            outcomes=outcomes, outcome_s=[rank / 1e4, (9000 - rank) / 1e4]) for rank in range(9000)]
+    payloads[8500].outcome_s = [2.0, 0.0]  # in the third chunk
+    assert [(o.check_id, o.duration_s) for o in merged_outcomes(payloads)] == [("ENV001", 2.0), ("ENV002", 0.9)]
+    assert [o.duration_s for o in merged_outcomes(payloads[:1])] == [0.0, 0.9]
