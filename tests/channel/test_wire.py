@@ -67,3 +67,17 @@ def test_the_longest_duration_of_each_check_is_found_across_thousands_of_ranks()
     payloads[8500].outcome_s = [2.0, 0.0]  # in the third chunk
     assert [(o.check_id, o.duration_s) for o in merged_outcomes(payloads)] == [("ENV001", 2.0), ("ENV002", 0.9)]
     assert [o.duration_s for o in merged_outcomes(payloads[:1])] == [0.0, 0.9]
+
+
+def test_a_rank_sends_its_own_document_then_the_shared_one_which_is_parsed_once_per_distinct_value() -> None:
+    sent = [_payload(rank, (0.1, 0.2)) for rank in range(3)]
+    for payload in sent:  # a newline inside a value is escaped: the first raw newline is the separator
+        payload.facts.env = {"RANK": f"{payload.rank}\n", "NCCL_IB_HCA": "mlx5\nx"}
+    wires = [to_wire(p) for p in sent]
+    assert all(w.count(b"\n") == 1 and w.startswith(b'{"rank":') for w in wires)
+    shared = SharedSections()
+    read = [from_wire(w, shared) for w in wires]
+    assert [r.facts for r in read] == [p.facts for p in sent]
+    assert len(shared.documents) == 1 and read[0].facts.network is read[2].facts.network
+    with pytest.raises(BadPayload, match="no shared sections"):
+        from_wire(wires[0].replace(b"\n", b" "), shared)
