@@ -14,9 +14,10 @@ the exchange linear and rank 0's decode fast:
   Rank 0 merges them per distinct list (`merged_outcomes`), as the report merges them anyway.
 
 - two JSON documents, a newline between them: first what is the rank's own (`_Own`: its rank,
-  host, World, limits, health, placement, findings, per-rank variables, check durations), then
-  the sections the ranks of a host send alike (`_Shared`: the environment, versions, network,
-  GPUs and check outcomes: 85% of the bytes). Compact JSON holds no raw newline, so the first
+  host, its place in the World and per-rank launcher variables, limits, health, placement,
+  findings, per-rank variables, check durations), then the sections the ranks of a host send
+  alike (`_Shared`: the environment, the rest of the World, versions, network, GPUs and check
+  outcomes: 90% of the bytes). Compact JSON holds no raw newline, so the first
   one is the cut.
 
 Rank 0 decodes each rank's own document, and the shared document only when it is not the same
@@ -52,6 +53,7 @@ from preflight.model import (
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.placement_facts import PlacementFacts
 from preflight.model.rank_env import RankEnv
+from preflight.model.rank_table import clone
 
 
 @dataclass
@@ -69,12 +71,24 @@ class RankPayload:
 
 
 @dataclass
+class _OwnWorld:
+    """A rank's own part of its World: the rest (launcher, sizes, rendezvous, decisions, the
+    launcher variables that are not per rank) is the same on every rank of a job, in `_Shared`."""
+
+    rank: int
+    local_rank: int = 0
+    node_rank: int = 0
+    host: str = ""
+    raw: dict[str, str] = field(default_factory=dict)  # the per-rank launcher variables (is_per_rank)
+
+
+@dataclass
 class _OwnFacts:
     """A rank's own facts: RankFacts less the sections ranks share (those are in `_Shared`)."""
 
     rank: int
     host: str
-    world: World
+    world: _OwnWorld
     system: SystemLimits = field(default_factory=SystemLimits)  # its pid is every rank's own
     health: HealthFacts = field(default_factory=HealthFacts)  # per rank: its own GPU and counters
     placement: PlacementFacts = field(default_factory=PlacementFacts)  # per rank: its CPUs, clock, build
@@ -97,6 +111,7 @@ class _Shared:
     """The second document: the sections the ranks of a host send alike (most of them, the whole job)."""
 
     env: dict[str, str]
+    world: World  # its rank's own fields blank (in `_OwnWorld`)
     versions: Versions
     network: NetworkFacts
     gpus: list[GpuFacts]
@@ -108,6 +123,7 @@ class _SharedRaw:
     """`_Shared` as rank 0 first reads it: each section's bytes, decoded once per distinct value."""
 
     env: msgspec.Raw
+    world: msgspec.Raw
     versions: msgspec.Raw
     network: msgspec.Raw
     gpus: msgspec.Raw
@@ -115,7 +131,7 @@ class _SharedRaw:
 
 
 # The sections of `_Shared`, in its order, with their types.
-_SECTIONS: dict[str, Any] = {"env": dict[str, str], "versions": Versions, "network": NetworkFacts,
+_SECTIONS: dict[str, Any] = {"env": dict[str, str], "world": World, "versions": Versions, "network": NetworkFacts,
                              "gpus": list[GpuFacts], "outcomes": list[CheckOutcome]}
 _SEPARATOR = b"\n"  # compact JSON holds no raw newline (one in a string is written \\n)
 
@@ -127,12 +143,16 @@ def to_wire(payload: RankPayload) -> bytes:
         world = dataclasses.replace(world, expected_hosts={})
     shared_env = dict(sorted((k, v) for k, v in facts.env.items() if not is_per_rank(k)))
     own_env = {k: v for k, v in facts.env.items() if is_per_rank(k)}
+    own_world = _OwnWorld(rank=world.rank, local_rank=world.local_rank, node_rank=world.node_rank, host=world.host,
+                          raw={k: v for k, v in world.raw.items() if is_per_rank(k)})
+    shared_world = dataclasses.replace(world, rank=0, local_rank=0, node_rank=0, host="",
+                                       raw=dict(sorted((k, v) for k, v in world.raw.items() if not is_per_rank(k))))
     own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env,
                outcome_s=[o.duration_s for o in payload.outcomes],
-               facts=_OwnFacts(rank=facts.rank, host=facts.host, world=world, system=facts.system,
+               facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
                                health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors))
-    shared = _Shared(env=shared_env, versions=facts.versions, network=facts.network, gpus=facts.gpus,
-                     outcomes=[dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes])
+    shared = _Shared(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
+                     gpus=facts.gpus, outcomes=[dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes])
     return encode(own) + _SEPARATOR + encode(shared)
 
 
@@ -163,7 +183,7 @@ class SharedSections:
         return found
 
     def sections(self, data: bytes, start: int) -> tuple[Any, ...]:
-        """The shared document `data[start:]`, decoded (env, versions, network, gpus, outcomes)."""
+        """The shared document `data[start:]`, decoded (its sections in `_SECTIONS` order)."""
         last = self.last_document
         if last is not None and len(data) - start == len(last[0]) and data.endswith(last[0]):
             return last[1]  # the rank before sent the same bytes: compared in place, no copy
@@ -198,14 +218,18 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
     if cut < 0:
         raise BadPayload("not a payload: no shared sections after the rank's own")
     own = decode(data[:cut], _Own, max_bytes=MAX_PAYLOAD_BYTES)
-    env, versions, network, gpus, outcomes = shared.sections(data, cut + 1)
-    facts = own.facts
+    env, world, versions, network, gpus, outcomes = shared.sections(data, cut + 1)
+    facts, mine = own.facts, own.facts.world
     try:
         if len(own.outcome_s) != len(outcomes):
             raise BadPayload(f"{len(own.outcome_s)} check durations for {len(outcomes)} check outcomes")
+        # The job's World with this rank's own fields: a copy without re-running __init__ (every
+        # field was validated as it was decoded), its launcher variables the shared ones and its own.
+        world = clone(world, rank=mine.rank, local_rank=mine.local_rank, node_rank=mine.node_rank, host=mine.host,
+                      raw=RankEnv(world.raw, mine.raw))
         return RankPayload(
             rank=own.rank,
-            facts=RankFacts(rank=facts.rank, host=facts.host, world=facts.world,
+            facts=RankFacts(rank=facts.rank, host=facts.host, world=world,
                             env=RankEnv(env, own.own_env),  # the shared part not copied per rank
                             versions=versions, system=facts.system, network=network, gpus=gpus,
                             health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors),

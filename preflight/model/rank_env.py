@@ -1,5 +1,8 @@
 """A rank's environment as rank 0 holds it: the variables most ranks share, once, and its own.
 
+(Its World's launcher variables, `World.raw`, are held the same way: the ones not set per rank
+once for the job, the per-rank ones its own.)
+
 At 131,072 ranks a full dict per rank (~150 variables, 4.4 kB each) was ~600 MB of rank 0's
 memory, and every pass over the job's environments (the report's rank table, ENV003's drift)
 walked 20M items. Most ranks hold the same environment but for the few variables a launcher

@@ -162,6 +162,7 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     raw: dict[str, tuple[list[int] | None, list[str]]] = {}
     raw_unset: dict[str, list[int]] = {}
     against: dict[int, tuple[list[tuple[str, str]], list[str]]] = {}  # see _collect
+    against_raw: dict[int, tuple[list[tuple[str, str]], list[str]]] = {}
     for row, facts in enumerate(ranks):
         world = facts.world
         key = tuple(getattr(world, name) for name in _WORLD_SHARED)
@@ -188,7 +189,7 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
         cols.placement.append(placement.add(facts.placement))
         cols.gather_errors.append(errors.add(facts.gather_errors))
         _collect(row, facts.env, table.env_common, env, env_unset, against)
-        _collect(row, world.raw, table.raw_common, raw, raw_unset)
+        _collect(row, world.raw, table.raw_common, raw, raw_unset, against_raw)
         if world.expected_hosts:
             cols.expected_hosts[row] = world.expected_hosts
         if world.rank != facts.rank:
@@ -295,13 +296,15 @@ def unpack(table: RankTable) -> list[RankFacts]:
         raise ValueError("the rank table's columns differ in length")
     # A row's environment: env_common, shared by every row (a RankEnv: no copy of ~150 variables
     # per rank), and its own values; a row that lacks a common variable gets a dict of its own.
+    # Its World's launcher variables the same way, against raw_common.
     own: list[dict[str, str]] = [{} for _ in range(rows)]
-    raw = [dict(table.raw_common) for _ in range(rows)]
-    for into, differing in ((own, cols.env), (raw, cols.raw)):
+    own_raw: list[dict[str, str]] = [{} for _ in range(rows)]
+    for into, differing in ((own, cols.env), (own_raw, cols.raw)):
         for name, column in differing.items():
             for row, value in _cells(column):
                 into[row][name] = value
     env: list[Mapping[str, str]] = [RankEnv(table.env_common, values) for values in own]
+    raw: list[Mapping[str, str]] = [RankEnv(table.raw_common, values) for values in own_raw]  # the same way
     for into, unset in ((env, cols.env_unset), (raw, cols.raw_unset)):
         for name, lacking in unset.items():
             for row in lacking:
@@ -312,14 +315,14 @@ def unpack(table: RankTable) -> list[RankFacts]:
     facts = []
     for row in range(rows):
         rank, host = cols.rank[row], cols.host[row]
-        world = _clone(table.worlds[cols.world[row]], rank=cols.world_rank.get(row, rank),
+        world = clone(table.worlds[cols.world[row]], rank=cols.world_rank.get(row, rank),
                        host=cols.world_host.get(row, host), local_rank=cols.local_rank[row],
                        node_rank=cols.node_rank[row], raw=raw[row], expected_hosts=cols.expected_hosts.get(row, {}))
         health = cols.health[row]
         placement = cols.placement[row] if row < len(cols.placement) else len(table.placement)
         facts.append(RankFacts(
             rank=rank, host=host, world=world, env=env[row], versions=table.versions[cols.versions[row]],
-            system=_clone(table.system[cols.system[row]], pid=cols.pid[row]),
+            system=clone(table.system[cols.system[row]], pid=cols.pid[row]),
             network=table.network[cols.network[row]],
             gpus=table.gpus[cols.gpus[row]],
             health=table.health[health] if health < len(table.health) else HealthFacts(),
@@ -329,7 +332,7 @@ def unpack(table: RankTable) -> list[RankFacts]:
     return facts
 
 
-def _clone(shared: T, **own: object) -> T:
+def clone(shared: T, **own: object) -> T:
     """A copy of a shared section with this rank's own fields (dataclasses.replace, 3x faster: no
     __init__ re-run; every field was validated when the table was decoded)."""
     copy = object.__new__(type(shared))

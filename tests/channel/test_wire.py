@@ -73,11 +73,17 @@ def test_a_rank_sends_its_own_document_then_the_shared_one_which_is_parsed_once_
     sent = [_payload(rank, (0.1, 0.2)) for rank in range(3)]
     for payload in sent:  # a newline inside a value is escaped: the first raw newline is the separator
         payload.facts.env = {"RANK": f"{payload.rank}\n", "NCCL_IB_HCA": "mlx5\nx"}
+        payload.facts.world.raw = {"SLURM_PROCID": str(payload.rank), "SLURM_JOB_ID": "7"}
+        payload.facts.world.local_rank = payload.facts.world.node_rank = payload.rank
     wires = [to_wire(p) for p in sent]
     assert all(w.count(b"\n") == 1 and w.startswith(b'{"rank":') for w in wires)
     shared = SharedSections()
     read = [from_wire(w, shared) for w in wires]
     assert [r.facts for r in read] == [p.facts for p in sent]
     assert len(shared.documents) == 1 and read[0].facts.network is read[2].facts.network
+    worlds = [r.facts.world for r in read]  # the job's World once, each rank's own fields its own
+    assert [(w.rank, w.local_rank, w.node_rank, w.raw["SLURM_PROCID"]) for w in worlds] == [(r, r, r, str(r))
+                                                                                         for r in range(3)]
+    assert worlds[0].raw.shared is worlds[2].raw.shared and "SLURM_PROCID" not in worlds[0].raw.shared
     with pytest.raises(BadPayload, match="no shared sections"):
         from_wire(wires[0].replace(b"\n", b" "), shared)
