@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rank0_scale import _payloads
+from rank0_scale import _payloads, _records
 
 RUN_ID = "store-bench"
 
@@ -52,8 +52,7 @@ def _client_process(ranks: list[int], size: int, port: int, data: str, out: mult
     mine = set(ranks)
     shared = SharedSections()
     payloads = {}
-    for raw in _payloads(data):
-        rank = json.loads(raw[:64].split(b'"rank":', 1)[1].split(b",", 1)[0])
+    for rank, raw in _records(data):
         if rank in mine:
             payloads[rank] = from_wire(raw, shared)
     done: list[float] = []
@@ -145,8 +144,7 @@ def measure_collect_only(size: int, repeats: int = 3) -> dict[str, object]:
     assert lead.store is not None, lead.store_error
     writer = PrefixStore(lead.prefix, TCPStore("127.0.0.1", lead.world.master_port, None, False,
                                                timedelta(seconds=60)))
-    for raw in _payloads(data):
-        rank = json.loads(raw[:64].split(b'"rank":', 1)[1].split(b",", 1)[0])
+    for rank, raw in _records(data):
         writer.set(f"rank/{rank}", raw)
         writer.append("arrivals", f"{rank},")
     seconds = []

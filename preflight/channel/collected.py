@@ -57,12 +57,13 @@ class Collected:
         """Rank 0's own payload plus every peer's, by rank; an unreadable payload is a RUN002
         finding, a rank that died during the exchange RUN008."""
         payloads = {**self.payloads, own.rank: own}
-        facts = [payloads[rank].facts for rank in sorted(payloads)]
+        ordered = [payloads[rank] for rank in sorted(payloads)]
+        facts = [payload.facts for payload in ordered]
         findings: list[Finding] = []
-        for rank in sorted(payloads):
-            if rank != own.rank:
-                findings += own_findings_only(payloads[rank])
-        outcomes = merged_outcomes(payloads[rank] for rank in sorted(payloads) if rank != own.rank)
+        for payload in ordered:
+            if payload.findings and payload is not own:  # most ranks found nothing: no call for them
+                findings += own_findings_only(payload)
+        outcomes = merged_outcomes(payload for payload in ordered if payload is not own)
         for rank, reason in sorted(self.bad_payloads.items()):
             findings += unreadable_payload.report(rank=rank, reason=reason)
         for rank, dead in sorted(self.dead.items()):

@@ -88,12 +88,18 @@ def _by_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
     return chosen
 
 
-def _loopback(facts: RankFacts) -> bool:
-    ips = facts.network.master_addr.ips if facts.network.master_addr else []
-    try:
-        return bool(ips) and all(ipaddress.ip_address(ip).is_loopback for ip in ips)
-    except ValueError:
-        return False
+def _loopback(facts: RankFacts, known: dict[tuple[str, ...], bool]) -> bool:
+    """Whether every address MASTER_ADDR resolved to on this rank is a loopback one; `known` holds the
+    answer per list of addresses (the whole job has one or a few: 131,072 parses cost 0.3 s)."""
+    ips = tuple(facts.network.master_addr.ips) if facts.network.master_addr else ()
+    found = known.get(ips)
+    if found is None:
+        try:
+            found = bool(ips) and all(ipaddress.ip_address(ip).is_loopback for ip in ips)
+        except ValueError:
+            found = False
+        known[ips] = found
+    return found
 
 
 @check(
@@ -111,7 +117,8 @@ def master_addr_loopback(job: JobView) -> Iterable[Problem]:
     nothing or, worse, another job's store on their own loopback.
     """
     ranks = job.ranks
-    loopback = [f for f in ranks if _loopback(f)]
+    known: dict[tuple[str, ...], bool] = {}
+    loopback = [f for f in ranks if _loopback(f, known)]
     # Hosts that share one kernel and network namespace (fake nodes of one machine) share loopback.
     scopes = {f.network.loopback_scope or f.host for f in ranks}
     hosts = {f.host for f in ranks}

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from preflight.lib.grouping import group_by
 from preflight.lib.secrets import REDACTED, is_redacted
 from preflight.model import RankFacts
+from preflight.model.rank_env import shared_of
 
 COLLECTIVE_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_", "CUDA_", "NVIDIA_", "FI_", "UCX_")
 COLLECTIVE_NAMES = frozenset({"PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "LD_PRELOAD"})
@@ -72,16 +73,27 @@ def drifting(ranks: Sequence[RankFacts]) -> dict[str, dict[str | None, list[Rank
 
     A bare `<redacted>` (no key: the --out-dir fallback) cannot be compared and is left out.
     O(N x variables) at C speed: each rank's environment is compared with the first rank's as
-    sets of items, and only the variables that differ somewhere are grouped in Python.
+    sets of items (a RankEnv's shared part once, then its own variables), and only the variables
+    that differ somewhere are grouped in Python.
     The last answer is kept (the checks and the renderers ask about the same ranks).
     """
     cached = _last.get("answer")
     if cached is not None and cached[0] is ranks and cached[1] == len(ranks):
         return cached[2]
-    reference = ranks[0].env.items() if ranks else {}.items()
+    reference = dict(ranks[0].env).items() if ranks else {}.items()
     candidates: set[str] = set()
+    seen: set[int] = set()  # the shared parts (model/rank_env.py) already compared with the reference
     for facts in ranks:
-        candidates.update(name for name, _ in facts.env.items() ^ reference)
+        shared, own = shared_of(facts.env)
+        if shared is None:
+            candidates.update(name for name, _ in own.items() ^ reference)
+            continue
+        # What differs from the reference is in the rank's own part or where the shared part
+        # differs (a superset: each candidate is judged below), the shared part compared once.
+        candidates.update(own)
+        if id(shared) not in seen:
+            seen.add(id(shared))
+            candidates.update(name for name, _ in shared.items() ^ reference)
     result = {}
     for name in sorted(n for n in candidates if not is_per_rank(n)):
         comparable = [f for f in ranks if f.env.get(name) != REDACTED]

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from preflight.model.codec import encode
 from preflight.model.health_facts import HealthFacts
 from preflight.model.placement_facts import PlacementFacts
+from preflight.model.rank_env import RankEnv, shared_of
 from preflight.model.rank_facts import GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
 
 # The World fields most ranks share (all but rank, local_rank, node_rank, host, raw, expected_hosts);
@@ -160,6 +161,8 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     env_unset: dict[str, list[int]] = {}
     raw: dict[str, tuple[list[int] | None, list[str]]] = {}
     raw_unset: dict[str, list[int]] = {}
+    against: dict[int, tuple[list[tuple[str, str]], list[str]]] = {}  # see _collect
+    against_raw: dict[int, tuple[list[tuple[str, str]], list[str]]] = {}
     for row, facts in enumerate(ranks):
         world = facts.world
         key = tuple(getattr(world, name) for name in _WORLD_SHARED)
@@ -185,8 +188,8 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
         cols.health.append(health.add(facts.health))
         cols.placement.append(placement.add(facts.placement))
         cols.gather_errors.append(errors.add(facts.gather_errors))
-        _collect(row, facts.env, table.env_common, env, env_unset)
-        _collect(row, world.raw, table.raw_common, raw, raw_unset)
+        _collect(row, facts.env, table.env_common, env, env_unset, against)
+        _collect(row, world.raw, table.raw_common, raw, raw_unset, against_raw)
         if world.expected_hosts:
             cols.expected_hosts[row] = world.expected_hosts
         if world.rank != facts.rank:
@@ -199,10 +202,28 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     return table
 
 
-def _collect(row: int, values: dict[str, str], common: dict[str, str],
-             differing: dict[str, tuple[list[int] | None, list[str]]], unset: dict[str, list[int]]) -> None:
-    """Note, per variable, this row's value where it is not the common one, and the common variables it lacks."""
-    for name, value in values.items():
+def _collect(row: int, values: Mapping[str, str], common: dict[str, str],
+             differing: dict[str, tuple[list[int] | None, list[str]]], unset: dict[str, list[int]],
+             against: dict[int, tuple[list[tuple[str, str]], list[str]]] | None = None) -> None:
+    """Note, per variable, this row's value where it is not the common one, and the common variables it lacks.
+
+    A RankEnv's shared part is compared with `common` once (kept in `against` by the shared dict's
+    id: it lives as long as the ranks being packed); per row only its own variables are."""
+    shared, own = shared_of(values)
+    if shared is not None and against is not None:
+        known = against.get(id(shared))
+        if known is None:
+            known = against[id(shared)] = (
+                [(name, value) for name, value in shared.items() if common.get(name) != value],
+                [name for name in common if name not in shared])
+        shared_differing, shared_lacking = known
+        items: Iterable[tuple[str, str]] = own.items()
+        if shared_differing:
+            items = [*(item for item in shared_differing if item[0] not in own), *items]
+        lacking = [name for name in shared_lacking if name not in own]
+    else:
+        items, lacking = values.items(), None
+    for name, value in items:
         if common.get(name) != value:
             cells = differing.get(name)
             if cells is None:
@@ -214,7 +235,10 @@ def _collect(row: int, values: dict[str, str], common: dict[str, str],
             if at is not None:
                 at.append(row)
             found.append(value)
-    if len(values) < len(common) or not common.keys() <= values.keys():
+    if lacking is not None:
+        for name in lacking:
+            unset.setdefault(name, []).append(row)
+    elif len(values) < len(common) or not common.keys() <= values.keys():
         for name in common:
             if name not in values:
                 unset.setdefault(name, []).append(row)
@@ -270,26 +294,35 @@ def unpack(table: RankTable) -> list[RankFacts]:
                                               cols.system, cols.network, cols.gpus, cols.health, cols.gather_errors,
                                               cols.pid)):
         raise ValueError("the rank table's columns differ in length")
-    env = [dict(table.env_common) for _ in range(rows)]
-    raw = [dict(table.raw_common) for _ in range(rows)]
-    for into, differing, unset in ((env, cols.env, cols.env_unset), (raw, cols.raw, cols.raw_unset)):
+    # A row's environment: env_common, shared by every row (a RankEnv: no copy of ~150 variables
+    # per rank), and its own values; a row that lacks a common variable gets a dict of its own.
+    # Its World's launcher variables the same way, against raw_common.
+    own: list[dict[str, str]] = [{} for _ in range(rows)]
+    own_raw: list[dict[str, str]] = [{} for _ in range(rows)]
+    for into, differing in ((own, cols.env), (own_raw, cols.raw)):
         for name, column in differing.items():
             for row, value in _cells(column):
                 into[row][name] = value
+    env: list[Mapping[str, str]] = [RankEnv(table.env_common, values) for values in own]
+    raw: list[Mapping[str, str]] = [RankEnv(table.raw_common, values) for values in own_raw]  # the same way
+    for into, unset in ((env, cols.env_unset), (raw, cols.raw_unset)):
         for name, lacking in unset.items():
             for row in lacking:
-                into[row].pop(name, None)
+                values = into[row]
+                if not isinstance(values, dict):
+                    values = into[row] = dict(values)
+                values.pop(name, None)
     facts = []
     for row in range(rows):
         rank, host = cols.rank[row], cols.host[row]
-        world = _clone(table.worlds[cols.world[row]], rank=cols.world_rank.get(row, rank),
+        world = clone(table.worlds[cols.world[row]], rank=cols.world_rank.get(row, rank),
                        host=cols.world_host.get(row, host), local_rank=cols.local_rank[row],
                        node_rank=cols.node_rank[row], raw=raw[row], expected_hosts=cols.expected_hosts.get(row, {}))
         health = cols.health[row]
         placement = cols.placement[row] if row < len(cols.placement) else len(table.placement)
         facts.append(RankFacts(
             rank=rank, host=host, world=world, env=env[row], versions=table.versions[cols.versions[row]],
-            system=_clone(table.system[cols.system[row]], pid=cols.pid[row]),
+            system=clone(table.system[cols.system[row]], pid=cols.pid[row]),
             network=table.network[cols.network[row]],
             gpus=table.gpus[cols.gpus[row]],
             health=table.health[health] if health < len(table.health) else HealthFacts(),
@@ -299,7 +332,7 @@ def unpack(table: RankTable) -> list[RankFacts]:
     return facts
 
 
-def _clone(shared: T, **own: object) -> T:
+def clone(shared: T, **own: object) -> T:
     """A copy of a shared section with this rank's own fields (dataclasses.replace, 3x faster: no
     __init__ re-run; every field was validated when the table was decoded)."""
     copy = object.__new__(type(shared))

@@ -11,12 +11,14 @@ written compact (one line: indenting puts every cell of a column on a line of it
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
+from preflight.lib.collector import collector_paused
 from preflight.lib.files import ensure_parent
 from preflight.model import JobReport, summarize_probes
 from preflight.model.codec import BadPayload, decode, encode
@@ -89,6 +91,18 @@ def write(report: JobReport, path: str) -> None:
 def loads(data: bytes | str) -> JobReport:
     """The JobReport of `dumps` (raises BadPayload when the data is not one, or is of a schema this
     preflight does not know: a newer one's fields would be dropped silently)."""
+    # The collector paused for the whole read (131,072 ranks: millions of new objects, which each
+    # automatic collection would rescan), then what was read frozen out of its generations: it
+    # lives while the report is rendered, and re-enabled the collector would first rescan all of
+    # it (1.5 s) and the renderers' allocations again. The report is acyclic data, which reference
+    # counting frees as before. Reload + text + HTML at 131,072 ranks: 6.0 -> 2.0 s of CPU.
+    with collector_paused():
+        report = _loads(data)
+        gc.freeze()
+    return report
+
+
+def _loads(data: bytes | str) -> JobReport:
     added = decode(data, _Packed)
     if not 1 <= added.schema <= SCHEMA:
         raise BadPayload(f"schema {added.schema}: this preflight reads report schemas 1 to {SCHEMA}"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes, to_wire
 from preflight.model import CheckOutcome, RankFacts, Severity, World
-from preflight.model.codec import BadPayload
+from preflight.model.codec import BadPayload, encode
 from preflight.registry import merge_outcomes
 
 
@@ -33,3 +34,56 @@ def test_durations_that_do_not_match_the_outcomes_are_a_bad_payload() -> None:
     raw = to_wire(_payload(1, (0.1, 0.2))).replace(b'"outcome_s":[0.1,0.2]', b'"outcome_s":[0.1]')
     with pytest.raises(BadPayload, match="1 check durations for 2 check outcomes"):
         from_wire(raw, SharedSections())
+
+
+def test_ranks_with_one_environment_share_it_read_only_and_each_reads_its_own_variables() -> None:
+    sent = [_payload(rank, (0.1, 0.2)) for rank in range(3)]
+    for payload in sent:
+        payload.facts.env = {"NCCL_IB_HCA": "mlx5", "RANK": str(payload.rank), "HOME": "/root"}
+    sent[2].facts.env["NCCL_IB_HCA"] = "mlx5_1"
+    shared = SharedSections()
+    read = [from_wire(to_wire(p), shared) for p in sent]
+    assert [r.facts.env for r in read] == [p.facts.env for p in sent]
+    assert [r.facts.env["RANK"] for r in read] == ["0", "1", "2"]
+    assert read[0].facts.env.shared is read[1].facts.env.shared  # decoded once, no copy per rank
+    assert read[2].facts.env.shared is not read[0].facts.env.shared
+    assert "RANK" not in read[0].facts.env.shared  # a per-rank variable is the rank's own
+
+
+def test_a_section_seen_before_is_the_same_object_whether_it_came_just_before_or_earlier() -> None:
+    shared = SharedSections()
+    first, second = (msgspec.json.decode(encode(v), type=msgspec.Raw) for v in ({"A": "1"}, {"A": "2"}))
+    got = [shared.get("env", raw) for raw in (first, first, second, first, second)]
+    assert got == [{"A": "1"}, {"A": "1"}, {"A": "2"}, {"A": "1"}, {"A": "2"}]
+    assert got[0] is got[1] is got[3] and got[2] is got[4] and len(shared.decoded) == 2
+
+
+def test_the_longest_duration_of_each_check_is_found_across_thousands_of_ranks() -> None:
+    """merged_outcomes takes the maximum a few thousand lists at a time: every chunk counts."""
+    outcomes = _payload(0, (0.0, 0.0)).outcomes
+    payloads = [RankPayload(rank, RankFacts(rank=rank, host="node", world=World(launcher="env", rank=rank,
+                                                                                   world_size=9000)),
+                            outcomes=outcomes, outcome_s=[rank / 1e4, (9000 - rank) / 1e4]) for rank in range(9000)]
+    payloads[8500].outcome_s = [2.0, 0.0]  # in the third chunk
+    assert [(o.check_id, o.duration_s) for o in merged_outcomes(payloads)] == [("ENV001", 2.0), ("ENV002", 0.9)]
+    assert [o.duration_s for o in merged_outcomes(payloads[:1])] == [0.0, 0.9]
+
+
+def test_a_rank_sends_its_own_document_then_the_shared_one_which_is_parsed_once_per_distinct_value() -> None:
+    sent = [_payload(rank, (0.1, 0.2)) for rank in range(3)]
+    for payload in sent:  # a newline inside a value is escaped: the first raw newline is the separator
+        payload.facts.env = {"RANK": f"{payload.rank}\n", "NCCL_IB_HCA": "mlx5\nx"}
+        payload.facts.world.raw = {"SLURM_PROCID": str(payload.rank), "SLURM_JOB_ID": "7"}
+        payload.facts.world.local_rank = payload.facts.world.node_rank = payload.rank
+    wires = [to_wire(p) for p in sent]
+    assert all(w.count(b"\n") == 1 and w.startswith(b'{"rank":') for w in wires)
+    shared = SharedSections()
+    read = [from_wire(w, shared) for w in wires]
+    assert [r.facts for r in read] == [p.facts for p in sent]
+    assert len(shared.documents) == 1 and read[0].facts.network is read[2].facts.network
+    worlds = [r.facts.world for r in read]  # the job's World once, each rank's own fields its own
+    assert [(w.rank, w.local_rank, w.node_rank, w.raw["SLURM_PROCID"]) for w in worlds] == [(r, r, r, str(r))
+                                                                                         for r in range(3)]
+    assert worlds[0].raw.shared is worlds[2].raw.shared and "SLURM_PROCID" not in worlds[0].raw.shared
+    with pytest.raises(BadPayload, match="no shared sections"):
+        from_wire(wires[0].replace(b"\n", b" "), shared)

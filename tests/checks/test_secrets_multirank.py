@@ -16,6 +16,7 @@ import io
 import json
 from pathlib import Path
 
+from preflight.channel.wire import SharedSections, from_wire
 from preflight.model import RankFacts
 from preflight.model.codec import from_builtins
 from preflight.model.rank_table import RankTable, unpack
@@ -99,8 +100,10 @@ def test_no_output_contains_any_planted_secret(tmp_path: Path, monkeypatch) -> N
         assert tag.startswith("<redacted>:")
         guess = hmac.new(public_salt.encode(), f"hunter{rank}".encode(), hashlib.sha256).hexdigest()[:12]
         assert tag != f"<redacted>:{guess}"
-    payload = json.loads((next(p for p in rank_files if p.name == f"rank-1.{nonce}.json")).read_text())
-    assert payload["facts"]["env"]["HF_TOKEN"] == digests_of(report, "HF_TOKEN")[1]
+    # The rank file holds what rank 1 published (channel/wire.py's two documents): read as rank 0 reads it.
+    payload = from_wire((next(p for p in rank_files if p.name == f"rank-1.{nonce}.json")).read_bytes(),
+                        SharedSections())
+    assert payload.facts.env["HF_TOKEN"] == digests_of(report, "HF_TOKEN")[1]
 
 
 def digests_of(report: dict, name: str) -> dict[int, str]:

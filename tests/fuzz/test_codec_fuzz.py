@@ -7,8 +7,10 @@ and HTML without an exception.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -16,8 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from preflight.channel.exchange import RankPayload
-from preflight.model import RankFacts
-from preflight.model.codec import MAX_DEPTH, BadPayload, decode, encode
+from preflight.channel.wire import SharedSections, from_wire, to_wire
+from preflight.model import GpuFacts, RankFacts
+from preflight.model.codec import MAX_DEPTH, BadPayload, _can_nest, decode, encode
 from preflight.reports import exclude, html, junit, terminal, text
 from preflight.reports import json as json_report
 from tests.fuzz.strategies import FUZZ, FUZZ_SLOW, json_value, mutated, to_bytes
@@ -32,6 +35,8 @@ def _payload_doc() -> dict:
 
 
 PAYLOAD = _payload_doc()
+_REPORT = big_report(world_size=2, ranks_per_host=1, mesh="dp2", env_size=3)
+PAYLOAD_FACTS, FINDING = _REPORT.ranks[1], _REPORT.findings[0]
 
 
 def _decode_payload(data: bytes) -> None:
@@ -80,6 +85,21 @@ def test_deep_nesting_is_bad_payload(depth: int) -> None:
     doc["findings"][0]["data"] = {"deep": f"__DEEP_{depth}__"}
     with pytest.raises(BadPayload):
         decode(to_bytes(doc), RankPayload)
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 900])
+def test_deep_nesting_is_bad_payload_on_the_wire_and_in_any_free_form_type(depth: int) -> None:
+    """The depth walk is skipped only for types that cannot nest (codec._can_nest): a peer's wire
+    payload (its findings' data) and a free-form value are still walked."""
+    data = to_bytes({"deep": f"__DEEP_{depth}__"})
+    for into, raw in ((dict[str, Any], data), (list[Any], b"[" + data + b"]"), (Any, data)):
+        with pytest.raises(BadPayload):
+            decode(raw, into)
+    deep = msgspec.json.decode(data)
+    sent = RankPayload(rank=1, facts=PAYLOAD_FACTS, findings=[dataclasses.replace(FINDING, data=deep)])
+    with pytest.raises(BadPayload):
+        from_wire(to_wire(sent), SharedSections())
+    assert not _can_nest(list[GpuFacts]) and not _can_nest(dict[str, str]) and _can_nest(RankPayload)
 
 
 def test_oversized_input_is_refused_before_parsing() -> None:
