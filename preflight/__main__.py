@@ -16,6 +16,9 @@ def _stopped_while_starting(signum: int, frame: object) -> None:
 
 for _signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(_signum, _stopped_while_starting)
+# `preflight launch` starts its ranks with both signals blocked, so that one sent while this
+# interpreter was still starting waits for the handlers above (lib/interrupts.py).
+signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
 
 from preflight.commands.cli import main  # noqa: E402  (after the handlers, on purpose)
 

@@ -27,6 +27,7 @@ from preflight.lib.errors import BadInput, BadOptionType
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim, mesh_text, parse_mesh_syntax, resolve_dims
 from preflight.lib.numbers import ascii_decimal, ascii_int, shown
 from preflight.lib.storage_options import MAX_CHECKPOINT, StorageOptions
+from preflight.model.probe_results import MAX_MESSAGE_BYTES
 from preflight.registry import Tags, get_check
 from preflight.reports.targets import ReportTargets
 
@@ -39,7 +40,7 @@ OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter", "send_recv", 
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30,
           "TIB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _SIZE = re.compile(r"([0-9.]{1,32})\s{0,8}([A-Za-z]{0,8})", re.ASCII)
-MAX_SIZE = 2**36  # 64 GiB: no collective probe message is larger
+MAX_SIZE = MAX_MESSAGE_BYTES  # 64 GiB: no collective probe message is larger
 MAX_RATE = 1e6  # GB/s (1 PB/s): an --expect above it is a typo
 # Rates, stored in GB/s (1e9 B/s, nccl-tests' busbw unit): GB/s, MB/s, TB/s are SI; GiB/s, MiB/s and a
 # bare G/s, M/s, K/s are binary as in --sizes; Gb/s, Gbit/s, Gbps are bits. A bare number is GB/s.

@@ -27,6 +27,7 @@ import secrets
 import socket
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from preflight.channel import keys, rank_files, roster, run_auth
@@ -169,11 +170,18 @@ class Exchange:
 
     # -- every rank ----------------------------------------------------------------------
 
+    def _run_file(self, name: str) -> Path:
+        """A file in this run's folder under --out-dir, made here: the user asked for that folder
+        (wherever it is), and lib/files.py creates missing folders inside the current tree only."""
+        assert self.out_dir is not None
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        return self.out_dir / name
+
     def publish(self, payload: RankPayload) -> None:
         """Send this rank's facts and findings to rank 0 (store and, if given, the dir)."""
         text = to_wire(payload)
         if self.out_dir is not None:
-            atomic_write(self.out_dir / rank_files.rank_file(self.world.rank, self.nonce), text)
+            atomic_write(self._run_file(rank_files.rank_file(self.world.rank, self.nonce)), text)
         if self.store is not None:  # this rank's claim is in (open): a second claimant never gets here
             if self.secret:  # before the payload: rank 0 reads both once the arrival is listed
                 self.store.set(keys.AUTH.at(self.world.rank),
@@ -322,7 +330,7 @@ class Exchange:
         if key == keys.VERDICT.key:
             self.liveness.verdict_out()
         if self.out_dir is not None:
-            atomic_write(self.out_dir / f"{key}.json", encode(value))
+            atomic_write(self._run_file(f"{key}.json"), encode(value))
         if self.store is not None:
             self._look_before_writing(key)
             self._announced[key] = value

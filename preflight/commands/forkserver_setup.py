@@ -3,6 +3,7 @@
 A Ctrl-C reaches the launch's whole process group, the forkserver included. Python's forkserver
 ignores SIGINT only once its preload is imported (torch: seconds), so a Ctrl-C during it printed
 a KeyboardInterrupt traceback; here it is ignored from the start, as the forkserver means to
+(before this module, the launch keeps SIGINT blocked in it)
 (a worker forked from it installs preflight's own handlers as its run starts, commands/cli.py).
 
 A worker the agent was starting as the launch stopped cannot read its start-up data (the
@@ -28,5 +29,9 @@ def _one_line(kind: type[BaseException], exc: BaseException, tb: TracebackType |
 
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+# The launch started this interpreter with SIGINT / SIGTERM blocked (so that its own start-up could
+# not be cut short: lib/interrupts.children_start_with_signals_held); its workers fork from here
+# and must receive both again.
+signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
 sys.excepthook = _one_line
 atexit.register(os._exit, 0)  # the first exit handler the forkserver runs: nothing after it is needed

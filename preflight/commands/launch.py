@@ -13,6 +13,7 @@ import argparse
 import logging
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import secrets
 import signal
@@ -26,7 +27,7 @@ from typing import Any
 
 from preflight.channel.run_auth import SECRET_VAR
 from preflight.lib.errors import BadInput
-from preflight.lib.interrupts import exit_at_once
+from preflight.lib.interrupts import children_start_with_signals_held, exit_at_once, interrupts_end_at_once
 from preflight.model import ExitCode
 from preflight.options import RunOptions
 from preflight.reports.targets import refuse_unwritable
@@ -77,10 +78,15 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
     if start_method != "exec":
         # Before this process imports torch: the forkserver's import of torch and preflight then
         # runs beside the launcher's own (two imports of ~2 CPU-s each, on two cores at once).
-        start_forkserver()
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+        # The resource tracker first, out of the block: CPython's resource tracker (which the
+        # forkserver starts) unblocks SIGINT/SIGTERM in the calling thread once it runs, whatever was blocked.
+        multiprocessing.resource_tracker.ensure_running()
+        with children_start_with_signals_held():  # no Ctrl-C inside the forkserver's interpreter start-up
+            start_forkserver()
+    with interrupts_end_at_once("loading torch"):  # not cut torch's import in half (lib/torch_import.py)
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     args = _forwarded_args(argv)
     if options.backend == "auto" and "--backend" not in " ".join(args):
@@ -107,11 +113,12 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
             args += ["--json", report_json]
         try:
             run_args = ["run", *args, "--verdict-file", str(verdict_file)]
-            if start_method == "exec":
-                program, *prefix = worker_command()
-                elastic_launch(config, program)(*prefix, *run_args)
-            else:
-                elastic_launch(config, run_worker)(run_args, dict(os.environ), os.getcwd())
+            with children_start_with_signals_held():  # no Ctrl-C inside a child's interpreter start-up
+                if start_method == "exec":
+                    program, *prefix = worker_command()
+                    elastic_launch(config, program)(*prefix, *run_args)
+                else:
+                    elastic_launch(config, run_worker)(run_args, dict(os.environ), os.getcwd())
         except ChildFailedError as failed:
             dead = _dead_ranks(failed)
             if dead:

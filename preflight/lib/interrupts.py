@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,6 +57,67 @@ def interrupts_raised(second_exits: bool = False) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def interrupts_end_at_once(doing: str) -> Iterator[None]:
+    """For the length of the block, SIGTERM / SIGINT end the process at once: one line, exit 4.
+
+    For an import that must not be cut in half (torch's, seconds long; on a cold shared filesystem
+    many): an exception raised inside a C extension's initialisation (numpy, imported by torch)
+    leaves the module half-loaded and the rank's exit printed numpy's "cannot load module more than
+    once" ImportError traceback, or an import guard swallowed it and the run went on to exit 0.
+    Waiting for the import to finish instead would keep the user waiting seconds for nothing: no
+    rank has anything to report yet. Outside the main thread handlers cannot be set: the block runs as is.
+    """
+    def leave(signum: int, frame: FrameType | None) -> None:
+        leave_now(f"preflight: stopped ({signal.Signals(signum).name}) while {doing}; exit {INCOMPLETE}")
+
+    previous = {}
+    for signum in SIGNALS:
+        try:
+            previous[signum] = signal.signal(signum, leave)
+        except ValueError:  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def children_start_with_signals_held() -> Iterator[None]:
+    """Every process started inside the block begins with SIGINT / SIGTERM blocked (the signal mask
+    survives fork and exec); it unblocks them once its own handlers are in place
+    (preflight/__main__.py, commands/forkserver_setup.py), and a signal sent meanwhile waits for that.
+
+    Without this, a Ctrl-C in the first hundred milliseconds of a child interpreter (Python still
+    importing `site`) is Python's own "Fatal Python error: init_import_site ... KeyboardInterrupt"
+    traceback, which no code of ours can catch. CPython's resource tracker starts the same way. This
+    process keeps receiving both signals through one thread that leaves them unblocked: a Python
+    handler runs in the main thread whichever thread the kernel picked. Outside the main thread
+    (tests) the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    done, ready = threading.Event(), threading.Event()
+
+    def receive() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+        ready.set()
+        done.wait()
+
+    receiver = threading.Thread(target=receive, name="preflight-signals", daemon=True)
+    receiver.start()
+    ready.wait()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        done.set()
 
 
 def leave_now(line: str) -> NoReturn:

@@ -310,7 +310,11 @@ class _Replay:
     def nvmlInit(self) -> None:
         if self.broken:
             raise NvmlError(UNKNOWN, self.broken)
-        self._answer(self.data["system"].get("init", None))
+        init = self.data["system"].get("init", None)
+        if isinstance(init, dict) and "hang_s" in init:  # a driver that no longer answers (nvidia-smi hangs)
+            time.sleep(float(init["hang_s"]))
+            return
+        self._answer(init)
 
     def nvmlShutdown(self) -> None:
         pass

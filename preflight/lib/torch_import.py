@@ -15,15 +15,25 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
+
+from preflight.lib.interrupts import interrupts_end_at_once
 
 FATAL = 3  # c10's levels: 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL
 
 
 def import_torch_distributed() -> None:
-    """Import torch.distributed now (the slow import, outside any gatherer's deadline), at the user's log level."""
-    import torch.distributed  # noqa: F401
+    """Import torch.distributed now (the slow import, outside any gatherer's deadline), at the user's log level.
+
+    A SIGINT/SIGTERM during the import ends the process at once, one line and exit 4
+    (lib/interrupts.interrupts_end_at_once): raised inside numpy's C initialisation, an interrupt
+    left an ImportError traceback."""
+    if "torch.distributed" in sys.modules:
+        return  # inside a job (preflight.check), or a forked rank: nothing to wait for
+    with interrupts_end_at_once("loading torch"):
+        import torch.distributed  # noqa: F401
 
 
 def _level_flag() -> Any:

@@ -66,6 +66,11 @@ class JobReport:
     # The choice of the best N hosts, when one was asked for (`preflight report --keep N`): renderers show it.
     host_choice: HostChoice | None = None
 
+    def __post_init__(self) -> None:
+        # `preflight report` exits with the loaded report's code: only one preflight gives.
+        if self.exit_code not in {int(code) for code in ExitCode}:
+            raise ValueError(f"exit_code {str(self.exit_code)[:24]} is not one preflight gives")
+
     def keep_hosts(self, count: int) -> HostChoice:
         """Which `count` hosts to train on and which to drop, and why (see HostRanking.keep): for
         trainers that re-form their mesh themselves, and `preflight report --keep`."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+MAX_MESSAGE_BYTES = 2**36  # 64 GiB: no collective probe message is larger (--sizes' bound too)
+
 
 @dataclass
 class ProbeStep:
@@ -19,6 +21,12 @@ class ProbeStep:
     size_bytes: int
     group_index: int  # -1: not one group (the control barrier, the whole world)
     ranks: list[int]
+
+    def __post_init__(self) -> None:
+        # A loaded report or a peer's record is refused here (the codec's one line), not where a
+        # renderer turns a 400-digit size into a float.
+        if not 0 <= self.size_bytes <= MAX_MESSAGE_BYTES:
+            raise ValueError(f"size_bytes {str(self.size_bytes)[:24]} is outside 0..{MAX_MESSAGE_BYTES}")
 
     @property
     def group_key(self) -> tuple[str, str, int]:

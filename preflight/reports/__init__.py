@@ -6,9 +6,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from preflight.lib.files import replacing
+from preflight.lib.files import ensure_parent, replacing
 from preflight.model import JobReport
-from preflight.reports.targets import ReportTargets, Unwritten, ensure_parent, mark_unwritten
+from preflight.reports.targets import ReportTargets, Unwritten, mark_unwritten
 
 
 def write_reports(report: JobReport, targets: ReportTargets,

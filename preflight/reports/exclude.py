@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from preflight.lib.files import ensure_parent
 from preflight.lib.host_fault import retry_hosts
 from preflight.model import JobReport
-from preflight.reports.targets import ensure_parent
 
 __all__ = ["render", "retry_hosts", "write", "write_retry"]
 

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from preflight.lib.files import ensure_parent
 from preflight.model.history_records import HistoryFilters, RunView
 from preflight.reports.charts import OP_COLOURS, WIDTH, _axes, _esc, _gbps, _nice_max, _svg
 from preflight.reports.history_trends import series
 from preflight.reports.html import _environment
-from preflight.reports.targets import ensure_parent
 
 MAX_SERIES = 64  # lines per chart: beyond that, the hosts with the lowest latest figure
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from preflight.lib.files import ensure_parent
 from preflight.lib.hostlist import compress_hostlist
 from preflight.model import HostChoice, JobReport
-from preflight.reports.targets import ensure_parent
 
 
 def nodelist(choice: HostChoice) -> str:

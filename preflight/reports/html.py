@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
+from preflight.lib.files import ensure_parent
 from preflight.lib.hostlist import compress_hostlist, ranks_text
 from preflight.model import JobReport, Severity
 from preflight.reports import charts, device_table, host_choice, storage_table
@@ -35,7 +36,6 @@ from preflight.reports.common import (
 )
 from preflight.reports.drift_table import env_drift
 from preflight.reports.probe_dims import expected_busbw, probe_dimensions
-from preflight.reports.targets import ensure_parent
 
 _TEMPLATES = Path(__file__).parent / "templates"
 _VERDICT_CLASS = {"passed": "passed", "passed with warnings": "warned", "failed": "failed"}

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import msgspec
 
+from preflight.lib.files import ensure_parent
 from preflight.model import JobReport, summarize_probes
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.rank_table import RankTable, pack, unpack
-from preflight.reports.targets import ensure_parent
 
 SCHEMA = 3
 _TABLE_SLOT = b'\n "rank_table": null'  # a top-level key (indent 1): nothing nested or quoted matches

@@ -15,9 +15,9 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
+from preflight.lib.files import ensure_parent
 from preflight.model import CheckOutcome, Finding, JobReport, Severity
 from preflight.reports.common import SEVERITY_LABEL, culprits_first, where
-from preflight.reports.targets import ensure_parent
 
 
 def _describe(findings: list[Finding]) -> str:

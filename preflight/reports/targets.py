@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from preflight.lib.errors import BadInput
+from preflight.lib.files import ensure_parent
 from preflight.model import ExitCode, JobReport
 
 
@@ -60,29 +61,6 @@ class Unwritten:
     flag: str
     path: str
     reason: str
-
-
-def inside_tree(folder: Path) -> bool:
-    """Whether `folder` lies in the current directory's tree, where missing folders may be created."""
-    here = Path.cwd().resolve()
-    target = (here / folder).resolve()
-    return target == here or here in target.parents
-
-
-def ensure_parent(path: Path) -> None:
-    """Create `path`'s missing folders, only inside the current directory's tree (else OSError).
-
-    Why this rule: a relative path (`out/r.json`) is the common case and creating its
-    folders saves a step; a missing folder elsewhere is most often a typo or a filesystem that is
-    not mounted (`/scratch/...` on a node without it), and creating it would hide that.
-    """
-    folder = path.parent
-    if folder.is_dir():
-        return
-    if not inside_tree(folder):
-        raise FileNotFoundError(f"folder {folder} does not exist (preflight creates missing folders only "
-                                "inside the current directory; create it first)")
-    folder.mkdir(parents=True, exist_ok=True)
 
 
 def unwritable_path(path: Path, directory: bool = False) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from preflight.lib.files import ensure_parent
 from preflight.model import JobReport
 from preflight.reports import device_table, host_choice, storage_table
 from preflight.reports.common import (
@@ -20,7 +21,6 @@ from preflight.reports.common import (
 )
 from preflight.reports.drift_table import UNSET, env_drift
 from preflight.reports.probes_table import HEADERS, TITLE, probe_rows
-from preflight.reports.targets import ensure_parent
 
 MAX_DRIFT_ROWS = 20
 

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from preflight.checks.history_findings import below_own_history, flaky_host, history_unusable, metrics_not_written
 from preflight.lib.deadline import call_with_deadline
+from preflight.lib.files import ensure_parent
 from preflight.model import Finding, JobReport, ProbeResult
 from preflight.model.history_records import Drop, FigureRow, Flaky, OwnPast
 from preflight.options import RunOptions
-from preflight.reports.targets import Unwritten, ensure_parent
+from preflight.reports.targets import Unwritten
 from preflight.steps.verdict import RunRecord
 
 GRACE_S = 2.0  # beyond the database's own timeouts, before the thread is given up on

@@ -49,6 +49,26 @@ PHASES: dict[str, tuple[str, dict[int, str]]] = {
             return _gather(*args, **kwargs)
         gather.gather_facts = gather_facts
     """}),
+    # Inside the interpreter's own start-up (site's import of sitecustomize), before any code of ours:
+    # without the launcher's blocked mask, Python's "Fatal Python error: init_import_site" traceback.
+    "interpreter start": (f"{PLANT_MARK}site", {rank: f"""
+        import sys, time
+        print("{PLANT_MARK}site", file=sys.stderr, flush=True)
+        time.sleep(3)
+    """ for rank in range(WORLD)}),
+    # Inside torch's import, in numpy's C initialisation (a slow shared filesystem makes this seconds
+    # long on a real node): an interrupt raised there leaves numpy half-loaded and an ImportError
+    # traceback; the import must finish first, then the rank stops.
+    "torch import": (f"{PLANT_MARK}import", {rank: f"""
+        import sys, time
+        class _SlowNumpy:
+            def find_spec(self, name, path=None, target=None):
+                if name == "numpy._core._multiarray_umath":
+                    print("{PLANT_MARK}import", file=sys.stderr, flush=True)
+                    time.sleep(3)
+                return None
+        sys.meta_path.insert(0, _SlowNumpy())
+    """ for rank in range(WORLD)}),
     "exchange": (f"{PLANT_MARK}exchange", {1: f"""
         import sys, time
         from preflight.channel import exchange
@@ -197,7 +217,7 @@ def assert_clean_stop(run: Interrupted, phase: str) -> None:
     assert max(run.gone_after_s.values()) < BOUND_S, (run.gone_after_s, run.stderr[-3000:])
     assert "Traceback" not in run.stderr and "death signal" not in run.stderr, run.stderr[-3000:]
     assert set(run.codes.values()) == {4}, (run.codes, run.stderr[-3000:])
-    if phase != "start-up":  # at start-up no rank has anything to report yet
+    if phase not in ("start-up", "interpreter start", "torch import"):  # no rank has anything to report yet
         assert run.report is not None, run.stderr[-3000:]
         assert run.report["exit_code"] == 4
         assert any(f["check_id"] == "RUN004" for f in run.report["findings"])
@@ -208,6 +228,9 @@ def assert_clean_stop(run: Interrupted, phase: str) -> None:
 CASES = [
     ("forkserver", "start-up", signal.SIGINT),
     ("exec", "start-up", signal.SIGTERM),
+    ("exec", "interpreter start", signal.SIGINT),
+    ("exec", "torch import", signal.SIGTERM),
+    ("env", "torch import", signal.SIGINT),
     ("exec", "facts", signal.SIGINT),
     ("env", "facts", signal.SIGTERM),
     ("env", "exchange", signal.SIGINT),

@@ -120,3 +120,34 @@ def test_unmutated_report_renders(tmp_path: Path) -> None:
     path.write_text(REPORT_TEXT)
     _render_everything(path)
     assert json_report.load(path).exit_code == 3
+
+
+def _integer_paths(doc: object, prefix: tuple = ()) -> list[tuple]:
+    """Every place in `doc` that holds an integer, the first two items of each list only."""
+    if isinstance(doc, dict):
+        return [p for key, value in doc.items() for p in _integer_paths(value, (*prefix, key))]
+    if isinstance(doc, list):
+        return [p for i, value in enumerate(doc[:2]) for p in _integer_paths(value, (*prefix, i))]
+    return [prefix] if isinstance(doc, int) and not isinstance(doc, bool) else []
+
+
+@pytest.mark.parametrize("huge", [10**400, -(10**400)], ids=["plus-huge", "minus-huge"])
+def test_every_integer_of_a_report_out_of_any_range_loads_and_renders_or_is_bad_payload(
+        tmp_path: Path, huge: int) -> None:
+    """JSON integers have no size: a 400-digit one anywhere (a size a renderer turns into a float, an
+    exit code the command exits with) is refused by the decoder or rendered, never an OverflowError."""
+    import copy
+
+    places = _integer_paths(REPORT)
+    assert len(places) > 20
+    for place in places:
+        doc = copy.deepcopy(REPORT)
+        parent = doc
+        for key in place[:-1]:
+            parent = parent[key]
+        parent[place[-1]] = huge
+        path = tmp_path / "run.json"
+        path.write_bytes(msgspec.json.encode(doc))
+        _render_everything(path)
+    with pytest.raises(BadPayload, match="exit_code"):  # `preflight report` exits with it: refused
+        json_report.loads(msgspec.json.encode({**REPORT, "exit_code": huge}))

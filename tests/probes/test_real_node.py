@@ -29,6 +29,7 @@ from tests.helpers.ranks import free_port, plant_env, read_json, spawn_env_ranks
 from tests.probes.device.test_run_gloo import DEVICE_IDS, WRONG_MATMUL
 
 ROOT = Path(__file__).resolve().parents[2]
+NVML_FIXTURES = ROOT / "tests" / "fixtures" / "nvml"
 
 # Model rates: a "GPU" slow enough that a burst is one product of the family's smallest size (256^3)
 # on the CPU that holds its tensors; free memory that shrinks the operands to their floor.
@@ -101,6 +102,19 @@ def test_too_little_free_memory_skips_every_figure_with_the_reason_never_oom(mod
     assert "only 64 MiB free on the device" in row.skipped["copy"]
     assert not [f for f in outcome.findings if f.check_id == "DEV009"]
     assert model.reserved[2] == 0
+
+
+def test_an_nvml_that_never_answers_is_named_within_the_device_bound_not_waited_for(
+        model: FakeCuda, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvmlInit on a driver that stopped answering blocks for minutes (nvidia-smi hangs too): the
+    device's row says it did not finish within its bound, and the rank goes on well before the hang ends."""
+    hung = tmp_path / "hung_nvml.json"
+    hung.write_text(json.dumps({"extends": str(NVML_FIXTURES / "healthy_h100x8.json"),
+                                "system": {"init": {"hang_s": 600}}}))
+    monkeypatch.setenv("PREFLIGHT_NVML_REPLAY", str(hung))
+    outcome = _run_one_rank(model, 4, _options("only=gpu-probe"))
+    (row,) = outcome.device_rows
+    assert row.figures == [] and "did not finish within" in row.errors["every figure"], row.errors
 
 
 def test_a_gpu_with_2_gib_free_shrinks_its_operands_and_gives_back_what_it_reserved() -> None:

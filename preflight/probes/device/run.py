@@ -100,14 +100,20 @@ def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any 
             report.elapsed_s = time.monotonic() - began
             device_store.publish(session.board, report)
             return report
-        device = device or open_device(kind, bound.index if bound else None, bound.pci_bus_id if bound else "",
-                                       cuda=session.cuda, deadline_s=deadline_s, uuid=bound.uuid if bound else "",
-                                       sysfs_root=options.sysfs_root, host=world.host)
-        report.serial = device.serial() if kind == "cuda" else ""
-        sustain_s = options.device_sustain_s
-        liveness.bounded(lambda: _on_device(session, lambda: run_family(device, report, budget, sustain_s)),
-                         deadline_s, watch)
-        device.close()  # the family's thread is done: its cached blocks and NVML go back
+        opened: list[Any] = [device] if device is not None else []
+
+        def measure() -> None:
+            # Opening is inside the bound too: nvmlInit on a driver that stopped answering blocks for
+            # minutes (the hang nvidia-smi shows), and the device is then named, not waited for.
+            if not opened:
+                opened.append(open_device(kind, bound.index if bound else None, bound.pci_bus_id if bound else "",
+                                          cuda=session.cuda, deadline_s=deadline_s, uuid=bound.uuid if bound else "",
+                                          sysfs_root=options.sysfs_root, host=world.host))
+            report.serial = opened[0].serial() if kind == "cuda" else ""
+            run_family(opened[0], report, budget, options.device_sustain_s)
+
+        liveness.bounded(lambda: _on_device(session, measure), deadline_s, watch)
+        opened[0].close()  # the family's thread is done: its cached blocks and NVML go back
     except liveness.StillRunning as exc:
         # The abandoned thread still fills `report`: send a copy of what it was, and this reason only.
         report = dataclasses.replace(report, measured=[], samples=[], skipped={},
