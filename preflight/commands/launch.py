@@ -76,12 +76,12 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
     # values are then proven to come from this run's ranks (channel/run_auth.py).
     os.environ.setdefault(SECRET_VAR, secrets.token_hex(16))
     if start_method != "exec":
-        # Started first, out of the held block: CPython's resource tracker (which the forkserver
-        # starts) unblocks SIGINT/SIGTERM in the calling thread once it runs, whatever was blocked.
-        multiprocessing.resource_tracker.ensure_running()
         # Before this process imports torch: the forkserver's import of torch and preflight then
         # runs beside the launcher's own (two imports of ~2 CPU-s each, on two cores at once).
-        with children_start_with_signals_held():  # no Ctrl-C inside its interpreter's start-up
+        # The resource tracker first, out of the block: CPython's resource tracker (which the
+        # forkserver starts) unblocks SIGINT/SIGTERM in the calling thread once it runs, whatever was blocked.
+        multiprocessing.resource_tracker.ensure_running()
+        with children_start_with_signals_held():  # no Ctrl-C inside the forkserver's interpreter start-up
             start_forkserver()
     with interrupts_end_at_once("loading torch"):  # not cut torch's import in half (lib/torch_import.py)
         from torch.distributed.elastic.multiprocessing.api import SignalException
