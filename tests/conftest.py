@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests.helpers.quiet import WorkerLocks, worker_locks
 
 # netns_hosts: fake hosts in real network namespaces (needs root; see tests/helpers/netns.py, hosts.py).
 pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helpers.node_exporter"]
@@ -110,3 +114,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             return group_of_test_id(nodeid) or nodeid  # ungrouped: any worker, test by test
 
     return ModuleGroups(config, log)
+
+
+_LOCKS = pytest.StashKey[WorkerLocks | None]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the wait is not the test's own (pytest-timeout's)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Under xdist, a `quiet` test runs alone: see tests/helpers/quiet.py."""
+    config = item.config
+    if _LOCKS not in config.stash:
+        worker = getattr(config, "workerinput", {}).get("workerid")
+        config.stash[_LOCKS] = worker_locks(config.option.basetemp, worker)
+    locks = config.stash[_LOCKS]
+    if locks is None:
+        return (yield)
+    with locks.held(item.get_closest_marker("quiet") is not None):
+        return (yield)
