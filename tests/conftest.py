@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests.helpers.quiet import WorkerLocks, worker_locks
 
 # netns_hosts: fake hosts in real network namespaces (needs root; see tests/helpers/netns.py, hosts.py).
 pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helpers.node_exporter"]
@@ -10,8 +14,11 @@ pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helper
 # Which tests share a worker under `pytest -n 2 --dist loadgroup` (.ci/run): a group's tests run
 # one after another on one worker, so two never run at once. Slurm: the loopback cluster listens
 # on fixed ports, and both clusters are session fixtures (started once per worker that asks).
-# Network namespaces: some modules name their hosts with a fixed prefix ("pfv", "pfhi") that two
-# workers would both create. PostgreSQL and the browser: one server / one chromium at a time, and
+# Network namespaces: a module's tests may name their hosts with the module's own fixed prefix
+# ("pfv", "pfhi"), which two of its tests on two workers would both create; each module is its own
+# group (`netns:<path>`), and two modules' networks (other prefixes) run side by side: every global
+# name carries its prefix and nothing has an address in the root namespace (tests/helpers/netns.py).
+# PostgreSQL and the browser: one server / one chromium at a time, and
 # the browser tests share the planted run's session fixture. A module with a module-scoped fixture
 # of ours (one launched run whose report several tests read) is its own group: the run is made once.
 #
@@ -23,12 +30,11 @@ pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helper
 MODULE_GROUPS: dict[str, str] = {
     **dict.fromkeys(("tests/launchers/test_slurm.py", "tests/launchers/test_sbatch.py",
                      "tests/launchers/test_sbatch_spares.py", "tests/launchers/test_drain.py"), "slurm"),
-    **dict.fromkeys(("tests/helpers/test_netns.py", "tests/checks/test_network_netns.py",
-                     "tests/history/test_history_netns.py", "tests/launchers/test_kubeflow.py",
-                     "tests/launchers/test_mpich.py", "tests/launchers/test_mpirun.py",
-                     "tests/probes/device/test_run_netns.py", "tests/probes/test_probes_netns.py",
-                     "tests/checks/test_build_netns.py", "tests/probes/test_real_node.py",
-                     "tests/steps/test_storage_netns.py"), "netns"),
+    **{path: f"netns:{path}" for path in (
+        "tests/helpers/test_netns.py", "tests/checks/test_network_netns.py", "tests/history/test_history_netns.py",
+        "tests/launchers/test_kubeflow.py", "tests/launchers/test_mpich.py", "tests/launchers/test_mpirun.py",
+        "tests/probes/device/test_run_netns.py", "tests/probes/test_probes_netns.py",
+        "tests/checks/test_build_netns.py", "tests/probes/test_real_node.py", "tests/steps/test_storage_netns.py")},
     "tests/history/test_store.py": "postgres",
     **dict.fromkeys(("tests/reports/test_html_browser.py", "tests/reports/test_html_size.py",
                      "tests/reports/test_planted_run.py", "tests/reports/test_history_browser.py"), "browser"),
@@ -38,7 +44,7 @@ MODULE_GROUPS: dict[str, str] = {
         "tests/test_api_meshes.py")},
 }
 
-# What puts a test in a lab group: (group, its fixtures, its markers).
+# What puts a test in a lab group: (group, its fixtures, its markers); "netns" is its module's own.
 LAB_GROUPS: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = (
     ("slurm", frozenset({"slurm_cluster", "slurm_netns"}), frozenset({"slurm"})),
     ("netns", frozenset({"netns_hosts"}), frozenset({"netns"})),
@@ -70,7 +76,7 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     fixtures = set(item.fixturenames)
     for group, by_fixture, by_marker in LAB_GROUPS:
         if fixtures & by_fixture or marks & by_marker:
-            return group
+            return f"netns:{item.nodeid.split('::')[0]}" if group == "netns" else group
     return _shared_fixture_group(item)
 
 
@@ -96,6 +102,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     wrong = [why for item in items if (why := check_group(item))]
     if wrong:
         raise pytest.UsageError("\n".join(wrong[:20]))
+    if hasattr(config, "workerinput"):
+        # Under xdist the grouped tests (the lab's, the longest chains) go out first, so that none is
+        # left to run alone at the end; xdist then orders the groups by size (a stable sort), and the
+        # ungrouped tests, one scope each, fill both workers after them.
+        items.sort(key=lambda item: group_of_test_id(item.nodeid) is None)
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist must not refuse it
@@ -110,3 +121,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             return group_of_test_id(nodeid) or nodeid  # ungrouped: any worker, test by test
 
     return ModuleGroups(config, log)
+
+
+_LOCKS = pytest.StashKey[WorkerLocks | None]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the wait is not the test's own (pytest-timeout's)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Under xdist, a `quiet` test runs alone: see tests/helpers/quiet.py."""
+    config = item.config
+    if _LOCKS not in config.stash:
+        worker = getattr(config, "workerinput", {}).get("workerid")
+        config.stash[_LOCKS] = worker_locks(config.option.basetemp, worker)
+    locks = config.stash[_LOCKS]
+    if locks is None:
+        return (yield)
+    with locks.held(item.get_closest_marker("quiet") is not None):
+        return (yield)

@@ -66,17 +66,21 @@ def test_a_wrong_typed_value_under_go_verdict_and_owner_is_refused_named_and_eve
     """Ranks 0, 1 and 3 start; the forger waits for rank 1's claim, writes, exits; then rank 3 joins (and
     finds the owner mark forged: PORT004, exit 4). Rank 0 misses ranks 2 and 3 (exit 3) and names the
     three keys (RUN010); rank 1 exits with rank 0's code, or 4 where rank 0's never reached it."""
-    report_path, forged_flag = tmp_path / "r.json", tmp_path / "forged"
+    report_path, forged_flag, ready_flag = tmp_path / "r.json", tmp_path / "forged", tmp_path / "forger-ready"
     # Rank 3 starts with the others (its imports take seconds), then waits for the forgery before it joins.
-    plant = plant_env(tmp_path, {3: f"""
+    # Rank 0 waits until the forger has imported torch: its --timeout (15 s) must cover the forgery and
+    # rank 3's join, not the forger's imports too (on a loaded machine rank 0 once gave up before rank 3
+    # came, and rank 3 found no store: "cannot reach rank 0" instead of PORT004).
+    wait_for = """
         import pathlib, time
         import torch.distributed
         deadline = time.monotonic() + 120
-        while not pathlib.Path({str(forged_flag)!r}).exists() and time.monotonic() < deadline:
+        while not pathlib.Path({flag!r}).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-    """})
+    """
+    plant = plant_env(tmp_path, {0: wait_for.format(flag=str(ready_flag)), 3: wait_for.format(flag=str(forged_flag))})
     common = {"PYTHONPATH": os.pathsep.join([plant["PYTHONPATH"], str(FORGER.parents[2])]),
-              **({"PREFLIGHT_SECRET": secret} if secret else {})}
+              "FORGER_READY": str(ready_flag), **({"PREFLIGHT_SECRET": secret} if secret else {})}
     args = ["run", "--skip", "probe", "--timeout", "15", "--json", str(report_path)]
     port, started = free_port(), time.monotonic()
     procs = {rank: start_rank(rank, 4, args, common_env=common, port=port) for rank in (0, 1, 3)}

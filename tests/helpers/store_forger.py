@@ -21,6 +21,10 @@ With SHAPE (one of BAD_VALUES: `[1]`, `{}`, `"x"`, a 10 MB string) it forges no 
 rank 1 has claimed its rank, it writes that value of the wrong type under the run's `go` and
 `verdict` and over the store's owner mark, then exits. Every rank must refuse it as a bad value
 (RUN010) and still exit with a true code.
+
+With FORGER_READY set (a path), it creates that file once its imports are done, before it
+looks for the store: a test can hold rank 0 back until then, so that rank 0's --timeout
+starts counting when the forger is ready to act, not while it is still importing torch.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ def _wait_for_port(host: str, port: int) -> None:
 
 def main() -> None:
     rank, innocent = int(sys.argv[1]), sys.argv[2]
+    if os.environ.get("FORGER_READY"):
+        open(os.environ["FORGER_READY"], "w").close()
     os.environ.pop("PREFLIGHT_SECRET", None)  # a foreign process: it does not have the job's secret
     world = resolve_world(os.environ)
     _wait_for_port(world.master_addr, world.master_port)

@@ -1,0 +1,91 @@
+"""A `quiet` test runs while every other xdist worker waits; ordinary tests run side by side."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tests.helpers.quiet import WorkerLocks, worker_locks
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _later(action, started: threading.Event) -> threading.Thread:
+    def run() -> None:
+        started.set()
+        action()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_quiet_test_waits_for_the_running_ordinary_one_and_new_ones_wait_for_it(tmp_path: Path) -> None:
+    # Three "workers" in one process: flock locks belong to each open file, so they contend.
+    first, quiet_worker, third = (WorkerLocks(tmp_path) for _ in range(3))
+    events: list[str] = []
+    ordinary = first.held(quiet=False)
+    ordinary.__enter__()
+
+    def quiet() -> None:
+        with quiet_worker.held(quiet=True):
+            events.append("quiet start")
+            time.sleep(0.3)
+            events.append("quiet end")
+
+    def late_ordinary() -> None:
+        with third.held(quiet=False):
+            events.append("late ordinary")
+
+    quiet_thread = _later(quiet, threading.Event())
+    time.sleep(0.3)  # the quiet test is now waiting, holding the turnstile
+    late_thread = _later(late_ordinary, threading.Event())
+    time.sleep(0.3)
+    assert events == []  # neither started while the first ordinary test runs
+    ordinary.__exit__(None, None, None)
+    quiet_thread.join(30)
+    late_thread.join(30)
+    # The late ordinary test came after the quiet one, although it asked while the lock was shared.
+    assert events == ["quiet start", "quiet end", "late ordinary"]
+
+
+def test_ordinary_tests_hold_the_lock_together(tmp_path: Path) -> None:
+    one, two = WorkerLocks(tmp_path), WorkerLocks(tmp_path)
+    done = threading.Event()
+
+    def second() -> None:
+        with two.held(quiet=False):
+            done.set()
+
+    with one.held(quiet=False):
+        thread = _later(second, threading.Event())
+        assert done.wait(30)  # the second started while the first still holds its share
+    thread.join(30)
+
+
+def test_no_locks_outside_an_xdist_worker(tmp_path: Path) -> None:
+    assert worker_locks(tmp_path / "popen-gw0", None) is None
+    assert worker_locks(None, "gw0") is None
+    assert isinstance(worker_locks(tmp_path / "popen-gw0", "gw0"), WorkerLocks)
+
+
+def test_under_two_workers_nothing_else_runs_during_a_quiet_test(tmp_path: Path) -> None:
+    log = tmp_path / "cases.jsonl"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "load", "-p", "no:randomly",
+                          "--basetemp", str(tmp_path / "base"), "tests/helpers/quiet_cases.py"],
+                         cwd=REPO, capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "QUIET_CASES_LOG": str(log)})
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(rows) == 9 and {row["worker"] for row in rows} == {"gw0", "gw1"}
+    [quiet] = [row for row in rows if row["test"] == "quiet"]
+    ordinary = [row for row in rows if row["test"] != "quiet"]
+    # Nothing overlaps the quiet test...
+    assert all(row["end"] <= quiet["start"] or row["start"] >= quiet["end"] for row in ordinary), rows
+    # ...while ordinary tests did run side by side (the two workers were really both busy).
+    assert any(a["worker"] != b["worker"] and a["start"] < b["end"] and b["start"] < a["end"]
+               for a in ordinary for b in ordinary), rows
