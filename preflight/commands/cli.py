@@ -440,10 +440,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         leave_now(f"preflight: {args.command}: stopped ({stop}); exit {int(ExitCode.INCOMPLETE)}")
     except BrokenPipeError:
         return _reader_gone(args.command)
-    if argv_was_none and args.command == "launch":
-        # `preflight launch` as a program: its ranks are gone and the verdict is out. The
-        # interpreter's shutdown with torch loaded would add 0.3-1 s before the shell (or the
-        # job script) sees the code; an in-process caller (argv given, the tests) returns as usual.
+    if argv_was_none and args.command in ("launch", "run"):
+        # `preflight launch` or a rank's `preflight run` as a program: the verdict is out and the
+        # reports are written. The interpreter's shutdown with torch loaded would add 0.3-1 s before
+        # the shell (or the job script, or torchrun's agent) sees the code, and it can abort the
+        # process (SIGABRT after a passing run: 3 of 30 loaded affinity runs, once in CI's clock
+        # test): a daemon thread inside a c10d store call when the interpreter finalises is unwound
+        # through C++ and std::terminate is called. An in-process caller (argv given) returns as usual.
         exit_at_once(code)
     return code
 
