@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import NoReturn
@@ -46,17 +46,8 @@ def interrupts_raised(second_exits: bool = False) -> Iterator[None]:
         first.append(now)
         raise Interrupted(f"received {signal.Signals(signum).name}")
 
-    previous = {}
-    for signum in SIGNALS:
-        try:
-            previous[signum] = signal.signal(signum, raise_interrupted)
-        except ValueError:  # not the main thread (tests): keep the defaults
-            pass
-    try:
+    with _handled_by(raise_interrupted):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 @contextmanager
@@ -73,17 +64,25 @@ def interrupts_end_at_once(doing: str) -> Iterator[None]:
     def leave(signum: int, frame: FrameType | None) -> None:
         leave_now(f"preflight: stopped ({signal.Signals(signum).name}) while {doing}; exit {INCOMPLETE}")
 
+    with _handled_by(leave):
+        yield
+
+
+@contextmanager
+def _handled_by(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT go to `handler` inside the block; the previous handlers come back after.
+    Outside the main thread (tests) handlers cannot be set: the defaults stay."""
     previous = {}
     for signum in SIGNALS:
         try:
-            previous[signum] = signal.signal(signum, leave)
-        except ValueError:  # not the main thread
+            previous[signum] = signal.signal(signum, handler)
+        except ValueError:
             pass
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for signum, before in previous.items():
+            signal.signal(signum, before)
 
 
 @contextmanager
