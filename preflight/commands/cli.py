@@ -7,6 +7,7 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import atexit
 import difflib
 import os
 import shlex
@@ -447,6 +448,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # process (SIGABRT after a passing run: 3 of 30 loaded affinity runs, once in CI's clock
         # test): a daemon thread inside a c10d store call when the interpreter finalises is unwound
         # through C++ and std::terminate is called. An in-process caller (argv given) returns as usual.
+        # The exit hooks still run first, as at a normal exit (logging's flush, a profiler's or a
+        # user's sitecustomize's atexit): only the finalisation is skipped.
+        atexit._run_exitfuncs()
         exit_at_once(code)
     return code
 
