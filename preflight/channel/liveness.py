@@ -220,6 +220,10 @@ class RankLiveness:
             try:
                 write_value(self.store, left_key(self.rank), RankLeft(why[:500]))
                 append_rank(self.store, LEFT_KEY, self.rank)
+                # c10d's set and append get no answer: one round trip on the same connection makes
+                # sure the store applied both before this rank goes on (it may exit at once, and
+                # rank 0 must see it left; under load the server was seen applying them later).
+                self.store.check([LEFT_KEY])
             except Exception:
                 pass  # the store is gone: rank 0, its host, waits for nobody any more
         self.stop()

@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 
 from preflight.channel.liveness import RankLiveness
+from preflight.lib.deadline import abandoned_alive
+from preflight.lib.waiting import wait_until
 from preflight.model import World
 from preflight.options import RunOptions
 from preflight.probes import orchestrate
@@ -110,11 +112,14 @@ def test_an_nvml_that_never_answers_is_named_within_the_device_bound_not_waited_
     device's row says it did not finish within its bound, and the rank goes on well before the hang ends."""
     hung = tmp_path / "hung_nvml.json"
     hung.write_text(json.dumps({"extends": str(NVML_FIXTURES / "healthy_h100x8.json"),
-                                "system": {"init": {"hang_s": 600}}}))
+                                "system": {"init": {"hang_s": 30}}}))  # past the bound (21.5 s here)
     monkeypatch.setenv("PREFLIGHT_NVML_REPLAY", str(hung))
     outcome = _run_one_rank(model, 4, _options("only=gpu-probe"))
     (row,) = outcome.device_rows
     assert row.figures == [] and "did not finish within" in row.errors["every figure"], row.errors
+    # The abandoned thread is this test process's (a rank would leave by os._exit): let it end, so
+    # that no later test in the same worker finds a thread given up on still running.
+    assert wait_until(lambda: not abandoned_alive(), 120.0)
 
 
 def test_a_gpu_with_2_gib_free_shrinks_its_operands_and_gives_back_what_it_reserved() -> None:
