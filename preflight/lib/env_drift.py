@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from preflight.lib.grouping import group_by
+from preflight.lib.grouping import LastAnswerKept, group_by
 from preflight.lib.secrets import REDACTED, is_redacted
 from preflight.model import RankFacts
 from preflight.model.rank_env import shared_of
@@ -68,6 +68,7 @@ def value_label(value: str | None, secret_numbers: dict[str, int]) -> str:
     return value
 
 
+@LastAnswerKept
 def drifting(ranks: Sequence[RankFacts]) -> dict[str, dict[str | None, list[RankFacts]]]:
     """Every variable (not per-rank) whose value differs across ranks, with its groups.
 
@@ -77,9 +78,6 @@ def drifting(ranks: Sequence[RankFacts]) -> dict[str, dict[str | None, list[Rank
     that differ somewhere are grouped in Python.
     The last answer is kept (the checks and the renderers ask about the same ranks).
     """
-    cached = _last.get("answer")
-    if cached is not None and cached[0] is ranks and cached[1] == len(ranks):
-        return cached[2]
     reference = dict(ranks[0].env).items() if ranks else {}.items()
     candidates: set[str] = set()
     seen: set[int] = set()  # the shared parts (model/rank_env.py) already compared with the reference
@@ -100,11 +98,7 @@ def drifting(ranks: Sequence[RankFacts]) -> dict[str, dict[str | None, list[Rank
         values = {f.env.get(name) for f in comparable}
         if len(values) > 1:
             result[name] = _group(comparable, name)
-    _last["answer"] = (ranks, len(ranks), result)
     return result
-
-
-_last: dict[str, tuple[Sequence[RankFacts], int, dict[str, dict[str | None, list[RankFacts]]]]] = {}
 
 
 def secret_numbers(values: Sequence[str | None]) -> dict[str, int]:

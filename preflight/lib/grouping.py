@@ -7,9 +7,10 @@ ranks, where a value does not cover whole hosts). Imported by check modules only
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from preflight.lib.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts
@@ -17,6 +18,7 @@ from preflight.model import RankFacts
 K = TypeVar("K", bound=Hashable)
 H = TypeVar("H", bound=Hashable)
 V = TypeVar("V", bound=Hashable)
+R = TypeVar("R")
 
 
 def group_by(ranks: Iterable[RankFacts], key: Callable[[RankFacts], K]) -> dict[K, list[RankFacts]]:
@@ -97,24 +99,38 @@ def node_label(key: NodeKey) -> str:
     return host if node < 0 else f"{host} (node {node})"
 
 
-def by_node(ranks: Iterable[RankFacts]) -> dict[NodeKey, list[RankFacts]]:
-    """Ranks grouped by node_key, in rank order within a node, nodes in key order (read-only).
+class LastAnswerKept(Generic[R]):
+    """A function of a job's ranks with its last answer kept for the same list (the same object, the
+    same length): the cross checks and the renderers ask about one job's ranks several times, and
+    each answer is O(N) (0.15 s at 131,072 ranks). The answer is read-only to its callers."""
 
-    The last answer for a list of ranks is kept: four cross checks group the job's ranks by node
-    (0.15 s each at 131,072 ranks), as `env_drift.drifting` keeps its answer."""
-    cached = _last_nodes.get("answer")
-    if cached is not None and cached[0] is ranks and cached[1] == len(ranks):  # type: ignore[arg-type]
-        return cached[2]
+    def __init__(self, compute: Callable[[Sequence[RankFacts]], R]) -> None:
+        self._compute = compute
+        self._last: tuple[Sequence[RankFacts], int, R] | None = None
+        functools.update_wrapper(self, compute)
+
+    def __call__(self, ranks: Sequence[RankFacts]) -> R:
+        last = self._last
+        if last is not None and last[0] is ranks and last[1] == len(ranks):
+            return last[2]
+        answer = self._compute(ranks)
+        if isinstance(ranks, Sequence):  # an iterator cannot be asked about again
+            self._last = (ranks, len(ranks), answer)
+        return answer
+
+    def forget(self) -> None:
+        """Drop the kept answer (tests that compare two computations)."""
+        self._last = None
+
+
+@LastAnswerKept
+def by_node(ranks: Iterable[RankFacts]) -> dict[NodeKey, list[RankFacts]]:
+    """Ranks grouped by node_key, in rank order within a node, nodes in key order (read-only; the
+    last answer is kept: four cross checks group the job's ranks by node)."""
     nodes: dict[NodeKey, list[RankFacts]] = defaultdict(list)
     for facts in sorted(ranks, key=lambda f: f.rank):
         nodes[node_key(facts)].append(facts)
-    answer = dict(sorted(nodes.items()))
-    if isinstance(ranks, (list, tuple)):
-        _last_nodes["answer"] = (ranks, len(ranks), answer)
-    return answer
-
-
-_last_nodes: dict[str, tuple[Sequence[RankFacts], int, dict[NodeKey, list[RankFacts]]]] = {}
+    return dict(sorted(nodes.items()))
 
 
 def shared_host_names(ranks: Iterable[RankFacts]) -> dict[str, list[NodeKey]]:

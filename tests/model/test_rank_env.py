@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from preflight.lib.env_drift import _last, drifting
+from preflight.lib.env_drift import drifting
 from preflight.model import RankFacts, World
 from preflight.model.codec import decode, encode, to_builtins
 from preflight.model.rank_env import RankEnv, shared_of
@@ -70,10 +70,10 @@ def test_pack_and_drift_see_a_rank_env_exactly_as_its_dict(shared, owns, lone, o
     plain = _as_dicts(ranks)
     assert pack(ranks) == pack(plain)
     assert unpack(pack(ranks)) == plain
-    _last.clear()
+    drifting.forget()
     fast = {name: {value: [f.rank for f in group] for value, group in groups.items()}
             for name, groups in drifting(ranks).items()}
-    _last.clear()
+    drifting.forget()
     slow = {name: {value: [f.rank for f in group] for value, group in groups.items()}
             for name, groups in drifting(plain).items()}
     assert fast == slow
