@@ -100,20 +100,18 @@ def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any 
             report.elapsed_s = time.monotonic() - began
             device_store.publish(session.board, report)
             return report
-        opened: list[Any] = [device] if device is not None else []
-
-        def measure() -> None:
+        def open_and_run() -> Any:
             # Opening is inside the bound too: nvmlInit on a driver that stopped answering blocks for
             # minutes (the hang nvidia-smi shows), and the device is then named, not waited for.
-            if not opened:
-                opened.append(open_device(kind, bound.index if bound else None, bound.pci_bus_id if bound else "",
-                                          cuda=session.cuda, deadline_s=deadline_s, uuid=bound.uuid if bound else "",
-                                          sysfs_root=options.sysfs_root, host=world.host))
-            report.serial = opened[0].serial() if kind == "cuda" else ""
-            run_family(opened[0], report, budget, options.device_sustain_s)
+            opened = device or open_device(kind, bound.index if bound else None, bound.pci_bus_id if bound else "",
+                                           cuda=session.cuda, deadline_s=deadline_s, uuid=bound.uuid if bound else "",
+                                           sysfs_root=options.sysfs_root, host=world.host)
+            report.serial = opened.serial() if kind == "cuda" else ""
+            run_family(opened, report, budget, options.device_sustain_s)
+            return opened
 
-        liveness.bounded(lambda: _on_device(session, measure), deadline_s, watch)
-        opened[0].close()  # the family's thread is done: its cached blocks and NVML go back
+        # The family's thread is done: its cached blocks and NVML go back.
+        liveness.bounded(lambda: _on_device(session, open_and_run), deadline_s, watch).close()
     except liveness.StillRunning as exc:
         # The abandoned thread still fills `report`: send a copy of what it was, and this reason only.
         report = dataclasses.replace(report, measured=[], samples=[], skipped={},
