@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -104,11 +105,7 @@ def _sqlite_engine(parsed: Any, timeout_s: float) -> Engine:
         # into someone else's database (which ensure_schema then refuses, unchanged).
         tables = {row[0] for row in cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables or schema.meta.name in tables:
-            try:
-                cursor.execute("PRAGMA journal_mode = WAL")  # persistent in the file
-            except sqlite3.OperationalError as exc:  # a read-only file keeps its mode; reading still works
-                if "readonly" not in str(exc) and "read-only" not in str(exc):
-                    raise
+            _switch_to_wal(cursor, time.monotonic() + timeout_s)
         cursor.execute("PRAGMA synchronous = NORMAL")  # WAL's safe setting: a commit survives the job's crash
         cursor.close()
 
@@ -118,6 +115,29 @@ def _sqlite_engine(parsed: Any, timeout_s: float) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def _switch_to_wal(cursor: sqlite3.Cursor, deadline: float) -> None:
+    """PRAGMA journal_mode = WAL (persistent in the file), retried until `deadline` while the file is locked.
+
+    SQLite answers the switch with "database is locked" at once, without its busy handler, while
+    another connection holds the write lock of a file still in rollback mode: the first writers
+    into a new history race there (1 of 64 at once did, on a loaded machine). A read-only file
+    keeps its mode; reading it still works.
+    """
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            message = str(exc)
+            if "readonly" in message or "read-only" in message:
+                return
+            if "locked" not in message or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 @contextmanager

@@ -13,6 +13,7 @@ import hashlib
 import json
 import multiprocessing
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,23 @@ def test_locked_sqlite_history_gives_up_at_its_deadline(tmp_path: Path) -> None:
         holder.execute("ROLLBACK")
         holder.close()
     with transaction(url, 5.0, write=False) as conn:
+        assert conn.execute(select(func.count()).select_from(schema.runs)).scalar() == 1
+
+
+def test_a_new_history_whose_write_lock_another_writer_holds_is_waited_for_not_refused(tmp_path: Path) -> None:
+    # The first writers into a new file race: while one holds the write lock of the file (still in
+    # rollback mode), SQLite refuses another's switch to WAL at once, without its busy handler.
+    db = tmp_path / "history.db"
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(1.0, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        _write(f"sqlite:///{db}", timeout_s=120.0)
+    finally:
+        release.join()
+        holder.close()
+    with transaction(f"sqlite:///{db}", 5.0, write=False) as conn:
         assert conn.execute(select(func.count()).select_from(schema.runs)).scalar() == 1
 
 
