@@ -120,7 +120,8 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
     if launcher == "env":
         port = free_port()
         for rank in range(WORLD):
-            procs[f"rank {rank}"] = start_rank(rank, WORLD, ["run", *args], port=port, common_env=env)
+            procs[f"rank {rank}"] = start_rank(rank, WORLD, ["run", *args], port=port, common_env=env,
+                                                 fresh=True)  # its start-up and torch import are phases
     else:
         method = EXEC if launcher == "exec" else []
         procs["launch"] = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", str(WORLD), *method,

@@ -27,8 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers.hosts import FakeHost
+from tests.helpers.zygote import ZygoteRank, forkable, zygote
 
 PYTHON = sys.executable
+# env:// ranks are forked from a per-process zygote that imported torch once (tests/helpers/zygote.py);
+# PREFLIGHT_TEST_EXEC_RANKS=1 starts every rank as an interpreter of its own instead.
+FORK_RANKS = os.environ.get("PREFLIGHT_TEST_EXEC_RANKS", "") != "1"
 
 
 @dataclass
@@ -110,9 +114,13 @@ def spread(hosts: Sequence[FakeHost], per_host: int,
 
 def start_rank(rank: int, world_size: int, args: Sequence[str], *, placement: Placement = Placement(),
                common_env: Mapping[str, str] | None = None, master_addr: str = "127.0.0.1",
-               port: int, program: Sequence[str] = ("-m", "preflight")) -> subprocess.Popen[str]:
+               port: int, program: Sequence[str] = ("-m", "preflight"), fresh: bool = False) -> subprocess.Popen[str]:
     """`python -m preflight ARGS` (or `python PROGRAM ARGS`: a training script) as env:// rank `rank`
     of `world_size`, placed; output piped.
+
+    A rank that can be is forked from this process's zygote (tests/helpers/zygote.py: torch already
+    imported); `fresh=True` starts an interpreter of its own anyway (a test of what happens while a
+    rank's interpreter starts or imports torch).
 
     Its environment: the test's without launcher variables (base_env), RANK / WORLD_SIZE /
     MASTER_ADDR / MASTER_PORT, LOCAL_RANK = rank and LOCAL_WORLD_SIZE = world_size (all on one
@@ -124,6 +132,10 @@ def start_rank(rank: int, world_size: int, args: Sequence[str], *, placement: Pl
         **(common_env or {}), **placement.env,
     })
     argv = [*placement.wrap, PYTHON, *program, *args]
+    if placement.host is None and not placement.wrap and FORK_RANKS and not fresh:
+        born = zygote(base_env())
+        if forkable(argv, env, born.env):
+            return ZygoteRank(argv, zygote=born, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     start = placement.host.popen if placement.host else subprocess.Popen
     return start(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

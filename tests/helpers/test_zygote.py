@@ -1,0 +1,53 @@
+"""The zygote that forks env:// ranks (tests/helpers/zygote.py) hands back real, separate processes."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from tests.helpers import ranks
+from tests.helpers.zygote import ZygoteRank, forkable
+
+pytestmark = pytest.mark.skipif(not ranks.FORK_RANKS, reason="PREFLIGHT_TEST_EXEC_RANKS=1: every rank is exec'd")
+
+
+def test_only_a_plain_preflight_rank_in_the_zygotes_start_environment_is_forked() -> None:
+    argv = [sys.executable, "-m", "preflight", "run"]
+    env = {"PATH": "/bin", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    assert forkable(argv, {**env, "RANK": "3", "NCCL_DEBUG": "INFO"}, env)
+    assert not forkable(argv, {**env, "PYTHONPATH": "/plants"}, env)  # a plant's sitecustomize
+    assert not forkable(argv, {**env, "OMP_NUM_THREADS": "4"}, env)
+    assert not forkable(argv, {**env, "LD_PRELOAD": "/x.so"}, env)
+    assert not forkable([sys.executable, "train.py"], env, env)
+    assert not forkable(["taskset", "-c", "1", *argv], env, env)
+
+
+def test_a_forked_rank_is_its_own_process_with_its_own_exit_code_and_output() -> None:
+    proc = ranks.start_rank(0, 1, ["run", "--mesh", "nonsense"], port=ranks.free_port())
+    assert isinstance(proc, ZygoteRank)
+    assert psutil.Process(proc.pid).ppid() != psutil.Process().pid  # the zygote's child, not ours
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, (out, err)
+    assert "nonsense" in out + err and "Traceback" not in out + err
+
+
+def test_a_forked_rank_can_be_signalled_and_waited_for_with_a_timeout() -> None:
+    # World 2 with only rank 0 started: it waits for rank 1 until its --timeout.
+    proc = ranks.start_rank(0, 2, ["run", "--skip", "probe", "--timeout", "600"], port=ranks.free_port())
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=1)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    proc.communicate(timeout=60)
+
+
+def test_a_rank_asked_to_be_fresh_is_an_interpreter_of_its_own() -> None:
+    proc = ranks.start_rank(0, 1, ["--version"], port=ranks.free_port(), fresh=True)
+    assert not isinstance(proc, ZygoteRank)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and out.strip()

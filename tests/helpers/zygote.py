@@ -1,0 +1,261 @@
+"""env:// ranks forked from one interpreter that has already imported torch and preflight.
+
+Why: an env:// rank is `python -m preflight ...` and its interpreter spends ~1.1-1.8 s of CPU
+importing torch before it runs a line of preflight; the suite starts hundreds of them on two
+cores, so those imports were most of its CPU. `preflight launch` meets the same cost the same
+way (its forkserver imports once and forks its ranks: commands/forkserver_warm.py); here each
+pytest worker has one such interpreter, the zygote, and `start_rank` asks it for a rank.
+
+What the rank is: a fork of the zygote (a single-threaded process that imported torch.distributed
+and what a rank of `preflight launch` preloads), which takes the test's pipes as its stdout and
+stderr, /dev/null as stdin, the test's cwd, exactly the environment start_rank built, then runs
+`python -m preflight ARGS`'s main module (runpy) and leaves with its exit code after the exit
+hooks, as an interpreter would. A real process: its own pid, signals, store connections, gloo
+process groups. The test holds a `subprocess.Popen` (ZygoteRank) whose wait and poll read the
+exit status the zygote reaped; everything else (communicate, kill, send_signal) is Popen's own.
+
+What it cannot be, and so `start_rank` execs a fresh interpreter instead (`forkable`): a rank
+on a fake host (its namespaces are entered by the command that starts it), under a wrapper
+(`taskset`), running another program (a training script), or whose environment differs from
+the zygote's in what is read when an interpreter or torch starts (PYTHON*, LD_*, a plant's
+sitecustomize on PYTHONPATH, malloc and OpenMP settings, torch's C++ logging).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# Read when an interpreter, its allocator, OpenMP or torch's C++ side starts: the zygote read its
+# own once, so a rank that needs other values must start as an interpreter of its own.
+_READ_AT_START = ("PYTHON", "LD_", "MALLOC", "GLIBC_TUNABLES", "OMP_", "KMP_", "TORCH_CPP_", "TORCH_SHOW_CPP")
+_MESSAGE = 64 * 1024
+
+
+def _start_values(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_READ_AT_START)}
+
+
+def forkable(argv: Sequence[str], env: Mapping[str, str], zygote_env: Mapping[str, str]) -> bool:
+    """Whether `argv` (`python -m preflight ...`) in `env` can be forked from a zygote started in `zygote_env`."""
+    return (len(argv) >= 3 and argv[0] == sys.executable and list(argv[1:3]) == ["-m", "preflight"]
+            and _start_values(env) == _start_values(zygote_env))
+
+
+# -- the zygote (its own process) -------------------------------------------------------------
+
+def _run_rank(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> int:
+    """In the forked child: become `python -m preflight ARGV[3:]` and return its exit code."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = ["-m", *argv[3:]]
+    code: int = 0
+    try:
+        runpy.run_module("preflight", run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            code = stop.code or 0
+        else:
+            print(stop.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # what an interpreter would print before exiting 1
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()  # an interpreter runs them at exit; os._exit below does not
+    return code
+
+
+def _child(conn: socket.socket, wakeup: int, request: dict[str, Any], fds: list[int]) -> None:
+    conn.close()
+    os.close(wakeup)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    for fd, target in ((devnull, 0), (fds[0], 1), (fds[1], 2)):
+        os.dup2(fd, target)
+    for fd in (devnull, *fds):
+        os.close(fd)
+    code = 1
+    try:
+        code = _run_rank(request["argv"], request["env"], request["cwd"])
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def _send(conn: socket.socket, message: dict[str, Any]) -> None:
+    try:
+        conn.send(json.dumps(message).encode())
+    except OSError:
+        pass  # the test process is gone: nobody is left to tell
+
+
+def serve(fd: int) -> None:
+    """The zygote's loop: fork a rank per request on socket `fd`, report each child's exit status."""
+    conn = socket.socket(fileno=fd)
+    import torch.distributed  # noqa: F401  (the cost every rank would pay)
+
+    import preflight.commands.cli
+    import preflight.commands.forkserver_warm  # noqa: F401
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(conn, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    _send(conn, {"ready": os.getpid()})
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is conn:
+                try:
+                    data, fds, _, _ = socket.recv_fds(conn, _MESSAGE, 2)
+                except OSError:
+                    data, fds = b"", []
+                if not data:
+                    return  # the test process closed its end: it is gone
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    _child(conn, wake_read, json.loads(data), fds)
+                for f in fds:
+                    os.close(f)
+                _send(conn, {"started": pid})
+            else:
+                os.read(wake_read, 4096)
+        while True:  # reap every child that ended, whichever signal woke us
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            _send(conn, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+# -- the test process's side -------------------------------------------------------------------
+
+class Zygote:
+    """One zygote per test process, started on first use; its exits are collected as they come."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = dict(env)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        code = (f"import sys; sys.path.insert(0, {root!r}); "
+                f"from tests.helpers.zygote import serve; serve({theirs.fileno()})")
+        self.process = subprocess.Popen([sys.executable, "-c", code], env=self.env, pass_fds=[theirs.fileno()],
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        theirs.close()
+        self._conn = ours
+        self._lock = threading.Lock()
+        self._exits: dict[int, int] = {}
+        self._started: list[int] = []
+        with self._lock:
+            self._read(timeout=300, until=lambda m: "ready" in m)
+
+    def _read(self, timeout: float | None, until: Any = None) -> dict[str, Any] | None:
+        """Read messages (lock held) for up to `timeout` s, until one satisfies `until`; file exits."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._conn.settimeout(remaining)
+            try:
+                data = self._conn.recv(_MESSAGE)
+            except (TimeoutError, BlockingIOError):
+                return None
+            if not data:
+                raise RuntimeError(f"the test zygote (pid {self.process.pid}) is gone")
+            message = json.loads(data)
+            if "exited" in message:
+                self._exits[message["exited"]] = message["code"]
+            if until is not None and until(message):
+                return message
+
+    def start(self, argv: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int) -> int:
+        """Fork a rank running `argv` in `env` with these output fds; its pid."""
+        request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}).encode()
+        with self._lock:
+            socket.send_fds(self._conn, [request], [stdout, stderr])
+            reply = self._read(timeout=120, until=lambda m: "started" in m)
+        if reply is None:
+            raise RuntimeError("the test zygote did not fork a rank within 120 s")
+        return int(reply["started"])
+
+    def exit_code(self, pid: int, timeout: float | None) -> int | None:
+        """The rank's exit code, waiting up to `timeout` s (0: do not wait; None: for ever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pid not in self._exits:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                # Collect what has already arrived before saying "still running".
+                with self._lock:
+                    self._read(timeout=0)
+                return self._exits.get(pid)
+            with self._lock:
+                if pid in self._exits:
+                    break
+                self._read(timeout=min(0.2, remaining) if remaining is not None else 0.2,
+                           until=lambda m: m.get("exited") == pid)
+        return self._exits[pid]
+
+
+_zygotes: dict[int, Zygote] = {}
+
+
+def zygote(env: Mapping[str, str]) -> Zygote:
+    """This test process's zygote (one per process; a fork of pytest gets its own)."""
+    if os.getpid() not in _zygotes:
+        _zygotes[os.getpid()] = Zygote(env)
+    return _zygotes[os.getpid()]
+
+
+class ZygoteRank(subprocess.Popen):
+    """A rank forked by the zygote, held as a Popen: the pipes and signals are Popen's; the exit
+    status comes from the zygote, which is the rank's parent and reaps it."""
+
+    def __init__(self, argv: Sequence[str], *, zygote: Zygote, env: Mapping[str, str], **kwargs: Any) -> None:
+        self._zygote = zygote
+        super().__init__(list(argv), env=dict(env), **kwargs)
+
+    def _execute_child(self, args: Any, executable: Any, preexec_fn: Any, close_fds: Any, pass_fds: Any, cwd: Any,
+                       env: Any, startupinfo: Any, creationflags: Any, shell: Any, p2cread: int, p2cwrite: int,
+                       c2pread: int, c2pwrite: int, errread: int, errwrite: int, *rest: Any) -> None:
+        try:
+            self.pid = self._zygote.start(args, env, c2pwrite, errwrite)
+            self._child_created = True
+        finally:
+            for fd in (c2pwrite, errwrite, p2cread):
+                if fd != -1:
+                    os.close(fd)
+
+    def _internal_poll(self, _deadstate: Any = None, *_: Any, **__: Any) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._zygote.exit_code(self.pid, 0)
+        return self.returncode
+
+    def _wait(self, timeout: float | None) -> int:
+        if self.returncode is None:
+            code = self._zygote.exit_code(self.pid, timeout)
+            if code is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            self.returncode = code
+        return self.returncode
