@@ -51,3 +51,13 @@ def test_a_rank_asked_to_be_fresh_is_an_interpreter_of_its_own() -> None:
     assert not isinstance(proc, ZygoteRank)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and out.strip()
+
+
+def test_a_rank_with_an_environment_larger_than_a_socket_message_is_forked_with_all_of_it(tmp_path) -> None:
+    big = "q" * 300_000  # the zygote's request travels as a file, not as one socket message
+    proc = ranks.start_rank(0, 1, ["run", "--skip", "probe", "--json", str(tmp_path / "r.json")],
+                            port=ranks.free_port(), common_env={"BIG_BLOB": big})
+    assert isinstance(proc, ZygoteRank)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, (out[-2000:], err[-2000:])
+    assert (tmp_path / "r.json").exists()

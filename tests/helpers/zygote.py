@@ -32,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -126,16 +127,24 @@ def serve(fd: int) -> None:
         for key, _ in selector.select():
             if key.fileobj is conn:
                 try:
-                    data, fds, _, _ = socket.recv_fds(conn, _MESSAGE, 2)
+                    data, fds, _, _ = socket.recv_fds(conn, _MESSAGE, 3)
                 except OSError:
                     data, fds = b"", []
                 if not data:
                     return  # the test process closed its end: it is gone
+                try:  # the request comes as a file: an environment can be larger than a socket message
+                    with os.fdopen(fds.pop(0), "rb") as request_file:
+                        request = json.loads(request_file.read())
+                except (OSError, ValueError, IndexError) as exc:
+                    for f in fds:
+                        os.close(f)
+                    _send(conn, {"failed": f"{type(exc).__name__}: {exc}"})
+                    continue
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _child(conn, wake_read, json.loads(data), fds)
+                    _child(conn, wake_read, request, fds)
                 for f in fds:
                     os.close(f)
                 _send(conn, {"started": pid})
@@ -192,12 +201,14 @@ class Zygote:
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int) -> int:
         """Fork a rank running `argv` in `env` with these output fds; its pid."""
-        request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}).encode()
-        with self._lock:
-            socket.send_fds(self._conn, [request], [stdout, stderr])
-            reply = self._read(timeout=120, until=lambda m: "started" in m)
-        if reply is None:
-            raise RuntimeError("the test zygote did not fork a rank within 120 s")
+        with tempfile.TemporaryFile() as request:
+            request.write(json.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}).encode())
+            request.seek(0)
+            with self._lock:
+                socket.send_fds(self._conn, [b"fork"], [request.fileno(), stdout, stderr])
+                reply = self._read(timeout=120, until=lambda m: "started" in m or "failed" in m)
+        if reply is None or "failed" in reply:
+            raise RuntimeError(f"the test zygote did not fork a rank: {reply or 'no answer within 120 s'}")
         return int(reply["started"])
 
     def exit_code(self, pid: int, timeout: float | None) -> int | None:
