@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -124,6 +127,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 
 _LOCKS = pytest.StashKey[WorkerLocks | None]()
+# PREFLIGHT_TEST_TIMELINE=FILE: each xdist worker appends one JSON line a test (when it asked for the
+# quiet lock, started, ended), to see where the suite's wall time goes.
+TIMELINE = os.environ.get("PREFLIGHT_TEST_TIMELINE")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the wait is not the test's own (pytest-timeout's)
@@ -136,5 +142,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     locks = config.stash[_LOCKS]
     if locks is None:
         return (yield)
-    with locks.held(item.get_closest_marker("quiet") is not None):
-        return (yield)
+    asked = time.time()
+    with locks.held(item.get_closest_marker("quiet") is not None,
+                    nextitem is not None and nextitem.get_closest_marker("quiet") is not None):
+        started = time.time()
+        try:
+            return (yield)
+        finally:
+            if TIMELINE:  # where a worker's time went: waiting for a quiet test, or running this one
+                with open(TIMELINE, "a") as timeline:
+                    timeline.write(json.dumps({"worker": getattr(config, "workerinput", {}).get("workerid"),
+                                               "test": item.nodeid, "asked": asked, "started": started,
+                                               "ended": time.time()}) + "\n")

@@ -67,6 +67,23 @@ def test_ordinary_tests_hold_the_lock_together(tmp_path: Path) -> None:
     thread.join(30)
 
 
+def test_quiet_tests_one_after_another_keep_the_lock_between_them(tmp_path: Path) -> None:
+    quiet_worker, other = WorkerLocks(tmp_path), WorkerLocks(tmp_path)
+    started = threading.Event()
+
+    def ordinary() -> None:
+        with other.held(quiet=False):
+            started.set()
+
+    with quiet_worker.held(quiet=True, next_quiet=True):
+        thread = _later(ordinary, threading.Event())
+    assert not started.wait(0.5)  # between the two quiet tests: the other worker still waits
+    with quiet_worker.held(quiet=True):  # the next one does not wait for its own lock
+        assert not started.is_set()
+    assert started.wait(30)
+    thread.join(30)
+
+
 def test_no_locks_outside_an_xdist_worker(tmp_path: Path) -> None:
     assert worker_locks(tmp_path / "popen-gw0", None) is None
     assert worker_locks(None, "gw0") is None
