@@ -7,9 +7,10 @@ to on each rank.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
-from preflight.lib.grouping import describe, group_by, minority, short
+from preflight.lib.grouping import all_alike, describe, group_by, minority, short
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
 
@@ -35,6 +36,8 @@ def job_disagreement(job: JobView) -> Iterable[Problem]:
     """
     ranks = job.ranks
     for field_name in _JOB_FIELDS:
+        if all_alike(ranks, operator.attrgetter(f"world.{field_name}")):
+            continue
         groups = group_by(ranks, lambda f, name=field_name: str(getattr(f.world, name)))
         if len(groups) < 2:
             continue

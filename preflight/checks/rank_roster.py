@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 
-from preflight.lib.grouping import group_by
+from preflight.lib.grouping import all_alike, group_by
 from preflight.lib.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
@@ -112,6 +113,8 @@ def world_disagreement(job: JobView) -> Iterable[Problem]:
     """
     ranks = job.ranks
     for field_name in _AGREED_FIELDS:
+        if all_alike(ranks, operator.attrgetter(f"world.{field_name}")):
+            continue
         holders = group_by(ranks, lambda facts, name=field_name: str(getattr(facts.world, name)))
         if len(holders) < 2:
             continue

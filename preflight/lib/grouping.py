@@ -29,6 +29,12 @@ def group_by(ranks: Iterable[RankFacts], key: Callable[[RankFacts], K]) -> dict[
     return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0]))))
 
 
+def all_alike(ranks: Iterable[RankFacts], key: Callable[[RankFacts], Hashable]) -> bool:
+    """Whether key(facts) is one value on every rank: a check that compares a field across ranks
+    skips grouping them when it is (with an operator.attrgetter the pass runs in C)."""
+    return len(set(map(key, ranks))) <= 1
+
+
 def odd_ones(values: Mapping[H, V]) -> tuple[V, dict[H, V]]:
     """The most common value (ties: the larger text) and the keys whose value differs from it."""
     counts = Counter(values.values())
@@ -131,6 +137,16 @@ def by_node(ranks: Iterable[RankFacts]) -> dict[NodeKey, list[RankFacts]]:
     for facts in sorted(ranks, key=lambda f: f.rank):
         nodes[node_key(facts)].append(facts)
     return dict(sorted(nodes.items()))
+
+
+@LastAnswerKept
+def first_per_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
+    """One rank's facts per host (the lowest rank): the ranks of a host share its interfaces, ports and
+    clock (read-only; the last answer is kept: NET005, NET006 and CLK002 ask)."""
+    chosen: dict[str, RankFacts] = {}
+    for facts in sorted(ranks, key=lambda f: f.rank):
+        chosen.setdefault(facts.host, facts)
+    return chosen
 
 
 def shared_host_names(ranks: Iterable[RankFacts]) -> dict[str, list[NodeKey]]:
