@@ -166,7 +166,7 @@ class GpuFacts:
     error: str = ""  # the NVML reads that failed on this device (NO_PERMISSION, GPU_IS_LOST, ...)
 
 
-@dataclass
+@dataclass(slots=True)
 class RankFacts:
     """What one rank saw locally, one typed section per gatherer."""
 
