@@ -152,6 +152,7 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     worlds, versions = _Interned(table.worlds), _Interned(table.versions)
     limits_index: dict[tuple[int, int, int], int] = {}  # SystemLimits but its pid -> index in table.system
     network, gpus, errors = _Interned(table.network), _Interned(table.gpus), _Interned(table.gather_errors)
+    no_errors: dict[str, str] = {}  # every rank whose gatherers all succeeded: one object, found by its id
     health, placement = _Interned(table.health), _Interned(table.placement)
     world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
     cols = table.columns = RankColumns()
@@ -187,7 +188,8 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
         cols.gpus.append(gpus.add(facts.gpus))
         cols.health.append(health.add(facts.health))
         cols.placement.append(placement.add(facts.placement))
-        cols.gather_errors.append(errors.add(facts.gather_errors))
+        # Every gatherer succeeded (almost every rank): its new empty dict is not encoded to find its twin.
+        cols.gather_errors.append(errors.add(facts.gather_errors if facts.gather_errors else no_errors))
         _collect(row, facts.env, table.env_common, env, env_unset, against)
         _collect(row, world.raw, table.raw_common, raw, raw_unset, against_raw)
         if world.expected_hosts:
@@ -297,12 +299,7 @@ def unpack(table: RankTable) -> list[RankFacts]:
     # A row's environment: env_common, shared by every row (a RankEnv: no copy of ~150 variables
     # per rank), and its own values; a row that lacks a common variable gets a dict of its own.
     # Its World's launcher variables the same way, against raw_common.
-    own: list[dict[str, str]] = [{} for _ in range(rows)]
-    own_raw: list[dict[str, str]] = [{} for _ in range(rows)]
-    for into, differing in ((own, cols.env), (own_raw, cols.raw)):
-        for name, column in differing.items():
-            for row, value in _cells(column):
-                into[row][name] = value
+    own, own_raw = _own_values(cols.env, rows), _own_values(cols.raw, rows)
     env: list[Mapping[str, str]] = [RankEnv(table.env_common, values) for values in own]
     raw: list[Mapping[str, str]] = [RankEnv(table.raw_common, values) for values in own_raw]  # the same way
     for into, unset in ((env, cols.env_unset), (raw, cols.raw_unset)):
@@ -312,24 +309,45 @@ def unpack(table: RankTable) -> list[RankFacts]:
                 if not isinstance(values, dict):
                     values = into[row] = dict(values)
                 values.pop(name, None)
+    placements = cols.placement + [len(table.placement)] * (rows - len(cols.placement))  # none before schema 3.1
+    health_default, placement_default = len(table.health), len(table.placement)
+    world_rank, world_host, expected = cols.world_rank, cols.world_host, cols.expected_hosts
     facts = []
-    for row in range(rows):
-        rank, host = cols.rank[row], cols.host[row]
-        world = clone(table.worlds[cols.world[row]], rank=cols.world_rank.get(row, rank),
-                       host=cols.world_host.get(row, host), local_rank=cols.local_rank[row],
-                       node_rank=cols.node_rank[row], raw=raw[row], expected_hosts=cols.expected_hosts.get(row, {}))
-        health = cols.health[row]
-        placement = cols.placement[row] if row < len(cols.placement) else len(table.placement)
+    # A row at a time over the columns together (zip), each World a copy of its shared one (clone:
+    # every field was validated when the table was decoded).
+    for row, (rank, host, world_index, local_rank, node_rank, versions, system, pid, network, gpus, health, placement,
+              errors, row_env, row_raw) in enumerate(zip(
+            cols.rank, cols.host, cols.world, cols.local_rank, cols.node_rank, cols.versions, cols.system, cols.pid,
+            cols.network, cols.gpus, cols.health, placements, cols.gather_errors, env, raw)):
+        world = clone(table.worlds[world_index], rank=world_rank.get(row, rank) if world_rank else rank,
+                      host=world_host.get(row, host) if world_host else host, local_rank=local_rank,
+                      node_rank=node_rank, raw=row_raw, expected_hosts=expected.get(row, {}) if expected else {})
         facts.append(RankFacts(
-            rank=rank, host=host, world=world, env=env[row], versions=table.versions[cols.versions[row]],
-            system=clone(table.system[cols.system[row]], pid=cols.pid[row]),
-            network=table.network[cols.network[row]],
-            gpus=table.gpus[cols.gpus[row]],
-            health=table.health[health] if health < len(table.health) else HealthFacts(),
-            placement=table.placement[placement] if placement < len(table.placement) else PlacementFacts(),
-            gather_errors=table.gather_errors[cols.gather_errors[row]],
+            rank=rank, host=host, world=world, env=row_env, versions=table.versions[versions],
+            system=clone(table.system[system], pid=pid), network=table.network[network], gpus=table.gpus[gpus],
+            health=table.health[health] if health < health_default else HealthFacts(),
+            placement=table.placement[placement] if placement < placement_default else PlacementFacts(),
+            gather_errors=table.gather_errors[errors],
         ))
     return facts
+
+
+def _own_values(differing: dict[str, Column], rows: int) -> list[dict[str, str]]:
+    """Each row's own variables from their columns. The dense columns without a gap (a launcher's
+    per-rank variables: every row differs) are zipped into each row's dict in C; the others are
+    read cell by cell."""
+    whole = {name: column for name, column in differing.items()
+             if isinstance(column, list) and len(column) == rows and None not in column}
+    if whole:
+        names = tuple(whole)
+        own: list[dict[str, str]] = [dict(zip(names, values)) for values in zip(*whole.values())]
+    else:
+        own = [{} for _ in range(rows)]
+    for name, column in differing.items():
+        if name not in whole:
+            for row, value in _cells(column):
+                own[row][name] = value
+    return own
 
 
 def clone(shared: T, **own: object) -> T:
