@@ -59,7 +59,7 @@ from preflight.model.rank_env import RankEnv
 from preflight.model.rank_table import clone
 
 
-@dataclass
+@dataclass(slots=True)  # rank 0 holds one per rank and reads them in passes over all of them
 class RankPayload:
     """What one rank sends to rank 0: its facts and what its local checks found."""
 
