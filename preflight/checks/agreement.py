@@ -35,6 +35,8 @@ def job_disagreement(job: JobView) -> Iterable[Problem]:
     process group would mix processes that do not belong together.
     """
     ranks = job.ranks
+    if all_alike(ranks, operator.attrgetter(*(f"world.{name}" for name in _JOB_FIELDS))):
+        return  # one pass for both (every healthy job)
     for field_name in _JOB_FIELDS:
         if all_alike(ranks, operator.attrgetter(f"world.{field_name}")):
             continue

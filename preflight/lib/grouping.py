@@ -163,7 +163,6 @@ def first_per_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
 def shared_host_names(ranks: Iterable[RankFacts]) -> dict[str, list[NodeKey]]:
     """Host names that more than one node reports (only where the launcher names nodes)."""
     nodes_of: dict[str, set[NodeKey]] = defaultdict(set)
-    for facts in ranks:
-        key = node_key(facts)
+    for key in by_node(ranks):  # its nodes (kept: one key a node, not a node_key per rank)
         nodes_of[key[0]].add(key)
     return {host: sorted(keys) for host, keys in sorted(nodes_of.items()) if len(keys) > 1}
