@@ -87,7 +87,7 @@ class IbCounters:
     counters: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class HealthFacts:
     """GPU and NIC health of one rank: its bound GPU, its host's NCCL ports and their counters."""
 
