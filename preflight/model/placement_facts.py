@@ -64,7 +64,7 @@ class ClockStamp:
     wall: float
 
 
-@dataclass
+@dataclass(slots=True)
 class NicPlacement:
     """One NIC NCCL would use: its NUMA node and the PCIe switch above it (sysfs)."""
 

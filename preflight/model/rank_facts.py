@@ -60,7 +60,7 @@ class Versions:
         return {name: value for name, value in vars(self).items() if value}
 
 
-@dataclass
+@dataclass(slots=True)
 class SystemLimits:
     """Process and host limits that break NCCL transports."""
 
