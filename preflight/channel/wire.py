@@ -74,7 +74,7 @@ class RankPayload:
     outcome_us: list[int] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class _OwnWorld:
     """A rank's own part of its World: the rest (launcher, sizes, rendezvous, decisions, the
     launcher variables that are not per rank) is the same on every rank of a job, in `_Shared`."""
@@ -86,7 +86,7 @@ class _OwnWorld:
     raw: dict[str, str] = field(default_factory=dict)  # the per-rank launcher variables (is_per_rank)
 
 
-@dataclass
+@dataclass(slots=True)
 class _OwnFacts:
     """A rank's own facts: RankFacts less the sections ranks share (those are in `_Shared`)."""
 
@@ -99,7 +99,7 @@ class _OwnFacts:
     gather_errors: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Own:
     """The first document of a payload: what is this rank's own."""
 
