@@ -9,8 +9,11 @@ the exchange linear and rank 0's decode fast:
 - the environment in two parts: `facts.env` holds the variables that are the same on most
   ranks (sorted, so equal environments are equal bytes) and `own_env` those a launcher sets
   per rank (RANK, SLURM_PROCID, ...; preflight.lib.env_drift.is_per_rank);
-- the local checks' outcomes without their durations, which travel apart (`outcome_s`): the
+- the local checks' outcomes without their durations, which travel apart (`outcome_us`): the
   outcomes were 44% of a payload's bytes and differed between ranks only by their durations.
+  The durations are whole microseconds (run_checks rounds them to 1 us where it measures them):
+  most local checks take under 257 us, and Python keeps those ints as shared objects, where each
+  float was an object of its own (131,072 ranks x 49 checks: 6.4M objects rank 0 decoded and held).
   Rank 0 merges them per distinct list (`merged_outcomes`), as the report merges them anyway.
 
 - two JSON documents, a newline between them: first what is the rank's own (`_Own`: its rank,
@@ -56,7 +59,7 @@ from preflight.model.rank_env import RankEnv
 from preflight.model.rank_table import clone
 
 
-@dataclass
+@dataclass(slots=True)  # rank 0 holds one per rank and reads them in passes over all of them
 class RankPayload:
     """What one rank sends to rank 0: its facts and what its local checks found."""
 
@@ -65,12 +68,13 @@ class RankPayload:
     findings: list[Finding] = field(default_factory=list)
     outcomes: list[CheckOutcome] = field(default_factory=list)
     own_env: dict[str, str] = field(default_factory=dict)  # on the wire only: see the module docstring
-    # The outcomes' durations, in order: on the wire the outcomes travel without them (see the
-    # module docstring); as rank 0 reads them, `outcomes` is shared by the ranks that sent the same list.
-    outcome_s: list[float] = field(default_factory=list)
+    # The outcomes' durations in microseconds, in order: on the wire the outcomes travel without
+    # them (see the module docstring); as rank 0 reads them, `outcomes` is shared by the ranks that
+    # sent the same list.
+    outcome_us: list[int] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class _OwnWorld:
     """A rank's own part of its World: the rest (launcher, sizes, rendezvous, decisions, the
     launcher variables that are not per rank) is the same on every rank of a job, in `_Shared`."""
@@ -82,7 +86,7 @@ class _OwnWorld:
     raw: dict[str, str] = field(default_factory=dict)  # the per-rank launcher variables (is_per_rank)
 
 
-@dataclass
+@dataclass(slots=True)
 class _OwnFacts:
     """A rank's own facts: RankFacts less the sections ranks share (those are in `_Shared`)."""
 
@@ -95,7 +99,7 @@ class _OwnFacts:
     gather_errors: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Own:
     """The first document of a payload: what is this rank's own."""
 
@@ -103,7 +107,7 @@ class _Own:
     facts: _OwnFacts
     findings: list[Finding] = field(default_factory=list)
     own_env: dict[str, str] = field(default_factory=dict)
-    outcome_s: list[float] = field(default_factory=list)
+    outcome_us: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -115,7 +119,7 @@ class _Shared:
     versions: Versions
     network: NetworkFacts
     gpus: list[GpuFacts]
-    outcomes: list[CheckOutcome]  # durations zeroed: they travel in `_Own.outcome_s`
+    outcomes: list[CheckOutcome]  # durations zeroed: they travel in `_Own.outcome_us`
 
 
 @dataclass
@@ -148,7 +152,7 @@ def to_wire(payload: RankPayload) -> bytes:
     shared_world = dataclasses.replace(world, rank=0, local_rank=0, node_rank=0, host="",
                                        raw=dict(sorted((k, v) for k, v in world.raw.items() if not is_per_rank(k))))
     own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env,
-               outcome_s=[o.duration_s for o in payload.outcomes],
+               outcome_us=[round(o.duration_s * 1e6) for o in payload.outcomes],
                facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
                                health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors))
     shared = _Shared(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
@@ -221,8 +225,8 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
     env, world, versions, network, gpus, outcomes = shared.sections(data, cut + 1)
     facts, mine = own.facts, own.facts.world
     try:
-        if len(own.outcome_s) != len(outcomes):
-            raise BadPayload(f"{len(own.outcome_s)} check durations for {len(outcomes)} check outcomes")
+        if len(own.outcome_us) != len(outcomes):
+            raise BadPayload(f"{len(own.outcome_us)} check durations for {len(outcomes)} check outcomes")
         # The job's World with this rank's own fields: a copy without re-running __init__ (every
         # field was validated as it was decoded), its launcher variables the shared ones and its own.
         world = clone(world, rank=mine.rank, local_rank=mine.local_rank, node_rank=mine.node_rank, host=mine.host,
@@ -233,7 +237,7 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
                             env=RankEnv(env, own.own_env),  # the shared part not copied per rank
                             versions=versions, system=facts.system, network=network, gpus=gpus,
                             health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors),
-            findings=own.findings, outcomes=outcomes, outcome_s=own.outcome_s,
+            findings=own.findings, outcomes=outcomes, outcome_us=own.outcome_us,
         )
     except (TypeError, ValueError) as exc:
         raise BadPayload(str(exc)[:300]) from None
@@ -248,19 +252,19 @@ def merged_outcomes(payloads: Iterable[RankPayload]) -> list[CheckOutcome]:
     groups: dict[int, tuple[list[CheckOutcome], list[list[float]]]] = {}
     loose: list[CheckOutcome] = []
     for payload in payloads:
-        if len(payload.outcome_s) != len(payload.outcomes):
+        if len(payload.outcome_us) != len(payload.outcomes):
             loose += payload.outcomes
             continue
         group = groups.get(id(payload.outcomes))
         if group is None:
-            groups[id(payload.outcomes)] = (payload.outcomes, [payload.outcome_s])
+            groups[id(payload.outcomes)] = (payload.outcomes, [payload.outcome_us])
         else:
-            group[1].append(payload.outcome_s)
-    return loose + [dataclasses.replace(o, duration_s=s) for outcomes, durations in groups.values()
-                    for o, s in zip(outcomes, _longest(durations), strict=True)]
+            group[1].append(payload.outcome_us)
+    return loose + [dataclasses.replace(o, duration_s=us / 1e6) for outcomes, durations in groups.values()
+                    for o, us in zip(outcomes, _longest(durations), strict=True)]
 
 
-def _longest(durations: list[list[float]]) -> list[float]:
+def _longest(durations: list[list[int]]) -> list[int]:
     """Each check's longest duration over these ranks' lists (of one length): max over a few
     thousand lists at a time in C, not a Python call per rank (131,072 x 49 checks: 0.4 s)."""
     longest = durations[0]

@@ -7,9 +7,10 @@ to on each rank.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
-from preflight.lib.grouping import describe, group_by, minority, short
+from preflight.lib.grouping import all_alike, describe, group_by, minority, short
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
 
@@ -34,7 +35,11 @@ def job_disagreement(job: JobView) -> Iterable[Problem]:
     process group would mix processes that do not belong together.
     """
     ranks = job.ranks
+    if all_alike(ranks, operator.attrgetter(*(f"world.{name}" for name in _JOB_FIELDS))):
+        return  # one pass for both (every healthy job)
     for field_name in _JOB_FIELDS:
+        if all_alike(ranks, operator.attrgetter(f"world.{field_name}")):
+            continue
         groups = group_by(ranks, lambda f, name=field_name: str(getattr(f.world, name)))
         if len(groups) < 2:
             continue

@@ -51,10 +51,11 @@ def build_differs(job: JobView) -> Iterable[Problem]:
     differs from the most common one under the same version are named with the files that differ.
     """
     ranks = job.ranks
-    builds = {facts.rank: _builds(facts) for facts in ranks}
+    # Only a node's local rank 0 fingerprints (steps/gather/build.py): the others have no distributions.
+    builds = {facts.rank: _builds(facts) for facts in ranks if facts.placement.build.dists}
     names = sorted({name for table in builds.values() for name in table})
     for name in names:
-        having = [f for f in ranks if name in builds[f.rank]]
+        having = [f for f in ranks if name in builds.get(f.rank, ())]
         for version, same_version in group_by(having, lambda f, n=name: builds[f.rank][n].version).items():
             yield from _one_version(name, version, same_version, builds, ranks)
 

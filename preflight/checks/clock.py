@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from preflight.lib.grouping import first_per_host
 from preflight.lib.hostlist import host_ranges
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
@@ -71,9 +72,7 @@ def clock_not_kept(job: JobView) -> Iterable[Problem]:
     Read with adjtimex(2) (the kernel's own flag, set by whichever daemon disciplines the clock);
     where no host is synchronised the job's hosts are alike and nothing is said.
     """
-    hosts: dict[str, bool | None] = {}
-    for facts in job.ranks:
-        hosts.setdefault(facts.host, facts.placement.clock.synchronised)
+    hosts = {host: facts.placement.clock.synchronised for host, facts in first_per_host(job.ranks).items()}
     unsynced = sorted(h for h, synced in hosts.items() if synced is False)
     if unsynced and any(synced for synced in hosts.values()):
         yield Problem(f"clock not synchronised on {host_ranges(unsynced)}, while it is on "

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from preflight.checks.gpu_health import NO_DRIVER
-from preflight.lib.grouping import odd_ones
+from preflight.lib.grouping import LastAnswerKept, odd_ones
 from preflight.model import GpuFacts, RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
 
@@ -27,7 +27,13 @@ def _hosts(ranks: Sequence[RankFacts]) -> dict[str, list[RankFacts]]:
 
 def needs_nvml_somewhere(job: JobView) -> str | None:
     """These cross checks compare what NVML read: skipped when no rank could read it."""
-    return None if any(facts.health.nvml == "ok" for facts in job.ranks) else NO_DRIVER
+    return None if _nvml_somewhere(job.ranks) else NO_DRIVER
+
+
+@LastAnswerKept
+def _nvml_somewhere(ranks: Sequence[RankFacts]) -> bool:
+    """Whether any rank read NVML (kept: four checks ask it of the job's ranks, a pass each)."""
+    return any(facts.health.nvml == "ok" for facts in ranks)
 
 
 def _bound_gpu(facts: RankFacts) -> GpuFacts | None:

@@ -38,6 +38,8 @@ def duplicate_local_rank(job: JobView) -> Iterable[Problem]:
     ranks = job.ranks
     clashes = []
     for node, members in by_node(ranks).items():
+        if len({f.world.local_rank for f in members}) == len(members):
+            continue  # each its own (every healthy node): no grouping
         for local_rank, holders in group_by(members, lambda f: f.world.local_rank).items():
             if len(holders) > 1:
                 clashes.append((node_label(node), local_rank, holders))

@@ -9,11 +9,11 @@ reports as RUN005; these checks then stay silent rather than guess.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from preflight.lib.grouping import odd_ones
+from preflight.lib.grouping import first_per_host, odd_ones
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check
 
@@ -80,14 +80,6 @@ def master_addr_unresolved(facts: RankFacts, ctx: CheckContext) -> Iterable[Prob
                       **_where(facts), data=asdict(resolved))
 
 
-def _by_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
-    """One rank's facts per host (the lowest rank): hosts share interfaces and ports."""
-    chosen: dict[str, RankFacts] = {}
-    for facts in sorted(ranks, key=lambda f: f.rank):
-        chosen.setdefault(facts.host, facts)
-    return chosen
-
-
 def _loopback(facts: RankFacts, known: dict[tuple[str, ...], bool]) -> bool:
     """Whether every address MASTER_ADDR resolved to on this rank is a loopback one; `known` holds the
     answer per list of addresses (the whole job has one or a few: 131,072 parses cost 0.3 s)."""
@@ -138,7 +130,7 @@ def mtu_differs(job: JobView) -> Iterable[Problem]:
     """The chosen interface's MTU differs across hosts; mismatched MTUs drop or fragment large packets."""
     ranks = job.ranks
     mtus = {host: facts.network.chosen_interface.mtu
-            for host, facts in _by_host(ranks).items() if facts.network.chosen_interface}
+            for host, facts in first_per_host(ranks).items() if facts.network.chosen_interface}
     mtus = {h: m for h, m in mtus.items() if m}
     if len(mtus) < 2:
         return

@@ -9,11 +9,12 @@ again after the probes (preflight/steps/recheck.py): an increase during the run 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from preflight.lib.grouping import odd_ones
+from preflight.lib.grouping import first_per_host, odd_ones
 from preflight.model import IbPort, RankFacts, Severity
 from preflight.model.health_facts import port_key
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check, engine_check
@@ -35,9 +36,12 @@ def has_rdma_ports(facts: RankFacts, ctx: CheckContext) -> str | None:
     return None if facts.network.ib_ports else NO_RDMA
 
 
+_IB_PORTS = operator.attrgetter("network.ib_ports")
+
+
 def rdma_ports_somewhere(job: JobView) -> str | None:
     """NET005 compares ports across hosts: skipped when no host has one."""
-    return None if any(facts.network.ib_ports for facts in job.ranks) else NO_RDMA
+    return None if any(map(_IB_PORTS, job.ranks)) else NO_RDMA
 
 
 def nccl_ib_ports(facts: RankFacts) -> list[IbPort]:
@@ -75,14 +79,6 @@ def ib_port_not_active(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
         )
 
 
-def _by_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
-    """One rank's facts per host (the lowest rank): hosts share their ports."""
-    chosen: dict[str, RankFacts] = {}
-    for facts in sorted(ranks, key=lambda f: f.rank):
-        chosen.setdefault(facts.host, facts)
-    return chosen
-
-
 @check(
     "NET005",
     tag=Tags.NIC,
@@ -98,7 +94,7 @@ def ib_rates_differ(job: JobView) -> Iterable[Problem]:
     The slowest link sets the pace of every collective: one degraded port costs 5-30% of a
     job's throughput.
     """
-    hosts = _by_host(job.ranks)
+    hosts = first_per_host(job.ranks)
     for host, facts in sorted(hosts.items()):
         ports = [p for p in nccl_ib_ports(facts) if p.rate_gbps]
         best = max((p.rate_gbps or 0 for p in ports), default=0)

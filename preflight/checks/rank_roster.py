@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 
-from preflight.lib.grouping import group_by
+from preflight.lib.grouping import all_alike, group_by
 from preflight.lib.hostlist import host_ranges, rank_ranges
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
@@ -19,6 +20,8 @@ def _expected_hosts(missing: Sequence[int], ranks: Sequence[RankFacts]) -> dict[
     for facts in ranks:
         for rank, host in facts.world.expected_hosts.items():
             layout.setdefault(rank, host)
+    if all(layout.get(rank) for rank in missing):  # Slurm: rank 0's layout places every rank
+        return {rank: layout[rank] for rank in missing}
     blocks: dict[tuple[int, int], tuple[int, str]] = {}  # (local size, node block) -> (first index, host)
     for index, facts in enumerate(ranks):
         local = facts.world.local_world_size
@@ -111,7 +114,11 @@ def world_disagreement(job: JobView) -> Iterable[Problem]:
     job. The finding names the value most ranks hold and the ranks that hold another one.
     """
     ranks = job.ranks
+    if all_alike(ranks, operator.attrgetter(*(f"world.{name}" for name in _AGREED_FIELDS))):
+        return  # one pass for the three (every healthy job)
     for field_name in _AGREED_FIELDS:
+        if all_alike(ranks, operator.attrgetter(f"world.{field_name}")):
+            continue
         holders = group_by(ranks, lambda facts, name=field_name: str(getattr(facts.world, name)))
         if len(holders) < 2:
             continue

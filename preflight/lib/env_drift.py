@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from preflight.lib.grouping import LastAnswerKept, group_by
+from preflight.lib.grouping import LastAnswerKept, grouped
 from preflight.lib.secrets import REDACTED, is_redacted
 from preflight.model import RankFacts
 from preflight.model.rank_env import shared_of
@@ -94,10 +94,16 @@ def drifting(ranks: Sequence[RankFacts]) -> dict[str, dict[str | None, list[Rank
             candidates.update(name for name, _ in shared.items() ^ reference)
     result = {}
     for name in sorted(n for n in candidates if not is_per_rank(n)):
-        comparable = [f for f in ranks if f.env.get(name) != REDACTED]
-        values = {f.env.get(name) for f in comparable}
-        if len(values) > 1:
-            result[name] = _group(comparable, name)
+        values = [f.env.get(name) for f in ranks]  # each rank's value read once (a RankEnv's get is Python)
+        distinct = set(values)
+        distinct.discard(REDACTED)
+        if len(distinct) < 2:
+            continue
+        if REDACTED in values:
+            kept = [(f, v) for f, v in zip(ranks, values) if v != REDACTED]
+            result[name] = grouped([f for f, _ in kept], [v for _, v in kept])
+        else:
+            result[name] = grouped(ranks, values)
     return result
 
 
@@ -105,8 +111,3 @@ def secret_numbers(values: Sequence[str | None]) -> dict[str, int]:
     """Number the distinct redacted values 1..n, so groups can be told apart without digests."""
     secrets = sorted(v for v in set(values) if v is not None and is_redacted(v))
     return {value: index + 1 for index, value in enumerate(secrets)}
-
-
-def _group(ranks: Sequence[RankFacts], name: str) -> dict[str | None, list[RankFacts]]:
-    """Ranks by their value of `name`, largest group first (ties: by value text)."""
-    return group_by(ranks, lambda facts: facts.env.get(name))

@@ -8,6 +8,7 @@ ranks, where a value does not cover whole hosts). Imported by check modules only
 from __future__ import annotations
 
 import functools
+import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
@@ -23,10 +24,23 @@ R = TypeVar("R")
 
 def group_by(ranks: Iterable[RankFacts], key: Callable[[RankFacts], K]) -> dict[K, list[RankFacts]]:
     """Ranks grouped by key(facts), largest group first (ties: by key text)."""
+    ranks = ranks if isinstance(ranks, Sequence) else list(ranks)
+    return grouped(ranks, map(key, ranks))
+
+
+def grouped(ranks: Iterable[RankFacts], keys: Iterable[K]) -> dict[K, list[RankFacts]]:
+    """Ranks grouped by their keys (given in the same order), largest group first (ties: by key text):
+    group_by for keys a caller already read."""
     groups: dict[K, list[RankFacts]] = defaultdict(list)
-    for facts in ranks:
-        groups[key(facts)].append(facts)
+    for facts, value in zip(ranks, keys, strict=True):
+        groups[value].append(facts)
     return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0]))))
+
+
+def all_alike(ranks: Iterable[RankFacts], key: Callable[[RankFacts], Hashable]) -> bool:
+    """Whether key(facts) is one value on every rank: a check that compares a field across ranks
+    skips grouping them when it is (with an operator.attrgetter the pass runs in C)."""
+    return len(set(map(key, ranks))) <= 1
 
 
 def odd_ones(values: Mapping[H, V]) -> tuple[V, dict[H, V]]:
@@ -84,6 +98,9 @@ def short(value: str, limit: int = 32) -> str:
 NodeKey = tuple[str, int]  # (host, node rank); node rank -1 where the launcher does not name nodes
 
 
+_RANK = operator.attrgetter("rank")  # a rank's number, read in C (sorted's key: no Python call per rank)
+
+
 def node_key(facts: RankFacts) -> NodeKey:
     """Which node a rank runs on: its host, and the node rank where the launcher names one.
 
@@ -128,15 +145,24 @@ def by_node(ranks: Iterable[RankFacts]) -> dict[NodeKey, list[RankFacts]]:
     """Ranks grouped by node_key, in rank order within a node, nodes in key order (read-only; the
     last answer is kept: four cross checks group the job's ranks by node)."""
     nodes: dict[NodeKey, list[RankFacts]] = defaultdict(list)
-    for facts in sorted(ranks, key=lambda f: f.rank):
+    for facts in sorted(ranks, key=_RANK):
         nodes[node_key(facts)].append(facts)
     return dict(sorted(nodes.items()))
+
+
+@LastAnswerKept
+def first_per_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
+    """One rank's facts per host (the lowest rank): the ranks of a host share its interfaces, ports and
+    clock (read-only; the last answer is kept: NET005, NET006 and CLK002 ask)."""
+    chosen: dict[str, RankFacts] = {}
+    for facts in sorted(ranks, key=_RANK):
+        chosen.setdefault(facts.host, facts)
+    return chosen
 
 
 def shared_host_names(ranks: Iterable[RankFacts]) -> dict[str, list[NodeKey]]:
     """Host names that more than one node reports (only where the launcher names nodes)."""
     nodes_of: dict[str, set[NodeKey]] = defaultdict(set)
-    for facts in ranks:
-        key = node_key(facts)
+    for key in by_node(ranks):  # its nodes (kept: one key a node, not a node_key per rank)
         nodes_of[key[0]].add(key)
     return {host: sorted(keys) for host, keys in sorted(nodes_of.items()) if len(keys) > 1}

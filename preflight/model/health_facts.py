@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class NvLinkHealth:
     """One NVLink of a GPU: its state and the data-link error counters NVML keeps."""
 
@@ -24,7 +24,7 @@ class NvLinkHealth:
     crc_data: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class GpuProcess:
     """A process NVML sees on a GPU (a compute context)."""
 
@@ -33,7 +33,7 @@ class GpuProcess:
     used_bytes: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class GpuHealth:
     """One GPU's health reads, for the device this rank is bound to."""
 
@@ -78,7 +78,7 @@ def port_key(device: str, port: int | str) -> str:
     return f"{device}/{port}"
 
 
-@dataclass
+@dataclass(slots=True)
 class IbCounters:
     """The error counters of one RDMA port under `ports/N/counters`, read once."""
 
@@ -87,7 +87,7 @@ class IbCounters:
     counters: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class HealthFacts:
     """GPU and NIC health of one rank: its bound GPU, its host's NCCL ports and their counters."""
 

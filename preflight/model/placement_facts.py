@@ -34,7 +34,7 @@ SMALL_RECORD = 200  # files: a RECORD this small travels whole (~12 KB at most)
 BUCKETS = 64
 
 
-@dataclass
+@dataclass(slots=True)
 class BuildFacts:
     """This node's fingerprint of the distributions that matter, and the container it runs in (filled on
     each node's local rank 0 only; empty on the others)."""
@@ -44,7 +44,7 @@ class BuildFacts:
     container: str = ""  # e.g. "apptainer:/path/image.sif", "docker", "podman:image=...", "" : none visible
 
 
-@dataclass
+@dataclass(slots=True)
 class ClockFacts:
     """This host's wall clock against rank 0's, from store round trips during the exchange."""
 
@@ -64,7 +64,7 @@ class ClockStamp:
     wall: float
 
 
-@dataclass
+@dataclass(slots=True)
 class NicPlacement:
     """One NIC NCCL would use: its NUMA node and the PCIe switch above it (sysfs)."""
 
@@ -74,7 +74,7 @@ class NicPlacement:
     chosen_by: str = ""  # NCCL_IB_HCA=..., NCCL_SOCKET_IFNAME=..., "every RDMA port"
 
 
-@dataclass
+@dataclass(slots=True)
 class AffinityFacts:
     """This rank's allowed CPUs, its GPU's NUMA node and PCIe path, and the NICs NCCL would use."""
 
@@ -88,7 +88,7 @@ class AffinityFacts:
     torchrun_numa_binding: bool = False  # this torch's torchrun has --numa-binding (torch.numa)
 
 
-@dataclass
+@dataclass(slots=True)
 class PlacementFacts:
     """The three parts, each filled by its own gatherer."""
 

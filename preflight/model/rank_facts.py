@@ -60,7 +60,7 @@ class Versions:
         return {name: value for name, value in vars(self).items() if value}
 
 
-@dataclass
+@dataclass(slots=True)
 class SystemLimits:
     """Process and host limits that break NCCL transports."""
 
@@ -81,7 +81,7 @@ class Interface:
     addresses: list[str] = field(default_factory=list)  # IPv4 and IPv6, without %scope
 
 
-@dataclass
+@dataclass(slots=True)
 class IbPort:
     """One InfiniBand / RoCE port under <sysfs>/class/infiniband/<device>/ports/<port>."""
 
@@ -97,7 +97,7 @@ class IbPort:
     netdevs: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class ChosenInterface:
     """The interface NCCL/Gloo sockets will use on this rank, and why that one."""
 
@@ -108,7 +108,7 @@ class ChosenInterface:
     mtu: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class MasterAddrResolution:
     """What MASTER_ADDR resolved to on this rank."""
 
@@ -151,7 +151,7 @@ class NetworkFacts:
     master_port: MasterPortState | None = None  # only on the rank that hosts the store
 
 
-@dataclass
+@dataclass(slots=True)
 class GpuFacts:
     """One GPU as NVML sees it."""
 
@@ -166,7 +166,7 @@ class GpuFacts:
     error: str = ""  # the NVML reads that failed on this device (NO_PERMISSION, GPU_IS_LOST, ...)
 
 
-@dataclass
+@dataclass(slots=True)
 class RankFacts:
     """What one rank saw locally, one typed section per gatherer."""
 

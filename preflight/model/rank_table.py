@@ -18,6 +18,8 @@ of numbers or strings decodes in C. `unpack` still reads schema 2's `ranks` rows
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,13 +28,14 @@ from typing import TypeVar
 from preflight.model.codec import encode
 from preflight.model.health_facts import HealthFacts
 from preflight.model.placement_facts import PlacementFacts
-from preflight.model.rank_env import RankEnv, shared_of
+from preflight.model.rank_env import RankEnv
 from preflight.model.rank_facts import GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
 
 # The World fields most ranks share (all but rank, local_rank, node_rank, host, raw, expected_hosts);
 # decisions last. A field added to World must be named here or in PackedRank (the round-trip test).
 _WORLD_SHARED = ("launcher", "world_size", "local_world_size", "num_nodes", "master_addr", "master_port", "job_id",
                  "run_id", "restart_count", "use_agent_store", "node_rank_given", "decisions")
+_LIMITS_SHARED = ("cpu_count", "memlock_bytes", "shm_bytes")  # SystemLimits but its pid (every rank's own)
 T = TypeVar("T")
 _SAMPLE = 64  # ranks sampled to choose the common values (only the table's size depends on them)
 
@@ -150,8 +153,9 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     """The table of `ranks`; O(N) in ranks (each section is encoded once to find its twin)."""
     table = RankTable(env_common=_common([f.env for f in ranks]), raw_common=_common([f.world.raw for f in ranks]))
     worlds, versions = _Interned(table.worlds), _Interned(table.versions)
-    limits_index: dict[tuple[int, int, int], int] = {}  # SystemLimits but its pid -> index in table.system
+    limits_index: dict[tuple, int] = {}  # SystemLimits but its pid -> index in table.system
     network, gpus, errors = _Interned(table.network), _Interned(table.gpus), _Interned(table.gather_errors)
+    no_errors: dict[str, str] = {}  # every rank whose gatherers all succeeded: one object, found by its id
     health, placement = _Interned(table.health), _Interned(table.placement)
     world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
     cols = table.columns = RankColumns()
@@ -161,40 +165,55 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     env_unset: dict[str, list[int]] = {}
     raw: dict[str, tuple[list[int] | None, list[str]]] = {}
     raw_unset: dict[str, list[int]] = {}
-    against: dict[int, tuple[list[tuple[str, str]], list[str]]] = {}  # see _collect
-    against_raw: dict[int, tuple[list[tuple[str, str]], list[str]]] = {}
+    against: dict[int, tuple[list[tuple[str, str]], list[str], frozenset[str]]] = {}  # see _collect
+    against_raw: dict[int, tuple[list[tuple[str, str]], list[str], frozenset[str]]] = {}
+    # One pass, each rank's objects read once while they are in cache (at 131,072 ranks every
+    # pass over them costs its memory reads); the appends and lookups bound once, outside it.
+    world_key, limits_key = operator.attrgetter(*_WORLD_SHARED[:-1]), operator.attrgetter(*_LIMITS_SHARED)
+    add_version, add_network, add_gpus = versions.add, network.add, gpus.add
+    add_health, add_placement, add_errors = health.add, placement.add, errors.add
+    rank_col, host_col, world_col, local_col, node_col = (cols.rank.append, cols.host.append, cols.world.append,
+                                                          cols.local_rank.append, cols.node_rank.append)
+    versions_col, system_col, pid_col, network_col, gpus_col = (cols.versions.append, cols.system.append,
+                                                                cols.pid.append, cols.network.append,
+                                                                cols.gpus.append)
+    health_col, placement_col, errors_col = cols.health.append, cols.placement.append, cols.gather_errors.append
+    env_common, raw_common = table.env_common, table.raw_common
     for row, facts in enumerate(ranks):
         world = facts.world
-        key = tuple(getattr(world, name) for name in _WORLD_SHARED)
-        key = (*key[:-1], tuple(key[-1]))  # decisions, a list, hashable
-        if key not in world_index:
-            world_index[key] = worlds.add(dataclasses.replace(
+        key = (world_key(world), tuple(world.decisions))  # decisions, a list: hashable as a tuple
+        index = world_index.get(key)
+        if index is None:
+            index = world_index[key] = worlds.add(dataclasses.replace(
                 world, rank=0, local_rank=0, node_rank=0, host="", raw={}, expected_hosts={}))
-        cols.rank.append(facts.rank)
-        cols.host.append(facts.host)
-        cols.world.append(world_index[key])
-        cols.local_rank.append(world.local_rank)
-        cols.node_rank.append(world.node_rank)
-        cols.versions.append(versions.add(facts.versions))
+        rank, host = facts.rank, facts.host
+        rank_col(rank)
+        host_col(host)
+        world_col(index)
+        local_col(world.local_rank)
+        node_col(world.node_rank)
+        versions_col(add_version(facts.versions))
         limits = facts.system
-        shared = (limits.cpu_count, limits.memlock_bytes, limits.shm_bytes)
-        if shared not in limits_index:
-            limits_index[shared] = len(table.system)
+        shared = limits_key(limits)
+        index = limits_index.get(shared)
+        if index is None:
+            index = limits_index[shared] = len(table.system)
             table.system.append(dataclasses.replace(limits, pid=0))
-        cols.system.append(limits_index[shared])
-        cols.pid.append(limits.pid)
-        cols.network.append(network.add(facts.network))
-        cols.gpus.append(gpus.add(facts.gpus))
-        cols.health.append(health.add(facts.health))
-        cols.placement.append(placement.add(facts.placement))
-        cols.gather_errors.append(errors.add(facts.gather_errors))
-        _collect(row, facts.env, table.env_common, env, env_unset, against)
-        _collect(row, world.raw, table.raw_common, raw, raw_unset, against_raw)
+        system_col(index)
+        pid_col(limits.pid)
+        network_col(add_network(facts.network))
+        gpus_col(add_gpus(facts.gpus))
+        health_col(add_health(facts.health))
+        placement_col(add_placement(facts.placement))
+        # Every gatherer succeeded (almost every rank): its new empty dict is not encoded to find its twin.
+        errors_col(add_errors(facts.gather_errors or no_errors))
+        _collect(row, facts.env, env_common, env, env_unset, against)
+        _collect(row, world.raw, raw_common, raw, raw_unset, against_raw)
         if world.expected_hosts:
             cols.expected_hosts[row] = world.expected_hosts
-        if world.rank != facts.rank:
+        if world.rank != rank:
             cols.world_rank[row] = world.rank
-        if world.host != facts.host:
+        if world.host != host:
             cols.world_host[row] = world.host
     rows = len(ranks)
     cols.env, cols.env_unset = {name: _column(*_cells_of(env, name), rows) for name in sorted(env)}, env_unset
@@ -204,25 +223,28 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
 
 def _collect(row: int, values: Mapping[str, str], common: dict[str, str],
              differing: dict[str, tuple[list[int] | None, list[str]]], unset: dict[str, list[int]],
-             against: dict[int, tuple[list[tuple[str, str]], list[str]]] | None = None) -> None:
+             against: dict[int, tuple[list[tuple[str, str]], list[str], frozenset[str]]] | None = None) -> None:
     """Note, per variable, this row's value where it is not the common one, and the common variables it lacks.
 
     A RankEnv's shared part is compared with `common` once (kept in `against` by the shared dict's
     id: it lives as long as the ranks being packed); per row only its own variables are."""
-    shared, own = shared_of(values)
-    if shared is not None and against is not None:
+    if against is not None and type(values) is RankEnv:
+        shared, own = values.shared, values.own
         known = against.get(id(shared))
         if known is None:
+            lacks = [name for name in common if name not in shared]
             known = against[id(shared)] = (
-                [(name, value) for name, value in shared.items() if common.get(name) != value],
-                [name for name in common if name not in shared])
-        shared_differing, shared_lacking = known
+                [(name, value) for name, value in shared.items() if common.get(name) != value], lacks, frozenset(lacks))
+        shared_differing, shared_lacking, lacking_set = known
         items: Iterable[tuple[str, str]] = own.items()
         if shared_differing:
             items = [*(item for item in shared_differing if item[0] not in own), *items]
-        lacking = [name for name in shared_lacking if name not in own]
+        # The common variables the shared part lacks are most often the rank's own (a launcher's
+        # per-rank variables that happen to agree): one set comparison, not a test per name.
+        lacking = None if lacking_set <= own.keys() else [name for name in shared_lacking if name not in own]
+        plain = False
     else:
-        items, lacking = values.items(), None
+        items, lacking, plain = values.items(), None, True
     for name, value in items:
         if common.get(name) != value:
             cells = differing.get(name)
@@ -238,7 +260,7 @@ def _collect(row: int, values: Mapping[str, str], common: dict[str, str],
     if lacking is not None:
         for name in lacking:
             unset.setdefault(name, []).append(row)
-    elif len(values) < len(common) or not common.keys() <= values.keys():
+    elif plain and (len(values) < len(common) or not common.keys() <= values.keys()):
         for name in common:
             if name not in values:
                 unset.setdefault(name, []).append(row)
@@ -297,12 +319,7 @@ def unpack(table: RankTable) -> list[RankFacts]:
     # A row's environment: env_common, shared by every row (a RankEnv: no copy of ~150 variables
     # per rank), and its own values; a row that lacks a common variable gets a dict of its own.
     # Its World's launcher variables the same way, against raw_common.
-    own: list[dict[str, str]] = [{} for _ in range(rows)]
-    own_raw: list[dict[str, str]] = [{} for _ in range(rows)]
-    for into, differing in ((own, cols.env), (own_raw, cols.raw)):
-        for name, column in differing.items():
-            for row, value in _cells(column):
-                into[row][name] = value
+    own, own_raw = _own_values(cols.env, rows), _own_values(cols.raw, rows)
     env: list[Mapping[str, str]] = [RankEnv(table.env_common, values) for values in own]
     raw: list[Mapping[str, str]] = [RankEnv(table.raw_common, values) for values in own_raw]  # the same way
     for into, unset in ((env, cols.env_unset), (raw, cols.raw_unset)):
@@ -312,33 +329,65 @@ def unpack(table: RankTable) -> list[RankFacts]:
                 if not isinstance(values, dict):
                     values = into[row] = dict(values)
                 values.pop(name, None)
+    placements = cols.placement + [len(table.placement)] * (rows - len(cols.placement))  # none before schema 3.1
+    health_default, placement_default = len(table.health), len(table.placement)
+    world_rank, world_host, expected = cols.world_rank, cols.world_host, cols.expected_hosts
     facts = []
-    for row in range(rows):
-        rank, host = cols.rank[row], cols.host[row]
-        world = clone(table.worlds[cols.world[row]], rank=cols.world_rank.get(row, rank),
-                       host=cols.world_host.get(row, host), local_rank=cols.local_rank[row],
-                       node_rank=cols.node_rank[row], raw=raw[row], expected_hosts=cols.expected_hosts.get(row, {}))
-        health = cols.health[row]
-        placement = cols.placement[row] if row < len(cols.placement) else len(table.placement)
+    # A row at a time over the columns together (zip), each World a copy of its shared one (clone:
+    # every field was validated when the table was decoded).
+    for row, (rank, host, world_index, local_rank, node_rank, versions, system, pid, network, gpus, health, placement,
+              errors, row_env, row_raw) in enumerate(zip(
+            cols.rank, cols.host, cols.world, cols.local_rank, cols.node_rank, cols.versions, cols.system, cols.pid,
+            cols.network, cols.gpus, cols.health, placements, cols.gather_errors, env, raw)):
+        world = clone(table.worlds[world_index], rank=world_rank.get(row, rank) if world_rank else rank,
+                      host=world_host.get(row, host) if world_host else host, local_rank=local_rank,
+                      node_rank=node_rank, raw=row_raw, expected_hosts=expected.get(row, {}) if expected else {})
         facts.append(RankFacts(
-            rank=rank, host=host, world=world, env=env[row], versions=table.versions[cols.versions[row]],
-            system=clone(table.system[cols.system[row]], pid=cols.pid[row]),
-            network=table.network[cols.network[row]],
-            gpus=table.gpus[cols.gpus[row]],
-            health=table.health[health] if health < len(table.health) else HealthFacts(),
-            placement=table.placement[placement] if placement < len(table.placement) else PlacementFacts(),
-            gather_errors=table.gather_errors[cols.gather_errors[row]],
+            rank=rank, host=host, world=world, env=row_env, versions=table.versions[versions],
+            system=clone(table.system[system], pid=pid), network=table.network[network], gpus=table.gpus[gpus],
+            health=table.health[health] if health < health_default else HealthFacts(),
+            placement=table.placement[placement] if placement < placement_default else PlacementFacts(),
+            gather_errors=table.gather_errors[errors],
         ))
     return facts
+
+
+def _own_values(differing: dict[str, Column], rows: int) -> list[dict[str, str]]:
+    """Each row's own variables from their columns. The dense columns without a gap (a launcher's
+    per-rank variables: every row differs) are zipped into each row's dict in C; the others are
+    read cell by cell."""
+    whole = {name: column for name, column in differing.items()
+             if isinstance(column, list) and len(column) == rows and None not in column}
+    if whole:
+        names = tuple(whole)
+        own: list[dict[str, str]] = [dict(zip(names, values)) for values in zip(*whole.values())]
+    else:
+        own = [{} for _ in range(rows)]
+    for name, column in differing.items():
+        if name not in whole:
+            for row, value in _cells(column):
+                own[row][name] = value
+    return own
 
 
 def clone(shared: T, **own: object) -> T:
     """A copy of a shared section with this rank's own fields (dataclasses.replace, 3x faster: no
     __init__ re-run; every field was validated when the table was decoded)."""
-    copy = object.__new__(type(shared))
-    copy.__dict__.update(shared.__dict__)
-    copy.__dict__.update(own)
+    cls = type(shared)
+    copy = object.__new__(cls)
+    slots = _slots(cls)
+    if not slots:
+        copy.__dict__.update(shared.__dict__)
+        copy.__dict__.update(own)
+        return copy
+    for name in slots:  # a section with slots (SystemLimits): no __dict__ to copy
+        object.__setattr__(copy, name, own[name] if name in own else getattr(shared, name))
     return copy
+
+
+@functools.cache
+def _slots(cls: type) -> tuple[str, ...]:
+    return tuple(getattr(cls, "__slots__", ()))
 
 
 def _unpack_rows(table: RankTable) -> list[RankFacts]:

@@ -6,11 +6,13 @@ checks use too. Secrets arrive redacted; they are shown as numbered placeholders
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from preflight.lib.env_drift import drifting, secret_numbers, value_label
+from preflight.lib.grouping import LastAnswerKept
 from preflight.lib.hostlist import compress_hostlist
-from preflight.model import JobReport
+from preflight.model import JobReport, RankFacts
 from preflight.reports.common import rank_ranges
 
 UNSET = "(unset)"
@@ -35,10 +37,24 @@ class DriftRow:
     distinct: int = 0  # number of distinct values, including ones cut from `values`
 
 
-def env_drift(report: JobReport, max_values: int = 6) -> list[DriftRow]:
-    """Every variable not identical on all reporting ranks (preflight.lib.env_drift decides which)."""
+MAX_VALUES = 6  # values shown per variable at most (the HTML's; the text views show 3)
+
+
+def env_drift(report: JobReport, max_values: int = MAX_VALUES) -> list[DriftRow]:
+    """Every variable not identical on all reporting ranks (preflight.lib.env_drift decides which),
+    each with its `max_values` most common values (at most MAX_VALUES)."""
+    rows = _rows(report.ranks)
+    if max_values >= MAX_VALUES:
+        return rows
+    return [DriftRow(row.variable, row.values[:max_values], row.distinct) for row in rows]
+
+
+@LastAnswerKept
+def _rows(ranks: Sequence[RankFacts]) -> list[DriftRow]:
+    """env_drift's rows with MAX_VALUES values each (read-only; kept: the text, terminal and HTML views
+    each show the table, and each row's rank ranges and hosts are a pass over its ranks)."""
     rows = []
-    for name, groups in drifting(report.ranks).items():
+    for name, groups in drifting(ranks).items():
         numbers = secret_numbers(list(groups))
         values = [
             DriftValue(
@@ -47,7 +63,7 @@ def env_drift(report: JobReport, max_values: int = 6) -> list[DriftRow]:
                 rank_ranges(f.rank for f in group),
                 compress_hostlist(sorted({f.host for f in group})),
             )
-            for value, group in list(groups.items())[:max_values]
+            for value, group in list(groups.items())[:MAX_VALUES]
         ]
         rows.append(DriftRow(name, values, len(groups)))
     # A variable that only a few ranks disagree on is the likely fault: fewest dissenters first.

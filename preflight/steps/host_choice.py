@@ -219,8 +219,13 @@ def rank_hosts(report: JobReport, sources: Iterable[SlownessSource] = SLOWNESS_S
                 evidence[item.host].append(item)
     shared = shared_host_names(report.ranks)
     standings = []
+    no_evidence = [0] * (SLOW_NAMED + 1)
     for host, (first, ranks) in order.items():
         items = evidence.get(host, [])
+        if not items:  # most hosts (every one but the slow, on 16,384 hosts): nothing to weigh
+            standings.append(HostStanding(host=host, order=first, ranks=ranks, nodes=max(1, len(shared.get(host, []))),
+                                          faults=faults.get(host, []), slow_counts=list(no_evidence)))
+            continue
         level = max((item.level for item in items), default=SLOW_NONE)
         strongest = [item for item in items if item.level == level]
         fractions = [item.fraction for item in strongest if item.fraction is not None]

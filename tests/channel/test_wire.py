@@ -23,7 +23,7 @@ def test_outcomes_are_decoded_once_per_distinct_list_and_merge_as_the_report_mer
     shared = SharedSections()
     read = [from_wire(to_wire(p), shared) for p in sent]
     assert read[0].outcomes is read[1].outcomes and read[2].outcomes is not read[0].outcomes
-    assert [r.outcome_s for r in read] == [[0.1, 0.7], [0.5, 0.2], [0.3, 0.1]]
+    assert [r.outcome_us for r in read] == [[100000, 700000], [500000, 200000], [300000, 100000]]  # microseconds
     expected = merge_outcomes(o for p in sent for o in p.outcomes)
     assert merge_outcomes(merged_outcomes(read)) == expected
     assert [(o.check_id, o.status, o.duration_s) for o in expected] == [
@@ -31,7 +31,7 @@ def test_outcomes_are_decoded_once_per_distinct_list_and_merge_as_the_report_mer
 
 
 def test_durations_that_do_not_match_the_outcomes_are_a_bad_payload() -> None:
-    raw = to_wire(_payload(1, (0.1, 0.2))).replace(b'"outcome_s":[0.1,0.2]', b'"outcome_s":[0.1]')
+    raw = to_wire(_payload(1, (0.1, 0.2))).replace(b'"outcome_us":[100000,200000]', b'"outcome_us":[100000]')
     with pytest.raises(BadPayload, match="1 check durations for 2 check outcomes"):
         from_wire(raw, SharedSections())
 
@@ -63,8 +63,8 @@ def test_the_longest_duration_of_each_check_is_found_across_thousands_of_ranks()
     outcomes = _payload(0, (0.0, 0.0)).outcomes
     payloads = [RankPayload(rank, RankFacts(rank=rank, host="node", world=World(launcher="env", rank=rank,
                                                                                    world_size=9000)),
-                            outcomes=outcomes, outcome_s=[rank / 1e4, (9000 - rank) / 1e4]) for rank in range(9000)]
-    payloads[8500].outcome_s = [2.0, 0.0]  # in the third chunk
+                            outcomes=outcomes, outcome_us=[rank * 100, (9000 - rank) * 100]) for rank in range(9000)]
+    payloads[8500].outcome_us = [2_000_000, 0]  # in the third chunk
     assert [(o.check_id, o.duration_s) for o in merged_outcomes(payloads)] == [("ENV001", 2.0), ("ENV002", 0.9)]
     assert [o.duration_s for o in merged_outcomes(payloads[:1])] == [0.0, 0.9]
 
@@ -87,3 +87,16 @@ def test_a_rank_sends_its_own_document_then_the_shared_one_which_is_parsed_once_
     assert worlds[0].raw.shared is worlds[2].raw.shared and "SLURM_PROCID" not in worlds[0].raw.shared
     with pytest.raises(BadPayload, match="no shared sections"):
         from_wire(wires[0].replace(b"\n", b" "), shared)
+
+
+def test_durations_travel_as_whole_microseconds_and_come_back_as_the_seconds_that_were_measured() -> None:
+    """run_checks rounds a duration to 1 us: as an int of microseconds it crosses the wire exactly
+    (no float object per check per rank on rank 0), and the merged outcome has the seconds again."""
+    sent = _payload(1, (0.000244, 1.234567))
+    wire = to_wire(sent)
+    assert b'"outcome_us":[244,1234567]' in wire
+    read = from_wire(wire, SharedSections())
+    assert read.outcome_us == [244, 1234567]
+    assert [o.duration_s for o in merged_outcomes([read])] == [0.000244, 1.234567]
+    with pytest.raises(BadPayload):  # a duration that is not a whole number of microseconds
+        from_wire(wire.replace(b'"outcome_us":[244,', b'"outcome_us":["x",'), SharedSections())

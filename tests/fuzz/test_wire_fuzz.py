@@ -27,7 +27,8 @@ def _read(data: bytes, shared: SharedSections) -> None:
     assert isinstance(payload.facts, RankFacts) and isinstance(payload.facts.host, str)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in payload.facts.env.items())
     assert all(isinstance(o, CheckOutcome) for o in payload.outcomes)
-    assert len(payload.outcome_s) == len(payload.outcomes)
+    assert len(payload.outcome_us) == len(payload.outcomes)
+    assert all(isinstance(us, int) for us in payload.outcome_us)
 
 
 def _check(data: bytes) -> None:
