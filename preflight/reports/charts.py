@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import math
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -44,11 +45,17 @@ def _esc(text: str, limit: int = 300) -> str:
 
 
 def _nice_max(value: float) -> float:
-    """The axis maximum: 1, 2 or 5 times a power of ten, at or above value."""
-    if value <= 0:
+    """The axis maximum: 1, 2 or 5 times a power of ten, at or above value (a float, whatever value is).
+
+    In floats: a loaded report's busbw of 1e308 made an integer power of ten whose double no float
+    holds (OverflowError in the first tick); past the largest float the axis ends there.
+    """
+    if not value > 0:
         return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    return next(step * power for step in (1, 2, 5, 10) if step * power >= value)
+    if not math.isfinite(value) or value >= sys.float_info.max / 10:
+        return sys.float_info.max
+    power = 10.0 ** math.floor(math.log10(value))
+    return next(step * power for step in (1.0, 2.0, 5.0, 10.0) if step * power >= value)
 
 
 def _gbps(value: float) -> str:
