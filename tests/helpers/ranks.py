@@ -132,10 +132,13 @@ def start_rank(rank: int, world_size: int, args: Sequence[str], *, placement: Pl
         **(common_env or {}), **placement.env,
     })
     argv = [*placement.wrap, PYTHON, *program, *args]
-    if placement.host is None and not placement.wrap and FORK_RANKS and not fresh:
-        born = zygote(base_env())
-        if forkable(argv, env, born.env):
-            return ZygoteRank(argv, zygote=born, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    zygote_env = base_env()
+    if not placement.wrap and FORK_RANKS and not fresh and forkable(argv, env, zygote_env):
+        born = zygote(zygote_env, placement.host)
+        proc = ZygoteRank(argv, zygote=born, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if placement.host is not None:
+            placement.host._procs.append(proc)  # killed with the host's other processes
+        return proc
     start = placement.host.popen if placement.host else subprocess.Popen
     return start(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
 
 from tests.helpers import ranks
+from tests.helpers.hosts import fake_host
 from tests.helpers.zygote import ZygoteRank, forkable
 
 pytestmark = pytest.mark.skipif(not ranks.FORK_RANKS, reason="PREFLIGHT_TEST_EXEC_RANKS=1: every rank is exec'd")
@@ -61,3 +63,27 @@ def test_a_rank_with_an_environment_larger_than_a_socket_message_is_forked_with_
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, (out[-2000:], err[-2000:])
     assert (tmp_path / "r.json").exists()
+
+
+def test_ranks_on_a_fake_host_are_forked_by_the_hosts_own_zygote_inside_its_namespaces(tmp_path) -> None:
+    host = fake_host(tmp_path, "pfz-host", memlock_kib=1024)
+    port = ranks.free_port()
+    procs = [ranks.start_rank(rank, 2, ["run", "--skip", "probe", "--json", str(tmp_path / f"r{rank}.json")],
+                              placement=ranks.Placement(host), port=port) for rank in range(2)]
+    assert all(isinstance(proc, ZygoteRank) for proc in procs)
+    zygote_pid = host._zygote.process.pid
+    assert {psutil.Process(proc.pid).ppid() for proc in procs} != {psutil.Process().pid}
+    runs = ranks.wait_for_ranks(dict(enumerate(procs)), time.monotonic(), timeout=240)
+    assert [run.returncode for run in runs.values()] == [0, 0], [run.stdout[-1500:] for run in runs.values()]
+    report = ranks.read_json(tmp_path / "r0.json")
+    assert [h["host"] for h in report["host_ranking"]["hosts"]] == ["pfz-host"]  # its UTS namespace
+    # The host's set-up changed (another memlock): the next rank gets a zygote started anew there.
+    host.memlock_kib = 2048
+    again = ranks.start_rank(0, 1, ["--version"], placement=ranks.Placement(host), port=ranks.free_port())
+    again.communicate(timeout=120)
+    assert host._zygote.process.pid != zygote_pid
+    # Killed with the host: the zygote first, then its ranks, whose end is still seen.
+    straggler = ranks.start_rank(0, 2, ["run", "--skip", "probe", "--timeout", "600"],
+                                 placement=ranks.Placement(host), port=ranks.free_port())
+    host.kill_started()
+    assert straggler.wait(timeout=60) == -signal.SIGKILL

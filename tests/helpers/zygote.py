@@ -14,11 +14,14 @@ hooks, as an interpreter would. A real process: its own pid, signals, store conn
 process groups. The test holds a `subprocess.Popen` (ZygoteRank) whose wait and poll read the
 exit status the zygote reaped; everything else (communicate, kill, send_signal) is Popen's own.
 
+A rank on a fake host is forked by that host's own zygote, started on the host (its network,
+UTS and mount namespaces, its cgroup, its `ulimit -l`): the host's ranks share one set of
+namespaces, as a real host's processes do (before, each rank had a private copy of the same).
+
 What it cannot be, and so `start_rank` execs a fresh interpreter instead (`forkable`): a rank
-on a fake host (its namespaces are entered by the command that starts it), under a wrapper
-(`taskset`), running another program (a training script), or whose environment differs from
-the zygote's in what is read when an interpreter or torch starts (PYTHON*, LD_*, a plant's
-sitecustomize on PYTHONPATH, malloc and OpenMP settings, torch's C++ logging).
+under a wrapper (`taskset`), running another program (a training script), or whose environment
+differs from the zygote's in what is read when an interpreter or torch starts (PYTHON*, LD_*, a
+plant's sitecustomize on PYTHONPATH, malloc and OpenMP settings, torch's C++ logging).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 # Read when an interpreter, its allocator, OpenMP or torch's C++ side starts: the zygote read its
@@ -163,23 +166,29 @@ def serve(fd: int) -> None:
 # -- the test process's side -------------------------------------------------------------------
 
 class Zygote:
-    """One zygote per test process, started on first use; its exits are collected as they come."""
+    """One zygote per test process (and one per fake host it places ranks on), started on first use;
+    its children's exits are collected as they come."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], start: Callable[..., subprocess.Popen[Any]] = subprocess.Popen,
+                 where: Sequence[str] = ()) -> None:
         self.env = dict(env)
+        self.where = list(where)  # for a host's zygote: the command prefix that put it there
+        self.owner = os.getpid()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         code = (f"import sys; sys.path.insert(0, {root!r}); "
                 f"from tests.helpers.zygote import serve; serve({theirs.fileno()})")
-        self.process = subprocess.Popen([sys.executable, "-c", code], env=self.env, pass_fds=[theirs.fileno()],
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        self.process = start([sys.executable, "-c", code], env=self.env, pass_fds=[theirs.fileno()],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         theirs.close()
         self._conn = ours
         self._lock = threading.Lock()
         self._exits: dict[int, int] = {}
-        self._started: list[int] = []
+        self.gone = False
         with self._lock:
             self._read(timeout=300, until=lambda m: "ready" in m)
+        if self.gone:
+            raise RuntimeError(f"the test zygote (pid {self.process.pid}) ended before it was ready")
 
     def _read(self, timeout: float | None, until: Any = None) -> dict[str, Any] | None:
         """Read messages (lock held) for up to `timeout` s, until one satisfies `until`; file exits."""
@@ -191,8 +200,9 @@ class Zygote:
                 data = self._conn.recv(_MESSAGE)
             except (TimeoutError, BlockingIOError):
                 return None
-            if not data:
-                raise RuntimeError(f"the test zygote (pid {self.process.pid}) is gone")
+            if not data:  # the zygote is gone (a host's is killed with the host): no more exits to read
+                self.gone = True
+                return None
             message = json.loads(data)
             if "exited" in message:
                 self._exits[message["exited"]] = message["code"]
@@ -215,6 +225,14 @@ class Zygote:
         """The rank's exit code, waiting up to `timeout` s (0: do not wait; None: for ever)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while pid not in self._exits:
+            if self.gone:  # its orphans were reaped by init: only "gone" is known, not how
+                if _alive(pid):
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return None
+                    time.sleep(0.05)
+                    continue
+                self._exits[pid] = -signal.SIGKILL
+                break
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 # Collect what has already arrived before saying "still running".
@@ -222,21 +240,42 @@ class Zygote:
                     self._read(timeout=0)
                 return self._exits.get(pid)
             with self._lock:
-                if pid in self._exits:
-                    break
+                if pid in self._exits or self.gone:
+                    continue
                 self._read(timeout=min(0.2, remaining) if remaining is not None else 0.2,
                            until=lambda m: m.get("exited") == pid)
         return self._exits[pid]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 _zygotes: dict[int, Zygote] = {}
 
 
-def zygote(env: Mapping[str, str]) -> Zygote:
-    """This test process's zygote (one per process; a fork of pytest gets its own)."""
-    if os.getpid() not in _zygotes:
-        _zygotes[os.getpid()] = Zygote(env)
-    return _zygotes[os.getpid()]
+def zygote(env: Mapping[str, str], host: Any = None) -> Zygote:
+    """This test process's zygote (one per process; a fork of pytest gets its own), or, for a fake
+    host (tests/helpers/hosts.py), the host's own: started through `host.popen`, so it and every rank
+    it forks live in the host's namespaces, cgroup and limits, as the host's processes share them.
+    A host whose set-up changed since (its command prefix) gets a new one; `host.kill_started()`
+    ends it with the host's other processes."""
+    if host is None:
+        if os.getpid() not in _zygotes:
+            _zygotes[os.getpid()] = Zygote(env)
+        return _zygotes[os.getpid()]
+    where = host.command([])
+    born: Zygote | None = getattr(host, "_zygote", None)
+    if born is None or born.where != where or born.owner != os.getpid() or born.gone or born.process.poll() is not None:
+        born = Zygote(env, start=host.popen, where=where)
+        host._zygote = born
+    return born
 
 
 class ZygoteRank(subprocess.Popen):
