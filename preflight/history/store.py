@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +26,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from preflight.history import schema
+from preflight.lib.waiting import wait_until
 
 SCHEMES = ("sqlite", "postgresql")
 PG_LOCK_KEY = 0x70726566  # "pref": the advisory lock that serialises schema creation on PostgreSQL
@@ -105,7 +105,7 @@ def _sqlite_engine(parsed: Any, timeout_s: float) -> Engine:
         # into someone else's database (which ensure_schema then refuses, unchanged).
         tables = {row[0] for row in cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables or schema.meta.name in tables:
-            _switch_to_wal(cursor, time.monotonic() + timeout_s)
+            _switch_to_wal(cursor, timeout_s)
         cursor.execute("PRAGMA synchronous = NORMAL")  # WAL's safe setting: a commit survives the job's crash
         cursor.close()
 
@@ -117,27 +117,30 @@ def _sqlite_engine(parsed: Any, timeout_s: float) -> Engine:
     return engine
 
 
-def _switch_to_wal(cursor: sqlite3.Cursor, deadline: float) -> None:
-    """PRAGMA journal_mode = WAL (persistent in the file), retried until `deadline` while the file is locked.
+def _switch_to_wal(cursor: sqlite3.Cursor, timeout_s: float) -> None:
+    """PRAGMA journal_mode = WAL (persistent in the file), retried for `timeout_s` while the file is locked.
 
     SQLite answers the switch with "database is locked" at once, without its busy handler, while
     another connection holds the write lock of a file still in rollback mode: the first writers
     into a new history race there (1 of 64 at once did, on a loaded machine). A read-only file
     keeps its mode; reading it still works.
     """
-    pause = 0.005
-    while True:
+    locked: list[sqlite3.OperationalError] = []
+
+    def switched() -> bool:
         try:
             cursor.execute("PRAGMA journal_mode = WAL")
-            return
         except sqlite3.OperationalError as exc:
-            message = str(exc)
-            if "readonly" in message or "read-only" in message:
-                return
-            if "locked" not in message or time.monotonic() + pause > deadline:
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                return True
+            if "locked" not in str(exc):
                 raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
+            locked[:] = [exc]
+            return False
+        return True
+
+    if not wait_until(switched, timeout_s, max_poll_s=0.1):
+        raise locked[-1]  # still locked at the deadline: describe_failure says so
 
 
 @contextmanager

@@ -57,6 +57,8 @@ class FakeHost:
     binds: Mapping[Path, Path] = field(default_factory=dict)  # source -> existing target
     cgroup: Path | None = None  # a cgroup directory every process started here joins (cgroup.procs)
     _procs: list[subprocess.Popen[Any]] = field(default_factory=list, repr=False)
+    # The interpreter that forks this host's ranks (tests/helpers/zygote.py), once one was asked for.
+    zygote: Any = field(default=None, repr=False, compare=False)
 
     def command(self, argv: Sequence[str]) -> list[str]:
         """argv wrapped so it runs on this host."""
@@ -79,7 +81,10 @@ class FakeHost:
 
     def popen(self, argv: Sequence[str], env: Mapping[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[Any]:
         """Start argv on this host; kill_started() kills it if it is still running."""
-        proc = subprocess.Popen(self.command(argv), env=dict(env) if env is not None else None, **kwargs)
+        return self.adopt(subprocess.Popen(self.command(argv), env=dict(env) if env is not None else None, **kwargs))
+
+    def adopt(self, proc: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
+        """Count `proc` among this host's processes (kill_started kills it); returns it."""
         self._procs.append(proc)
         return proc
 

@@ -132,13 +132,10 @@ def start_rank(rank: int, world_size: int, args: Sequence[str], *, placement: Pl
         **(common_env or {}), **placement.env,
     })
     argv = [*placement.wrap, PYTHON, *program, *args]
-    zygote_env = base_env()
-    if not placement.wrap and FORK_RANKS and not fresh and forkable(argv, env, zygote_env):
+    if FORK_RANKS and not fresh and not placement.wrap and forkable(argv, env, zygote_env := base_env()):
         born = zygote(zygote_env, placement.host)
         proc = ZygoteRank(argv, zygote=born, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        if placement.host is not None:
-            placement.host._procs.append(proc)  # killed with the host's other processes
-        return proc
+        return placement.host.adopt(proc) if placement.host else proc  # killed with the host's processes
     start = placement.host.popen if placement.host else subprocess.Popen
     return start(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

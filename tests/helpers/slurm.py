@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from tests.helpers.hosts import FakeHost
 
 CONF_TEMPLATE = """\
@@ -211,18 +213,10 @@ def _terminate(pid_files: list[Path], wait_s: float = 10) -> None:
             continue
     deadline = time.monotonic() + wait_s
     while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if _alive(p)]
+        pids = [p for p in pids if psutil.pid_exists(p)]
         time.sleep(0.1)
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
 
 
 def stop_cluster(cluster: SlurmCluster) -> None:

@@ -71,7 +71,7 @@ def test_ranks_on_a_fake_host_are_forked_by_the_hosts_own_zygote_inside_its_name
     procs = [ranks.start_rank(rank, 2, ["run", "--skip", "probe", "--json", str(tmp_path / f"r{rank}.json")],
                               placement=ranks.Placement(host), port=port) for rank in range(2)]
     assert all(isinstance(proc, ZygoteRank) for proc in procs)
-    zygote_pid = host._zygote.process.pid
+    zygote_pid = host.zygote.process.pid
     assert {psutil.Process(proc.pid).ppid() for proc in procs} != {psutil.Process().pid}
     runs = ranks.wait_for_ranks(dict(enumerate(procs)), time.monotonic(), timeout=240)
     assert [run.returncode for run in runs.values()] == [0, 0], [run.stdout[-1500:] for run in runs.values()]
@@ -81,7 +81,7 @@ def test_ranks_on_a_fake_host_are_forked_by_the_hosts_own_zygote_inside_its_name
     host.memlock_kib = 2048
     again = ranks.start_rank(0, 1, ["--version"], placement=ranks.Placement(host), port=ranks.free_port())
     again.communicate(timeout=120)
-    assert host._zygote.process.pid != zygote_pid
+    assert host.zygote.process.pid != zygote_pid
     # Killed with the host: the zygote first, then its ranks, whose end is still seen.
     straggler = ranks.start_rank(0, 2, ["run", "--skip", "probe", "--timeout", "600"],
                                  placement=ranks.Placement(host), port=ranks.free_port())

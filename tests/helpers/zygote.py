@@ -42,6 +42,8 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import psutil
+
 # Read when an interpreter, its allocator, OpenMP or torch's C++ side starts: the zygote read its
 # own once, so a rank that needs other values must start as an interpreter of its own.
 _READ_AT_START = ("PYTHON", "LD_", "MALLOC", "GLIBC_TUNABLES", "OMP_", "KMP_", "TORCH_CPP_", "TORCH_SHOW_CPP")
@@ -226,7 +228,7 @@ class Zygote:
         deadline = None if timeout is None else time.monotonic() + timeout
         while pid not in self._exits:
             if self.gone:  # its orphans were reaped by init: only "gone" is known, not how
-                if _alive(pid):
+                if psutil.pid_exists(pid):
                     if deadline is not None and time.monotonic() >= deadline:
                         return None
                     time.sleep(0.05)
@@ -247,16 +249,6 @@ class Zygote:
         return self._exits[pid]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 _zygotes: dict[int, Zygote] = {}
 
 
@@ -271,10 +263,10 @@ def zygote(env: Mapping[str, str], host: Any = None) -> Zygote:
             _zygotes[os.getpid()] = Zygote(env)
         return _zygotes[os.getpid()]
     where = host.command([])
-    born: Zygote | None = getattr(host, "_zygote", None)
+    born: Zygote | None = host.zygote
     if born is None or born.where != where or born.owner != os.getpid() or born.gone or born.process.poll() is not None:
         born = Zygote(env, start=host.popen, where=where)
-        host._zygote = born
+        host.zygote = born
     return born
 
 
