@@ -309,7 +309,11 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
     try:
         # Every rank that is alive (it beats) reads the verdict before the store goes: not a count
         # from rank 0's bookkeeping, which leaves out a rank whose payload was refused (RUN002).
-        exchange.wait_for_acknowledgements(interrupted=bool(record.interrupted))
+        unread = exchange.wait_for_acknowledgements(interrupted=bool(record.interrupted))
+        for rank, why in exchange.liveness.still_running(unread).items():
+            # The job's launcher waits for every rank: this one must be stopped with the job.
+            print(f"preflight: rank 0: rank {rank} did not read the verdict ({why}); it may still be running",
+                  file=sys.stderr)
     except Interrupted:
         pass  # the verdict is out and the reports are written; a launcher stopping us now changes nothing
     exchange.leave()

@@ -6,6 +6,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,27 +25,33 @@ pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helper
 # PostgreSQL and the browser: one server / one chromium at a time, and
 # the browser tests share the planted run's session fixture. A module with a module-scoped fixture
 # of ours (one launched run whose report several tests read) is its own group: the run is made once.
+# Quiet: every module with a `quiet` test (tests/helpers/quiet.py) is one group, in place of its
+# netns or module group (one worker, one module after another, is the safer of the two), and its
+# quiet tests run one after another: the other workers are drained once for all of them, not once
+# per module (three drains cost about 180 s of waiting workers a run).
 #
 # By module path, because the scheduler (in the controller, which collects nothing) sees only test
 # ids: xdist's own `xdist_group` marks cannot reach it under pytest 9 (xdist 3.8 writes the group
 # into `item._nodeid`, which pytest 9 no longer reads). Every collected test is checked against
 # the rules below (check_group), so a new lab module missing here fails collection (a new module
 # with a shared fixture only runs slower until it is added).
+QUIET_GROUP = "quiet"
 MODULE_GROUPS: dict[str, str] = {
     **dict.fromkeys(("tests/launchers/test_slurm.py", "tests/launchers/test_sbatch.py",
                      "tests/launchers/test_sbatch_spares.py", "tests/launchers/test_drain.py"), "slurm"),
     **{path: f"netns:{path}" for path in (
-        "tests/helpers/test_netns.py", "tests/checks/test_network_netns.py", "tests/history/test_history_netns.py",
+        "tests/helpers/test_netns.py", "tests/checks/test_network_netns.py",
         "tests/launchers/test_kubeflow.py", "tests/launchers/test_mpich.py", "tests/launchers/test_mpirun.py",
-        "tests/probes/device/test_run_netns.py", "tests/probes/test_probes_netns.py",
+        "tests/probes/device/test_run_netns.py",
         "tests/checks/test_build_netns.py", "tests/probes/test_real_node.py", "tests/steps/test_storage_netns.py")},
+    **dict.fromkeys(("tests/history/test_history_netns.py", "tests/probes/test_probes_netns.py",
+                     "tests/test_api_meshes.py"), QUIET_GROUP),
     "tests/history/test_store.py": "postgres",
     **dict.fromkeys(("tests/reports/test_html_browser.py", "tests/reports/test_html_size.py",
                      "tests/reports/test_planted_run.py", "tests/reports/test_history_browser.py"), "browser"),
     **{path: f"module:{path}" for path in (
         "tests/checks/test_config_multirank.py", "tests/checks/test_health_multirank.py",
-        "tests/commands/test_history.py", "tests/history/test_run_history.py", "tests/test_api.py",
-        "tests/test_api_meshes.py")},
+        "tests/commands/test_history.py", "tests/history/test_run_history.py", "tests/test_api.py")},
 }
 
 # What puts a test in a lab group: (group, its fixtures, its markers); "netns" is its module's own.
@@ -91,8 +98,14 @@ def group_of_test_id(nodeid: str) -> str | None:
 def check_group(item: pytest.Item) -> str | None:
     """Why the test's module is missing from MODULE_GROUPS (or is in the wrong group), or None."""
     wanted, given = xdist_group_of(item), group_of_test_id(item.nodeid)
+    module = item.nodeid.split("::")[0]
+    quiet = item.get_closest_marker("quiet") is not None and Path(module).name.startswith("test_")
+    if quiet and given != QUIET_GROUP:  # (tests/helpers/quiet_cases.py is the lock's own inner run)
+        return f"{item.nodeid}: a quiet test; tests/conftest.py's MODULE_GROUPS must put its module in {QUIET_GROUP!r}"
     if wanted is None or wanted == given:
         return None
+    if given == QUIET_GROUP and wanted.split(":")[0] in ("netns", "module"):
+        return None  # one worker for the whole quiet group: its netns and shared fixtures are safe there
     if wanted.startswith("module:"):
         # A shared fixture outside the table is only made once per worker that runs its tests
         # (slower, never wrong); a lab test outside its group would collide: that is refused.
@@ -109,7 +122,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # Under xdist the grouped tests (the lab's, the longest chains) go out first, so that none is
         # left to run alone at the end; xdist then orders the groups by size (a stable sort), and the
         # ungrouped tests, one scope each, fill both workers after them.
-        items.sort(key=lambda item: group_of_test_id(item.nodeid) is None)
+        # Within the quiet group the quiet tests come first, one after another (one drain).
+        items.sort(key=lambda item: (group_of_test_id(item.nodeid) is None,
+                                     item.get_closest_marker("quiet") is None))
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist must not refuse it

@@ -20,6 +20,11 @@ collect stops waiting for a rank that joined and went silent (RUN008), the probe
 early (published under `DEAD_KEY` for every rank, probes/liveness.py), and the verdict's
 hand-off keeps the store up only for the ranks still alive that have not read it
 (`await_acknowledgements`).
+
+A beat says the process lives, not that its work moves: a rank stuck for good inside a
+collective beats on from its daemon thread. When the probes name such a rank (it sent no
+results by rank 0's deadline: `hung`), it is alive but will never read the verdict, so the
+hand-off does not keep the job waiting for it.
 """
 
 from __future__ import annotations
@@ -170,6 +175,7 @@ class RankLiveness:
         self._watched: set[int] = set()  # rank 0: ranks beyond the claimed ones (the probes' world)
         self._seen: dict[int, tuple[bytes, float]] = {}  # rank -> (its last beat value, since when)
         self._gone: dict[int, str] = {}  # rank -> why it is not alive: the one dead set
+        self._hung: dict[int, str] = {}  # rank -> where its work stopped: alive, but it will not read the verdict
         self._published = 0  # how many of _gone are under DEAD_KEY
         self._dead_read: dict[int, str] = {}
         self._dead_read_at = -math.inf
@@ -285,6 +291,20 @@ class RankLiveness:
             except Exception:
                 return  # the store is gone (rank 0 is its host): nothing left to watch
 
+    def hung(self, ranks: dict[int, str]) -> None:
+        """Rank 0: these ranks beat but their work stopped for good (rank -> where: the probes found
+        them sending no results by the deadline). Not dead (their process lives, and the report
+        names them as hung, not killed); the verdict's hand-off does not wait for them."""
+        with self._lock:
+            self._hung.update({r: why for r, why in ranks.items() if r != self.rank})
+
+    def still_running(self, unread: list[int]) -> dict[int, str]:
+        """Of the ranks that never read the verdict (`await_acknowledgements`), those whose process
+        may still run (not known gone), rank -> why: named hung, or beating when the cap ran out."""
+        with self._lock:
+            return {r: f"hung: {self._hung[r]}" if r in self._hung else
+                    "still beating when the hand-off's cap ran out" for r in unread if r not in self._gone}
+
     def dead(self) -> dict[int, str]:
         """The ranks known gone, rank -> why: rank 0's own knowledge, or what rank 0 published
         (read at most once per beat)."""
@@ -325,7 +345,8 @@ class RankLiveness:
         Who is waited for is who is alive: every rank that joined (CLAIMED_KEY), whatever rank 0's
         bookkeeping says of it (a refused payload, a contested rank's first claimant), minus the
         ranks known gone. What the watch learned since the collect counts: a rank silent since the
-        probes, or one that said it left, is not waited for again."""
+        probes, or one that said it left, is not waited for again; nor is a rank the probes named
+        hung (`hung`): its beat goes on, but it will never read anything."""
         if self.store is None:
             return []
         cap_s = ACKNOWLEDGE_CAP_S if cap_s is None else cap_s
@@ -334,7 +355,7 @@ class RankLiveness:
             try:
                 with self._lock:
                     self._take_left()
-                    gone = set(self._gone)
+                    gone = set(self._gone) | set(self._hung)
                 unread = (listed_ranks(self.store, CLAIMED_KEY, self.world_size)
                           - listed_ranks(self.store, ACKED_KEY, self.world_size) - {self.rank})
             except Exception:

@@ -79,12 +79,12 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
         except setup.SetupTimeout as exc:  # a rank died, or stuck in ncclCommInitRank / a GPU's context creation
             if watch.dead():
                 return _gave_up(world, exc, watch, hosts)
-            return _setup_hung(world, pstore, choice, deadline_s, time.monotonic() - setup_began)
+            return _setup_hung(world, pstore, choice, deadline_s, time.monotonic() - setup_began, watch)
         except Exception as exc:  # a rank that never joined, a mesh the world cannot hold
             if watch.dead():
                 return _gave_up(world, exc, watch, hosts)
             if time.monotonic() - setup_began >= timeout_s:  # the process-group timeout: it waited for someone
-                return _setup_hung(world, pstore, choice, timeout_s + 5, time.monotonic() - setup_began,
+                return _setup_hung(world, pstore, choice, timeout_s + 5, time.monotonic() - setup_began, watch,
                                    reason=f"{type(exc).__name__}: {one_line(exc)}")
             return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
         mark("done")
@@ -154,6 +154,10 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     got = collect.gather(session.board, world.world_size, session.timeout_s, early=status.state != "done",
                          dead=watch.dead)
     session.bad_values.update({r: bad for r, bad in got.bad.items() if r not in session.bad_values})
+    # A living rank with no results by the deadline is stuck inside the probes (its beat runs on
+    # in its own thread): the report names it, and the verdict's hand-off does not wait for it.
+    watch.hung({r: "sent no probe results by the deadline" for r in range(1, world.world_size)
+                if r not in got.payloads and r not in got.bad and r not in got.dead})
     hosts = got.hosts()
     mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
     groups = {**dim_groups(mesh_dims), WORLD_DIM: [list(range(world.world_size))]}
@@ -207,15 +211,17 @@ def _spans_hosts(mesh_dims: list[Any], groups: dict[str, list[list[int]]], hosts
                                   example_ranks=ranks, example_hosts=names)
 
 
-def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapsed_s: float,
+def _setup_hung(world: World, store: Any, choice: Any, deadline_s: float, elapsed_s: float, watch: RankLiveness,
                 reason: str = "") -> ProbeOutcome:
     """Setup overran its deadline, or timed out waiting inside torch (reason): rank 0 names the ranks
-    furthest behind (BW002); nobody tears anything down."""
+    furthest behind (BW002), which the verdict's hand-off then does not wait for; nobody tears
+    anything down."""
     outcome = ProbeOutcome(backend=choice.backend, backend_reason=choice.reason, left_pending=True)
     if world.rank != 0:
         return outcome
     stages, hosts = setup.read_stages(Board(store), world.world_size)
     found = setup.blame(stages, world.world_size)
+    watch.hung(found.culprits)
     if found.common_stage:
         reason = "; ".join(filter(None, [f"every rank is inside setup stage '{found.common_stage}': "
                                          "they could not connect to each other", reason]))

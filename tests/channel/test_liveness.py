@@ -119,3 +119,26 @@ def test_a_wait_that_starts_after_the_store_was_lost_gets_only_the_grace() -> No
     # Seen with rank 0 killed during the probes: the followers' verdict wait began with the store
     # already gone and ran out the whole --timeout + --probe-timeout + margin instead of the grace.
     assert RankLiveness(2, 1).lead_deadline(600).time_left() <= STORE_LOST_GRACE_S
+
+
+def test_a_rank_the_probes_named_hung_beats_on_but_the_hand_off_does_not_wait_for_it() -> None:
+    """A rank stuck for good inside a collective beats on from its daemon thread: alive, never dead,
+    but it will never read the verdict. Once the probes name it hung, rank 0's hand-off waits only for
+    the others (here a cap of 600 s: waiting for the hung rank would run into the test's timeout)."""
+    from preflight.channel import roster
+
+    server = _server()
+    for rank in (1, 2):
+        roster.claim(server, rank, f"node{rank}")
+    lead = RankLiveness(3, 0, server, stall=60.0)
+    stuck = lv._Beat(server, beat_key(2), 0.05)  # rank 2's beat thread, its main thread stuck
+    try:
+        lead.look()
+        lead.hung({2: "sent no probe results by the deadline"})
+        assert lead.dead() == {} and read_dead(server) == {}  # hung is not dead: nobody calls it killed
+        RankLiveness(3, 1, server).acknowledge()  # rank 1 read the verdict
+        began = time.monotonic()
+        assert lead.await_acknowledgements(cap_s=600) == [2]  # the one that never read it
+        assert time.monotonic() - began < 30  # "does not hang": the cap (600 s) would
+    finally:
+        stuck.stop()

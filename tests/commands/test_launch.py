@@ -82,9 +82,19 @@ def test_torchrun_workers_resolve_and_join_the_agent_store(tmp_path) -> None:
     assert worlds[1].raw["TORCHELASTIC_RUN_ID"] == worlds[0].raw["TORCHELASTIC_RUN_ID"]
 
 
+NEVER_PUBLISHES = """
+import time
+from preflight.channel import exchange
+exchange.Exchange.publish = lambda self, payload: time.sleep(300)
+"""
+
+
 def test_sigterm_to_launch_ends_in_exit_4_with_rank_0s_partial_report(tmp_path) -> None:
     """scancel or a Slurm time limit: one line, exit 4 (incomplete), rank 0's report written; no traceback."""
-    planted = plant_env(tmp_path, {1: "import time\ntime.sleep(300)"})  # rank 1 never reports
+    # Rank 1 never reports: it hangs where it would publish its payload, inside the run. (A plant that
+    # slept at start-up would hang before the rank's handlers exist, with the launch's block on the
+    # signals still in force, and torchrun's agent would wait out its 30 s before SIGKILL.)
+    planted = plant_env(tmp_path, {1: NEVER_PUBLISHES})
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", "2", *EXEC, "--skip", "probe",
                              "--timeout", "120", "--json", str(tmp_path / "r.json")],
                             env=base_env(planted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

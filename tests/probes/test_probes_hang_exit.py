@@ -44,6 +44,9 @@ def test_ranks_waiting_on_a_rank_stuck_for_good_exit_3_after_the_report(tmp_path
     for rank in (0, 1, 2):
         assert runs[rank].returncode == 3, (rank, runs[rank].stdout[-800:], runs[rank].stderr[-800:])
         assert "killed after timeout" not in runs[rank].stderr, (rank, runs[rank].elapsed_s)
+    # Rank 3 beats on (its beat thread lives) but will never read the verdict: rank 0 did not keep
+    # the job waiting for it (the hand-off's 30 s cap), and says so.
+    assert "rank 3 did not read the verdict (hung: sent no probe results" in runs[0].stderr, runs[0].stderr[-1500:]
 
 
 # Rank 3 is slow in every all_reduce (its tp group becomes a straggler, confirmed by the second

@@ -92,3 +92,6 @@ def test_a_rank_that_never_reaches_setup_is_named_and_rank_0_exits_3(tmp_path: P
     assert hang["ranks"] == [1] and hang["data"]["culprits"] == {"1": "never reached communicator setup"}, hang
     assert "communicator setup" in hang["message"] and hang["data"]["waiting"] == [0]
     assert runs[0].returncode == 3 and "killed after timeout" not in runs[0].stderr, runs[0].stderr[-1500:]
+    # Rank 1 beats on while held up: rank 0 does not keep the job waiting for it to read the verdict.
+    assert "rank 1 did not read the verdict (hung: never reached communicator setup)" in runs[0].stderr, \
+        runs[0].stderr[-1500:]
