@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,9 +123,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # Under xdist the grouped tests (the lab's, the longest chains) go out first, so that none is
         # left to run alone at the end; xdist then orders the groups by size (a stable sort), and the
         # ungrouped tests, one scope each, fill both workers after them.
-        # Within the quiet group the quiet tests come first, one after another (one drain).
+        # Within the quiet group the quiet tests come first, one after another (one drain). Of the
+        # ungrouped tests, those that start processes go out before the in-process ones, so that the
+        # end of the run is many short tests spread over the workers, not a long one left alone.
+        spawns: dict[object, bool] = {}
         items.sort(key=lambda item: (group_of_test_id(item.nodeid) is None,
-                                     item.get_closest_marker("quiet") is None))
+                                     item.get_closest_marker("quiet") is None,
+                                     not starts_processes(getattr(item, "module", None), spawns)))
+
+
+def starts_processes(module: object, seen: dict[object, bool]) -> bool:
+    """Whether a test module starts processes (ranks, the CLI, launchers): it uses tests/helpers/ranks.py
+    or the subprocess module. Memoized in `seen`, per module."""
+    if module is None:
+        return False
+    if module not in seen:
+        seen[module] = any(value is subprocess or getattr(value, "__module__", None) == "tests.helpers.ranks"
+                           for value in vars(module).values())
+    return seen[module]
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist must not refuse it

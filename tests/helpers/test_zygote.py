@@ -21,7 +21,10 @@ def test_only_a_plain_preflight_rank_in_the_zygotes_start_environment_is_forked(
     argv = [sys.executable, "-m", "preflight", "run"]
     env = {"PATH": "/bin", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     assert forkable(argv, {**env, "RANK": "3", "NCCL_DEBUG": "INFO"}, env)
-    assert not forkable(argv, {**env, "PYTHONPATH": "/plants"}, env)  # a plant's sitecustomize
+    assert forkable(argv, {**env, "PYTHONPATH": "/plants"}, env)  # a plant's sitecustomize: run in the child
+    assert forkable(argv, {**env, "PYTHONPATH": "/plants:/ours"}, {**env, "PYTHONPATH": "/ours"})
+    assert not forkable(argv, {**env, "PYTHONPATH": "/plants"}, {**env, "PYTHONPATH": "/ours"})  # /ours taken away
+    assert not forkable(argv, {**env, "PYTHONHASHSEED": "7"}, env)
     assert not forkable(argv, {**env, "OMP_NUM_THREADS": "4"}, env)
     assert not forkable(argv, {**env, "LD_PRELOAD": "/x.so"}, env)
     assert not forkable([sys.executable, "train.py"], env, env)
@@ -46,6 +49,36 @@ def test_a_forked_rank_can_be_signalled_and_waited_for_with_a_timeout() -> None:
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
     proc.communicate(timeout=60)
+
+
+# Run as sitecustomize: preflight must not be loaded yet (it is imported after the plant, as in an
+# exec'd rank), and what the plant replaces is what the run then calls.
+PLANT = """
+import sys
+print("plant ran; preflight loaded before it:", "preflight.commands.cli" in sys.modules, flush=True)
+from preflight.commands import cli
+cli.main = lambda *args, **kwargs: print("the planted main ran") or 7
+"""
+
+
+def test_a_planted_rank_is_forked_and_runs_its_plant_before_preflight_is_imported(tmp_path) -> None:
+    env = ranks.plant_env(tmp_path, {0: PLANT})
+    proc = ranks.start_rank(0, 1, ["run"], port=ranks.free_port(), common_env=env)
+    assert isinstance(proc, ZygoteRank)
+    out, err = proc.communicate(timeout=120)
+    assert "plant ran; preflight loaded before it: False" in out, (out, err)
+    assert "the planted main ran" in out and proc.returncode == 7, (out, err)
+    # Rank 1 of the same run has no plant: the sitecustomize runs and does nothing; preflight runs as ever.
+    other = ranks.start_rank(1, 2, ["--version"], port=ranks.free_port(), common_env=env)
+    out, err = other.communicate(timeout=120)
+    assert isinstance(other, ZygoteRank) and other.returncode == 0 and "plant ran" not in out, (out, err)
+
+
+def test_a_plant_that_raises_is_one_line_and_the_rank_goes_on_as_an_interpreter_would(tmp_path) -> None:
+    env = ranks.plant_env(tmp_path, {0: "raise ValueError('bad plant')"})
+    proc = ranks.start_rank(0, 1, ["--version"], port=ranks.free_port(), common_env=env)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "Error in sitecustomize" in err and "ValueError: bad plant" in err, (out, err)
 
 
 def test_a_rank_asked_to_be_fresh_is_an_interpreter_of_its_own() -> None:

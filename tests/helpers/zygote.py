@@ -18,15 +18,25 @@ A rank on a fake host is forked by that host's own zygote, started on the host (
 UTS and mount namespaces, its cgroup, its `ulimit -l`): the host's ranks share one set of
 namespaces, as a real host's processes do (before, each rank had a private copy of the same).
 
+A planted rank (tests/helpers/ranks.plant_env: a sitecustomize.py on PYTHONPATH) is forked too:
+its PYTHONPATH is the zygote's with entries in front, which the child puts on sys.path; it then
+runs the plant as an interpreter runs sitecustomize at start, and imports preflight afresh after
+it (the zygote's preflight modules are dropped from the child), as an exec'd rank does: a plant
+that replaces a function (`dist.all_to_all_single`, a method of preflight's) is in place before
+any preflight module binds it. What differs from an exec'd rank is only that torch was imported
+before the plant ran, where a plant imports torch itself anyway.
+
 What it cannot be, and so `start_rank` execs a fresh interpreter instead (`forkable`): a rank
 under a wrapper (`taskset`), running another program (a training script), or whose environment
-differs from the zygote's in what is read when an interpreter or torch starts (PYTHON*, LD_*, a
-plant's sitecustomize on PYTHONPATH, malloc and OpenMP settings, torch's C++ logging).
+differs from the zygote's in anything else read when an interpreter or torch starts (PYTHON*
+other than entries added in front of PYTHONPATH, LD_*, malloc and OpenMP settings, torch's C++
+logging).
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 import runpy
@@ -54,22 +64,57 @@ def _start_values(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(_READ_AT_START)}
 
 
+def added_path(env: Mapping[str, str], zygote_env: Mapping[str, str]) -> list[str] | None:
+    """The PYTHONPATH entries `env` has in front of the zygote's ([] for none), or None when its
+    PYTHONPATH is not the zygote's with entries in front (an entry taken away, or reordered)."""
+    mine, theirs = (_entries(e.get("PYTHONPATH", "")) for e in (env, zygote_env))
+    front = len(mine) - len(theirs)
+    return mine[:front] if front >= 0 and mine[front:] == theirs else None
+
+
+def _entries(path: str) -> list[str]:
+    return [entry for entry in path.split(os.pathsep) if entry]
+
+
 def forkable(argv: Sequence[str], env: Mapping[str, str], zygote_env: Mapping[str, str]) -> bool:
     """Whether `argv` (`python -m preflight ...`) in `env` can be forked from a zygote started in `zygote_env`."""
+    def fixed(values: Mapping[str, str]) -> dict[str, str]:
+        return {k: v for k, v in _start_values(values).items() if k != "PYTHONPATH"}
+
     return (len(argv) >= 3 and argv[0] == sys.executable and list(argv[1:3]) == ["-m", "preflight"]
-            and _start_values(env) == _start_values(zygote_env))
+            and fixed(env) == fixed(zygote_env) and added_path(env, zygote_env) is not None)
 
 
 # -- the zygote (its own process) -------------------------------------------------------------
 
+def _start_as_planted(front: list[str]) -> None:
+    """In the child: PYTHONPATH's entries in front of the zygote's go on sys.path, preflight's modules
+    are dropped (imported afresh, after the plant), and a sitecustomize.py among them runs as an
+    interpreter runs it at start (an error in it is one line on stderr, and the rank goes on)."""
+    sys.path[0:0] = front
+    for name in [m for m in sys.modules if m == "preflight" or m.startswith("preflight.")]:
+        del sys.modules[name]
+    if not any(os.path.exists(os.path.join(entry, "sitecustomize.py")) for entry in front):
+        return
+    sys.modules.pop("sitecustomize", None)
+    try:
+        importlib.import_module("sitecustomize")
+    except Exception as exc:  # what site.execsitecustomize prints
+        print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}",
+              file=sys.stderr)
+
+
 def _run_rank(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> int:
     """In the forked child: become `python -m preflight ARGV[3:]` and return its exit code."""
+    front = added_path(env, os.environ) or []  # os.environ is still the zygote's here
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
     sys.argv = ["-m", *argv[3:]]
     code: int = 0
     try:
+        if front:
+            _start_as_planted(front)
         runpy.run_module("preflight", run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):

@@ -11,12 +11,13 @@ an error that puts fl-b on the exclude list); fl-c fails once (run 2), below the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.checks.test_config_multirank import by_id, run_ok
-from tests.helpers.hosts import fake_host
+from tests.helpers.hosts import FakeHost, fake_host
 from tests.helpers.ranks import Placement, run_cli, spawn_env_ranks
 
 NVML = Path(__file__).parents[1] / "fixtures" / "nvml"
@@ -24,12 +25,21 @@ HOSTS = ("fl-a", "fl-b", "fl-c")
 FAILS = {"fl-b": (0, 2, 4), "fl-c": (1,)}  # host -> the runs (0-based) it fails in
 
 
-def _run(tmp: Path, attempt: int, url: str) -> dict:
-    master = {"fl-master": "127.0.0.1"}
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[dict[str, FakeHost]]:
+    """The three hosts, made once: every run is on the same machines, as a cluster's are (and each
+    host's zygote, tests/helpers/zygote.py, forks all of its runs' ranks)."""
+    made = {host: fake_host(tmp_path / "hosts", host, hosts={"fl-master": "127.0.0.1"}) for host in HOSTS}
+    yield made
+    for host in made.values():
+        host.kill_started()
+
+
+def _run(tmp: Path, attempt: int, url: str, hosts: dict[str, FakeHost]) -> dict:
     place = {}
     for rank, host in enumerate(HOSTS):
         broken = attempt in FAILS.get(host, ())
-        place[rank] = Placement(fake_host(tmp / f"hosts{attempt}", host, hosts=master), {
+        place[rank] = Placement(hosts[host], {
             "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "CUDA_VISIBLE_DEVICES": "7" if broken else "0",
             "PREFLIGHT_NVML_REPLAY": str(NVML / ("gpu_lost.json" if broken else "healthy_h100x8.json"))})
     out = tmp / f"run{attempt}.json"
@@ -40,16 +50,15 @@ def _run(tmp: Path, attempt: int, url: str) -> dict:
 
 
 @pytest.mark.timeout(900)
-def test_host_failing_3_of_5_runs_is_named_flaky_and_excluded_alone(tmp_path: Path) -> None:
+def test_host_failing_3_of_5_runs_is_named_flaky_and_excluded_alone(
+        tmp_path: Path, hosts: dict[str, FakeHost]) -> None:
     url = f"sqlite:///{tmp_path / 'history.db'}"
     for attempt in range(5):
-        (tmp_path / f"hosts{attempt}").mkdir()
-        report = _run(tmp_path, attempt, url)
+        report = _run(tmp_path, attempt, url, hosts)
         expected_bad = sorted(h for h, runs in FAILS.items() if attempt in runs)
         assert report["bad_hosts"] == expected_bad, [(f["check_id"], f["message"]) for f in report["findings"]]
         assert not by_id(report, "HIS001"), by_id(report, "HIS001")
-    (tmp_path / "hosts5").mkdir()
-    report = _run(tmp_path, 5, url)
+    report = _run(tmp_path, 5, url, hosts)
     assert report["bad_hosts"] == []  # this run passed on every host ...
     [flaky] = by_id(report, "HIS003")  # ... and fl-b is named all the same, fl-c not
     assert flaky["hosts"] == ["fl-b"] and flaky["severity"] == "warn"
