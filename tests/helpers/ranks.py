@@ -80,9 +80,21 @@ def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 120,
             cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m preflight ARGS` as a subprocess, output captured."""
-    return subprocess.run([PYTHON, "-m", "preflight", *args], env=base_env(env), capture_output=True,
-                          text=True, timeout=timeout, cwd=cwd)
+    """`python -m preflight ARGS` as a process of its own, output captured; forked from this process's
+    zygote when it can be (tests/helpers/zygote.py), as start_rank's ranks are, else exec'd.
+    Killed, and TimeoutExpired raised, after `timeout` s (subprocess.run's contract)."""
+    argv, full_env = [PYTHON, "-m", "preflight", *args], base_env(env)
+    if not (FORK_RANKS and forkable(argv, full_env, zygote_env := base_env())):
+        return subprocess.run(argv, env=full_env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    proc = ZygoteRank(argv, zygote=zygote(zygote_env), env=full_env, text=True, stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE, cwd=cwd)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 @dataclass(frozen=True)

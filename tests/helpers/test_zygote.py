@@ -120,3 +120,21 @@ def test_ranks_on_a_fake_host_are_forked_by_the_hosts_own_zygote_inside_its_name
                                  placement=ranks.Placement(host), port=ranks.free_port())
     host.kill_started()
     assert straggler.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_the_cli_of_run_cli_is_forked_in_the_folder_asked_for(tmp_path, monkeypatch) -> None:
+    forked: list[ZygoteRank] = []
+    real = ranks.ZygoteRank
+
+    def recording(*args, **kwargs) -> ZygoteRank:
+        forked.append(real(*args, **kwargs))
+        return forked[-1]
+
+    monkeypatch.setattr(ranks, "ZygoteRank", recording)
+    done = ranks.run_cli(["run", "--skip", "probe", "--json", "here.json"], cwd=str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(forked) == 1 and (tmp_path / "here.json").exists()  # the relative path, in cwd
+    with pytest.raises(subprocess.TimeoutExpired):  # subprocess.run's contract: killed, then raised
+        ranks.run_cli(["run", "--skip", "probe", "--timeout", "600"], timeout=3, env={  # waits for rank 1
+            "RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ranks.free_port())})
+    assert forked[-1].poll() == -signal.SIGKILL

@@ -256,10 +256,12 @@ class Zygote:
             if until is not None and until(message):
                 return message
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int) -> int:
-        """Fork a rank running `argv` in `env` with these output fds; its pid."""
+    def start(self, argv: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int,
+              cwd: str | None = None) -> int:
+        """Fork a rank running `argv` in `env` with these output fds, in `cwd` (None: this process's); its pid."""
         with tempfile.TemporaryFile() as request:
-            request.write(json.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}).encode())
+            where = os.fspath(cwd or os.getcwd())
+            request.write(json.dumps({"argv": list(argv), "env": dict(env), "cwd": where}).encode())
             request.seek(0)
             with self._lock:
                 socket.send_fds(self._conn, [b"fork"], [request.fileno(), stdout, stderr])
@@ -327,7 +329,7 @@ class ZygoteRank(subprocess.Popen):
                        env: Any, startupinfo: Any, creationflags: Any, shell: Any, p2cread: int, p2cwrite: int,
                        c2pread: int, c2pwrite: int, errread: int, errwrite: int, *rest: Any) -> None:
         try:
-            self.pid = self._zygote.start(args, env, c2pwrite, errwrite)
+            self.pid = self._zygote.start(args, env, c2pwrite, errwrite, cwd)
             self._child_created = True
         finally:
             for fd in (c2pwrite, errwrite, p2cread):
