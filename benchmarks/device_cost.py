@@ -10,7 +10,9 @@ probes, every rank's family wall time (`device_probes[].elapsed_s`). Not a test.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +40,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="device-cost-"))
+    atexit.register(shutil.rmtree, folder, True)  # the runs' reports: gone with this process
     got: dict[str, list[tuple[float, float, list[float]]]] = {"with device probes": [], "--skip gpu-probe": []}
     for _ in range(args.pairs):
         got["with device probes"].append(one(args.nproc, [], folder / "with.json"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{summary['seconds']:.2f} s; named {', '.join(named) or 'nobody'}; probes {probes_s:.2f} s")
     finally:
         hosts.close()
+        shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

@@ -32,6 +32,7 @@ import io
 import json
 import os
 import resource
+import shutil
 import struct
 import subprocess
 import sys
@@ -211,8 +212,17 @@ def _payloads(path: str):
 # -- measurement (a fresh process per N) ---------------------------------------------------
 
 def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) -> dict[str, object]:
-    """Generate in a child, then time rank 0's stages here."""
+    """Generate in a child, then time rank 0's stages here; the payloads and reports (hundreds of MB
+    at 131,072 ranks) are removed after, unless kept (--keep DIR)."""
     folder = Path(keep or tempfile.mkdtemp(prefix="pf-scale-"))
+    try:
+        return _measure(folder, world_kind, size, missing_hosts, keep)
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep: str | None) -> dict[str, object]:
     folder.mkdir(parents=True, exist_ok=True)
     data = str(folder / "payloads.bin")
     made = folder / "payloads.args"  # what generated payloads.bin: --keep DIR reuses it for the same arguments

@@ -10,7 +10,9 @@ write and read GB/s and each pass's share; checks that nothing is left under DIR
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,6 +38,9 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="storage-cost-"))
     path = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="ckpt-", dir="/var/tmp"))
+    atexit.register(shutil.rmtree, folder, True)  # the runs' reports, and a checkpoint folder of our own
+    if not args.dir:
+        atexit.register(shutil.rmtree, path, True)
     with_family, without = [], []
     for _ in range(args.pairs):
         with_family.append(one(args.nproc, ["--storage", str(path), *args.extra], folder / "with.json"))

@@ -20,9 +20,11 @@ beats (one add per rank per second) is not in the collect figure.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,6 +84,7 @@ def measure(size: int, procs: int) -> dict[str, object]:
     from preflight.channel.exchange import Exchange
 
     folder = Path(tempfile.mkdtemp(prefix="pf-store-"))
+    atexit.register(shutil.rmtree, folder, True)  # the generated payloads: gone with this process
     data = str(folder / "payloads.bin")
     subprocess.run([sys.executable, str(Path(__file__).parent / "rank0_scale.py"), "--generate", data,
                     "--ranks", str(size), "--world", "torchrun", "--missing-hosts", "0"], check=True)
@@ -136,6 +139,7 @@ def measure_collect_only(size: int, repeats: int = 3) -> dict[str, object]:
     from preflight.channel.exchange import Exchange
 
     folder = Path(tempfile.mkdtemp(prefix="pf-store-"))
+    atexit.register(shutil.rmtree, folder, True)  # the generated payloads: gone with this process
     data = str(folder / "payloads.bin")
     subprocess.run([sys.executable, str(Path(__file__).parent / "rank0_scale.py"), "--generate", data,
                     "--ranks", str(size), "--world", "torchrun", "--missing-hosts", "0"], check=True)
