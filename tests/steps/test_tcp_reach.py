@@ -89,6 +89,10 @@ def test_a_foreign_value_under_the_hosts_claim_counter_leaves_the_step_inert_not
     server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
     client = TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=10))
     server.set(REACH_CLAIM.at("node1"), "[1]")
+    # c10d's set gets no answer: one round trip on the same connection makes sure the server applied
+    # it before the rank's add arrives on its own connection (under load the add once came first,
+    # found no key, and counted 1).
+    assert server.check([REACH_CLAIM.at("node1")])
     reach = Reachability(client, RankFacts(rank=1, host="node1", world=World(launcher="env", rank=1, world_size=2)),
                          "seed", 1.0)
     reach.start()
