@@ -355,11 +355,11 @@ class RankLiveness:
             try:
                 with self._lock:
                     self._take_left()
-                    gone = set(self._gone) | set(self._hung)
+                    not_awaited = set(self._gone) | set(self._hung)
                 unread = (listed_ranks(self.store, CLAIMED_KEY, self.world_size)
                           - listed_ranks(self.store, ACKED_KEY, self.world_size) - {self.rank})
             except Exception:
                 return []  # the store is gone: nobody can read anything more
-            if not unread - gone or time.monotonic() - started >= cap_s:
+            if not unread - not_awaited or time.monotonic() - started >= cap_s:
                 return sorted(unread)
             time.sleep(poll_s)

@@ -84,10 +84,9 @@ def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: 
     zygote when it can be (tests/helpers/zygote.py), as start_rank's ranks are, else exec'd.
     Killed, and TimeoutExpired raised, after `timeout` s (subprocess.run's contract)."""
     argv, full_env = [PYTHON, "-m", "preflight", *args], base_env(env)
-    if not (FORK_RANKS and forkable(argv, full_env, zygote_env := base_env())):
+    proc = _forked(argv, full_env, cwd=cwd)
+    if proc is None:
         return subprocess.run(argv, env=full_env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    proc = ZygoteRank(argv, zygote=zygote(zygote_env), env=full_env, text=True, stdout=subprocess.PIPE,
-                      stderr=subprocess.PIPE, cwd=cwd)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -95,6 +94,17 @@ def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: 
         proc.communicate()
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _forked(argv: list[str], env: dict[str, str], host: FakeHost | None = None,
+            cwd: str | None = None) -> ZygoteRank | None:
+    """`argv` in `env`, output piped, forked from the zygote (the host's, on a fake host: counted among
+    its processes) when it can be (tests/helpers/zygote.py); None when it must be exec'd."""
+    if not (FORK_RANKS and forkable(argv, env, zygote_env := base_env())):
+        return None
+    proc = ZygoteRank(argv, zygote=zygote(zygote_env, host), env=env, text=True, stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE, cwd=cwd)
+    return host.adopt(proc) if host else proc
 
 
 @dataclass(frozen=True)
@@ -144,10 +154,8 @@ def start_rank(rank: int, world_size: int, args: Sequence[str], *, placement: Pl
         **(common_env or {}), **placement.env,
     })
     argv = [*placement.wrap, PYTHON, *program, *args]
-    if FORK_RANKS and not fresh and not placement.wrap and forkable(argv, env, zygote_env := base_env()):
-        born = zygote(zygote_env, placement.host)
-        proc = ZygoteRank(argv, zygote=born, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        return placement.host.adopt(proc) if placement.host else proc  # killed with the host's processes
+    if not fresh and not placement.wrap and (proc := _forked(argv, env, placement.host)) is not None:
+        return proc
     start = placement.host.popen if placement.host else subprocess.Popen
     return start(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

@@ -61,7 +61,8 @@ _MESSAGE = 64 * 1024
 
 
 def _start_values(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(_READ_AT_START)}
+    """What `env` sets that an interpreter reads at start, less PYTHONPATH (see added_path)."""
+    return {k: v for k, v in env.items() if k.startswith(_READ_AT_START) and k != "PYTHONPATH"}
 
 
 def added_path(env: Mapping[str, str], zygote_env: Mapping[str, str]) -> list[str] | None:
@@ -78,11 +79,8 @@ def _entries(path: str) -> list[str]:
 
 def forkable(argv: Sequence[str], env: Mapping[str, str], zygote_env: Mapping[str, str]) -> bool:
     """Whether `argv` (`python -m preflight ...`) in `env` can be forked from a zygote started in `zygote_env`."""
-    def fixed(values: Mapping[str, str]) -> dict[str, str]:
-        return {k: v for k, v in _start_values(values).items() if k != "PYTHONPATH"}
-
     return (len(argv) >= 3 and argv[0] == sys.executable and list(argv[1:3]) == ["-m", "preflight"]
-            and fixed(env) == fixed(zygote_env) and added_path(env, zygote_env) is not None)
+            and _start_values(env) == _start_values(zygote_env) and added_path(env, zygote_env) is not None)
 
 
 # -- the zygote (its own process) -------------------------------------------------------------
