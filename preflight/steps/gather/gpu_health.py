@@ -186,14 +186,18 @@ _WATCHES: dict[int, nvml_source.XidWatch] = {}
 
 
 def _watch(facts: RankFacts, gpu: GpuHealth) -> None:
-    """Register for the bound GPU's critical XID events, for the run's duration."""
+    """Register for the bound GPU's critical XID events, for the run's duration.
+
+    A watch belongs to one run: an earlier run's of this rank in this process that was never taken
+    (it ended before its recheck; preflight.check called again in a trainer) is closed first, so a
+    run whose own registration fails or whose GPU is lost never drains another run's events."""
+    old = _WATCHES.pop(facts.rank, None)
+    if old is not None:
+        old.close()
     if gpu.lost:
         return
     watch, error = nvml_source.watch_xids(gpu.index)
     if watch is not None:
-        old = _WATCHES.pop(facts.rank, None)
-        if old is not None:
-            old.close()
         _WATCHES[facts.rank] = watch
         facts.health.xid_watch = "watching"
     elif error is not None and error.unavailable:

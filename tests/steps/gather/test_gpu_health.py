@@ -146,6 +146,14 @@ def test_xid_registration_not_supported_is_listed(monkeypatch: pytest.MonkeyPatc
     assert take_xid_watch(facts.rank) is None
 
 
+def test_a_run_never_takes_an_earlier_runs_watch_it_left_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that ended before its recheck leaves its watch; the next run of the same rank in the
+    process (preflight.check called again) closes it, whether or not its own registration works."""
+    gathered(monkeypatch, "xid_events", "3")  # never taken
+    facts = gathered(monkeypatch, "not_supported")
+    assert facts.health.xid_watch == "" and take_xid_watch(facts.rank) is None
+
+
 @pytest.mark.gpu
 def test_real_gpu_health_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a GPU machine (`pytest -m gpu`): the real driver through the same boundary, every read
