@@ -107,7 +107,7 @@ def _worker(rank: int, n: int, port: int, args: argparse.Namespace) -> None:
     if args.backend == "nccl":
         os.environ["NCCL_HOSTID"] = f"fidelity-{rank}"  # one GPU, ranks as separate NCCL hosts
     torch.set_num_threads(1)
-    base = dist.TCPStore("127.0.0.1", port, n, rank == 0, timedelta(seconds=60))
+    base = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=60))  # the parent hosts it
     world = World("bench", rank, n, host=socket.gethostname())
     size = parse_size(args.size)
     figures: dict[str, dict[str, list[float]]] = {}
@@ -171,10 +171,11 @@ def main() -> None:
     unknown = [op for op in args.ops if not ops.known(op)]
     if unknown:
         parser.error(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(ops.NAMES)}")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.spawn(_worker, args=(args.ranks, port, args), nprocs=args.ranks, join=True)
+    # The store is hosted here, on a port the kernel picked and this process holds, before the ranks
+    # start: a free port found, closed, and bound later by rank 0 could be taken meanwhile (another
+    # job's store, and the ranks would join it: seen once in CI, gloo's set-up failing).
+    store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=60), wait_for_workers=False)
+    mp.spawn(_worker, args=(args.ranks, store.port, args), nprocs=args.ranks, join=True)
 
 
 if __name__ == "__main__":
