@@ -6,13 +6,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.helpers import ranks
 from tests.helpers.hosts import fake_host
-from tests.helpers.zygote import ZygoteRank, forkable
+from tests.helpers.zygote import ZygoteRank, forkable, zygote
 
 pytestmark = pytest.mark.skipif(not ranks.FORK_RANKS, reason="PREFLIGHT_TEST_EXEC_RANKS=1: every rank is exec'd")
 
@@ -138,3 +139,19 @@ def test_the_cli_of_run_cli_is_forked_in_the_folder_asked_for(tmp_path, monkeypa
         ranks.run_cli(["run", "--skip", "probe", "--timeout", "600"], timeout=3, env={  # waits for rank 1
             "RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ranks.free_port())})
     assert forked[-1].poll() == -signal.SIGKILL
+
+
+def test_a_reused_pid_gets_its_own_exit_code_not_an_earlier_childs() -> None:
+    # pid_max is 32,768 here and a CI run forks thousands of ranks: the kernel reuses pids. Every pid
+    # is made to look like an earlier child that exited 0; the new rank exits 2, and that is what shows.
+    born = zygote(ranks.base_env())
+    limit = int(Path("/proc/sys/kernel/pid_max").read_text())
+    before = dict(born._exits)
+    born._exits.update(dict.fromkeys(range(1, limit + 1), 0))
+    try:
+        proc = ranks.start_rank(0, 1, ["run", "--mesh", "nonsense"], port=ranks.free_port())
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, (out, err)
+    finally:
+        born._exits.clear()
+        born._exits.update(before)

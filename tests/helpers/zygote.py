@@ -251,6 +251,10 @@ class Zygote:
             message = json.loads(data)
             if "exited" in message:
                 self._exits[message["exited"]] = message["code"]
+            elif "started" in message:
+                # A pid the kernel reused (pid_max is 32,768 here; a CI run forks thousands): the exit
+                # recorded under it is an earlier child's, never this one's, whose exit comes after.
+                self._exits.pop(message["started"], None)
             if until is not None and until(message):
                 return message
 
