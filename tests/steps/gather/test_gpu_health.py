@@ -17,6 +17,7 @@ from preflight.steps.gather import GatherOptions, gpu_health, gpus
 from preflight.steps.gather.gpu_health import bind, read_health, take_xid_watch, visible_indices
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "nvml"
+SHORT_GRACE_S = 0.05  # how long a transient fabric state is read again here (GatherOptions.settle_grace_s)
 
 
 def gathered(monkeypatch: pytest.MonkeyPatch, fixture: str | None, visible: str | None = None,
@@ -32,8 +33,9 @@ def gathered(monkeypatch: pytest.MonkeyPatch, fixture: str | None, visible: str 
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     facts = RankFacts(rank=0, host="node01", world=World("env", 0, local_world_size, local_rank=local_rank,
                                                          local_world_size=local_world_size, host="node01"))
-    gpus.gather(facts, GatherOptions())
-    gpu_health.gather(facts, GatherOptions())
+    options = GatherOptions(settle_grace_s=SHORT_GRACE_S)
+    gpus.gather(facts, options)
+    gpu_health.gather(facts, options)
     return facts
 
 
@@ -55,7 +57,8 @@ def test_healthy_h100_host_reads_every_field(monkeypatch: pytest.MonkeyPatch) ->
     assert (gpu.remap_pending, gpu.remap_failure, gpu.recovery_action, gpu.clock_event_reasons) == (False, False, 0, 1)
     assert (gpu.pcie_width, gpu.pcie_max_width, gpu.pcie_gen, gpu.pcie_max_gen) == (16, 16, 5, 5)
     assert gpu.nvlinks_read == 18 and gpu.nvlinks == []  # only links worth a look are kept
-    assert (gpu.fabric_state, gpu.fabric_status, gpu.persistence_mode, gpu.compute_mode) == (3, 0, True, 0)
+    assert (gpu.fabric.state, gpu.fabric.status, gpu.fabric.domain, gpu.fabric.waited_s) == (3, 0, "", 0.0)
+    assert (gpu.persistence_mode, gpu.compute_mode) == (True, 0)
     assert (gpu.processes, gpu.temperature_c, gpu.slowdown_c, gpu.vbios) == ([], 34, 87, "96.00.74.00.1C")
     assert gpu.power_limit_mw == gpu.power_default_mw == 700000
 
