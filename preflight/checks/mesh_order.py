@@ -66,8 +66,10 @@ class _Layouts:
         return found
 
 
-def _score(spanning: Iterable[str]) -> list[int]:
-    return sorted((NEED.get(name, OTHER_NEED) for name in spanning), reverse=True)
+def _score(spanning: dict[str, list[int]], domains: Sequence[str]) -> list[tuple[int, int]]:
+    """(need, domains its example group spans) of each spanning dimension, neediest first: less is better."""
+    return sorted(((NEED.get(name, OTHER_NEED), len({domains[r] for r in group})) for name, group in spanning.items()),
+                  reverse=True)
 
 
 def _moves(order: Sequence[tuple[str, int]], given: Sequence[tuple[str, int]]) -> int:
@@ -114,16 +116,17 @@ def mesh_order_spans_domains(job: JobView) -> Iterable[Problem]:
     given = layouts.spanning(mesh)
     if not given:
         return
-    best = min(permutations(mesh), key=lambda order: (_score(layouts.spanning(order)), _moves(order, mesh)))
+    best = min(permutations(mesh), key=lambda order: (_score(layouts.spanning(order), domains), _moves(order, mesh)))
     left = layouts.spanning(best)
-    if _score(left) >= _score(given):
+    if _score(left, domains) >= _score(given, domains):
         return
     kind = "NVLink domains" if any(nvlink) else "hosts"
+    moved = [name for name, _ in best if name in left and name not in given]
     for name, group in given.items():
         if name in left:
             continue
         where = sorted({by_rank[r].host if kind == "hosts" else domains[r] for r in group})
-        also = f" ({', '.join(left)} then span{'s' if len(left) == 1 else ''} {kind} instead)" if left else ""
+        also = f" ({', '.join(moved)} then span{'s' if len(moved) == 1 else ''} {kind} instead)" if moved else ""
         yield Problem(f"{name} groups span {kind} with --mesh {mesh_text(mesh)}: e.g. ranks "
                       f"{rank_ranges(group)} on {', '.join(where[:4])}; --mesh {mesh_text(best)} keeps every "
                       f"{name} group inside one {kind[:-1]}{also}",

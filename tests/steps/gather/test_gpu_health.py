@@ -21,12 +21,15 @@ SHORT_GRACE_S = 0.05  # how long a transient fabric state is read again here (Ga
 
 
 def gathered(monkeypatch: pytest.MonkeyPatch, fixture: str | None, visible: str | None = None,
-             local_rank: int = 0, local_world_size: int = 1) -> RankFacts:
-    """A rank's facts after the gpus and gpu-health gatherers ran on `fixture` (None: the real NVML)."""
+             local_rank: int = 0, local_world_size: int = 1, dev_root: Path | None = None) -> RankFacts:
+    """A rank's facts after the gpus and gpu-health gatherers ran on `fixture` (None: the real NVML and /dev);
+    `dev_root`: a FAKE /dev (IMEX channels), else one with no device nodes."""
     if fixture:
         monkeypatch.setenv(nvml_source.REPLAY_VARIABLE, str(FIXTURES / f"{fixture}.json"))
+        monkeypatch.setenv(gpu_health.DEV_ROOT_VARIABLE, str(dev_root or FIXTURES / "no-such-dev"))
     else:
         monkeypatch.delenv(nvml_source.REPLAY_VARIABLE, raising=False)
+        monkeypatch.delenv(gpu_health.DEV_ROOT_VARIABLE, raising=False)
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
@@ -82,6 +85,41 @@ def test_not_supported_is_listed_never_a_value(monkeypatch: pytest.MonkeyPatch) 
     assert missing <= set(gpu.unavailable)
     assert "nvlink_state" not in gpu.unavailable  # no NVLink at all is not a missing read
     assert (gpu.ecc_uncorrected_volatile, gpu.remap_pending, gpu.recovery_action, gpu.processes) == (None,) * 4
+
+
+def fake_dev(folder: Path, *channels: str) -> Path:
+    """A FAKE /dev with these IMEX channel nodes (plain files: only their names are read)."""
+    imex = folder / "dev" / gpu_health.IMEX_CHANNELS
+    imex.mkdir(parents=True)
+    for name in channels:
+        (imex / name).touch()
+    return folder / "dev"
+
+
+def test_gb200_fabric_info_names_its_nvlink_domain_and_imex_channel(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    facts = gathered(monkeypatch, "gb200_nvl72", "2", dev_root=fake_dev(tmp_path, "channel0"))
+    (gpu,) = facts.health.gpus
+    assert gpu.fabric is not None and gpu.unavailable == [] and gpu.errors == []
+    assert gpu.fabric.domain == "2d1c1f4e-7a3b-4c55-9e0e-5b8f3a6c9d01/32766"
+    assert (gpu.fabric.health_mask, gpu.fabric.health_summary, gpu.fabric.waited_s) == (20906, 1, 0.0)
+    assert facts.health.imex_channels == ["channel0"]
+    assert gathered(monkeypatch, "gb200_nvl72", "2").health.imex_channels == []  # no node: none to open
+
+
+def test_pre_hopper_fabric_info_is_a_listed_fact(monkeypatch: pytest.MonkeyPatch) -> None:
+    (gpu,) = gathered(monkeypatch, "a100_no_fabric", "0").health.gpus
+    assert gpu.fabric is None and "fabric_info" in gpu.unavailable and gpu.errors == []
+
+
+def test_a_transient_fabric_state_is_read_again_before_it_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU 3 goes in progress -> route recovery -> healthy while it is read again: it settles.
+    assorted_faults' GPU 5 stays in progress: kept as read, after the whole grace."""
+    (settled,) = gathered(monkeypatch, "gb200_fabric_faults", "3").health.gpus
+    assert settled.fabric is not None and (settled.fabric.state, settled.fabric.health_mask) == (3, 20906)
+    assert 0 < settled.fabric.waited_s < SHORT_GRACE_S
+    (stuck,) = gathered(monkeypatch, "assorted_faults", "5").health.gpus
+    assert stuck.fabric is not None and stuck.fabric.state == 2 and stuck.fabric.waited_s == SHORT_GRACE_S
 
 
 def test_lost_gpu_keeps_its_index_and_stops_reading(monkeypatch: pytest.MonkeyPatch) -> None:
