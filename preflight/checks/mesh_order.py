@@ -7,9 +7,10 @@ across two hosts (or two NVLink domains) runs over the network. Where a group's 
 NVLink domain (the same fabric cluster UUID and clique, checks/fabric.py) it stays on NVLink even
 across hosts (a GB200 NVL72 rack); elsewhere the host is the domain.
 
-Every order of the mesh's dimensions is scored by which dimensions it leaves spanning domains, the
-most bandwidth-hungry first (tp, cp, ep, dp_shard, dp, pp); a better order than the one given is
-named in the finding. Whether a dimension's groups span depends only on its size and its stride
+Every order of the mesh's dimensions is scored by the dimensions it leaves spanning domains, the
+most bandwidth-hungry first (tp, cp, ep, dp_shard, dp, pp), each by how many domains its groups
+reach; the best order (the nearest to the given one among equals) is named in the finding when it
+beats the given one. Whether a dimension's groups span depends only on its size and its stride
 (the product of the sizes after it), so each (size, stride) is judged once, by comparing slices of
 the ranks' domain list (C-speed, O(world) each).
 """
