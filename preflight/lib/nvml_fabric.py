@@ -25,7 +25,7 @@ from preflight.model import GpuFabric
 
 STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 COMPLETED = 3
-FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT = 13, 25, 2  # nvmlReturn_t
+NOT_SUPPORTED, FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH = 3, 13, 25  # nvmlReturn_t
 
 # NVML_GPU_FABRIC_HEALTH_MASK_*: (shift, width, {value: what it means when it is a fault}).
 HEALTH_FIELDS: dict[str, tuple[int, int, dict[int, str]]] = {
@@ -103,7 +103,10 @@ def read_fabric_info(nv: Any, handle: Any) -> GpuFabric:
                     break  # a driver without the V call
                 raise
             return _fabric(info)
-    info = nv.c_nvmlGpuFabricInfo_t()
+    legacy = getattr(nv, "c_nvmlGpuFabricInfo_t", None)
+    if legacy is None:
+        raise nv.NVMLError(NOT_SUPPORTED)  # an nvidia-ml-py older than the fabric info: nothing to ask
+    info = legacy()
     nv.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
     return _fabric(info)
 

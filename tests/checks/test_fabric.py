@@ -1,5 +1,6 @@
-"""The NVLink fabric checks (checks/fabric.py, GPU014) on facts the real gatherer read from the NVML replay
-FAKE (tests/fixtures/nvml/gb200_nvl72.json and its kin) and a FAKE /dev; test_fabric_multirank.py fires them in a real run."""
+"""The NVLink fabric checks (checks/fabric.py, GPU014) on facts the real gatherer read from the NVML
+replay FAKE (tests/fixtures/nvml/gb200_nvl72.json and its kin) and a FAKE /dev;
+test_fabric_multirank.py fires them in a real run."""
 
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ Runs after the `interfaces` gatherer (interfaces.py beside this file), whose
   physical state, rate, link layer, the netdevs it maps to, a RoCE port's GID types) with its
   device's model, firmware and board id (`hca_type`, `fw_ver`, `board_id`). The sysfs root is
   `--sysfs-root` (default /sys): tests point it at a fixture tree, a fake of the kernel's layout,
-  because no InfiniBand hardware exists on CI. A port whose link is still training (INIT / ARMED,
-  Polling, PortConfigurationTraining) is read again for up to `GatherOptions.settle_grace_s`
-  (lib/settle.py) before it is kept as it is.
+  because no InfiniBand hardware exists on CI. A port NCCL may use (NCCL_IB_HCA's, every port when
+  unset) whose link is still training (INIT / ARMED, Polling, PortConfigurationTraining) is read
+  again for up to `GatherOptions.settle_grace_s` (lib/settle.py) before it is kept as it is.
 * `chosen_interface`: the interface NCCL/Gloo will use on this rank: NCCL_SOCKET_IFNAME /
   GLOO_SOCKET_IFNAME's choice if one is set (preflight/lib/ifname.py's rules), else the first UP
   interface named `ib*` with an address, else the one that routes to MASTER_ADDR.
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from preflight.lib.ib_hca import HcaFilter
 from preflight.lib.ifname import match_gloo_interfaces, match_interfaces
 from preflight.lib.settle import grace_within, settle
 from preflight.model import ChosenInterface, IbPort, Interface, RankFacts
@@ -125,20 +126,26 @@ def training(port: IbPort) -> bool:
     return port.state in TRAINING_STATES or port.phys_state in TRAINING_PHYS
 
 
-def settle_ports(sysfs_root: str, ports: list[IbPort], grace_s: float,
+def settle_ports(sysfs_root: str, ports: list[IbPort], grace_s: float, hca_spec: str | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> list[IbPort]:
-    """The ports, each training one read again (all together) until they settle or grace_s has passed."""
-    if not any(map(training, ports)):
+    """The ports, each training one NCCL may use (NCCL_IB_HCA's, `hca_spec`; every port when unset) read
+    again, all together, until they settle or grace_s has passed."""
+    hca = HcaFilter.parse(hca_spec)
+    watched = [training(p) and (hca is None or hca.allows(p.device, p.port)) for p in ports]
+    if not any(watched):
         return ports
     base = Path(sysfs_root, "class", "infiniband")
 
     def reread() -> list[IbPort]:
-        return [read_port(base / p.device, base / p.device / "ports" / str(p.port), p.netdevs) if training(p) else p
-                for p in ports]
+        return [read_port(base / p.device, base / p.device / "ports" / str(p.port), p.netdevs) if watch else p
+                for p, watch in zip(ports, watched, strict=True)]
 
-    settled, waited = settle(reread, lambda now: any(map(training, now)), ports, grace_s, sleep)
-    for before, after in zip(ports, settled, strict=True):
-        if training(before):
+    def still(now: list[IbPort]) -> bool:
+        return any(watch and training(p) for p, watch in zip(now, watched, strict=True))
+
+    settled, waited = settle(reread, still, ports, grace_s, sleep)
+    for before, after, watch in zip(ports, settled, watched, strict=True):
+        if watch:
             after.netdevs = before.netdevs
             after.waited_s = waited
     return settled
@@ -215,7 +222,8 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
     if interfaces is None:  # the interfaces gatherer failed or was left out: read them here
         interfaces = read_interfaces()
     grace = grace_within(options.settle_grace_s, options.timeout_s)
-    facts.network.ib_ports = settle_ports(options.sysfs_root, read_ib_ports(options.sysfs_root), grace)
+    facts.network.ib_ports = settle_ports(options.sysfs_root, read_ib_ports(options.sysfs_root), grace,
+                                          os.environ.get("NCCL_IB_HCA"))
     facts.network.chosen_interface = choose_interface(interfaces, dict(os.environ), facts.world.master_addr)
     facts.network.loopback_scope = loopback_scope()
 

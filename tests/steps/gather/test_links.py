@@ -100,14 +100,16 @@ def test_a_link_still_training_is_read_again_before_it_counts(tmp_path: Path) ->
         (port / "state").write_text(state + "\n")
         (port / "phys_state").write_text(phys + "\n")
 
-    ports = settle_ports(root, read_ib_ports(root), 1.0, link_comes_up)
+    ports = settle_ports(root, read_ib_ports(root), 1.0, sleep=link_comes_up)
     assert [(p.state, p.phys_state) for p in ports] == [("ACTIVE", "LinkUp")] * 2
     assert ports[1].waited_s == 0.5 and ports[0].waited_s == 0 and ports[1].netdevs == ["ib1"]
 
     (port / "phys_state").write_text("2: Polling\n")
     (port / "state").write_text("1: DOWN\n")
-    stuck = settle_ports(root, read_ib_ports(root), 0.1, lambda _: None)
+    stuck = settle_ports(root, read_ib_ports(root), 0.1, sleep=lambda _: None)
     assert (stuck[1].phys_state, stuck[1].waited_s) == ("Polling", 0.1)
+    unused = settle_ports(root, read_ib_ports(root), 0.1, "mlx5_0", sleep=lambda _: None)
+    assert unused[1].waited_s == 0  # NCCL_IB_HCA leaves it out: not waited for
     facts = rank_facts(0, "node01")
     facts.network.ib_ports = stuck
     (problem,) = ib_port_not_active(facts, CheckContext())
