@@ -78,3 +78,16 @@ def test_a_large_job_is_judged_in_one_pass() -> None:
     ranks = [rank_facts(r, f"n{r // 8:04d}", world_size=hosts * 8, local_world_size=8) for r in range(hosts * 8)]
     (message,) = messages(ranks, [("tp", 8), ("dp", 64), ("cp", 2), ("pp", 16)])
     assert message.endswith("--mesh dp64,cp2,pp16,tp8 keeps every tp group inside one host"), message  # the nearest
+
+
+def test_the_check_grows_linearly_with_the_ranks() -> None:
+    """Python lines run for 4x the ranks (tests/test_scale.py's measure): at most GROWTH_LIMIT x."""
+    from tests.test_scale import GROWTH_LIMIT, _lines
+
+    def judge(hosts: int) -> int:
+        ranks = host_facts([f"h{i:03d}" for i in range(hosts)], per_host=8)
+        mesh = [("tp", 8), ("dp", hosts // 4), ("pp", 4)]
+        return _lines(lambda: messages(ranks, mesh))
+
+    judge(8)  # imports and caches outside the count
+    assert judge(64) / judge(16) <= GROWTH_LIMIT
