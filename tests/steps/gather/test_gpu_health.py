@@ -206,6 +206,9 @@ def test_real_gpu_health_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     (gpu,) = facts.health.gpus
     assert gpu.errors == [] and not gpu.lost and gpu.pci_bus_id
     assert gpu.ecc_uncorrected_volatile is not None and gpu.pcie_max_width and gpu.temperature_c is not None
+    # the fabric info through nvmlDeviceGetGpuFabricInfoV and nvidia-ml-py's structures: a value, or
+    # NotSupported (before Hopper) listed as a fact; never an error (a wrong version field would be one)
+    assert gpu.fabric is not None or "fabric_info" in gpu.unavailable
     assert facts.health.xid_watch == "watching"
     watch = take_xid_watch(facts.rank)
     assert watch is not None and watch.drain() == []
