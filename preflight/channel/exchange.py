@@ -36,7 +36,7 @@ from preflight.channel.clock import ClockServer
 from preflight.channel.collected import Collected, accept_many, own_findings_only
 from preflight.channel.keys import Key, append_rank
 from preflight.channel.liveness import STORE_LOST_GRACE_S, RankLiveness
-from preflight.channel.store_join import ForeignStore, join_store, mark_store, read_mark, run_prefix
+from preflight.channel.store_join import ForeignStore, join_store, mark_store, own_client, read_mark, run_prefix
 from preflight.channel.wire import RankPayload, to_wire
 from preflight.lib.errors import one_line
 from preflight.lib.files import atomic_write
@@ -50,6 +50,7 @@ __all__ = ["Collected", "Exchange", "RankPayload", "agree_nonce", "own_findings_
 
 Decision = TypeVar("Decision", GoDecision, Verdict)
 HELD_PORT_JOIN_S = 2.0  # a rank 0 that could not host looks this long for another job's store on its port
+JOB_CLIENT_S = 10.0  # preflight.check: a second connection to the job's store (it is up; this bounds a sick one)
 
 
 FOLLOWER_MIN_POLL_S = 0.02  # the ceiling's floor: a small job sees rank 0's decision within 20 ms
@@ -99,7 +100,10 @@ class Exchange:
         if self.job_store is not None:
             from torch.distributed import PrefixStore
 
-            self.store = PrefixStore(self.prefix, self.job_store)
+            # A connection of its own: torch's group creation blocks in the job's client (store waits
+            # that hold its lock), and this rank's calls must never wait behind one (store_join.own_client).
+            own = own_client(self.job_store, min(JOB_CLIENT_S, self.timeout_s))
+            self.store = PrefixStore(self.prefix, own if own is not None else self.job_store)
         else:
             # c10d prints a C++ stack trace per failed connection attempt; the failure is one line here.
             with quiet_cpp_logs():

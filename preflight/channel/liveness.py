@@ -123,6 +123,8 @@ class _LeadDeadline:
     def __init__(self, owner: RankLiveness, timeout_s: float, stall_s: float = STALL_S) -> None:
         self.owner, self.stall_s = owner, stall_s
         self.deadline = time.monotonic() + timeout_s
+        if owner.store is None:  # never had one (rank 0 unreachable from the start): --out-dir only, briefly
+            self.deadline = min(self.deadline, time.monotonic() + owner.lost_grace_s)
         self.last_beat = -1
         self.last_beat = self._beat()  # beats before the wait began do not count
 
@@ -339,15 +341,14 @@ class RankLiveness:
     def lead_deadline(self, timeout_s: float) -> _LeadDeadline:
         """A follower: a deadline of timeout_s, pushed on while rank 0's beat advances, and at most
         lost_grace_s after the store was lost."""
-        if self.store is None:  # never had one (rank 0 unreachable from the start): --out-dir only
-            self.lead_lost(OSError("no connection to the store"))
         return _LeadDeadline(self, timeout_s)
 
     def lead_lost(self, why: BaseException | str) -> None:
         """A follower's call on the store failed: rank 0, which hosts it, is gone (or this rank's
         connection to it is). The first word is kept; every wait from now on ends within lost_grace_s."""
         if self.rank != 0 and self._lost is None:
-            self._lost = (time.monotonic(), why if isinstance(why, str) else f"{type(why).__name__}: {one_line(why, 200)}")
+            text = why if isinstance(why, str) else f"{type(why).__name__}: {one_line(why, 200)}"
+            self._lost = (time.monotonic(), text)
 
     def lost_at(self) -> float | None:
         """When this follower lost the store (monotonic seconds), None while it has it."""

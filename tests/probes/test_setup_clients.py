@@ -33,8 +33,8 @@ START_BOUND_S = 240.0  # four ranks importing torch on two loaded cores, then th
 # measured times); before, rank 0 stayed until the 30 min store wait ended.
 SIGNAL_BOUND_S = 20.0
 RUN_BOUND_S = 120.0  # "does not hang": the whole run once the set-up was given up on
-ARGS = ["run", "--mesh", "dp2,tp2", "--backend", "gloo", "--ops", "all_reduce", "--sizes", "64KiB", "--probe-timeout", "2",
-        "--timeout", "60"]
+ARGS = ["run", "--mesh", "dp2,tp2", "--backend", "gloo", "--ops", "all_reduce", "--sizes", "64KiB",
+        "--probe-timeout", "2", "--timeout", "60"]
 
 # Rank 3 never builds its DeviceMesh: the others' groups wait for it in the store (it beats on: not dead).
 HELD_IN_DEVICE_MESH = """
