@@ -79,6 +79,15 @@ def bounded(call: Callable[[], T], timeout_s: float, watch: RankLiveness) -> T:
     until the process group's own timeout. An abandoned call keeps its thread; the caller must
     then leave the process by os._exit (runner._leave), never tear the group down.
     """
+    return off_main_thread(call, timeout_s, watch.abort_reason)
+
+
+def off_main_thread(call: Callable[[], T], timeout_s: float, abort_reason: Callable[[], str]) -> T:
+    """call() in a daemon thread, joined in slices: this thread stays free to run a signal handler
+    (Python runs one only between bytecodes of the main thread, never while it waits inside C++:
+    a store wait in torch's group creation lasts as long as a missing rank keeps it waiting).
+    Given up when abort_reason() says why, or after timeout_s (StillRunning); the abandoned thread
+    is recorded, so that the process leaves by os._exit."""
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -89,9 +98,9 @@ def bounded(call: Callable[[], T], timeout_s: float, watch: RankLiveness) -> T:
 
     thread = threading.Thread(target=target, daemon=True, name="preflight-probe-setup")
     thread.start()
-    if not join_until(thread, timeout_s, stop_if=lambda: bool(watch.abort_reason())):
+    if not join_until(thread, timeout_s, stop_if=lambda: bool(abort_reason())):
         deadline.abandon(thread)
-        raise StillRunning(watch.abort_reason() or f"did not finish within {timeout_s:g}s")
+        raise StillRunning(abort_reason() or f"did not finish within {timeout_s:g}s")
     if "error" in box:
         raise box["error"]
     return box["value"]
