@@ -90,10 +90,16 @@ def _assert_out_saying_rank_0_is_gone(gone: dict[int, float], output: str) -> No
     assert "Traceback" not in output, output[-3000:]
 
 
+def kill_rank_0_while_the_others_wait(folder: Path, out_dir: bool) -> tuple[dict[int, float], str]:
+    """Rank 0 SIGKILLed while held in reachability: rank -> seconds after the kill until gone, every line
+    (benchmarks/interrupt_exit.py repeats it)."""
+    args = ["--skip", "probe", *(["--out-dir", str(folder / "out")] if out_dir else [])]
+    return _kill_rank_0(folder, args, "PLANTED-reachability", {0: HELD_IN_REACHABILITY})
+
+
 @pytest.mark.parametrize("out_dir", [True, False], ids=["with-out-dir", "store-only"])
 def test_rank_0_killed_while_the_others_wait_for_it(tmp_path: Path, out_dir: bool) -> None:
-    args = ["--skip", "probe", *(["--out-dir", str(tmp_path / "out")] if out_dir else [])]
-    gone, output = _kill_rank_0(tmp_path, args, "PLANTED-reachability", {0: HELD_IN_REACHABILITY})
+    gone, output = kill_rank_0_while_the_others_wait(tmp_path, out_dir)
     _assert_out_saying_rank_0_is_gone(gone, output)
 
 

@@ -109,18 +109,23 @@ def _gone_after(procs: dict[int, subprocess.Popen[str]], since: float, bound_s: 
     return gone
 
 
-def test_sigterm_while_set_up_threads_wait_inside_torch_for_a_missing_rank_ends_every_rank(tmp_path: Path) -> None:
-    procs, lines, report = _start(tmp_path, {3: HELD_IN_DEVICE_MESH, 0: READING_STAGES})
+def sigterm_after_set_up_given_up(folder: Path) -> tuple[dict[int, float], dict[int, int], str, Path]:
+    """The issue's run, SIGTERM to every rank 1 s after rank 0 began reading the stages: rank -> seconds
+    until gone, rank -> exit code, every line, rank 0's report (benchmarks/interrupt_exit.py repeats it)."""
+    procs, lines, report = _start(folder, {3: HELD_IN_DEVICE_MESH, 0: READING_STAGES})
     assert _wait_for_line(lines, "PLANTED-reading-stages", START_BOUND_S), "".join(lines)[-3000:]
     time.sleep(1.0)  # rank 0 has read the stages (or waits for the set-up thread's client: before)
     signalled = time.monotonic()
     for proc in procs.values():
         proc.send_signal(signal.SIGTERM)
     gone = _gone_after(procs, signalled, RUN_BOUND_S)
-    output = "".join(lines)
+    return gone, {r: p.returncode for r, p in procs.items()}, "".join(lines), report
+
+
+def test_sigterm_while_set_up_threads_wait_inside_torch_for_a_missing_rank_ends_every_rank(tmp_path: Path) -> None:
+    gone, codes, output, report = sigterm_after_set_up_given_up(tmp_path)
     assert max(gone.values()) < SIGNAL_BOUND_S, (gone, output[-3000:])
-    assert {proc.returncode for proc in procs.values()} == {4}, ({r: p.returncode for r, p in procs.items()},
-                                                                 output[-3000:])
+    assert set(codes.values()) == {4}, (codes, output[-3000:])
     assert "Traceback" not in output, output[-3000:]
     written = read_json(report)  # rank 0's partial report
     assert written["exit_code"] == 4 and any(f["check_id"] == "RUN004" for f in written["findings"])
