@@ -79,14 +79,15 @@ PHASES: dict[str, tuple[str, dict[int, str]]] = {
             _publish(self, payload)
         exchange.Exchange.publish = publish
     """}),
-    # Rank 1 holds up the reachability step (it says so): rank 0 waits for its listener and results.
-    "reachability": (f"{PLANT_MARK}reachability", {1: f"""
+    # Rank 0 is held in the reachability step (one host: nothing to probe, it would pass at once); rank 1
+    # waits there for its roster.
+    "reachability": (f"{PLANT_MARK}reachability", {0: f"""
         import sys, time
         from preflight.steps import tcp_reach
-        def take_part(*args, **kwargs):
+        def lead(*args, **kwargs):
             print("{PLANT_MARK}reachability", file=sys.stderr, flush=True)
             time.sleep(120)
-        tcp_reach.take_part = take_part
+        tcp_reach.lead = lead
     """}),
     # Rank 1 never creates the probes' world group: rank 0's set-up thread waits inside torch's
     # new_group for it (a store wait of torch's default group timeout, 30 min), a helper thread inside torch.
