@@ -28,10 +28,16 @@ START_BOUND_S = 240.0  # four ranks importing torch on two loaded cores
 # The issue's bound, its --timeout + 2 s, and 5 s for processes that leave on two loaded cores; below
 # the 20 s the followers took before.
 GONE_BOUND_S = TIMEOUT_S + 2 + 5
-HELD_IN_REACHABILITY = """
+# Once every other rank has published (on two loaded cores one may come after rank 0's collect ended).
+HELD_IN_REACHABILITY = f"""
     import sys, time
+    from preflight.channel import keys
     from preflight.steps import tcp_reach
-    def lead(*args, **kwargs):
+    def lead(reach, hosts):
+        for _ in range(2400):
+            if len(keys.listed_ranks(reach.store, keys.ARRIVALS.key, {WORLD})) >= {WORLD - 1}:
+                break
+            time.sleep(0.05)
         print("PLANTED-reachability", file=sys.stderr, flush=True)
         time.sleep(600)
     tcp_reach.lead = lead
