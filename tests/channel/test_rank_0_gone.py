@@ -1,7 +1,7 @@
 """When rank 0 dies, every other rank is out within its --timeout + 2 s, saying rank 0 is gone (issue 47).
 
 Rank 0 hosts the store: when it is SIGKILLed, every follower's connection to it closes, and the
-follower knows at once that rank 0 is gone (channel/liveness.RankLiveness.lead_lost). With
+follower knows at once that rank 0 is gone (`RankLiveness.lead_lost`, preflight/channel/liveness.py). With
 --out-dir it waits one grace for a verdict through the directory (--timeout, at most 10 s),
 counted once from the loss. Before, each of its waits (the go, then the verdict) took a grace of
 10 s of its own: the followers left 20 s after the kill whatever --timeout said (the issue
