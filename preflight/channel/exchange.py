@@ -223,12 +223,12 @@ class Exchange:
 
     def rank_0_gone(self) -> str:
         """A follower that had the store and lost it: one line saying rank 0 is gone ("" otherwise)."""
-        if not self.nonce or self.liveness.lost_at() is None:  # never joined: store_error says why
+        if not self.nonce or (lost := self.liveness.lost()) is None:  # never joined: store_error says why
             return ""
         where = f"{self.world.master_addr}:{self.world.master_port}"
         host = f"the store at {where} (its launcher's agent's)" if self.world.use_agent_store else \
             f"the store it hosts at {where}"
-        return f"rank 0 is gone: {host} closed the connection ({self.liveness.lost_why()})"
+        return f"rank 0 is gone: {host} closed the connection ({lost[1]})"
 
     def lead_heartbeat(self) -> RankLiveness:
         """Rank 0: beat while it works, so followers wait for it (stopped by announcing the verdict),
@@ -241,7 +241,7 @@ class Exchange:
         return self.store is not None or self.out_dir is not None
 
     def _read_published(self, key: Key[Decision]) -> Decision | None:
-        if self.store is not None and self.liveness.lost_at() is not None:  # the beat found it gone
+        if self.store is not None and self.liveness.lost() is not None:  # the beat found it gone
             self.store = None
         if self.store is not None:
             try:

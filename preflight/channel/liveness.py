@@ -124,7 +124,7 @@ class _LeadDeadline:
         self.owner, self.stall_s = owner, stall_s
         self.deadline = time.monotonic() + timeout_s
         if owner.store is None:  # never had one (rank 0 unreachable from the start): --out-dir only, briefly
-            self.deadline = min(self.deadline, time.monotonic() + owner.lost_grace_s)
+            self.deadline = min(self.deadline, owner.without_store_since() + owner.lost_grace_s)
         self.last_beat = -1
         self.last_beat = self._beat()  # beats before the wait began do not count
 
@@ -134,14 +134,13 @@ class _LeadDeadline:
         if beat > self.last_beat:
             self.last_beat = beat
             self.deadline = max(self.deadline, time.monotonic() + self.stall_s)
-        lost = self.owner.lost_at()
-        if lost is not None:
-            self.deadline = min(self.deadline, lost + self.owner.lost_grace_s)
+        if (lost := self.owner.lost()) is not None:
+            self.deadline = min(self.deadline, lost[0] + self.owner.lost_grace_s)
         return self.deadline - time.monotonic()
 
     def _beat(self) -> int:
         store = self.owner.store
-        if store is None or self.owner.lost_at() is not None:
+        if store is None or self.owner.lost() is not None:
             return self.last_beat
         try:
             return int(store.add(HEARTBEAT_KEY, 0))  # add returns the counter: an int, never a peer's text
@@ -178,6 +177,7 @@ class RankLiveness:
         # A follower whose store is lost waits at most this long more, counted once from the loss.
         self.lost_grace_s = lost_grace_s
         self._lost: tuple[float, str] | None = None  # (when, why) this follower lost the store
+        self._without_store_since: float | None = None
         self.stall_s = stall_s(world_size) if stall is None else stall
         self.poll_s = beat_s(world_size) if poll_s is None else poll_s
         self._beat: _Beat | None = None
@@ -333,7 +333,7 @@ class RankLiveness:
 
     def abort_reason(self) -> str:
         """Why the probes must stop now ("" to go on): the ranks known dead, named."""
-        lost = [f"rank 0 is gone: the store closed the connection ({self.lost_why()})"] if self._lost else []
+        lost = [f"rank 0 is gone: the store closed the connection ({self._lost[1]})"] if self._lost else []
         return "; ".join(lost + [f"rank {r} is dead: {why}" for r, why in sorted(self.dead().items())])
 
     # -- a follower waiting for rank 0 ---------------------------------------------------------
@@ -350,13 +350,16 @@ class RankLiveness:
             text = why if isinstance(why, str) else f"{type(why).__name__}: {one_line(why, 200)}"
             self._lost = (time.monotonic(), text)
 
-    def lost_at(self) -> float | None:
-        """When this follower lost the store (monotonic seconds), None while it has it."""
-        return None if self._lost is None else self._lost[0]
+    def without_store_since(self) -> float:
+        """A follower that never had the store: since when it waits without one (the first wait's start),
+        so that its waits share one grace, as a lost store's do."""
+        if self._without_store_since is None:
+            self._without_store_since = time.monotonic()
+        return self._without_store_since
 
-    def lost_why(self) -> str:
-        """Why this follower lost the store ("" while it has it)."""
-        return "" if self._lost is None else self._lost[1]
+    def lost(self) -> tuple[float, str] | None:
+        """When (monotonic seconds) and why this follower lost the store; None while it has it."""
+        return self._lost
 
     # -- the verdict's hand-off ------------------------------------------------------------
 

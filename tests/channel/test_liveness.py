@@ -154,3 +154,10 @@ def test_a_lost_store_gives_one_grace_in_all_not_one_per_wait() -> None:
     time.sleep(0.35)
     assert follower.lead_deadline(600).time_left() <= 0  # a later wait gets no grace of its own
     assert "rank 0 is gone" in follower.abort_reason() and "reset by peer" in follower.abort_reason()
+
+
+def test_a_rank_that_never_had_the_store_gets_one_grace_in_all() -> None:
+    follower = RankLiveness(2, 1, lost_grace_s=0.3)  # the store never formed: --out-dir only
+    assert 0 < follower.lead_deadline(600).time_left() <= 0.3
+    time.sleep(0.35)
+    assert follower.lead_deadline(600).time_left() <= 0  # the verdict's wait after the go's: no new grace
