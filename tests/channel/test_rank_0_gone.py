@@ -13,14 +13,13 @@ in the reachability step (it says so on stderr), so that the kill lands while th
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.ranks import free_port, plant_env, start_rank
+from tests.helpers.ranks import exit_times, free_port, plant_env, start_rank
 
 WORLD = 4
 TIMEOUT_S = 5.0
@@ -67,25 +66,10 @@ def _kill_rank_0(folder: Path, args: list[str], mark: str, plants: dict[int, str
     time.sleep(1.0 if plants else 3.0)  # the others wait on rank 0 / inside the all_reduce loop
     procs[0].kill()
     killed = time.monotonic()
-    gone = _gone_after({r: p for r, p in procs.items() if r}, killed, 4 * GONE_BOUND_S)
+    gone = exit_times({r: p for r, p in procs.items() if r}, killed, 4 * GONE_BOUND_S)
     procs[0].wait()
     time.sleep(0.2)  # the readers' last lines
     return gone, "".join(lines)
-
-
-def _gone_after(procs: dict[int, subprocess.Popen[str]], since: float, bound_s: float) -> dict[int, float]:
-    gone: dict[int, float] = {}
-    while len(gone) < len(procs) and time.monotonic() < since + bound_s:
-        for rank, proc in procs.items():
-            if rank not in gone and proc.poll() is not None:
-                gone[rank] = time.monotonic() - since
-        time.sleep(0.02)
-    for rank, proc in procs.items():
-        if rank not in gone:
-            proc.kill()
-            proc.wait()
-            gone[rank] = time.monotonic() - since
-    return gone
 
 
 def _assert_out_saying_rank_0_is_gone(gone: dict[int, float], output: str) -> None:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from tests.helpers import client_use
-from tests.helpers.ranks import free_port, plant_env, read_json, start_rank
+from tests.helpers.ranks import exit_times, free_port, plant_env, read_json, start_rank
 
 REPO = Path(__file__).resolve().parents[2]
 WORLD = 4
@@ -93,22 +93,6 @@ def _wait_for_line(lines: list[str], text: str, bound_s: float) -> bool:
     return False
 
 
-def _gone_after(procs: dict[int, subprocess.Popen[str]], since: float, bound_s: float) -> dict[int, float]:
-    """Seconds after `since` at which each process was gone; one still running at the bound is killed."""
-    gone: dict[int, float] = {}
-    while len(gone) < len(procs) and time.monotonic() < since + bound_s:
-        for rank, proc in procs.items():
-            if rank not in gone and proc.poll() is not None:
-                gone[rank] = time.monotonic() - since
-        time.sleep(0.02)
-    for rank, proc in procs.items():
-        if rank not in gone:
-            proc.kill()
-            proc.wait()
-            gone[rank] = time.monotonic() - since
-    return gone
-
-
 def sigterm_after_set_up_given_up(folder: Path) -> tuple[dict[int, float], dict[int, int], str, Path]:
     """The issue's run, SIGTERM to every rank 1 s after rank 0 began reading the stages: rank -> seconds
     until gone, rank -> exit code, every line, rank 0's report (benchmarks/interrupt_exit.py repeats it)."""
@@ -118,7 +102,7 @@ def sigterm_after_set_up_given_up(folder: Path) -> tuple[dict[int, float], dict[
     signalled = time.monotonic()
     for proc in procs.values():
         proc.send_signal(signal.SIGTERM)
-    gone = _gone_after(procs, signalled, 3 * SIGNAL_BOUND_S)
+    gone = exit_times(procs, signalled, 3 * SIGNAL_BOUND_S)
     return gone, {r: p.returncode for r, p in procs.items()}, "".join(lines), report
 
 
@@ -141,7 +125,7 @@ def test_no_thread_calls_the_client_that_torchs_set_up_blocks_in(tmp_path: Path)
         if any(client_use.SHARED in line for line in lines):
             break
         time.sleep(0.1)
-    _gone_after(procs, time.monotonic(), 0 if procs[0].poll() is None else RUN_BOUND_S)
+    exit_times(procs, time.monotonic(), 0 if procs[0].poll() is None else RUN_BOUND_S)
     output = "".join(lines)
     assert client_use.SHARED not in output, output[-3000:]
     # The run went where the issue's did: rank 0 gave up on the set-up (every rank inside the DeviceMesh's
