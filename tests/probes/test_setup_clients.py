@@ -132,5 +132,6 @@ def test_no_thread_calls_the_client_that_torchs_set_up_blocks_in(tmp_path: Path)
     # groups, rank 3 held there) and read the stages.
     findings = read_json(report)["findings"]
     hangs = [f for f in findings if f["check_id"] == "BW002"]
-    assert len(hangs) == 1 and "every rank is inside setup stage 'DeviceMesh'" in hangs[0]["message"], findings
+    assert len(hangs) == 1 and "every rank is inside setup stage 'DeviceMesh'" in hangs[0]["message"], \
+        (findings, output[-3000:])
     assert {proc.returncode for proc in procs.values()} == {3}, output[-3000:]
