@@ -263,7 +263,7 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
     for line in exchange.refused_lines():  # a foreign client's value under go or verdict: named, never adopted
         print(f"preflight: rank {world.rank}: {store_value_refused.id}: {line}")
     if verdict is None:
-        why = exchange.store_error or "rank 0 stopped answering"
+        why = exchange.rank_0_gone() or exchange.store_error or "rank 0 stopped answering"
         exchange.leave(f"no verdict within its deadline: {why}")
         code = report_alone(record, exchange.out_dir, why)  # into --out-dir, where there is one
         print(f"preflight: rank {world.rank}: no verdict from rank 0 ({world.master_addr}:{world.master_port}): "

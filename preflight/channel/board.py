@@ -120,10 +120,14 @@ class Board:
 
     def wait(self, key: Key[T], rank: int, timeout_s: float,
              stop_if: Callable[[], bool] | None = None) -> T | BadValue | None:
-        """Wait (bounded) for `key`, then read it; None when it did not come in time."""
-        if not wait_until(lambda: self.store.check([key]), timeout_s, stop_if=stop_if):
+        """Wait (bounded) for `key`, then read it; None when it did not come in time, or the store went
+        away meanwhile (rank 0, its host, is gone: nothing more can come; the beat says so, liveness.py)."""
+        try:
+            if not wait_until(lambda: self.store.check([key]), timeout_s, stop_if=stop_if):
+                return None
+            return self.read(key, rank)
+        except (RuntimeError, OSError):  # c10d's DistNetworkError / DistStoreError are RuntimeErrors
             return None
-        return self.read(key, rank)
 
     def has(self, key: Key[Any]) -> bool:
         """Whether `key` has a value."""

@@ -35,8 +35,8 @@ from preflight.channel.board import BadValue, Board, fetch_raw
 from preflight.channel.clock import ClockServer
 from preflight.channel.collected import Collected, accept_many, own_findings_only
 from preflight.channel.keys import Key, append_rank
-from preflight.channel.liveness import RankLiveness
-from preflight.channel.store_join import ForeignStore, join_store, mark_store, read_mark, run_prefix
+from preflight.channel.liveness import STORE_LOST_GRACE_S, RankLiveness
+from preflight.channel.store_join import ForeignStore, join_store, mark_store, own_client, read_mark, run_prefix
 from preflight.channel.wire import RankPayload, to_wire
 from preflight.lib.errors import one_line
 from preflight.lib.files import atomic_write
@@ -50,6 +50,7 @@ __all__ = ["Collected", "Exchange", "RankPayload", "agree_nonce", "own_findings_
 
 Decision = TypeVar("Decision", GoDecision, Verdict)
 HELD_PORT_JOIN_S = 2.0  # a rank 0 that could not host looks this long for another job's store on its port
+JOB_CLIENT_S = 10.0  # preflight.check: a second connection to the job's store (it is up; this bounds a sick one)
 
 
 FOLLOWER_MIN_POLL_S = 0.02  # the ceiling's floor: a small job sees rank 0's decision within 20 ms
@@ -80,7 +81,8 @@ class Exchange:
         self.started = time.time()
         # Is that rank alive? The run's one owner of the question (channel/liveness.py): this
         # rank's beat from its claim until it leaves and, on rank 0, the watch over the others'.
-        self.liveness = RankLiveness(world.world_size, world.rank)
+        # A follower that loses the store waits at most this long more for --out-dir's verdict, in all.
+        self.liveness = RankLiveness(world.world_size, world.rank, lost_grace_s=min(STORE_LOST_GRACE_S, timeout_s))
         self.nonce = ""  # this run's identity, agreed through the store; "" without one
         self.secret = run_auth.run_secret()  # the launcher's per-run secret, if any (channel/run_auth.py)
         # Values refused under a decision's key (go, verdict, the owner mark): key -> why. A
@@ -98,7 +100,10 @@ class Exchange:
         if self.job_store is not None:
             from torch.distributed import PrefixStore
 
-            self.store = PrefixStore(self.prefix, self.job_store)
+            # A connection of its own: torch's group creation blocks in the job's client (store waits
+            # that hold its lock), and this rank's calls must never wait behind one (store_join.own_client).
+            own = own_client(self.job_store, min(JOB_CLIENT_S, self.timeout_s))
+            self.store = PrefixStore(self.prefix, own if own is not None else self.job_store)
         else:
             # c10d prints a C++ stack trace per failed connection attempt; the failure is one line here.
             with quiet_cpp_logs():
@@ -183,12 +188,15 @@ class Exchange:
         if self.out_dir is not None:
             atomic_write(self._run_file(rank_files.rank_file(self.world.rank, self.nonce)), text)
         if self.store is not None:  # this rank's claim is in (open): a second claimant never gets here
-            if self.secret:  # before the payload: rank 0 reads both once the arrival is listed
-                self.store.set(keys.AUTH.at(self.world.rank),
-                               run_auth.payload_proof(self.secret, self.nonce, self.world.rank, text))
-            self.store.set(keys.PAYLOAD.at(self.world.rank), text)
-            # The arrival list lets rank 0 fetch only new payloads: O(new ranks) per poll.
-            append_rank(self.store, keys.ARRIVALS.key, self.world.rank)
+            try:
+                if self.secret:  # before the payload: rank 0 reads both once the arrival is listed
+                    self.store.set(keys.AUTH.at(self.world.rank),
+                                   run_auth.payload_proof(self.secret, self.nonce, self.world.rank, text))
+                self.store.set(keys.PAYLOAD.at(self.world.rank), text)
+                # The arrival list lets rank 0 fetch only new payloads: O(new ranks) per poll.
+                append_rank(self.store, keys.ARRIVALS.key, self.world.rank)
+            except Exception as exc:  # rank 0, which hosts the store, is gone: the wait for its go says so
+                self._lost(exc)
 
     def wait_for(self, key: Key[Decision], timeout_s: float) -> Decision | None:
         """Wait for a decision rank 0 publishes (keys.GO, keys.VERDICT); None when the deadline passes.
@@ -208,6 +216,20 @@ class Exchange:
         return wait_until(lambda: self._read_published(key), deadline.time_left,
                           stop_if=lambda: not self.has_channel(), max_poll_s=follower_poll_s(self.world.world_size))
 
+    def _lost(self, exc: BaseException) -> None:
+        """A follower's call on the store failed: rank 0, its host, is gone (liveness keeps when and why)."""
+        self.liveness.lead_lost(exc)
+        self.store = None
+
+    def rank_0_gone(self) -> str:
+        """A follower that had the store and lost it: one line saying rank 0 is gone ("" otherwise)."""
+        if not self.nonce or (lost := self.liveness.lost()) is None:  # never joined: store_error says why
+            return ""
+        where = f"{self.world.master_addr}:{self.world.master_port}"
+        host = f"the store at {where} (its launcher's agent's)" if self.world.use_agent_store else \
+            f"the store it hosts at {where}"
+        return f"rank 0 is gone: {host} closed the connection ({lost[1]})"
+
     def lead_heartbeat(self) -> RankLiveness:
         """Rank 0: beat while it works, so followers wait for it (stopped by announcing the verdict),
         and watch the others' beats until it leaves (nothing without a store: --out-dir only)."""
@@ -219,11 +241,14 @@ class Exchange:
         return self.store is not None or self.out_dir is not None
 
     def _read_published(self, key: Key[Decision]) -> Decision | None:
+        if self.store is not None and self.liveness.lost() is not None:  # the beat found it gone
+            self.store = None
         if self.store is not None:
             try:
                 value = Board(self.store).read(key, -1)
-            except Exception:
-                self.store, value = None, None  # rank 0 went away; the dir may still answer
+            except Exception as exc:
+                value = None
+                self._lost(exc)  # rank 0 went away; the dir may still answer
             if (adopted := self._adopted(key, value)) is not None:
                 return adopted
         if self.out_dir is not None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from preflight.channel.board import Board, fetch_raw, read_value, set_raw_many, write_value
@@ -46,6 +47,7 @@ from preflight.channel.keys import (
     left_key,
     listed_ranks,
 )
+from preflight.lib.errors import one_line
 from preflight.model.messages import DeadRanks, RankLeft
 
 BEAT_S = 2.0  # rank 0 beats this often
@@ -80,8 +82,9 @@ def stage_budget_s(world_size: int) -> float:
 class _Beat:
     """A daemon thread adding 1 to `key` every beat_s while the current stage is in budget."""
 
-    def __init__(self, store: Any, key: str, beat_s: float, budget_s: float = math.inf) -> None:
-        self.store, self.key, self.beat_s, self.budget_s = store, key, beat_s, budget_s
+    def __init__(self, store: Any, key: str, beat_s: float, budget_s: float = math.inf,
+                 on_lost: Callable[[BaseException], None] | None = None) -> None:
+        self.store, self.key, self.beat_s, self.budget_s, self.on_lost = store, key, beat_s, budget_s, on_lost
         self.stage_started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="preflight-beat")
@@ -104,20 +107,24 @@ class _Beat:
             if time.monotonic() - self.stage_started <= self.budget_s:  # past it: let the deadline run out
                 try:
                     self.store.add(self.key, 1)
-                except Exception:
+                except Exception as exc:
+                    if self.on_lost is not None:
+                        self.on_lost(exc)
                     return  # the store is gone; nobody will see more beats
             if self._stop.wait(self.beat_s):
                 return
 
 
 class _LeadDeadline:
-    """A follower's view of rank 0's heartbeat: a deadline pushed on while the beat advances."""
+    """A follower's view of rank 0's heartbeat: a deadline pushed on while the beat advances, and cut
+    short once the store is lost (`RankLiveness.lead_lost`): rank 0, which hosts it, is gone, and only
+    --out-dir can still answer, within one grace counted from the loss (not one per wait)."""
 
-    def __init__(self, store: Any, timeout_s: float, stall_s: float = STALL_S) -> None:
-        self.store, self.stall_s = store, stall_s
+    def __init__(self, owner: RankLiveness, timeout_s: float, stall_s: float = STALL_S) -> None:
+        self.owner, self.stall_s = owner, stall_s
         self.deadline = time.monotonic() + timeout_s
-        if store is None:  # already lost (rank 0 is gone): only --out-dir can answer, for a short grace
-            self.deadline = min(self.deadline, time.monotonic() + STORE_LOST_GRACE_S)
+        if owner.store is None:  # never had one (rank 0 unreachable from the start): --out-dir only, briefly
+            self.deadline = min(self.deadline, owner.without_store_since() + owner.lost_grace_s)
         self.last_beat = -1
         self.last_beat = self._beat()  # beats before the wait began do not count
 
@@ -127,18 +134,20 @@ class _LeadDeadline:
         if beat > self.last_beat:
             self.last_beat = beat
             self.deadline = max(self.deadline, time.monotonic() + self.stall_s)
+        if (lost := self.owner.lost()) is not None:
+            self.deadline = min(self.deadline, lost[0] + self.owner.lost_grace_s)
         return self.deadline - time.monotonic()
 
     def _beat(self) -> int:
-        if self.store is None:
+        store = self.owner.store
+        if store is None or self.owner.lost() is not None:
             return self.last_beat
         try:
-            return int(self.store.add(HEARTBEAT_KEY, 0))  # add returns the counter: an int, never a peer's text
-        except Exception:
+            return int(store.add(HEARTBEAT_KEY, 0))  # add returns the counter: an int, never a peer's text
+        except Exception as exc:
             # The store is gone, and with it rank 0, which hosts it: nothing more will beat. A
             # verdict can still come through --out-dir for a short grace, not the whole deadline.
-            self.store = None
-            self.deadline = min(self.deadline, time.monotonic() + STORE_LOST_GRACE_S)
+            self.owner.lead_lost(exc)
             return self.last_beat
 
 
@@ -163,8 +172,12 @@ class RankLiveness:
     """
 
     def __init__(self, world_size: int, rank: int, store: Any = None, *, stall: float | None = None,
-                 poll_s: float | None = None) -> None:
+                 poll_s: float | None = None, lost_grace_s: float = STORE_LOST_GRACE_S) -> None:
         self.world_size, self.rank, self.store = world_size, rank, store
+        # A follower whose store is lost waits at most this long more, counted once from the loss.
+        self.lost_grace_s = lost_grace_s
+        self._lost: tuple[float, str] | None = None  # (when, why) this follower lost the store
+        self._without_store_since: float | None = None
         self.stall_s = stall_s(world_size) if stall is None else stall
         self.poll_s = beat_s(world_size) if poll_s is None else poll_s
         self._beat: _Beat | None = None
@@ -186,7 +199,7 @@ class RankLiveness:
         """This rank's claim is in `store`: a rank other than 0 beats under `alive/<rank>` until it leaves."""
         self.store = store
         if self.rank != 0 and self._beat is None and store is not None:
-            self._beat = _Beat(store, beat_key(self.rank), beat_s(self.world_size))
+            self._beat = _Beat(store, beat_key(self.rank), beat_s(self.world_size), on_lost=self.lead_lost)
 
     def beating(self) -> bool:
         """Whether this rank's own beat runs."""
@@ -222,7 +235,7 @@ class RankLiveness:
 
         One RankLeft under `left/<rank>`, listed under LEFT_KEY, before the beat stops: rank 0
         then stops waiting for it at once instead of after stall_s of silence."""
-        if self.store is not None and self.rank != 0:
+        if self.store is not None and self.rank != 0 and self._lost is None:
             try:
                 write_value(self.store, left_key(self.rank), RankLeft(why[:500]))
                 append_rank(self.store, LEFT_KEY, self.rank)
@@ -312,20 +325,41 @@ class RankLiveness:
             with self._lock:
                 return dict(self._gone)
         now = time.monotonic()
-        if self.store is not None and not self._dead_read and now - self._dead_read_at >= PEER_BEAT_S:
+        if (self.store is not None and self._lost is None and not self._dead_read
+                and now - self._dead_read_at >= PEER_BEAT_S):
             self._dead_read_at = now
             self._dead_read = read_dead(self.store)
         return dict(self._dead_read)
 
     def abort_reason(self) -> str:
         """Why the probes must stop now ("" to go on): the ranks known dead, named."""
-        return "; ".join(f"rank {r} is dead: {why}" for r, why in sorted(self.dead().items()))
+        lost = [f"rank 0 is gone: the store closed the connection ({self._lost[1]})"] if self._lost else []
+        return "; ".join(lost + [f"rank {r} is dead: {why}" for r, why in sorted(self.dead().items())])
 
     # -- a follower waiting for rank 0 ---------------------------------------------------------
 
     def lead_deadline(self, timeout_s: float) -> _LeadDeadline:
-        """A follower: a deadline of timeout_s, pushed on while rank 0's beat advances."""
-        return _LeadDeadline(self.store, timeout_s)
+        """A follower: a deadline of timeout_s, pushed on while rank 0's beat advances, and at most
+        lost_grace_s after the store was lost."""
+        return _LeadDeadline(self, timeout_s)
+
+    def lead_lost(self, why: BaseException | str) -> None:
+        """A follower's call on the store failed: rank 0, which hosts it, is gone (or this rank's
+        connection to it is). The first word is kept; every wait from now on ends within lost_grace_s."""
+        if self.rank != 0 and self._lost is None:
+            text = why if isinstance(why, str) else f"{type(why).__name__}: {one_line(why, 200)}"
+            self._lost = (time.monotonic(), text)
+
+    def without_store_since(self) -> float:
+        """A follower that never had the store: since when it waits without one (the first wait's start),
+        so that its waits share one grace, as a lost store's do."""
+        if self._without_store_since is None:
+            self._without_store_since = time.monotonic()
+        return self._without_store_since
+
+    def lost(self) -> tuple[float, str] | None:
+        """When (monotonic seconds) and why this follower lost the store; None while it has it."""
+        return self._lost
 
     # -- the verdict's hand-off ------------------------------------------------------------
 

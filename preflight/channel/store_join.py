@@ -122,6 +122,21 @@ def side_client(world: World, timeout_s: float) -> Any:
     return PrefixStore(run_prefix(world), outcome.value) if outcome.ok else None
 
 
+def own_client(store: Any, timeout_s: float) -> Any:
+    """A client of `store` on a connection of its own (c10d's `clone`: same server, same key prefix),
+    for one thread that may block in it; None when none can be made within timeout_s.
+
+    A c10d client serializes its calls under one lock, and a blocking call holds that lock for as
+    long as it waits: a store wait inside torch's group creation, waiting for a rank that never
+    comes, held it for the process group's timeout (30 min for a DeviceMesh's groups), and every
+    other thread's call on that client waited behind it. The main thread among them cannot run a
+    signal handler while it waits inside C++: rank 0 ignored SIGTERM (issue 47). So a thread that
+    may block gets a client of its own, and the run's shared client gets only calls that answer
+    at once (docs/architecture.md, "Store clients")."""
+    outcome = call_with_deadline(store.clone, timeout_s)
+    return outcome.value if outcome.ok else None
+
+
 def _verify_owner(store: Any, world: World, timeout_s: float) -> None:
     key = OWNER.key
     if not wait_until(lambda: Board(store).has(key), timeout_s):

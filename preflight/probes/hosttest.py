@@ -43,7 +43,7 @@ from typing import Any
 from preflight.channel import keys
 from preflight.channel.board import BadValue
 from preflight.model.messages import RoundPlan, RoundTimes
-from preflight.probes import grouptest, ops
+from preflight.probes import grouptest, ops, timing
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
 
 ABORTS = (ProbeTimeout, ProbeFailed, RuntimeError)
@@ -269,13 +269,28 @@ def follow(session: Any) -> None:
 
 def _groups_for(session: Any, wanted: list[list[int]], groups: dict[tuple[int, ...], Any]) -> None:
     """Create the groups not made yet, in the order given: every rank sees the same rounds, so every
-    rank creates the same groups in the same order (torch requires it of members and non-members)."""
+    rank creates the same groups in the same order (torch requires it of members and non-members).
+
+    In a helper thread, on torch's own store client (probes/liveness.off_main_thread): a group's
+    creation waits in the store for every rank, and this thread must stay free for a signal."""
+    from preflight.probes import liveness, setup
+
+    abort = timing.abort_check or (lambda: "")
+    try:
+        liveness.off_main_thread(lambda: _make_groups(session, wanted, groups),
+                                 session.timeout_s + setup.SETUP_GRACE_S, abort)
+    except liveness.StillRunning as exc:
+        raise ProbeTimeout(f"creating the group testing's groups: {exc}") from None
+
+
+def _make_groups(session: Any, wanted: list[list[int]], groups: dict[tuple[int, ...], Any]) -> None:
     import contextlib
 
     import torch.distributed as dist
 
     from preflight.probes.session import probe_nccl_env
 
+    session.enter_device()  # a new thread starts on device 0: the bound GPU first (CUDA's is per thread)
     env = probe_nccl_env() if session.kind == "cuda" else contextlib.nullcontext()
     with env:
         for ranks in wanted:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from preflight.channel import keys, store_join
@@ -30,16 +31,27 @@ PROBE_PREFIX = keys.PROBE_PREFIX  # the probes' keys, under the run's prefix (or
 SIDE_JOIN_S = 10.0  # joining the store a second time: it is up, this only bounds a sick one
 
 
-def probe_store(world: World, run_store: Any) -> Any:
-    """The store the probes' process group forms on: a connection of its own where one can be made.
+@dataclass(frozen=True)
+class ProbeStores:
+    """The probes' two clients of the run's store, both under PROBE_PREFIX (docs/architecture.md,
+    "Store clients"): `board` is the run's own client, which the thread running the steps shares
+    with the beat and the watch and only ever asks calls that answer at once; `torch` is a
+    connection of its own for torch's group creation and the helper threads that run it
+    (`bounded`), whose store waits block for as long as a missing rank keeps them waiting."""
 
-    A c10d client serializes its calls, and the process group's set-up blocks in store waits
-    (for a rank that may be dead). Abandoned there, it would hold the run's own client, and
-    with it the verdict, until the process group's timeout."""
+    board: Any
+    torch: Any
+
+
+def probe_stores(run_store: Any) -> ProbeStores | None:
+    """The probes' clients (ProbeStores); None when no second connection can be made, so that the
+    probes do not start rather than put torch's blocking waits on the run's shared client."""
     from torch.distributed import PrefixStore  # torch only once the probes run (bad input stays a fast exit 2)
 
-    own = store_join.side_client(world, SIDE_JOIN_S)
-    return PrefixStore(PROBE_PREFIX, own if own is not None else run_store)
+    own = store_join.own_client(run_store, SIDE_JOIN_S)
+    if own is None:
+        return None
+    return ProbeStores(board=PrefixStore(PROBE_PREFIX, run_store), torch=PrefixStore(PROBE_PREFIX, own))
 
 
 class StillRunning(setup.SetupTimeout):
@@ -67,6 +79,15 @@ def bounded(call: Callable[[], T], timeout_s: float, watch: RankLiveness) -> T:
     until the process group's own timeout. An abandoned call keeps its thread; the caller must
     then leave the process by os._exit (runner._leave), never tear the group down.
     """
+    return off_main_thread(call, timeout_s, watch.abort_reason)
+
+
+def off_main_thread(call: Callable[[], T], timeout_s: float, abort_reason: Callable[[], str]) -> T:
+    """call() in a daemon thread, joined in slices: this thread stays free to run a signal handler
+    (Python runs one only between bytecodes of the main thread, never while it waits inside C++:
+    a store wait in torch's group creation lasts as long as a missing rank keeps it waiting).
+    Given up when abort_reason() says why, or after timeout_s (StillRunning); the abandoned thread
+    is recorded, so that the process leaves by os._exit."""
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -77,9 +98,9 @@ def bounded(call: Callable[[], T], timeout_s: float, watch: RankLiveness) -> T:
 
     thread = threading.Thread(target=target, daemon=True, name="preflight-probe-setup")
     thread.start()
-    if not join_until(thread, timeout_s, stop_if=lambda: bool(watch.dead())):
+    if not join_until(thread, timeout_s, stop_if=lambda: bool(abort_reason())):
         deadline.abandon(thread)
-        raise StillRunning(watch.abort_reason() or f"did not finish within {timeout_s:g}s")
+        raise StillRunning(abort_reason() or f"did not finish within {timeout_s:g}s")
     if "error" in box:
         raise box["error"]
     return box["value"]

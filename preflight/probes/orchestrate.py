@@ -54,7 +54,10 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
     timeout_s = options.probe_timeout_s
     if store is None:
         return _could_not_run(world, "the c10d store did not form, so no process group can")
-    pstore = liveness.probe_store(world, store)  # its own connection (see liveness.probe_store)
+    stores = liveness.probe_stores(store)
+    if stores is None:
+        return _could_not_run(world, "no second connection to the run's store could be made for the probes' "
+                                     "process group (torch's set-up must not block the run's own client)")
     # A rank that dies is named, not waited for (beats on the run's client, not the probes').
     with liveness.watching(world, alive) as watch:
         try:
@@ -62,31 +65,35 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
                 choice = ses.BackendChoice(job.backend, "the job's own process groups")
                 plan = build_plan(options, job.device)
             else:
-                choice = liveness.bounded(lambda: ses.decide_backend(options.backend, world, pstore, timeout_s),
+                choice = liveness.bounded(lambda: ses.decide_backend(options.backend, world, stores.torch, timeout_s),
                                           timeout_s + 10, watch)
                 plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
         except Exception as exc:  # no NCCL, no GPU, a rank that died: nothing to measure
             return _gave_up(world, exc, watch, hosts)
-        mark = setup.marker(Board(pstore), world.rank, world.host)
+        mark = setup.marker(Board(stores.board), world.rank, world.host)  # this thread's, on its client
         mark("started")
         setup_began = time.monotonic()
         deadline_s = timeout_s + setup.SETUP_GRACE_S + 5  # beyond the process-group timeout (timeout_s + 5)
+        # The set-up thread marks its stages on torch's client, the one it blocks on: never on this thread's.
+        mark_setup = setup.marker(Board(stores.torch), world.rank, world.host)
         try:
             session = liveness.bounded(
-                (lambda: ses.adopt_session(world, plan, pstore, job, timeout_s)) if job is not None else
-                (lambda: ses.open_session(world, plan, pstore, choice.backend, timeout_s, mark=mark)), deadline_s,
-                watch)
+                (lambda: ses.adopt_session(world, plan, stores.torch, job, timeout_s)) if job is not None else
+                (lambda: ses.open_session(world, plan, stores.torch, choice.backend, timeout_s, mark=mark_setup)),
+                deadline_s, watch)
         except setup.SetupTimeout as exc:  # a rank died, or stuck in ncclCommInitRank / a GPU's context creation
             if watch.dead():
                 return _gave_up(world, exc, watch, hosts)
-            return _setup_hung(world, pstore, choice, deadline_s, time.monotonic() - setup_began, watch)
+            return _setup_hung(world, stores.board, choice, deadline_s, time.monotonic() - setup_began, watch)
         except Exception as exc:  # a rank that never joined, a mesh the world cannot hold
             if watch.dead():
                 return _gave_up(world, exc, watch, hosts)
             if time.monotonic() - setup_began >= timeout_s:  # the process-group timeout: it waited for someone
-                return _setup_hung(world, pstore, choice, timeout_s + 5, time.monotonic() - setup_began, watch,
+                return _setup_hung(world, stores.board, choice, timeout_s + 5, time.monotonic() - setup_began, watch,
                                    reason=f"{type(exc).__name__}: {one_line(exc)}")
             return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
+        # From here the steps run in this thread: the probes' keys on its client (torch keeps its own).
+        session.store = stores.board
         mark("done")
         # The session opened in a helper thread; this thread runs the steps: the bound GPU is its current
         # device too (CUDA's is per thread), so NCCL's streams and the timing events are that GPU's.
@@ -102,7 +109,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
         # --- end device probes ---
         records, status = ses.run_steps(session) if options.probes_enabled() else ([], ses.Status())
         stopped_at = time.monotonic()
-        ses.publish(Board(pstore), world.rank, world.host, records, status)
+        ses.publish(session.board, world.rank, world.host, records, status)
         if world.rank == 0:
             outcome = _judge_on_rank_zero(session, status, options, stopped_at, watch)
             if options.device_probes_enabled():  # after the collectives: every device report is in by now

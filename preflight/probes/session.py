@@ -80,7 +80,9 @@ class Session:
 
     world: World
     plan: ProbePlan
-    store: Any  # PrefixStore for probe keys
+    # The probes' keys: the client of the thread that runs the steps (orchestrate hands the set-up's own
+    # client, torch's, over to the run's once the set-up thread is done).
+    store: Any
     # torch.device("cpu"), or torch.device("cuda", k): the GPU this rank bound. Every tensor, event
     # and synchronize of the probes names it; a bare "cuda" would mean "this thread's current
     # device", which is 0 in every thread that did not set it (CUDA's current device is per thread).

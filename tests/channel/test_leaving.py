@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from preflight.reports.json import load as load_report
-from tests.helpers.ranks import EXEC, Placement, base_env, free_port, plant_env, start_rank
+from tests.helpers.ranks import EXEC, Placement, base_env, exit_times, free_port, plant_env, start_rank
 
 BOUND_S = 60.0  # "does not hang": every rank gone this long after the signal
 # Rank 0 gone this long after the signal / the last other rank: 10x the 2 s it takes on an idle
@@ -48,23 +48,6 @@ KILLED_IN_EXCHANGE = """
 PROBES = ["--ops", "all_reduce", "--sizes", "16MiB", "--iters", "5000", "--probe-timeout", "120"]
 
 
-def _exit_times(procs: dict[int, subprocess.Popen[str]], since: float, bound_s: float) -> dict[int, float]:
-    """Seconds after `since` at which each process was gone (killed at the bound if not)."""
-    gone: dict[int, float] = {}
-    deadline = since + bound_s
-    while len(gone) < len(procs) and time.monotonic() < deadline:
-        for rank, proc in procs.items():
-            if rank not in gone and proc.poll() is not None:
-                gone[rank] = time.monotonic() - since
-        time.sleep(0.02)
-    for rank, proc in procs.items():
-        if rank not in gone:
-            proc.kill()
-            proc.wait()
-            gone[rank] = time.monotonic() - since
-    return gone
-
-
 def _drain(proc: subprocess.Popen[str], into: list[str]) -> None:
     for stream in (proc.stdout, proc.stderr):
         threading.Thread(target=lambda s=stream: into.append(s.read()), daemon=True).start()
@@ -89,7 +72,7 @@ def sigterm_every_rank_mid_probes(folder: Path, world: int = 4, plant: bool = Tr
     signalled = time.monotonic()
     for proc in procs.values():
         proc.send_signal(signal.SIGTERM)
-    gone = _exit_times(procs, signalled, BOUND_S * 2)
+    gone = exit_times(procs, signalled, BOUND_S * 2)
     return {r: (gone[r], procs[r].returncode) for r in procs}
 
 

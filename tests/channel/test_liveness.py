@@ -29,7 +29,7 @@ class CountingStore:
 def test_a_beat_pushes_the_followers_deadline_and_silence_lets_it_run_out() -> None:
     store = CountingStore()
     store.add(HEARTBEAT_KEY, 5)  # beats before the wait began do not count
-    liveness = lv._LeadDeadline(store, timeout_s=0.0, stall_s=0.3)
+    liveness = lv._LeadDeadline(RankLiveness(2, 1, store), timeout_s=0.0, stall_s=0.3)
     assert liveness.time_left() <= 0
     store.add(HEARTBEAT_KEY, 1)
     assert liveness.time_left() > 0.2  # rank 0 beat: wait on
@@ -142,3 +142,22 @@ def test_a_rank_the_probes_named_hung_beats_on_but_the_hand_off_does_not_wait_fo
         assert time.monotonic() - began < 30  # "does not hang": the cap (600 s) would
     finally:
         stuck.stop()
+
+
+def test_a_lost_store_gives_one_grace_in_all_not_one_per_wait() -> None:
+    # Before, each wait (the go, then the verdict) took a grace of its own after rank 0 was gone:
+    # 20 s for an 8 s --timeout (issue 47). The grace counts from the loss, once.
+    follower = RankLiveness(2, 1, CountingStore(), lost_grace_s=0.3)
+    assert follower.lead_deadline(600).time_left() > 500
+    follower.lead_lost(ConnectionResetError("Connection reset by peer"))
+    assert 0 < follower.lead_deadline(600).time_left() <= 0.3
+    time.sleep(0.35)
+    assert follower.lead_deadline(600).time_left() <= 0  # a later wait gets no grace of its own
+    assert "rank 0 is gone" in follower.abort_reason() and "reset by peer" in follower.abort_reason()
+
+
+def test_a_rank_that_never_had_the_store_gets_one_grace_in_all() -> None:
+    follower = RankLiveness(2, 1, lost_grace_s=0.3)  # the store never formed: --out-dir only
+    assert 0 < follower.lead_deadline(600).time_left() <= 0.3
+    time.sleep(0.35)
+    assert follower.lead_deadline(600).time_left() <= 0  # the verdict's wait after the go's: no new grace

@@ -79,6 +79,26 @@ PHASES: dict[str, tuple[str, dict[int, str]]] = {
             _publish(self, payload)
         exchange.Exchange.publish = publish
     """}),
+    # Rank 0 is held in the reachability step (one host: nothing to probe, it would pass at once); rank 1
+    # waits there for its roster.
+    "reachability": (f"{PLANT_MARK}reachability", {0: f"""
+        import sys, time
+        from preflight.steps import tcp_reach
+        def lead(*args, **kwargs):
+            print("{PLANT_MARK}reachability", file=sys.stderr, flush=True)
+            time.sleep(120)
+        tcp_reach.lead = lead
+    """}),
+    # Rank 1 never creates the probes' world group: rank 0's set-up thread waits inside torch's
+    # new_group for it (a store wait of torch's default group timeout, 30 min), a helper thread inside torch.
+    "probe set-up": (f"{PLANT_MARK}setup", {1: f"""
+        import sys, time
+        import torch.distributed as dist
+        def new_group(*args, **kwargs):
+            print("{PLANT_MARK}setup", file=sys.stderr, flush=True)
+            time.sleep(120)
+        dist.new_group = new_group
+    """}),
     "probes": ("cross checks done", {}),
     "hand-off": (f"{PLANT_MARK}hand-off", {1: f"""
         import sys, time
@@ -112,7 +132,8 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
     mark, plants = PHASES[phase]
     plants = {**plants, **(more_plants or {})}
     report = folder / "r.json"
-    args = [*(PROBES if phase == "probes" else ["--skip", "probe"]), "--timeout", "120", "--json", str(report)]
+    args = [*(PROBES if phase in ("probes", "probe set-up") else ["--skip", "probe"]), "--timeout", "120", "--json",
+            str(report)]
     env = plant_env(folder, plants) if plants else {}
     lines: list[str] = []
     seen = threading.Event()
@@ -142,7 +163,7 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
     if mark:
         assert seen.wait(START_BOUND_S), "".join(lines)[-3000:]
-        time.sleep(3.0 if phase == "probes" else 0.5)  # inside the all_reduce loop / the planted wait
+        time.sleep(3.0 if phase in ("probes", "probe set-up") else 0.5)  # in the all_reduce loop / torch's wait
     elif launcher != "forkserver":
         time.sleep(START_UP_S)  # the issue's recipe; each rank imports torch itself (seconds)
     else:
@@ -236,6 +257,8 @@ CASES = [
     ("env", "facts", signal.SIGTERM),
     ("env", "exchange", signal.SIGINT),
     ("exec", "exchange", signal.SIGTERM),
+    ("env", "reachability", signal.SIGINT),
+    ("exec", "probe set-up", signal.SIGTERM),
     ("forkserver", "probes", signal.SIGTERM),
     ("env", "probes", signal.SIGINT),
     ("exec", "hand-off", signal.SIGINT),

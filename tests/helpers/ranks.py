@@ -202,6 +202,23 @@ def wait_for_ranks(procs: Mapping[int, subprocess.Popen[str]], started: float, t
     return results
 
 
+def exit_times(procs: Mapping[int, subprocess.Popen[str]], since: float, bound_s: float) -> dict[int, float]:
+    """Seconds after `since` at which each process was gone; one still running `bound_s` after is killed
+    (and counted gone then)."""
+    gone: dict[int, float] = {}
+    while len(gone) < len(procs) and time.monotonic() < since + bound_s:
+        for rank, proc in procs.items():
+            if rank not in gone and proc.poll() is not None:
+                gone[rank] = time.monotonic() - since
+        time.sleep(0.02)
+    for rank, proc in procs.items():
+        if rank not in gone:
+            proc.kill()
+            proc.wait()
+            gone[rank] = time.monotonic() - since
+    return gone
+
+
 # `preflight launch` forks its ranks from a forkserver unless told otherwise, and a fork runs no
 # sitecustomize: a launch whose ranks carry plants must start each rank as its own interpreter.
 EXEC = ["--start-method", "exec"]
