@@ -15,6 +15,7 @@ from preflight.model.nccl_account import (
     NcclDimension,
     NcclHostAccount,
     NcclProfile,
+    NcclSummary,
     transport_class,
 )
 
@@ -121,3 +122,12 @@ def dimensions(groups: Mapping[str, Sequence[Sequence[int]]],
 def classes(names: Iterable[str]) -> list[str]:
     """Transport names as classes (see model.nccl_account.transport_class), sorted."""
     return sorted({transport_class(n) for n in names})
+
+
+def summarize(accounts: Mapping[int, NcclAccount], unavailable: int,
+              groups: Mapping[str, Sequence[Sequence[int]]]) -> NcclSummary:
+    """The report's NCCL section: host profiles and each dimension's transports."""
+    ordered = [accounts[r] for r in sorted(accounts)]
+    sources = sorted({a.source for a in ordered if a.source})
+    return NcclSummary(source=", ".join(sources), ranks_read=len(ordered), ranks_unavailable=unavailable,
+                       profiles=profiles(host_accounts(ordered)), dims=dimensions(groups, accounts))

@@ -31,6 +31,7 @@ from preflight.lib.waiting import wait_until
 from preflight.model import World
 from preflight.model.job_groups import JobGroups
 from preflight.model.messages import BoundDevice, BoundRecord, NoGpu, ProbeReport, Status, StepRecord
+from preflight.model.nccl_account import NcclAccount
 from preflight.probes import ops
 from preflight.probes.plan import CONNECT, ProbePlan
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
@@ -407,6 +408,7 @@ def _measure(session: Session, index: int, dim: str, op: str, size: int, deadlin
                       bad_sources=[ranks[b] for b in bad])
 
 
-def publish(board: Board, rank: int, host: str, records: list[StepRecord], status: Status) -> None:
-    """This rank's measurements and end state, for rank 0."""
-    board.put(keys.RESULT.at(rank), ProbeReport(host, records, status))
+def publish(board: Board, rank: int, host: str, records: list[StepRecord], status: Status,
+            nccl: NcclAccount | None = None, nccl_missing: str = "") -> None:
+    """This rank's measurements and end state, and NCCL's account of its communicators, for rank 0."""
+    board.put(keys.RESULT.at(rank), ProbeReport(host, records, status, nccl, nccl_missing))
