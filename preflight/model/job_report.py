@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from preflight.model.device_probe import DeviceRow
-from preflight.model.nccl_account import NcclSummary
 from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
 from preflight.model.host_choice import HostChoice, HostRanking
+from preflight.model.nccl_account import NcclSummary
 from preflight.model.probe_results import ProbeDevice, ProbeResult
 from preflight.model.rank_facts import RankFacts
 from preflight.model.reachability import ReachabilityOutcome

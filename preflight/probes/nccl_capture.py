@@ -19,6 +19,7 @@ probe report: the log itself never leaves the host.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import socket
@@ -51,8 +52,13 @@ class NcclCapture:
 
     def path(self, host: str | None = None, pid: int | None = None) -> str:
         """The file NCCL opened in this process (its %h and %p expanded as NCCL does)."""
-        host = host or socket.gethostname()
-        return self.pattern.replace("%h", host).replace("%p", str(os.getpid() if pid is None else pid))
+        host = host or socket.gethostname().split(".")[0]  # NCCL's getHostName stops at the first dot
+        path = self.pattern.replace("%h", host).replace("%p", str(os.getpid() if pid is None else pid))
+        if "%h" in self.pattern and not os.path.exists(path):  # a host name NCCL spelled otherwise
+            found = sorted(glob.glob(glob.escape(self.pattern).replace("%h", "*").replace(
+                "%p", str(os.getpid() if pid is None else pid))))
+            return found[0] if found else path
+        return path
 
 
 def _subsys(current: str | None) -> str:
@@ -113,7 +119,7 @@ def read(capture: NcclCapture, host: str = "") -> tuple[NcclAccount | None, str]
     return account, ""
 
 
-def relay(capture: NcclCapture, out=None) -> int:  # noqa: ANN001 - a text stream
+def relay(capture: NcclCapture, out=None) -> int:
     """Print on stdout what the job's own NCCL_DEBUG would have printed there (NCCL's default destination).
 
     INFO: every line; WARN: the WARN lines; VERSION: the version banner; unset: nothing. Bounded as
@@ -130,10 +136,13 @@ def relay(capture: NcclCapture, out=None) -> int:  # noqa: ANN001 - a text strea
         return 0
     for raw in data.splitlines(keepends=True):
         line = raw[: MAX_LINE + 1].decode("utf-8", "replace")
-        if level in ("INFO", "TRACE") or (level == "WARN" and " NCCL WARN " in line) or \
-                (" NCCL INFO NCCL version " in line):
-            out.write(line if line.endswith("\n") else line + "\n")
-            printed += 1
+        if level not in ("INFO", "TRACE"):
+            if " NCCL INFO NCCL version " in line:  # at VERSION / WARN NCCL prints the bare banner
+                line = line.split(" NCCL INFO ", 1)[1]
+            elif level != "WARN" or " NCCL WARN " not in line:
+                continue
+        out.write(line if line.endswith("\n") else line + "\n")
+        printed += 1
     out.flush()
     return printed
 

@@ -113,7 +113,7 @@ class DebugSettings:
             subsys = {ALL} if ALL in names else names
         out: IO[str] = sys.stdout
         if env.get("NCCL_DEBUG_FILE") and level:
-            path = env["NCCL_DEBUG_FILE"].replace("%h", hostname).replace("%p", str(pid))
+            path = env["NCCL_DEBUG_FILE"].replace("%h", hostname.split(".")[0]).replace("%p", str(pid))
             try:
                 out = open(path, "w", encoding="utf-8")
             except OSError:

@@ -89,10 +89,11 @@ def test_a_healthy_run_has_no_nccl_finding_and_shows_the_account(runs) -> None:
 
 
 def test_the_jobs_own_nccl_debug_output_is_kept(runs) -> None:
-    """NCCL_DEBUG=WARN asked for warnings only on stdout: no INFO line of the capture leaks there."""
+    """NCCL_DEBUG=WARN asked for NCCL's banner and warnings on stdout: those, and no INFO line of the capture."""
     _, extra = runs["healthy"]
     for run in extra["runs"].values():
         assert " NCCL INFO " not in run.stdout
+        assert "NCCL version 2.26.2+cuda12.4\n" in run.stdout
 
 
 def test_sockets_on_one_host_name_it_its_nics_and_ncclS_reason(runs) -> None:
