@@ -27,6 +27,7 @@ import sys
 import tempfile
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from preflight.lib.nccl_log import MAX_LINE, MAX_READ_BYTES, read_log_file
 from preflight.model.nccl_account import NcclAccount
@@ -119,7 +120,7 @@ def read(capture: NcclCapture, host: str = "") -> tuple[NcclAccount | None, str]
     return account, ""
 
 
-def relay(capture: NcclCapture, out=None) -> int:
+def relay(capture: NcclCapture, out: TextIO | None = None) -> int:
     """Print on stdout what the job's own NCCL_DEBUG would have printed there (NCCL's default destination).
 
     INFO: every line; WARN: the WARN lines; VERSION: the version banner; unset: nothing. Bounded as
