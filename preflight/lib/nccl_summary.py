@@ -1,8 +1,8 @@
 """Fold per-rank NcclAccounts into per-host accounts, host profiles and per-dimension transports.
 
-One owner for "what NCCL said, per host and per mesh dimension": the run's report
-(steps/verdict via probes/nccl_capture.summarize), `preflight nccl-log` and the transport
-named in the slow-group findings (`group_transport`) all read it from here.
+One owner for "what NCCL said, per host and per mesh dimension": the run's report (`summarize`,
+called by probes/orchestrate.py on rank 0), `preflight nccl-log` and the transport named in the
+slow-group findings (`group_transport`, steps/nccl_account.py) all read it from here.
 """
 
 from __future__ import annotations
