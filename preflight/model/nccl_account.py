@@ -101,6 +101,8 @@ def transport_class(name: str) -> str:
         return f"{head}/{parts[1]}{gdr}"
     if head == "P2P" and len(parts) >= 2:
         return f"P2P/{parts[1].split()[0]}"
+    if head.startswith("direct shared memory"):  # NCCL <= 2.12's wording of SHM
+        return "SHM"
     return head
 
 

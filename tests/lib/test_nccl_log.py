@@ -182,3 +182,34 @@ def test_fake_formats_cite_their_source_and_release():
     for release, kinds in table.items():
         for entry in kinds.values():
             assert entry["release"] == release and entry["source"].startswith("src/") and ":" in entry["source"]
+
+
+def test_older_and_plugin_wordings_are_read_where_the_meaning_is_clear():
+    """Shapes of NCCL 2.10-2.12 and of HPC-X's IBext plugin (docs: /work/shared/NCCL-LOG-FORMATS.md), a
+    2.26 timestamp on an INFO line, srun --label and torchrun prefixes in front."""
+    read = parse_lines([
+        "NCCL version 2.10.3+cuda11.4\n",
+        "0: n1:11:11 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation\n",
+        "[rank0]: n1:11:11 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB/SHARP [1]mlx5_1:1/RoCE ; OOB ib0:10.0.0.1<0>\n",
+        "[2025-12-28 16:04:25] n1:11:11 [0] NCCL INFO Using network IBext_v8\n",
+        "n1:11:11 [0] NCCL INFO Channel 00 : 0[1c000] -> 1[1d000] via P2P/IPC/read\n",
+        "n1:11:11 [0] NCCL INFO Channel 01 : 0[1c000] -> 1[1d000] via direct shared memory\n",
+        "n1:11:11 [0] NCCL INFO Channel 00/0 : 0[1c000] -> 8[1c000] [send] via NET/IBext_v8/0(1)/GDRDMA/Shared\n",
+    ])
+    (account,) = read.accounts
+    assert (account.nccl_version, account.network, account.gdr) == ("2.10.3", "IBext_v8", True)
+    assert [(n.device, n.link_layer) for n in account.nics] == [("mlx5_0", "IB"), ("mlx5_1", "RoCE")]
+    assert account.intra_transports() == ["P2P/IPC", "SHM"]
+    assert account.network_transports() == ["NET/IBext_v8/GDRDMA"]
+    assert read.unreadable == 0
+
+
+def test_an_account_stays_small_whatever_the_log_holds():
+    """Tens of thousands of distinct warnings, transports and NICs: the account that crosses the wire is bounded."""
+    from preflight.model.codec import encode
+
+    lines = ["h:1:1 [0] NCCL INFO NET/IB : Using" + "".join(f" [{i}]mlx5_{i}:1/IB" for i in range(500)) + " ; OOB x\n"]
+    lines += [f"h:1:1 [0] misc/x.cc:{i} NCCL WARN failure number {i} " + "x" * 500 + "\n" for i in range(20_000)]
+    lines += [f"h:1:1 [0] NCCL INFO Channel {i % 64:02d}/0 : 0[0] -> 1[1] via P2P/KIND{i}\n" for i in range(20_000)]
+    (account,) = parse_lines(lines).accounts
+    assert account.warnings_total == 20_000 and len(encode(account)) < 8_000
