@@ -365,7 +365,7 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
 def _nccl_stage(path: str, size: int, facts):
     """Rank 0 with NCCL's accounts: every probe report decoded (the codec, as the probes' gather),
     folded per host and per dimension (tp8 within hosts, the world), judged against the facts."""
-    from preflight.lib.nccl_summary import summarize
+    from preflight.lib.nccl_summary import intern_accounts, summarize
     from preflight.model.codec import decode
     from preflight.model.messages import ProbeReport
     from preflight.model.probe_outcome import ProbeOutcome
@@ -378,6 +378,7 @@ def _nccl_stage(path: str, size: int, facts):
             accounts[rank] = account
     groups = {"tp": [list(range(h * PER_HOST, (h + 1) * PER_HOST)) for h in range(size // PER_HOST)],
               "world": [list(range(size))]}
+    intern_accounts(accounts.values())  # as orchestrate's gather does
     outcome = ProbeOutcome(backend="nccl", nccl_accounts=accounts)
     outcome.nccl = summarize(accounts, 0, groups)
     return outcome, nccl_account.judge(outcome, facts)

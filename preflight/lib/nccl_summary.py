@@ -30,8 +30,9 @@ def host_account(host: str, accounts: Sequence[NcclAccount]) -> NcclHostAccount:
     """One host's ranks folded into one account."""
     gdrs = [a.gdr for a in accounts if a.gdr is not None]
     plugin = _joined(a.plugin.name for a in accounts if a.plugin.loaded)
+    distinct = {id(a.nics): a.nics for a in accounts}  # interned lists (intern_accounts) are read once
     nics = sorted({f"{n.device}:{n.port}/{n.link_layer}" if n.port is not None else n.device
-                   for a in accounts for n in a.nics})
+                   for listed in distinct.values() for n in listed})
     reasons = [network_reason(a) or a.gdr_reason for a in accounts]
     warnings: list[str] = []
     for account in accounts:
@@ -45,6 +46,18 @@ def host_account(host: str, accounts: Sequence[NcclAccount]) -> NcclHostAccount:
         intra=sorted({c for a in accounts for c in a.intra_transports()}),
         inter=sorted({c for a in accounts for c in a.network_transports()}),
         reason=next((r for r in reasons if r), ""), warnings=warnings)
+
+
+def intern_accounts(accounts: Iterable[NcclAccount]) -> None:
+    """Ranks whose NICs and plugin say the same share one list and one object (rank 0 holds one account
+    per rank: at 131,072 ranks, a million NIC objects otherwise)."""
+    nics: dict[tuple[object, ...], list] = {}
+    plugins: dict[tuple[object, ...], object] = {}
+    for account in accounts:
+        key = tuple((n.index, n.device, n.port, n.link_layer, n.gdr) for n in account.nics)
+        account.nics = nics.setdefault(key, account.nics)
+        plugin = account.plugin
+        account.plugin = plugins.setdefault((plugin.loaded, plugin.name, plugin.why), plugin)  # type: ignore[assignment]
 
 
 def host_accounts(accounts: Iterable[NcclAccount]) -> list[NcclHostAccount]:

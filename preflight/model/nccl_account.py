@@ -8,6 +8,7 @@ user already has. Fields NCCL's log did not state keep their default ("" / None)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 MAX_NICS = 16  # NCCL uses at most a few NICs per GPU; a DGX has 8 per host
@@ -81,16 +82,23 @@ class NcclAccount:
 
     def network_transports(self) -> list[str]:
         """The inter-host transport names without channel index (NET/IB/GDRDMA, NET/Socket)."""
-        return sorted({transport_class(name) for name in self.inter})
+        return list(_classes(tuple(self.inter), False))
 
     def intra_transports(self) -> list[str]:
         """The intra-host transport classes (P2P/CUMEM, SHM, NVLS ...)."""
-        names = {transport_class(name) for name in self.intra}
-        if self.nvls_used:
-            names.add("NVLS")
-        return sorted(names)
+        return list(_classes(tuple(self.intra), self.nvls_used))
 
 
+@functools.lru_cache(maxsize=4096)
+def _classes(names: tuple[str, ...], nvls: bool) -> tuple[str, ...]:
+    """Sorted transport classes of these names (cached: at 131,072 ranks the same few recur)."""
+    found = {transport_class(name) for name in names}
+    if nvls:
+        found.add("NVLS")
+    return tuple(sorted(found))
+
+
+@functools.lru_cache(maxsize=4096)
 def transport_class(name: str) -> str:
     """A transport as people name it: NET/IB/0/GDRDMA -> NET/IB/GDRDMA, NET/Socket/1 -> NET/Socket,
     P2P/IPC/read -> P2P/IPC, SHM/direct/direct -> SHM, NET/IB/0(8)/GDRDMA -> NET/IB/GDRDMA (PXN)."""

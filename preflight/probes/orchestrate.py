@@ -28,7 +28,7 @@ from preflight.checks.probe_findings import (
 from preflight.checks.run_findings import rank_died, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
-from preflight.lib.nccl_summary import summarize
+from preflight.lib.nccl_summary import intern_accounts, summarize
 from preflight.model import Finding, ProbeResult, RankFacts, World
 from preflight.model.messages import RemeasureSteps
 from preflight.model.probe_faults import Hang
@@ -227,6 +227,7 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
 def _take_nccl_accounts(outcome: ProbeOutcome, got: Any, groups: dict[str, list[list[int]]]) -> None:
     """Every rank's NCCL account, the ranks without one (and why), and the report's summary."""
     outcome.nccl_accounts = {r: p.nccl for r, p in got.payloads.items() if p.nccl is not None}
+    intern_accounts(outcome.nccl_accounts.values())
     outcome.nccl_missing = {r: p.nccl_missing for r, p in got.payloads.items() if p.nccl is None and p.nccl_missing}
     if outcome.nccl_accounts or outcome.nccl_missing:
         outcome.nccl = summarize(outcome.nccl_accounts, len(outcome.nccl_missing), groups)

@@ -34,8 +34,12 @@ def job_from_facts(accounts: Mapping[int, NcclAccount], facts: Sequence[RankFact
                    strict_bandwidth: bool = False) -> NcclJob:
     """The accounts with what each host's facts say of its hardware."""
     job = NcclJob(dict(accounts), strict_bandwidth=strict_bandwidth)
-    for rank_facts in facts:
+    seen: set[str] = set()
+    for rank_facts in facts:  # a host's hardware as its first rank saw it (its ranks share the sections)
         host = rank_facts.host
+        if host in seen:
+            continue
+        seen.add(host)
         active = [f"{p.device}:{p.port}" for p in rank_facts.network.ib_ports if p.state.upper().endswith("ACTIVE")]
         if active and host not in job.rdma_ports:
             job.rdma_ports[host] = active
