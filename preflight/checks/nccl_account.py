@@ -35,6 +35,7 @@ class NcclJob:
     nvlink_hosts: set[str] = field(default_factory=set)  # hosts whose GPUs have active NVLinks
     nvswitch_hosts: set[str] = field(default_factory=set)  # hosts with NVSwitch-attached GPUs (NVLS expected)
     gpu_models: dict[str, str] = field(default_factory=dict)  # host -> its GPU name
+    peermem: dict[str, bool] = field(default_factory=dict)  # host -> nvidia_peermem loaded (sysfs), where known
     strict_bandwidth: bool = False
 
     def by_host(self) -> dict[str, list[NcclAccount]]:
@@ -128,8 +129,10 @@ def gdr_off(job: NcclJob) -> Iterable[Problem]:
                          for n in first.nics) or "?"
         why = (f"while on at {', '.join(on_somewhere[:3])}" + (" ..." if len(on_somewhere) > 3 else "")
                if on_somewhere else f"although its {model} and NICs support it")
+        module = {False: "; nvidia_peermem is not loaded there (sysfs)", True: "; nvidia_peermem is loaded there",
+                  None: ""}[job.peermem.get(host)]
         yield Problem(f"host {host}: GPUDirect RDMA is off on {len(off)} rank(s) (NET/{first.network} on {nics}) "
-                      f"{why}; NCCL's reason: {first.gdr_reason}",
+                      f"{why}; NCCL's reason: {first.gdr_reason}{module}",
                       ranks=_ranks(off), hosts=[host],
                       data={"gdr": False, "reason": first.gdr_reason, "nics": nics, "gdr_hosts": on_somewhere[:16]})
 

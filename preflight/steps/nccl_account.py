@@ -50,6 +50,8 @@ def job_from_facts(accounts: Mapping[int, NcclAccount], facts: Sequence[RankFact
             job.nvswitch_hosts.add(host)
         if rank_facts.gpus and host not in job.gpu_models:
             job.gpu_models[host] = rank_facts.gpus[0].name
+        if rank_facts.health.peermem is not None:
+            job.peermem[host] = rank_facts.health.peermem
     return job
 
 

@@ -55,6 +55,8 @@ def test_gdr_off_everywhere_is_an_error_where_the_gpu_supports_it():
     found = judged(off, facts(gpus=h100))
     assert ids(found) == [("NCCL021", "error", ("a",)), ("NCCL021", "error", ("b",))]
     assert "although its NVIDIA H100 80GB HBM3 and NICs support it" in found[0].message
+    unloaded = [rank_facts(r, h, world_size=4, gpus=h100, health={"peermem": False}) for r, h in enumerate(HOSTS)]
+    assert judged(off, unloaded)[0].message.endswith("; nvidia_peermem is not loaded there (sysfs)")
 
 
 def test_shm_on_an_nvlink_host_warns_or_errs_with_strict_bandwidth():
