@@ -213,3 +213,19 @@ def test_an_account_stays_small_whatever_the_log_holds():
     lines += [f"h:1:1 [0] NCCL INFO Channel {i % 64:02d}/0 : 0[0] -> 1[1] via P2P/KIND{i}\n" for i in range(20_000)]
     (account,) = parse_lines(lines).accounts
     assert account.warnings_total == 20_000 and len(encode(account)) < 8_000
+
+
+from hypothesis import given, settings  # noqa: E402 - the fuzz case below only
+from hypothesis import strategies as st  # noqa: E402
+
+NCCL_ISH = st.builds(lambda level, body: f"h:1:1 [0] NCCL {level} {body}\n", st.sampled_from(["INFO", "WARN"]),
+                     st.text(max_size=300))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=300), st.text(max_size=300), NCCL_ISH, st.none()), max_size=40))
+def test_any_lines_are_read_or_counted_never_raised(lines):
+    read = parse_lines(lines)
+    assert read.lines == len(lines) and read.unreadable <= len(lines)
+    for account in read.accounts:
+        assert len(account.warnings) <= MAX_WARNINGS
