@@ -100,7 +100,7 @@ def _nccl_account(rank: int, host: str, node: int, local: int, size: int):
     from preflight.model.nccl_account import NcclAccount, NcclNic, NcclPlugin
 
     socket = node == 7
-    nics = [NcclNic(0, "eth0")] if socket else [NcclNic(i, f"mlx5_{i}", 1, "IB", True) for i in range(8)]
+    nics = [NcclNic(0, "eth0")] if socket else [NcclNic(local, f"mlx5_{local}", 1, "IB", True)]  # its channels' NIC
     return NcclAccount(
         source="captured", host=host, pid=10000 + rank, rank=rank, nranks=size, nnodes=size // PER_HOST,
         local_ranks=PER_HOST, nccl_version="2.21.5", cuda_version="12.4",

@@ -38,13 +38,16 @@ class NcclJob:
     peermem: dict[str, bool] = field(default_factory=dict)  # host -> nvidia_peermem loaded (sysfs), where known
     strict_bandwidth: bool = False
 
+    _hosts: dict[str, list[NcclAccount]] | None = field(default=None, repr=False)
+
     def by_host(self) -> dict[str, list[NcclAccount]]:
-        """Accounts grouped by host, in rank order."""
-        hosts: dict[str, list[NcclAccount]] = {}
-        for rank in sorted(self.accounts):
-            account = self.accounts[rank]
-            hosts.setdefault(account.host, []).append(account)
-        return hosts
+        """Accounts grouped by host, in rank order (made once: every check reads it)."""
+        if self._hosts is None:
+            self._hosts = {}
+            for rank in sorted(self.accounts):
+                account = self.accounts[rank]
+                self._hosts.setdefault(account.host, []).append(account)
+        return self._hosts
 
 
 def _ranks(accounts: Iterable[NcclAccount]) -> list[int]:

@@ -279,6 +279,9 @@ def _finish(stream: _Stream, banner: tuple[str, str] | None) -> NcclAccount:
     account.channels = stream.channel_max + 1
     network = account.network
     nics = stream.socket_nics if network == "Socket" else stream.ib_nics or stream.socket_nics
+    used = _nic_indices(account.inter)
+    if used and any(nic.index in used for nic in nics):
+        nics = [nic for nic in nics if nic.index in used]  # the NICs this rank's channels went through
     for nic in nics:
         nic.gdr = stream.hca_gdr.get(nic.device)
     account.nics = nics
@@ -286,6 +289,19 @@ def _finish(stream: _Stream, banner: tuple[str, str] | None) -> NcclAccount:
     if account.gdr is False:
         account.gdr_reason = _gdr_reason(account, stream)
     return account
+
+
+_NET_DEV = re.compile(r"^(?:NET|COLLNET)/.+?/(\d+)(?:\(\d+\))?(?:/|$)")
+
+
+def _nic_indices(inter: dict[str, int]) -> set[int]:
+    """The NIC indices of NCCL's network channels (`NET/IB/3/GDRDMA` -> 3)."""
+    found = set()
+    for name in inter:
+        match = _NET_DEV.match(name)
+        if match is not None:
+            found.add(int(match[1]))
+    return found
 
 
 def _gdr_used(account: NcclAccount, stream: _Stream) -> bool | None:

@@ -58,7 +58,7 @@ class NcclAccount:
     plugin: NcclPlugin = field(default_factory=NcclPlugin)
     network: str = ""  # `Using network X`: IB, Socket, or the plugin's name; "" when not stated
     ib_found: bool | None = None  # False: `NET/IB : No device found.`
-    nics: list[NcclNic] = field(default_factory=list)
+    nics: list[NcclNic] = field(default_factory=list)  # the NICs its network channels used (all listed if none)
     gdr: bool | None = None  # over the network paths this process used; None when the log cannot say
     gdr_reason: str = ""  # NCCL's words for GDR being off (distance, a level set by environment, HCA without it)
     dmabuf: bool | None = None  # `DMA-BUF is available on GPU device n`

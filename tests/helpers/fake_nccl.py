@@ -262,10 +262,11 @@ def _ring_channel(writer: _Writer, host: NcclHost, comm: Comm, env: Mapping[str,
             writer.info("shm", channel, me, dev, nxt, dev + 1, "direct", "direct")
     # `%s%s[%s]` after the NIC: /GDRDMA, (2.26+) the (PCI) GDR mode, /Shared
     suffix = ("/GDRDMA" if use_gdr else "", "", "") if host.release >= "v2.26" else ("/GDRDMA" if use_gdr else "", "")
+    nic = dev % max(1, len(_nics(host, env))) if network == "IB" else 0  # each GPU's nearest NIC
     if comm.hosts[nxt] != comm.hosts[me]:
-        writer.info("net_send_full", channel, 0, me, dev, nxt, 0, network, 0, *suffix)
+        writer.info("net_send_full", channel, 0, me, dev, nxt, 0, network, nic, *suffix)
     if comm.hosts[prev] != comm.hosts[me]:
-        writer.info("net_recv_full", channel, 0, prev, 0, me, dev, network, 0, *suffix)
+        writer.info("net_recv_full", channel, 0, prev, 0, me, dev, network, nic, *suffix)
 
 
 @dataclass

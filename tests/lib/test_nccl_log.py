@@ -38,7 +38,7 @@ def test_ib_with_gdr_every_release(release):
     assert account.nccl_version == release[1:].split("-")[0]
     assert (account.network, account.gdr, account.ib_found) == ("IB", True, True)
     assert account.rank == 3 and account.nranks == 8
-    assert [(n.device, n.port, n.link_layer, n.gdr) for n in account.nics] == [("mlx5_0", 1, "IB", True)]
+    assert [(n.device, n.port, n.link_layer, n.gdr) for n in account.nics] == [("mlx5_0", 1, "IB", True)]  # its NIC
     assert account.network_transports() == ["NET/IB/GDRDMA"]
     assert account.unreadable == 0
 
@@ -65,9 +65,13 @@ def test_gdr_level_from_the_environment_is_the_reason():
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_roce_link_layer(release):
-    account = account_of(log_of(NcclHost("a", release=release, nics=[("mlx5_0", 1, "RoCE"), ("mlx5_1", 1, "RoCE")])))
-    assert [(n.device, n.link_layer) for n in account.nics] == [("mlx5_0", "RoCE"), ("mlx5_1", "RoCE")]
+def test_roce_link_layer_and_the_nic_each_rank_used(release):
+    host = NcclHost("a", release=release, nics=[("mlx5_0", 1, "RoCE"), ("mlx5_1", 1, "RoCE")])
+    account = account_of(log_of(host, rank=3))  # GPU 3: its channels go through NIC 1
+    assert [(n.device, n.link_layer) for n in account.nics] == [("mlx5_1", "RoCE")]
+    assert account.network_transports() == ["NET/IB/GDRDMA"] and "NET/IB/1/GDRDMA" in account.inter
+    alone = account_of(log_of(host, rank=1, hosts=["a"] * 4))  # no network channel: every NIC NCCL listed
+    assert [n.device for n in alone.nics] == ["mlx5_0", "mlx5_1"]
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -195,6 +199,7 @@ def test_older_and_plugin_wordings_are_read_where_the_meaning_is_clear():
         "n1:11:11 [0] NCCL INFO Channel 00 : 0[1c000] -> 1[1d000] via P2P/IPC/read\n",
         "n1:11:11 [0] NCCL INFO Channel 01 : 0[1c000] -> 1[1d000] via direct shared memory\n",
         "n1:11:11 [0] NCCL INFO Channel 00/0 : 0[1c000] -> 8[1c000] [send] via NET/IBext_v8/0(1)/GDRDMA/Shared\n",
+        "n1:11:11 [0] NCCL INFO Channel 01/0 : 8[1c000] -> 0[1c000] [receive] via NET/IBext_v8/1/GDRDMA\n",
     ])
     (account,) = read.accounts
     assert (account.nccl_version, account.network, account.gdr) == ("2.10.3", "IBext_v8", True)
