@@ -16,9 +16,10 @@ measured process drives the project's own code, stage by stage:
   reload        `preflight report`'s path: the JSON read back and rendered again (text, html), in a child
                 process as `preflight report` is (its own time and peak RSS; peak_rss_mib is the larger)
 
-`--nccl` adds NCCL's account (issue 42): each rank's probe report carrying its NcclAccount (8 IB
-NICs with GPUDirect RDMA, P2P/CUMEM and NVLS inside the host; one host fallen back to Socket), decoded
-through the codec as rank 0's probe gather does, folded per host and dimension, judged
+`--nccl` adds NCCL's account (issue 42): each rank's NcclAccount as it publishes it under `nccl/<rank>`
+(IB through its GPU's NIC with GPUDirect RDMA, P2P/CUMEM and NVLS inside the host; one host fallen back
+to Socket), decoded once per distinct value as rank 0's probe gather does (Board.fetch_interned), a
+copy per rank naming it, folded per host and dimension, judged
 (NCCL020-NCCL024) and rendered: stage `nccl`, and every later stage with the report's NCCL section.
 Compare `total_s` / `total_cpu_s` with and without it.
 
@@ -156,8 +157,6 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bo
             real = dataclasses.replace(resolve_world(env, host), expected_hosts={})
             assert real == derived, f"rank {rank}: the derived World differs from resolve_world's"
         return derived
-    from preflight.model.messages import ProbeReport, Status
-
     accounts = open(path + ".nccl", "wb") if nccl else None
     with open(path, "wb") as out:
         for rank in range(size):
@@ -213,8 +212,9 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bo
             mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
             data = to_wire(RankPayload(rank, facts, mine, outcomes))
             out.write(_HEAD.pack(len(data), rank) + data)
-            if accounts is not None:
-                report = encode(ProbeReport(host, [], Status(), _nccl_account(rank, host, node, local, size)))
+            if accounts is not None:  # what session.publish sends: the account without rank, host, pid
+                sent = dataclasses.replace(_nccl_account(rank, host, node, local, size), rank=None, host="", pid=0)
+                report = encode(sent)
                 accounts.write(_HEAD.pack(len(report), rank) + report)
     if accounts is not None:
         accounts.close()
@@ -363,22 +363,24 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
 
 
 def _nccl_stage(path: str, size: int, facts):
-    """Rank 0 with NCCL's accounts: every probe report decoded (the codec, as the probes' gather),
-    folded per host and per dimension (tp8 within hosts, the world), judged against the facts."""
-    from preflight.lib.nccl_summary import intern_accounts, summarize
-    from preflight.model.codec import decode
-    from preflight.model.messages import ProbeReport
+    """Rank 0 with NCCL's accounts, as orchestrate's gather does: every rank's `nccl/<rank>` value decoded
+    once per distinct bytes (Board.fetch_interned, in chunks of 1,024 as the store's multi_gets), a copy
+    per rank naming it, folded per host and per dimension (tp8 within hosts, the world), judged."""
+    from preflight.channel import keys
+    from preflight.channel.board import decode_interned
+    from preflight.lib.nccl_summary import own_accounts, summarize
     from preflight.model.probe_outcome import ProbeOutcome
     from preflight.steps import nccl_account
 
-    accounts = {}
+    hosts = {f.rank: f.host for f in facts}
+    ranks, raws = [], []
     for rank, raw in _records(path):
-        account = decode(raw, ProbeReport, max_bytes=8 << 20).nccl
-        if account is not None:
-            accounts[rank] = account
+        ranks.append(rank)
+        raws.append(raw)
+    values = decode_interned(raws, [keys.NCCL_ACCOUNT.at(r) for r in ranks], ranks)
+    accounts = own_accounts(values, ranks, hosts)
     groups = {"tp": [list(range(h * PER_HOST, (h + 1) * PER_HOST)) for h in range(size // PER_HOST)],
               "world": [list(range(size))]}
-    intern_accounts(accounts.values())  # as orchestrate's gather does
     outcome = ProbeOutcome(backend="nccl", nccl_accounts=accounts)
     outcome.nccl = summarize(accounts, 0, groups)
     return outcome, nccl_account.judge(outcome, facts)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from preflight.model.findings import ExitCode
-from preflight.model.nccl_account import NcclAccount
 from preflight.model.probe_results import ProbeStep
 from preflight.model.reachability import ReachProbe
 
@@ -81,9 +80,8 @@ class ProbeReport:
     host: str = ""
     records: list[StepRecord] = field(default_factory=list)
     status: Status = field(default_factory=Status)
-    # NCCL's account of this rank's communicators, parsed from its own log on its host (None: no
-    # NCCL, or its log could not be read: `nccl_missing` says why).
-    nccl: NcclAccount | None = None
+    # Why this rank has no NCCL account (its log not written or unreadable); its account, when it has
+    # one, is under its own key (channel/keys.NCCL_ACCOUNT), sent before this report.
     nccl_missing: str = ""
 
 

@@ -13,7 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from preflight.channel.board import Board
+from preflight.channel import keys
+from preflight.channel.board import BadValue, Board
 from preflight.channel.liveness import RankLiveness
 from preflight.checks.probe_findings import (
     below_expected,
@@ -28,7 +29,7 @@ from preflight.checks.probe_findings import (
 from preflight.checks.run_findings import rank_died, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
-from preflight.lib.nccl_summary import intern_accounts, summarize
+from preflight.lib.nccl_summary import own_accounts, summarize
 from preflight.model import Finding, ProbeResult, RankFacts, World
 from preflight.model.messages import RemeasureSteps
 from preflight.model.probe_faults import Hang
@@ -188,7 +189,7 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
     groups = {**dim_groups(mesh_dims), WORLD_DIM: [list(range(world.world_size))]}
     outcome = ProbeOutcome(results=collect.results(got, hosts), devices=got.devices(), device_ids=got.device_ids())
-    _take_nccl_accounts(outcome, got, groups)
+    _take_nccl_accounts(outcome, session.board, got, groups)
     hang = collect.diagnose_hang(got, plan.steps(), groups, world.world_size)
     if hang is not None and hang.could_not_run:  # a step raised (an op this torch lacks): not the ranks' fault
         culprits = sorted(hang.culprits)
@@ -224,11 +225,16 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     return outcome
 
 
-def _take_nccl_accounts(outcome: ProbeOutcome, got: Any, groups: dict[str, list[list[int]]]) -> None:
+def _take_nccl_accounts(outcome: ProbeOutcome, board: Board, got: Any, groups: dict[str, list[list[int]]]) -> None:
     """Every rank's NCCL account, the ranks without one (and why), and the report's summary."""
-    outcome.nccl_accounts = {r: p.nccl for r, p in got.payloads.items() if p.nccl is not None}
-    intern_accounts(outcome.nccl_accounts.values())
-    outcome.nccl_missing = {r: p.nccl_missing for r, p in got.payloads.items() if p.nccl is None and p.nccl_missing}
+    outcome.nccl_missing = {r: p.nccl_missing for r, p in got.payloads.items() if p.nccl_missing}
+    ranks = sorted(r for r in got.payloads if r not in outcome.nccl_missing)
+    hosts = got.hosts()
+    values = board.fetch_interned([keys.NCCL_ACCOUNT.at(r) for r in ranks], ranks)
+    for rank, value in zip(ranks, values, strict=True):
+        if isinstance(value, BadValue):
+            outcome.nccl_missing[rank] = f"its NCCL account did not decode: {value.line()}"
+    outcome.nccl_accounts = own_accounts(values, ranks, hosts)
     if outcome.nccl_accounts or outcome.nccl_missing:
         outcome.nccl = summarize(outcome.nccl_accounts, len(outcome.nccl_missing), groups)
 

@@ -15,6 +15,7 @@ device properties and events go through it, so tests replay devices with a data-
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import time
@@ -410,5 +411,10 @@ def _measure(session: Session, index: int, dim: str, op: str, size: int, deadlin
 
 def publish(board: Board, rank: int, host: str, records: list[StepRecord], status: Status,
             nccl: NcclAccount | None = None, nccl_missing: str = "") -> None:
-    """This rank's measurements and end state, and NCCL's account of its communicators, for rank 0."""
-    board.put(keys.RESULT.at(rank), ProbeReport(host, records, status, nccl, nccl_missing))
+    """This rank's measurements and end state, and NCCL's account of its communicators, for rank 0.
+
+    The account goes first, under its own key, without what only this rank says (its rank, host
+    and pid: rank 0 knows them): ranks whose NCCL said the same send the same bytes."""
+    if nccl is not None:
+        board.put(keys.NCCL_ACCOUNT.at(rank), dataclasses.replace(nccl, rank=None, host="", pid=0))
+    board.put(keys.RESULT.at(rank), ProbeReport(host, records, status, nccl_missing))
