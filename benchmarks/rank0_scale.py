@@ -19,7 +19,7 @@ measured process drives the project's own code, stage by stage:
 `--nccl` adds NCCL's account (issue 42): each rank's NcclAccount as it publishes it under `nccl/<rank>`
 (IB through its GPU's NIC with GPUDirect RDMA, P2P/CUMEM and NVLS inside the host; one host fallen back
 to Socket), decoded once per distinct value as rank 0's probe gather does (Board.fetch_interned), a
-copy per rank naming it, folded per host and dimension, judged
+shared by the ranks that sent it, folded per host and dimension, judged
 (NCCL020-NCCL024) and rendered: stage `nccl`, and every later stage with the report's NCCL section.
 Compare `total_s` / `total_cpu_s` with and without it.
 
@@ -364,11 +364,12 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
 
 def _nccl_stage(path: str, size: int, facts):
     """Rank 0 with NCCL's accounts, as orchestrate's gather does: every rank's `nccl/<rank>` value decoded
-    once per distinct bytes (Board.fetch_interned, in chunks of 1,024 as the store's multi_gets), a copy
-    per rank naming it, folded per host and per dimension (tp8 within hosts, the world), judged."""
+    once per distinct bytes (Board.fetch_interned), shared by the ranks that sent the same, folded per
+    host and per dimension (tp8 within hosts, the world), judged."""
     from preflight.channel import keys
     from preflight.channel.board import decode_interned
-    from preflight.lib.nccl_summary import own_accounts, summarize
+    from preflight.lib.nccl_summary import summarize
+    from preflight.model.nccl_account import NcclAccount
     from preflight.model.probe_outcome import ProbeOutcome
     from preflight.steps import nccl_account
 
@@ -378,11 +379,11 @@ def _nccl_stage(path: str, size: int, facts):
         ranks.append(rank)
         raws.append(raw)
     values = decode_interned(raws, [keys.NCCL_ACCOUNT.at(r) for r in ranks], ranks)
-    accounts = own_accounts(values, ranks, hosts)
+    accounts = {r: v for r, v in zip(ranks, values, strict=True) if isinstance(v, NcclAccount)}
     groups = {"tp": [list(range(h * PER_HOST, (h + 1) * PER_HOST)) for h in range(size // PER_HOST)],
               "world": [list(range(size))]}
     outcome = ProbeOutcome(backend="nccl", nccl_accounts=accounts)
-    outcome.nccl = summarize(accounts, 0, groups)
+    outcome.nccl = summarize(accounts, 0, groups, hosts)
     return outcome, nccl_account.judge(outcome, facts)
 
 

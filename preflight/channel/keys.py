@@ -87,9 +87,11 @@ class Family(Generic[T]):
 
     def at(self, *fields: object) -> Key[T]:
         """The key of this family for these fields, in the pattern's order (`RESULT.at(3)` is `res/3`)."""
-        names = _field_names(self.pattern)
+        names, literals = _field_names(self.pattern)
         if len(names) != len(fields):
             raise TypeError(f"{self.pattern!r} takes {len(names)} field(s), not {len(fields)}")
+        if len(fields) == 1:  # most families: the pattern's text around one field, joined (no format call)
+            return Key(f"{literals[0]}{fields[0]}{literals[1]}", self)
         return Key(self.pattern.format(**dict(zip(names, fields, strict=True))), self)
 
     @property
@@ -99,9 +101,13 @@ class Family(Generic[T]):
 
 
 @functools.lru_cache(maxsize=256)
-def _field_names(pattern: str) -> tuple[str, ...]:
-    """The pattern's field names, parsed once (rank 0 makes a key per rank per family: 131,072 at a time)."""
-    return tuple(name for _, name, _, _ in string.Formatter().parse(pattern) if name)
+def _field_names(pattern: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The pattern's field names and the literal text before, between and after them, parsed once
+    (rank 0 makes a key per rank per family: 131,072 at a time)."""
+    parts = list(string.Formatter().parse(pattern))
+    names = tuple(name for _, name, _, _ in parts if name)
+    literals = tuple(text for text, _, _, _ in parts) + (("",) if parts and parts[-1][1] else ())
+    return names, literals
 
 
 class Key(str, Generic[T]):

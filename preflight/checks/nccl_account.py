@@ -28,30 +28,39 @@ NVSWITCH_LINKS = 18  # an H100/H200 SXM on an NVSwitch baseboard has 18 active N
 
 @dataclass
 class NcclJob:
-    """Every rank's account and what the run knows of each host's hardware ({} in `preflight nccl-log`)."""
+    """Every rank's account and what the run knows of each host's hardware ({} in `preflight nccl-log`).
+
+    Ranks whose NCCL said the same may share one account object (channel/board.fetch_interned):
+    a rank's host is `hosts[rank]` (else its account's own `host`), its rank the key."""
 
     accounts: dict[int, NcclAccount]
+    hosts: dict[int, str] = field(default_factory=dict)  # rank -> host
     rdma_ports: dict[str, list[str]] = field(default_factory=dict)  # host -> its ACTIVE RDMA ports (mlx5_0:1)
     nvlink_hosts: set[str] = field(default_factory=set)  # hosts whose GPUs have active NVLinks
     nvswitch_hosts: set[str] = field(default_factory=set)  # hosts with NVSwitch-attached GPUs (NVLS expected)
     gpu_models: dict[str, str] = field(default_factory=dict)  # host -> its GPU name
     peermem: dict[str, bool] = field(default_factory=dict)  # host -> nvidia_peermem loaded (sysfs), where known
     strict_bandwidth: bool = False
+    _hosts: dict[str, list[tuple[int, NcclAccount]]] | None = field(default=None, repr=False)
 
-    _hosts: dict[str, list[NcclAccount]] | None = field(default=None, repr=False)
+    def host_of(self, rank: int) -> str:
+        """The rank's host."""
+        return self.hosts.get(rank) or self.accounts[rank].host
 
-    def by_host(self) -> dict[str, list[NcclAccount]]:
-        """Accounts grouped by host, in rank order (made once: every check reads it)."""
+    def by_host(self) -> dict[str, list[tuple[int, NcclAccount]]]:
+        """(rank, account) grouped by host, in rank order (made once: every check reads it)."""
         if self._hosts is None:
             self._hosts = {}
             for rank in sorted(self.accounts):
-                account = self.accounts[rank]
-                self._hosts.setdefault(account.host, []).append(account)
+                self._hosts.setdefault(self.host_of(rank), []).append((rank, self.accounts[rank]))
         return self._hosts
 
 
-def _ranks(accounts: Iterable[NcclAccount]) -> list[int]:
-    return sorted(a.rank for a in accounts if a.rank is not None)
+Member = tuple[int, NcclAccount]
+
+
+def _ranks(members: Iterable[Member]) -> list[int]:
+    return sorted(rank for rank, _ in members if rank >= 0)
 
 
 def _on_network(account: NcclAccount) -> bool:
@@ -82,13 +91,13 @@ def socket_despite_rdma(job: NcclJob) -> Iterable[Problem]:
     plugin that did not load, `NET/IB : No device found.`, NCCL_IB_HCA, NCCL_IB_DISABLE.
     """
     hosts = job.by_host()
-    rdma_elsewhere = sorted({a.network for group in hosts.values() for a in group if _rdma(a.network)})
+    rdma_elsewhere = sorted({a.network for group in hosts.values() for _, a in group if _rdma(a.network)})
     for host, group in hosts.items():
-        socket = [a for a in group if a.network == RDMA_NETWORKS_SOCKET and _on_network(a)]
+        socket = [(r, a) for r, a in group if a.network == RDMA_NETWORKS_SOCKET and _on_network(a)]
         ports = job.rdma_ports.get(host, [])
         if not socket or not (ports or rdma_elsewhere):
             continue
-        first = socket[0]
+        first = socket[0][1]
         used = ", ".join(n.device for n in first.nics) or "?"
         evidence = (f"its active RDMA port(s) {', '.join(ports[:4])}" if ports
                     else f"other hosts of this job use {', '.join(rdma_elsewhere)}")
@@ -118,16 +127,16 @@ def gdr_off(job: NcclJob) -> Iterable[Problem]:
     reason is the one NCCL's log gives (its HCA line, its distance line, the variable it read).
     """
     hosts = job.by_host()
-    on_somewhere = sorted(h for h, g in hosts.items() if any(a.gdr for a in g))
+    on_somewhere = sorted(h for h, g in hosts.items() if any(a.gdr for _, a in g))
     for host, group in hosts.items():
-        off = [a for a in group if a.gdr is False and _rdma(a.network) and _on_network(a)]
+        off = [(r, a) for r, a in group if a.gdr is False and _rdma(a.network) and _on_network(a)]
         if not off:
             continue
         model = job.gpu_models.get(host, "")
         capable = any(name in model for name in GDR_CAPABLE)
         if not on_somewhere and not capable:
             continue
-        first = off[0]
+        first = off[0][1]
         nics = ", ".join(f"{n.device}:{n.port}/{n.link_layer}" if n.port is not None else n.device
                          for n in first.nics) or "?"
         why = (f"while on at {', '.join(on_somewhere[:3])}" + (" ..." if len(on_somewhere) > 3 else "")
@@ -159,19 +168,19 @@ def intra_host_not_p2p(job: NcclJob) -> Iterable[Problem]:
     other hosts of the job connecting their GPUs over P2P.
     """
     hosts = job.by_host()
-    p2p_elsewhere = any(n.startswith("P2P") for g in hosts.values() for a in g for n in a.intra)
+    p2p_elsewhere = any(n.startswith("P2P") for g in hosts.values() for _, a in g for n in a.intra)
     for host, group in hosts.items():
-        slow = [a for a in group if any(not n.startswith("P2P") for n in a.intra)]
+        slow = [(r, a) for r, a in group if any(not n.startswith("P2P") for n in a.intra)]
         if not slow or not (host in job.nvlink_hosts or p2p_elsewhere):
             continue
-        used = sorted({n for a in slow for n in a.intra_transports() if not n.startswith("P2P") and n != "NVLS"})
+        used = sorted({n for _, a in slow for n in a.intra_transports() if not n.startswith("P2P") and n != "NVLS"})
         evidence = "its GPUs have active NVLinks" if host in job.nvlink_hosts else "other hosts' GPUs use P2P"
         yield Problem(f"host {host}: intra-host GPU pairs go over {', '.join(used)} on {len(slow)} rank(s), not "
                       f"P2P/NVLink, although {evidence}",
                       ranks=_ranks(slow), hosts=[host],
                       severity=Severity.ERROR if job.strict_bandwidth else None,
                       data={"intra": used,
-                            "env": [e for a in slow[:1] for e in a.env_lines if "P2P" in e or "SHM" in e]})
+                            "env": [e for _, a in slow[:1] for e in a.env_lines if "P2P" in e or "SHM" in e]})
 
 
 @engine_check(
@@ -192,14 +201,14 @@ def nvls_unused(job: NcclJob) -> Iterable[Problem]:
     for host, group in job.by_host().items():
         if host not in job.nvswitch_hosts:
             continue
-        several = [a for a in group if a.local_ranks > 1 or len(group) > 1]
-        unused = [a for a in several if not a.nvls_used]
+        several = [(r, a) for r, a in group if a.local_ranks > 1 or len(group) > 1]
+        unused = [(r, a) for r, a in several if not a.nvls_used]
         if not unused:
             continue
-        said = ("NCCL: NVLS multicast support is not available" if any(a.nvls_available is False for a in unused)
+        said = ("NCCL: NVLS multicast support is not available" if any(a.nvls_available is False for _, a in unused)
                 else "no NVLS communicator was set up")
         yield Problem(f"host {host}: NVLS unused on {len(unused)} rank(s) of an NVSwitch system ({said})",
-                      ranks=_ranks(unused), hosts=[host], data={"nvls_available": unused[0].nvls_available})
+                      ranks=_ranks(unused), hosts=[host], data={"nvls_available": unused[0][1].nvls_available})
 
 
 @engine_check(
@@ -217,20 +226,26 @@ def ranks_disagree(job: NcclJob) -> Iterable[Problem]:
     with family 0`). A plugin or network that differs between hosts makes the whole job run at
     the slowest transport. The odd ones out are named against the majority.
     """
-    accounts = list(job.accounts.values())
+    shared = Counter(id(a) for a in job.accounts.values())  # ranks share accounts: each read once
+    objects = {id(a): a for a in job.accounts.values()}
     for what, value, severity in (("NCCL version", lambda a: a.nccl_version, Severity.ERROR),
                                   ("net plugin", lambda a: a.plugin.name if a.plugin.loaded else "none",
                                    Severity.WARN),
                                   ("network", lambda a: a.network, Severity.WARN)):
-        seen = Counter(value(a) for a in accounts if value(a))
+        said = {key: value(account) for key, account in objects.items()}
+        seen: Counter[str] = Counter()
+        for key, count in shared.items():
+            if said[key]:
+                seen[said[key]] += count
         if len(seen) < 2:
             continue
+        members = [(rank, job.accounts[rank]) for rank in sorted(job.accounts)]
         majority = seen.most_common(1)[0][0]
-        odd = [a for a in accounts if value(a) and value(a) != majority]
-        hosts = sorted({a.host for a in odd})
+        odd = [(r, a) for r, a in members if said[id(a)] and said[id(a)] != majority]
+        hosts = sorted({job.host_of(r) for r, _ in odd})
         yield Problem(f"ranks disagree on the {what}: {len(odd)} rank(s) on {', '.join(hosts[:4])}"
-                      f"{' ...' if len(hosts) > 4 else ''} use {', '.join(sorted({value(a) for a in odd}))}, the "
-                      f"other {len(accounts) - len(odd)} {majority}",
+                      f"{' ...' if len(hosts) > 4 else ''} use {', '.join(sorted({said[id(a)] for _, a in odd}))}, "
+                      f"the other {len(members) - len(odd)} {majority}",
                       ranks=_ranks(odd), hosts=hosts, severity=severity,
                       data={"what": what, "majority": majority, "values": dict(seen)})
 

@@ -101,11 +101,11 @@ def _rank_entry(account: NcclAccount) -> dict[str, Any]:
 
 def as_json(reads: list[LogRead], job: NcclJob, findings: list[Finding]) -> dict[str, Any]:
     """The JSON document: files, per rank, per host, findings."""
-    hosts = host_accounts(job.accounts[r] for r in sorted(job.accounts, key=lambda r: (r < 0, abs(r))))
+    hosts = host_accounts(job.accounts, order=_order(job))
     return {
         "files": [{"path": r.path, "lines": r.lines, "nccl_lines": r.nccl_lines, "unreadable_lines": r.unreadable,
                    "truncated_bytes": r.truncated_bytes, "processes": len(r.accounts)} for r in reads],
-        "ranks": [_rank_entry(job.accounts[r]) for r in sorted(job.accounts, key=lambda r: (r < 0, abs(r)))],
+        "ranks": [_rank_entry(job.accounts[r]) for r in _order(job)],
         "hosts": [{**to_builtins(h), "intra_host": h.intra, "inter_host": h.inter} for h in hosts],
         "findings": to_builtins(findings),
     }
@@ -119,7 +119,7 @@ def print_text(reads: list[LogRead], job: NcclJob, findings: list[Finding]) -> N
     print(f"NCCL's account: {len(job.accounts)} process(es) in {len(reads)} file(s), {lines} line(s)"
           + (f", {unreadable} unreadable" if unreadable else "")
           + (f", {truncated} byte(s) past the read limit not read" if truncated else ""))
-    for host in host_accounts(job.accounts[r] for r in sorted(job.accounts, key=lambda r: (r < 0, abs(r)))):
+    for host in host_accounts(job.accounts, order=_order(job)):
         gdr = {True: "on", False: "OFF", None: "?"}[host.gdr]
         print(f"  {host.host}: ranks {_span(host.ranks)}  NCCL {host.nccl_version or '?'}  network "
               f"{host.network or '?'}{' (plugin ' + host.plugin + ')' if host.plugin else ''}  GDR {gdr}  "
@@ -134,6 +134,11 @@ def print_text(reads: list[LogRead], job: NcclJob, findings: list[Finding]) -> N
     for finding in findings:
         print(f"{finding.severity.value.upper()} {finding.check_id}: {finding.message}")
         print(f"  what to do: {finding.hint}")
+
+
+def _order(job: NcclJob) -> list[int]:
+    """Ranks in order, then the processes whose log named no rank (negative keys) in order of reading."""
+    return sorted(job.accounts, key=lambda r: (r < 0, abs(r)))
 
 
 def _span(ranks: list[int]) -> str:

@@ -28,6 +28,7 @@ class ProbeOutcome:
     left_pending: bool = False
     # rank 0: every rank's NCCL account (probes/nccl_capture.py), the ranks without one and why,
     # and the report's summary per host profile and mesh dimension (lib/nccl_summary.py)
-    nccl_accounts: dict[int, NcclAccount] = field(default_factory=dict)
+    nccl_accounts: dict[int, NcclAccount] = field(default_factory=dict)  # ranks that said the same share one
+    nccl_hosts: dict[int, str] = field(default_factory=dict)  # rank -> host (the shared accounts name none)
     nccl_missing: dict[int, str] = field(default_factory=dict)
     nccl: NcclSummary | None = None

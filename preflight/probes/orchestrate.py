@@ -29,9 +29,10 @@ from preflight.checks.probe_findings import (
 from preflight.checks.run_findings import rank_died, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
-from preflight.lib.nccl_summary import own_accounts, summarize
+from preflight.lib.nccl_summary import summarize
 from preflight.model import Finding, ProbeResult, RankFacts, World
 from preflight.model.messages import RemeasureSteps
+from preflight.model.nccl_account import NcclAccount
 from preflight.model.probe_faults import Hang
 from preflight.model.probe_outcome import ProbeOutcome
 from preflight.options import RunOptions
@@ -234,9 +235,11 @@ def _take_nccl_accounts(outcome: ProbeOutcome, board: Board, got: Any, groups: d
     for rank, value in zip(ranks, values, strict=True):
         if isinstance(value, BadValue):
             outcome.nccl_missing[rank] = f"its NCCL account did not decode: {value.line()}"
-    outcome.nccl_accounts = own_accounts(values, ranks, hosts)
+    # ranks whose NCCL said the same share one account object (fetch_interned): read-only from here on
+    outcome.nccl_accounts = {r: v for r, v in zip(ranks, values, strict=True) if isinstance(v, NcclAccount)}
+    outcome.nccl_hosts = hosts
     if outcome.nccl_accounts or outcome.nccl_missing:
-        outcome.nccl = summarize(outcome.nccl_accounts, len(outcome.nccl_missing), groups)
+        outcome.nccl = summarize(outcome.nccl_accounts, len(outcome.nccl_missing), groups, hosts)
 
 
 def _spans_hosts(mesh_dims: list[Any], groups: dict[str, list[list[int]]], hosts: dict[int, str]) -> list[Finding]:

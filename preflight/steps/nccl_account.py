@@ -1,7 +1,7 @@
 """After the probes, on rank 0: NCCL's account judged against the hardware (NCCL020-NCCL025), and the
 transport NCCL used named in the slow-group findings.
 
-Every rank sent its NcclAccount with its probe report (probes/nccl_capture.py); the facts say
+Every rank sent its NcclAccount beside its probe report (probes/nccl_capture.py); the facts say
 what each host has (active RDMA ports, NVLink, NVSwitch, its GPU model), which is what the
 checks of checks/nccl_account.py compare NCCL's choices with.
 """
@@ -33,7 +33,7 @@ SLOW_FINDINGS = (straggler_group, cross_dim_suspect, slow_host, slow_link, slow_
 def job_from_facts(accounts: Mapping[int, NcclAccount], facts: Sequence[RankFacts],
                    strict_bandwidth: bool = False) -> NcclJob:
     """The accounts with what each host's facts say of its hardware."""
-    job = NcclJob(dict(accounts), strict_bandwidth=strict_bandwidth)
+    job = NcclJob(dict(accounts), {f.rank: f.host for f in facts}, strict_bandwidth=strict_bandwidth)
     seen: set[str] = set()
     for rank_facts in facts:  # a host's hardware as its first rank saw it (its ranks share the sections)
         host = rank_facts.host
@@ -67,17 +67,18 @@ def judge(outcome: ProbeOutcome, facts: Sequence[RankFacts], strict_bandwidth: b
         job = job_from_facts(outcome.nccl_accounts, facts, strict_bandwidth)
         for check in ACCOUNT_CHECKS:
             found += check.report(job)
-        name_transports(outcome.findings, outcome.nccl_accounts)
+        name_transports(outcome.findings, outcome.nccl_accounts, job.hosts)
     return found
 
 
-def name_transports(findings: list[Finding], accounts: Mapping[int, NcclAccount]) -> None:
+def name_transports(findings: list[Finding], accounts: Mapping[int, NcclAccount],
+                    hosts: Mapping[int, str] | None = None) -> None:
     """Add to each slow-group finding what NCCL carried its ranks' traffic over (data `nccl_transport`)."""
     ids = {check.id for check in SLOW_FINDINGS}
     for finding in findings:
         if finding.check_id not in ids or not finding.ranks:
             continue
-        transport = group_transport(finding.ranks, accounts)
+        transport = group_transport(finding.ranks, accounts, hosts)
         if transport:
             finding.message += f"; NCCL ran it over {transport}"
             finding.data["nccl_transport"] = transport

@@ -59,5 +59,6 @@ def test_without_the_trainers_debug_file_the_account_is_unavailable_in_one_info_
 def test_the_trainers_own_debug_file_is_read(monkeypatch, tmp_path):
     outcome = probe_in_process(monkeypatch, {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": str(tmp_path / "n.%h.%p")})
     account = outcome.nccl_accounts[0]
-    assert (account.source, account.network, account.host) == ("NCCL_DEBUG_FILE", "IB", "trainer-host")
+    assert (account.source, account.network, outcome.nccl_hosts[0]) == ("NCCL_DEBUG_FILE", "IB", "trainer-host")
     assert outcome.nccl is not None and outcome.nccl.ranks_read == 1 and outcome.nccl_missing == {}
+    assert outcome.nccl.profiles[0].hosts == ["trainer-host"]
