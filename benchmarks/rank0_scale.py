@@ -16,6 +16,13 @@ measured process drives the project's own code, stage by stage:
   reload        `preflight report`'s path: the JSON read back and rendered again (text, html), in a child
                 process as `preflight report` is (its own time and peak RSS; peak_rss_mib is the larger)
 
+`--nccl` adds NCCL's account (issue 42): each rank's NcclAccount as it publishes it under `nccl/<rank>`
+(IB through its GPU's NIC with GPUDirect RDMA, P2P/CUMEM and NVLS inside the host; one host fallen back
+to Socket), decoded once per distinct value as rank 0's probe gather does (Board.fetch_interned), a
+shared by the ranks that sent it, folded per host and dimension, judged
+(NCCL020-NCCL024) and rendered: stage `nccl`, and every later stage with the report's NCCL section.
+Compare `total_s` / `total_cpu_s` with and without it.
+
 The worlds are SYNTHETIC but built the way a real run builds them: the World comes from
 steps.launchers.resolve_world over torchrun-like or Slurm-like variables, 8 ranks per host,
 ~150 environment variables per rank, 10 interfaces, 8 IB ports and 8 GPUs per host, the
@@ -89,8 +96,25 @@ def _launcher_env(world: str, rank: int, size: int, host: str, port: int) -> dic
     }
 
 
-def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
-    """Write every reporting rank's encoded RankPayload to `path` (length-prefixed)."""
+def _nccl_account(rank: int, host: str, node: int, local: int, size: int):
+    """What a rank's NCCL said (as lib/nccl_log.py parses it): IB with GDR, P2P/CUMEM and NVLS; node 7 on Socket."""
+    from preflight.model.nccl_account import NcclAccount, NcclNic, NcclPlugin
+
+    socket = node == 7
+    nics = [NcclNic(0, "eth0")] if socket else [NcclNic(local, f"mlx5_{local}", 1, "IB", True)]  # its channels' NIC
+    return NcclAccount(
+        source="captured", host=host, pid=10000 + rank, rank=rank, nranks=size, nnodes=size // PER_HOST,
+        local_ranks=PER_HOST, nccl_version="2.21.5", cuda_version="12.4",
+        plugin=NcclPlugin(why="NET/Plugin: No plugin found (libnccl-net.so)"), network="Socket" if socket else "IB",
+        ib_found=not socket, nics=nics, gdr=not socket, gdr_reason="the network is Socket (TCP): no RDMA" * socket,
+        dmabuf=True, env_lines=["NCCL_IB_HCA=mlx5_9"] if socket else [], intra={"P2P/CUMEM": 16},
+        inter={"NET/Socket/0": 2} if socket else {f"NET/IB/{local}/GDRDMA": 2}, nvls_available=True,
+        nvls_used=True, communicators=3, channels=16, lines=400, nccl_lines=400)
+
+
+def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bool = False) -> None:
+    """Write every reporting rank's encoded RankPayload to `path` (length-prefixed); with `nccl`, its
+    probe report carrying its NCCL account to `path`.nccl."""
     from preflight.channel.exchange import RankPayload
     from preflight.model import (
         ChosenInterface,
@@ -133,6 +157,7 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
             real = dataclasses.replace(resolve_world(env, host), expected_hosts={})
             assert real == derived, f"rank {rank}: the derived World differs from resolve_world's"
         return derived
+    accounts = open(path + ".nccl", "wb") if nccl else None
     with open(path, "wb") as out:
         for rank in range(size):
             node, local = divmod(rank, PER_HOST)
@@ -187,6 +212,12 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
             mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
             data = to_wire(RankPayload(rank, facts, mine, outcomes))
             out.write(_HEAD.pack(len(data), rank) + data)
+            if accounts is not None:  # what session.publish sends: the account without rank, host, pid
+                sent = dataclasses.replace(_nccl_account(rank, host, node, local, size), rank=None, host="", pid=0)
+                report = encode(sent)
+                accounts.write(_HEAD.pack(len(report), rank) + report)
+    if accounts is not None:
+        accounts.close()
 
 
 # Each record: its length and its rank, then the payload. The rank is what the store's key says
@@ -211,25 +242,27 @@ def _payloads(path: str):
 
 # -- measurement (a fresh process per N) ---------------------------------------------------
 
-def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None) -> dict[str, object]:
+def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None, nccl: bool = False) -> dict[str, object]:
     """Generate in a child, then time rank 0's stages here; the payloads and reports (hundreds of MB
     at 131,072 ranks) are removed after, unless kept (--keep DIR)."""
     folder = Path(keep or tempfile.mkdtemp(prefix="pf-scale-"))
     try:
-        return _measure(folder, world_kind, size, missing_hosts, keep)
+        return _measure(folder, world_kind, size, missing_hosts, keep, nccl)
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep: str | None) -> dict[str, object]:
+def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep: str | None,
+             nccl: bool = False) -> dict[str, object]:
     folder.mkdir(parents=True, exist_ok=True)
     data = str(folder / "payloads.bin")
     made = folder / "payloads.args"  # what generated payloads.bin: --keep DIR reuses it for the same arguments
-    wanted = f"{world_kind} {size} {missing_hosts}\n"
+    # the NCCL accounts are generated beside the payloads (the same payloads with or without them)
+    wanted = f"{world_kind} {size} {missing_hosts} nccl\n"
     if not (keep and made.exists() and made.read_text() == wanted and os.path.exists(data)):
         subprocess.run([sys.executable, __file__, "--generate", data, "--ranks", str(size), "--world", world_kind,
-                        "--missing-hosts", str(missing_hosts)], check=True)
+                        "--missing-hosts", str(missing_hosts), "--nccl"], check=True)
         made.write_text(wanted)
     payload_bytes = os.path.getsize(data)
 
@@ -291,6 +324,9 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
     record = RunRecord(world, options)
     record.facts, record.all_facts = own.facts, facts
     record.findings, record.outcomes = findings + found, outcomes + cross_outcomes
+    if nccl:
+        record.probes, nccl_found = timed("nccl", _nccl_stage, data + ".nccl", size, facts)
+        record.findings += nccl_found
     record.missing = collected.missing(size)
     report = timed("report", build_report, record)
     out = folder / "out"
@@ -321,8 +357,34 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
         "json_mb": round(os.path.getsize(paths["json"]) / 1e6, 1),
         "html_mb": round(os.path.getsize(paths["html"]) / 1e6, 1),
         "payload_kb_per_rank": round(payload_bytes / max(1, again["ranks"]) / 1e3, 1),
-        "findings": again["findings"], "exit_code": again["exit_code"],
+        "findings": again["findings"], "exit_code": again["exit_code"], "nccl": nccl,
+        "nccl_findings": sorted({f.check_id for f in record.findings if f.check_id.startswith("NCCL02")}),
     }
+
+
+def _nccl_stage(path: str, size: int, facts):
+    """Rank 0 with NCCL's accounts, as orchestrate's gather does: every rank's `nccl/<rank>` value decoded
+    once per distinct bytes (Board.fetch_interned), shared by the ranks that sent the same, folded per
+    host and per dimension (tp8 within hosts, the world), judged."""
+    from preflight.channel import keys
+    from preflight.channel.board import decode_interned
+    from preflight.lib.nccl_summary import summarize
+    from preflight.model.nccl_account import NcclAccount
+    from preflight.model.probe_outcome import ProbeOutcome
+    from preflight.steps import nccl_account
+
+    hosts = {f.rank: f.host for f in facts}
+    ranks, raws = [], []
+    for rank, raw in _records(path):
+        ranks.append(rank)
+        raws.append(raw)
+    values = decode_interned(raws, [keys.NCCL_ACCOUNT.at(r) for r in ranks], ranks)
+    accounts = {r: v for r, v in zip(ranks, values, strict=True) if isinstance(v, NcclAccount)}
+    groups = {"tp": [list(range(h * PER_HOST, (h + 1) * PER_HOST)) for h in range(size // PER_HOST)],
+              "world": [list(range(size))]}
+    outcome = ProbeOutcome(backend="nccl", nccl_accounts=accounts)
+    outcome.nccl = summarize(accounts, 0, groups, hosts)
+    return outcome, nccl_account.judge(outcome, facts)
 
 
 def _peak_rss_mib(field: str = "VmHWM") -> int:
@@ -389,15 +451,17 @@ def main() -> None:
     parser.add_argument("--missing-hosts", type=int, default=1)
     parser.add_argument("--generate", metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--reload", metavar="JSON", help=argparse.SUPPRESS)
+    parser.add_argument("--nccl", action="store_true",
+                        help="include NCCL's account (each rank's NcclAccount: decode, summary, checks, report)")
     parser.add_argument("--keep", metavar="DIR",
                         help="keep the payloads and reports here (reused by a later run with the same arguments)")
     args = parser.parse_args()
     if args.reload:
         print(json.dumps(reload(args.reload)))
     elif args.generate:
-        generate(args.world, args.ranks, args.missing_hosts, args.generate)
+        generate(args.world, args.ranks, args.missing_hosts, args.generate, args.nccl)
     elif args.ranks and args.world:
-        print(json.dumps(measure(args.world, args.ranks, args.missing_hosts, args.keep)))
+        print(json.dumps(measure(args.world, args.ranks, args.missing_hosts, args.keep, args.nccl)))
     else:
         sweep([args.world] if args.world else ["torchrun", "slurm"], [args.ranks] if args.ranks else list(SIZES),
               args.missing_hosts)

@@ -54,7 +54,7 @@ from preflight.probes.nominal import annotate as annotate_nominal_rates
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, run_checks, select_checks
 from preflight.reports import write_reports
 from preflight.reports.targets import refuse_unwritable
-from preflight.steps import history, recheck, storage, tcp_reach
+from preflight.steps import history, nccl_account, recheck, storage, tcp_reach
 from preflight.steps.gather import GatherOptions, gather_facts, gather_failures
 from preflight.steps.launchers import node_level, resolve_world
 from preflight.steps.phases import Phases, phase_display
@@ -236,7 +236,9 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
                                            options.expect, strict=options.strict_bandwidth)
         record.probes = outcome
         record.outcomes += outcome.device_outcomes
-        record.findings += outcome.findings + probes.backend_findings(outcome, options.backend, record.all_facts)
+        nccl_findings = nccl_account.judge(outcome, record.all_facts, options.strict_bandwidth)  # NCCL's own account
+        record.findings += outcome.findings + nccl_findings + probes.backend_findings(outcome, options.backend,
+                                                                                      record.all_facts)
 
 
 def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reach.Reachability,

@@ -112,8 +112,10 @@ def test_who_is_blamed_is_declared_by_the_check_and_survives_json() -> None:
     storage_faults = {"STO001", "STO006", "STO008"}
     # checks/fabric.py, nic_fabric.py: a host whose fabric is degraded, misregistered, without IMEX or a RoCE v2 GID
     fabric_faults = {"GPU022", "GPU034", "GPU035", "NIC005"}
+    # checks/nccl_account.py: a host whose NCCL fell back to sockets, lost GPUDirect RDMA or P2P
+    nccl_faults = {"NCCL020", "NCCL021", "NCCL022"}
     assert blaming == {"BW001", "BW002", "BW005", "BW012", "NET008", "RANK001", "NIC001", "RUN008"} | gpu_faults \
-        | device_faults | storage_faults | fabric_faults
+        | device_faults | storage_faults | fabric_faults | nccl_faults
     spec = get_check("RANK001")
     assert spec is not None
     [finding] = [spec.finding(problem) for problem in missing_ranks(JobView(world_size=1))]

@@ -15,6 +15,7 @@ further `probe/` (PROBE_PREFIX), the second measuring pass's under `probe/second
 
 from __future__ import annotations
 
+import functools
 import string
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -41,6 +42,7 @@ from preflight.model.messages import (
     SetupStage,
     Verdict,
 )
+from preflight.model.nccl_account import NcclAccount
 from preflight.model.placement_facts import ClockStamp
 from preflight.model.reachability import ReachListener
 from preflight.model.storage import StoragePlan, StorageRead, StorageReads, StorageRound, StorageVisit, StorageWrote
@@ -85,15 +87,27 @@ class Family(Generic[T]):
 
     def at(self, *fields: object) -> Key[T]:
         """The key of this family for these fields, in the pattern's order (`RESULT.at(3)` is `res/3`)."""
-        names = [name for _, name, _, _ in string.Formatter().parse(self.pattern) if name]
+        names, literals = _field_names(self.pattern)
         if len(names) != len(fields):
             raise TypeError(f"{self.pattern!r} takes {len(names)} field(s), not {len(fields)}")
+        if len(fields) == 1:  # most families: the pattern's text around one field, joined (no format call)
+            return Key(f"{literals[0]}{fields[0]}{literals[1]}", self)
         return Key(self.pattern.format(**dict(zip(names, fields, strict=True))), self)
 
     @property
     def head(self) -> str:
         """The pattern's text before its first field: what every key of the family starts with."""
         return self.pattern.split("{", 1)[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _field_names(pattern: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The pattern's field names and the literal text before, between and after them, parsed once
+    (rank 0 makes a key per rank per family: 131,072 at a time)."""
+    parts = list(string.Formatter().parse(pattern))
+    names = tuple(name for _, name, _, _ in parts if name)
+    literals = tuple(text for text, _, _, _ in parts) + (("",) if parts and parts[-1][1] else ())
+    return names, literals
 
 
 class Key(str, Generic[T]):
@@ -157,6 +171,9 @@ SECOND_PREFIX = "second"  # the second measuring pass's results, under the probe
 RESULT = Family[ProbeReport]("res/{rank}", ProbeReport, EVERY, RANK0 + " (collect.py)")
 POSITION = Family[int]("pos/{rank}", int, EVERY + " (each step it starts)", RANK0 + " (a hang's position)")
 BOUND = Family[BoundRecord]("dev/{rank}", BoundRecord, EVERY, RANK0)
+# NCCL's account of a rank (probes/nccl_capture.py), without its rank, host and pid: ranks whose NCCL
+# said the same send the same bytes, which rank 0 decodes once (Board.fetch_interned)
+NCCL_ACCOUNT = Family[NcclAccount]("nccl/{rank}", NcclAccount, EVERY + " (before res/)", RANK0 + " (orchestrate.py)")
 DEVICE = Family[DeviceReport]("device/{rank}", DeviceReport, EVERY, RANK0 + " (probes/device/store.py)")
 SETUP = Family[SetupStage]("setup/{rank}", SetupStage, EVERY, RANK0 + " (setup.py)")
 GPU_SEAT = Family[str]("gpu_seat/{host}/{uuid}", Agreed, "ranks bound to one GPU (first wins)",

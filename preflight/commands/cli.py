@@ -1,4 +1,4 @@
-"""Command line: `preflight [run options]`, `launch`, `list`, `explain`, `report`.
+"""Command line: `preflight [run options]`, `launch`, `list`, `explain`, `report`, `history`, `hardware`, `nccl-log`.
 
 Bad input anywhere (flags, env, mesh strings) ends in one line on stderr and exit code 2,
 never a traceback.
@@ -33,7 +33,7 @@ from preflight.options import (
     parse_seconds,
 )
 
-SUBCOMMANDS = ("run", "launch", "list", "explain", "report", "history", "hardware")
+SUBCOMMANDS = ("run", "launch", "list", "explain", "report", "history", "hardware", "nccl-log")
 
 EPILOG = """exit codes: 0 passed (warnings allowed), 1 warnings with --strict, 2 bad usage or input,
 3 failed (errors, missing ranks), 4 incomplete (a check could not run, interrupted, or an
@@ -249,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{run,launch,list,explain,report,history,hardware}",
+    commands = parser.add_subparsers(dest="command",
+                                     metavar="{run,launch,list,explain,report,history,hardware,nccl-log}",
                                      parser_class=OneLineParser)
 
     run = commands.add_parser("run", help="run as this process's rank (srun, torchrun, mpirun, env://)",
@@ -324,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     from preflight.commands.history import add_parser as add_history
 
     add_history(commands)
+    from preflight.commands.nccl_log import add_parser as add_nccl_log
+
+    add_nccl_log(commands)
     return parser
 
 
@@ -487,6 +491,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from preflight.commands.history import run_history
 
         return run_history(args)
+    if args.command == "nccl-log":
+        from preflight.commands.nccl_log import run as run_nccl_log
+
+        return run_nccl_log(args)
     options = options_from_args(args, argv)  # validated where it is built (RunOptions.__post_init__)
     # The first SIGTERM / SIGINT ends the run with what it knows (exit 4); a second one at once.
     with interrupts_raised(second_exits=True):

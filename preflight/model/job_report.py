@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from preflight.model.device_probe import DeviceRow
 from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
 from preflight.model.host_choice import HostChoice, HostRanking
+from preflight.model.nccl_account import NcclSummary
 from preflight.model.probe_results import ProbeDevice, ProbeResult
 from preflight.model.rank_facts import RankFacts
 from preflight.model.reachability import ReachabilityOutcome
@@ -52,6 +53,8 @@ class JobReport:
     probes: list[ProbeResult] = field(default_factory=list)
     probe_devices: list[ProbeDevice] = field(default_factory=list)  # per rank: backend used, bound GPU
     device_probes: list[DeviceRow] = field(default_factory=list)  # per rank: its device's figures, judged
+    # NCCL's account of the probes' communicators: host profiles, each dimension's transports (None: no NCCL).
+    nccl: NcclSummary | None = None
     # Step 5's outcome: the roster of listeners, each prober host's results, hosts with none (None: not run).
     reachability: ReachabilityOutcome | None = None
     # The storage family's outcome (--storage): per host its mount and rates (None: it did not run).

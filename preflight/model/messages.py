@@ -80,6 +80,9 @@ class ProbeReport:
     host: str = ""
     records: list[StepRecord] = field(default_factory=list)
     status: Status = field(default_factory=Status)
+    # Why this rank has no NCCL account (its log not written or unreadable); its account, when it has
+    # one, is under its own key (channel/keys.NCCL_ACCOUNT), sent before this report.
+    nccl_missing: str = ""
 
 
 @dataclass

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from preflight.model.device_probe import DeviceRow
 from preflight.model.findings import CheckOutcome, Finding
+from preflight.model.nccl_account import NcclAccount, NcclSummary
 from preflight.model.probe_results import ProbeDevice, ProbeResult
 
 
@@ -25,3 +26,9 @@ class ProbeOutcome:
     # process must leave by os._exit once the verdict is out (a gloo group's destructor would
     # join the thread still inside it and hang the process at interpreter exit).
     left_pending: bool = False
+    # rank 0: every rank's NCCL account (probes/nccl_capture.py), the ranks without one and why,
+    # and the report's summary per host profile and mesh dimension (lib/nccl_summary.py)
+    nccl_accounts: dict[int, NcclAccount] = field(default_factory=dict)  # ranks that said the same share one
+    nccl_hosts: dict[int, str] = field(default_factory=dict)  # rank -> host (the shared accounts name none)
+    nccl_missing: dict[int, str] = field(default_factory=dict)
+    nccl: NcclSummary | None = None

@@ -13,7 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from preflight.channel.board import Board
+from preflight.channel import keys
+from preflight.channel.board import BadValue, Board
 from preflight.channel.liveness import RankLiveness
 from preflight.checks.probe_findings import (
     below_expected,
@@ -28,12 +29,14 @@ from preflight.checks.probe_findings import (
 from preflight.checks.run_findings import rank_died, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
+from preflight.lib.nccl_summary import summarize
 from preflight.model import Finding, ProbeResult, RankFacts, World
 from preflight.model.messages import RemeasureSteps
+from preflight.model.nccl_account import NcclAccount
 from preflight.model.probe_faults import Hang
 from preflight.model.probe_outcome import ProbeOutcome
 from preflight.options import RunOptions
-from preflight.probes import liveness, localize, setup
+from preflight.probes import liveness, localize, nccl_capture, setup
 from preflight.probes.device import run as device_probes
 
 
@@ -70,56 +73,85 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
                 plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
         except Exception as exc:  # no NCCL, no GPU, a rank that died: nothing to measure
             return _gave_up(world, exc, watch, hosts)
-        mark = setup.marker(Board(stores.board), world.rank, world.host)  # this thread's, on its client
-        mark("started")
-        setup_began = time.monotonic()
-        deadline_s = timeout_s + setup.SETUP_GRACE_S + 5  # beyond the process-group timeout (timeout_s + 5)
-        # The set-up thread marks its stages on torch's client, the one it blocks on: never on this thread's.
-        mark_setup = setup.marker(Board(stores.torch), world.rank, world.host)
+        # NCCL's own account: its debug log set up before the first communicator (nccl_capture.py)
+        capture = _capture_for(job, choice.backend)
         try:
-            session = liveness.bounded(
-                (lambda: ses.adopt_session(world, plan, stores.torch, job, timeout_s)) if job is not None else
-                (lambda: ses.open_session(world, plan, stores.torch, choice.backend, timeout_s, mark=mark_setup)),
-                deadline_s, watch)
-        except setup.SetupTimeout as exc:  # a rank died, or stuck in ncclCommInitRank / a GPU's context creation
-            if watch.dead():
-                return _gave_up(world, exc, watch, hosts)
-            return _setup_hung(world, stores.board, choice, deadline_s, time.monotonic() - setup_began, watch)
-        except Exception as exc:  # a rank that never joined, a mesh the world cannot hold
-            if watch.dead():
-                return _gave_up(world, exc, watch, hosts)
-            if time.monotonic() - setup_began >= timeout_s:  # the process-group timeout: it waited for someone
-                return _setup_hung(world, stores.board, choice, timeout_s + 5, time.monotonic() - setup_began, watch,
-                                   reason=f"{type(exc).__name__}: {one_line(exc)}")
-            return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
-        # From here the steps run in this thread: the probes' keys on its client (torch keeps its own).
-        session.store = stores.board
-        mark("done")
-        # The session opened in a helper thread; this thread runs the steps: the bound GPU is its current
-        # device too (CUDA's is per thread), so NCCL's streams and the timing events are that GPU's.
-        try:
-            session.enter_device()
-        except Exception as exc:  # the GPU bound a moment ago failed (fell off the bus, reset): a finding
-            outcome = _could_not_run(world, f"device {session.device}: {type(exc).__name__}: {one_line(exc)}")
-            outcome.backend, outcome.backend_reason, outcome.left_pending = choice.backend, choice.reason, True
-            return outcome
-        # --- device probes (probes/device/run.py): every rank's own device, before the collectives ---
-        if options.device_probes_enabled():
-            device_probes.measure(session, options, watch)
-        # --- end device probes ---
-        records, status = ses.run_steps(session) if options.probes_enabled() else ([], ses.Status())
-        stopped_at = time.monotonic()
-        ses.publish(session.board, world.rank, world.host, records, status)
-        if world.rank == 0:
-            outcome = _judge_on_rank_zero(session, status, options, stopped_at, watch)
-            if options.device_probes_enabled():  # after the collectives: every device report is in by now
-                outcome.device_rows, device_findings = device_probes.lead(session, options, watch,
-                                                                          hosts=dict(outcome_hosts(outcome)))
-                outcome.findings += device_findings
-                outcome.device_outcomes = device_probes.outcomes(device_findings)
-        else:
-            outcome = ProbeOutcome()
-            localize.follow(session, status)
+            return _probe(world, options, stores, job, hosts, choice, plan, capture, watch)
+        finally:
+            if job is None and capture is not None:
+                nccl_capture.close(capture)
+
+
+def _capture_for(job: Any, backend: str) -> nccl_capture.NcclCapture | None:
+    """NCCL's log of this run's communicators: set up here (preflight's own), or the trainer's file."""
+    if backend != "nccl":
+        return None
+    return nccl_capture.existing() if job is not None else nccl_capture.start()
+
+
+def _probe(world: World, options: RunOptions, stores: Any, job: Any, hosts: Mapping[int, str] | None,
+           choice: Any, plan: Any, capture: nccl_capture.NcclCapture | None, watch: Any) -> ProbeOutcome:
+    """run_probes once the backend is chosen: open the session, measure, publish, judge (rank 0).
+
+    stores: liveness.probe_stores' pair: `board` (this thread's client, calls that return at once) and
+    `torch` (the client torch's group set-up blocks in, used only by the set-up thread).
+    """
+    from preflight.probes import session as ses
+
+    timeout_s = options.probe_timeout_s
+    mark = setup.marker(Board(stores.board), world.rank, world.host)  # this thread's, on its client
+    mark("started")
+    setup_began = time.monotonic()
+    deadline_s = timeout_s + setup.SETUP_GRACE_S + 5  # beyond the process-group timeout (timeout_s + 5)
+    # The set-up thread marks its stages on torch's client, the one it blocks on: never on this thread's.
+    mark_setup = setup.marker(Board(stores.torch), world.rank, world.host)
+    try:
+        session = liveness.bounded(
+            (lambda: ses.adopt_session(world, plan, stores.torch, job, timeout_s)) if job is not None else
+            (lambda: ses.open_session(world, plan, stores.torch, choice.backend, timeout_s, mark=mark_setup)),
+            deadline_s, watch)
+    except setup.SetupTimeout as exc:  # a rank died, or stuck in ncclCommInitRank / a GPU's context creation
+        if watch.dead():
+            return _gave_up(world, exc, watch, hosts)
+        return _setup_hung(world, stores.board, choice, deadline_s, time.monotonic() - setup_began, watch)
+    except Exception as exc:  # a rank that never joined, a mesh the world cannot hold
+        if watch.dead():
+            return _gave_up(world, exc, watch, hosts)
+        if time.monotonic() - setup_began >= timeout_s:  # the process-group timeout: it waited for someone
+            return _setup_hung(world, stores.board, choice, timeout_s + 5, time.monotonic() - setup_began, watch,
+                               reason=f"{type(exc).__name__}: {one_line(exc)}")
+        return _could_not_run(world, f"{type(exc).__name__}: {one_line(exc)}")
+    # From here the steps run in this thread: the probes' keys on its client (torch keeps its own).
+    session.store = stores.board
+    mark("done")
+    # The session opened in a helper thread; this thread runs the steps: the bound GPU is its current
+    # device too (CUDA's is per thread), so NCCL's streams and the timing events are that GPU's.
+    try:
+        session.enter_device()
+    except Exception as exc:  # the GPU bound a moment ago failed (fell off the bus, reset): a finding
+        outcome = _could_not_run(world, f"device {session.device}: {type(exc).__name__}: {one_line(exc)}")
+        outcome.backend, outcome.backend_reason, outcome.left_pending = choice.backend, choice.reason, True
+        return outcome
+    # --- device probes (probes/device/run.py): every rank's own device, before the collectives ---
+    if options.device_probes_enabled():
+        device_probes.measure(session, options, watch)
+    # --- end device probes ---
+    records, status = ses.run_steps(session) if options.probes_enabled() else ([], ses.Status())
+    stopped_at = time.monotonic()
+    account, missing = nccl_capture.read(capture, world.host) if capture is not None else (None, "")
+    if capture is not None and job is None:
+        nccl_capture.relay(capture)  # what the job's own NCCL_DEBUG would have printed
+    ses.publish(session.board, world.rank, world.host, records, status, account, missing)
+    if world.rank == 0:
+        outcome = _judge_on_rank_zero(session, status, options, stopped_at, watch)
+        if options.device_probes_enabled():  # after the collectives: every device report is in by now
+            outcome.device_rows, device_findings = device_probes.lead(session, options, watch,
+                                                                      hosts=dict(outcome_hosts(outcome)))
+            outcome.findings += device_findings
+            outcome.device_outcomes = device_probes.outcomes(device_findings)
+    else:
+        outcome = ProbeOutcome()
+        localize.follow(session, status)
     outcome.backend, outcome.backend_reason = choice.backend, choice.reason
     outcome.left_pending = status.state != "done" or outcome_has_hang(outcome) or session.abandoned
     _teardown(session, clean=not outcome.left_pending)
@@ -169,6 +201,7 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     mesh_dims = [d for d in plan.dims if d.name != WORLD_DIM]
     groups = {**dim_groups(mesh_dims), WORLD_DIM: [list(range(world.world_size))]}
     outcome = ProbeOutcome(results=collect.results(got, hosts), devices=got.devices(), device_ids=got.device_ids())
+    _take_nccl_accounts(outcome, session.board, got, groups)
     hang = collect.diagnose_hang(got, plan.steps(), groups, world.world_size)
     if hang is not None and hang.could_not_run:  # a step raised (an op this torch lacks): not the ranks' fault
         culprits = sorted(hang.culprits)
@@ -202,6 +235,22 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     for rank, bad in sorted(session.bad_values.items()):
         outcome.findings += unreadable_payload.report(rank=rank, reason=bad.line())
     return outcome
+
+
+def _take_nccl_accounts(outcome: ProbeOutcome, board: Board, got: Any, groups: dict[str, list[list[int]]]) -> None:
+    """Every rank's NCCL account, the ranks without one (and why), and the report's summary."""
+    outcome.nccl_missing = {r: p.nccl_missing for r, p in got.payloads.items() if p.nccl_missing}
+    ranks = sorted(r for r in got.payloads if r not in outcome.nccl_missing)
+    hosts = got.hosts()
+    values = board.fetch_interned([keys.NCCL_ACCOUNT.at(r) for r in ranks], ranks)
+    for rank, value in zip(ranks, values, strict=True):
+        if isinstance(value, BadValue):
+            outcome.nccl_missing[rank] = f"its NCCL account did not decode: {value.line()}"
+    # ranks whose NCCL said the same share one account object (fetch_interned): read-only from here on
+    outcome.nccl_accounts = {r: v for r, v in zip(ranks, values, strict=True) if isinstance(v, NcclAccount)}
+    outcome.nccl_hosts = hosts
+    if outcome.nccl_accounts or outcome.nccl_missing:
+        outcome.nccl = summarize(outcome.nccl_accounts, len(outcome.nccl_missing), groups, hosts)
 
 
 def _spans_hosts(mesh_dims: list[Any], groups: dict[str, list[list[int]]], hosts: dict[int, str]) -> list[Finding]:

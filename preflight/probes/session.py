@@ -15,6 +15,7 @@ device properties and events go through it, so tests replay devices with a data-
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import time
@@ -31,6 +32,7 @@ from preflight.lib.waiting import wait_until
 from preflight.model import World
 from preflight.model.job_groups import JobGroups
 from preflight.model.messages import BoundDevice, BoundRecord, NoGpu, ProbeReport, Status, StepRecord
+from preflight.model.nccl_account import NcclAccount
 from preflight.probes import ops
 from preflight.probes.plan import CONNECT, ProbePlan
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
@@ -409,6 +411,12 @@ def _measure(session: Session, index: int, dim: str, op: str, size: int, deadlin
                       bad_sources=[ranks[b] for b in bad])
 
 
-def publish(board: Board, rank: int, host: str, records: list[StepRecord], status: Status) -> None:
-    """This rank's measurements and end state, for rank 0."""
-    board.put(keys.RESULT.at(rank), ProbeReport(host, records, status))
+def publish(board: Board, rank: int, host: str, records: list[StepRecord], status: Status,
+            nccl: NcclAccount | None = None, nccl_missing: str = "") -> None:
+    """This rank's measurements and end state, and NCCL's account of its communicators, for rank 0.
+
+    The account goes first, under its own key, without what only this rank says (its rank, host
+    and pid: rank 0 knows them): ranks whose NCCL said the same send the same bytes."""
+    if nccl is not None:
+        board.put(keys.NCCL_ACCOUNT.at(rank), dataclasses.replace(nccl, rank=None, host="", pid=0))
+    board.put(keys.RESULT.at(rank), ProbeReport(host, records, status, nccl_missing))

@@ -8,7 +8,7 @@ from tabulate import tabulate
 
 from preflight.lib.files import ensure_parent
 from preflight.model import JobReport
-from preflight.reports import device_table, fabric_table, host_choice, storage_table
+from preflight.reports import device_table, fabric_table, host_choice, nccl_table, storage_table
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
@@ -58,6 +58,17 @@ def _storage_table(report: JobReport) -> list[str]:
     return ["", storage_table.TITLE, tabulate(rows, headers=storage_table.HEADERS, tablefmt="simple",
                                               maxcolwidths=[None, 20, 60, None, None, None, None, None]),
             f"  {storage_table.summary_line(report)}"]
+
+
+def _nccl_table(report: JobReport) -> list[str]:
+    rows = nccl_table.rows(report)
+    if not rows:
+        return []
+    return ["", nccl_table.TITLE, tabulate(nccl_table.dim_rows(report), headers=nccl_table.DIM_HEADERS,
+                                           tablefmt="simple", maxcolwidths=[None, None, None, 80]),
+            "", tabulate(rows, headers=nccl_table.HEADERS, tablefmt="simple",
+                         maxcolwidths=[30, None, None, None, None, 30, 20, 20, 60]),
+            f"  {nccl_table.summary_line(report)}"]
 
 
 def _shown(value: str) -> str:
@@ -127,6 +138,7 @@ def render(report: JobReport) -> str:
     lines += _probe_table(report)
     lines += _device_table(report)
     lines += _fabric_table(report)
+    lines += _nccl_table(report)
     lines += _storage_table(report)
     lines += _drift_table(report)
     lines.append("")

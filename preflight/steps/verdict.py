@@ -98,6 +98,7 @@ def build_report(record: RunRecord) -> JobReport:
         probes=list(record.probes.results) if record.probes else [],
         probe_devices=list(record.probes.devices) if record.probes else [],
         device_probes=list(record.probes.device_rows) if record.probes else [],
+        nccl=record.probes.nccl if record.probes else None,
         reachability=record.reachability,
         storage=record.storage,
         missing_ranks=list(record.missing),

@@ -159,6 +159,8 @@ class FakeCuda:
     queries: int = 0
     stream_waits: int = 0
     installed: Any = None  # the install() context when installed for a whole process (install_from_env)
+    # NCCL's debug log (tests/helpers/fake_nccl.NcclProcess): written as each NCCL communicator forms
+    nccl_log: Any = None
 
     def __post_init__(self) -> None:
         self.tunable = SimpleNamespace(is_enabled=lambda: self.tunableop)  # ROCm's TunableOp, off unless asked
@@ -428,6 +430,8 @@ def _installed(model: FakeCuda) -> Iterator[None]:
                 raise DuplicateGpu(f"NCCL error: invalid usage: Duplicate GPU detected : rank {kwargs.get('rank')} "
                                    f"shares CUDA device {uuid} with another rank of this host")
             model.node.join("world", int(kwargs.get("rank", -1)), uuid)
+            if model.nccl_log is not None and store is not None:  # NCCL logs the communicator it forms
+                model.nccl_log.communicator(_nccl_comm(store, int(kwargs["rank"]), int(kwargs["world_size"]), index))
             backend = "gloo"
         return real_init(backend, *args, **kwargs)
 
@@ -443,6 +447,17 @@ def _installed(model: FakeCuda) -> Iterator[None]:
             setattr(owner, name, value)
 
 
+def _nccl_comm(store: Any, rank: int, world_size: int, device: int) -> Any:
+    """The communicator as NCCL's bootstrap sees it: every member's host, all-gathered through the store."""
+    import socket
+
+    from tests.helpers.fake_nccl import Comm
+
+    store.set(f"fake-nccl/host/{rank}", socket.gethostname())
+    hosts = [store.get(f"fake-nccl/host/{r}").decode() for r in range(world_size)]
+    return Comm(rank, hosts, device=device)
+
+
 MODEL_ENV = "PREFLIGHT_TEST_CUDA_MODEL"  # JSON: a rank process's model (see install_from_env)
 
 
@@ -451,7 +466,8 @@ def install_from_env() -> FakeCuda | None:
     installed for the process's life; at exit its calls go to `<record>/calls-<RANK>.json`.
 
     JSON: {"devices": N, "host": host tag for UUIDs, "free": bytes free per device, "rates": {...},
-    "slow": {ordinal: factor of its products' slowness}, "record": folder}.
+    "slow": {ordinal: factor of its products' slowness}, "record": folder, "nccl": NcclHost's fields
+    (tests/helpers/fake_nccl.py: this host's NCCL, which then writes its log as communicators form)}.
     """
     import atexit
     import json
@@ -467,6 +483,12 @@ def install_from_env() -> FakeCuda | None:
                                      **spec.get("rates", {})})
     for ordinal, factor in (spec.get("slow") or {}).items():  # a GPU slow at matrix products
         model.device_rates[int(ordinal)] = {"gemm": model.rates["gemm"] / float(factor)}
+    if spec.get("nccl") is not None:  # this host's NCCL (tests/helpers/fake_nccl.NcclHost's fields)
+        import socket
+
+        from tests.helpers.fake_nccl import NcclHost, NcclProcess
+
+        model.nccl_log = NcclProcess(NcclHost(socket.gethostname(), **spec["nccl"]))
     installed = model.install()
     installed.__enter__()
     model.installed = installed  # held for the process's life (a collected context would undo the install)

@@ -1,0 +1,165 @@
+"""Fold per-rank NcclAccounts into per-host accounts, host profiles and per-dimension transports.
+
+One owner for "what NCCL said, per host and per mesh dimension": the run's report (`summarize`,
+called by probes/orchestrate.py on rank 0), `preflight nccl-log` and the transport named in the
+slow-group findings (`group_transport`, steps/nccl_account.py) all read it from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from preflight.lib.nccl_log import network_reason
+from preflight.model.nccl_account import (
+    NcclAccount,
+    NcclDimension,
+    NcclHostAccount,
+    NcclProfile,
+    NcclSummary,
+    transport_class,
+)
+
+MAX_HOST_WARNINGS = 4
+
+
+def _joined(values: Iterable[str]) -> str:
+    return ", ".join(sorted({v for v in values if v}))
+
+
+def host_account(host: str, members: Sequence[tuple[int, NcclAccount]],
+                 folded: dict[tuple[int, ...], NcclHostAccount] | None = None) -> NcclHostAccount:
+    """One host's ranks folded into one account (each distinct account object read once: ranks share them).
+
+    folded: hosts already folded, by their distinct accounts (the objects ranks share): a host whose
+    ranks said what another host's said reuses that fold, its own name and ranks put in."""
+    distinct = {id(a): a for _, a in members}
+    ranks = sorted(rank for rank, _ in members if rank >= 0)
+    key = tuple(distinct)
+    if folded is not None and key in folded:
+        done = folded[key]
+        return NcclHostAccount(host, ranks, done.nccl_version, done.network, done.gdr, done.plugin, done.nics,
+                               done.intra, done.inter, done.reason, done.warnings)
+    accounts = list(distinct.values())
+    gdrs = [a.gdr for a in accounts if a.gdr is not None]
+    nics = sorted({f"{n.device}:{n.port}/{n.link_layer}" if n.port is not None else n.device
+                   for a in accounts for n in a.nics})
+    reasons = [network_reason(a) or a.gdr_reason for a in accounts]
+    warnings: list[str] = []
+    for account in accounts:
+        for text in account.warnings:
+            if len(warnings) < MAX_HOST_WARNINGS and text not in warnings:
+                warnings.append(text)
+    account = NcclHostAccount(
+        host=host, ranks=ranks,
+        nccl_version=_joined(a.nccl_version for a in accounts), network=_joined(a.network for a in accounts),
+        gdr=(all(gdrs) if gdrs else None), plugin=_joined(a.plugin.name for a in accounts if a.plugin.loaded),
+        nics=nics[:16], intra=sorted({c for a in accounts for c in a.intra_transports()}),
+        inter=sorted({c for a in accounts for c in a.network_transports()}),
+        reason=next((r for r in reasons if r), ""), warnings=warnings)
+    if folded is not None:
+        folded[key] = account
+    return account
+
+
+def _host(rank: int, accounts: Mapping[int, NcclAccount], hosts: Mapping[int, str]) -> str:
+    return hosts.get(rank) or accounts[rank].host
+
+
+def host_accounts(accounts: Mapping[int, NcclAccount], hosts: Mapping[int, str] | None = None,
+                  order: Sequence[int] | None = None) -> list[NcclHostAccount]:
+    """Per host (rank -> host from `hosts`, else the account's own), in the order hosts first appear
+    among `order` (default: rank order)."""
+    hosts = hosts or {}
+    grouped: dict[str, list[tuple[int, NcclAccount]]] = {}
+    for rank in sorted(accounts) if order is None else order:
+        grouped.setdefault(_host(rank, accounts, hosts), []).append((rank, accounts[rank]))
+    folded: dict[tuple[int, ...], NcclHostAccount] = {}
+    return [host_account(host, members, folded) for host, members in grouped.items()]
+
+
+def _shape(account: NcclHostAccount) -> tuple[object, ...]:
+    return (account.nccl_version, account.network, account.gdr, account.plugin, tuple(account.intra),
+            tuple(account.inter), account.reason, len(account.nics))
+
+
+def profiles(hosts: Iterable[NcclHostAccount]) -> list[NcclProfile]:
+    """Hosts that said the same, largest group first."""
+    groups: dict[tuple[object, ...], NcclProfile] = {}
+    for account in hosts:
+        key = _shape(account)
+        profile = groups.get(key)
+        if profile is None:
+            groups[key] = NcclProfile([account.host], len(account.ranks), account)
+        else:
+            profile.hosts.append(account.host)
+            profile.ranks += len(account.ranks)
+    return sorted(groups.values(), key=lambda p: -len(p.hosts))
+
+
+def group_transport(ranks: Sequence[int], accounts: Mapping[int, NcclAccount],
+                    hosts: Mapping[int, str] | None = None, said: dict[tuple[int, ...], str] | None = None) -> str:
+    """What carried one group, in NCCL's words: `P2P/CUMEM`, `NET/IB/GDRDMA`, `NET/Socket on host b`; "" unknown.
+
+    A group on one host used its intra-host transports; one across hosts used each member's
+    network transport (named per host where the hosts differ)."""
+    hosts = hosts or {}
+    per_host: dict[str, dict[int, NcclAccount]] = {}
+    for rank in ranks:
+        account = accounts.get(rank)
+        if account is not None:
+            per_host.setdefault(_host(rank, accounts, hosts), {})[id(account)] = account
+    if not per_host:
+        return ""
+    if len(per_host) == 1:  # within one host: its accounts' own transports (said: cached by those accounts)
+        (members,) = per_host.values()
+        key = tuple(members)
+        if said is not None and key in said:
+            return said[key]
+        text = _joined(c for a in members.values() for c in a.intra_transports()) or _joined(
+            c for a in members.values() for c in a.network_transports())
+        if said is not None:
+            said[key] = text
+        return text
+    kinds: dict[str, list[str]] = {}
+    for host, members in per_host.items():
+        names = {c for a in members.values() for c in (a.network_transports() or
+                                                        ([f"NET/{a.network}"] if a.network else []))}
+        kinds.setdefault(", ".join(sorted(names)) or "?", []).append(host)
+    if len(kinds) == 1:
+        return next(iter(kinds))
+    common = max(kinds, key=lambda k: len(kinds[k]))
+    odd = "; ".join(f"{name} on host {', '.join(sorted(h)[:3])}" for name, h in kinds.items() if name != common)
+    return f"{common}; {odd}"
+
+
+def dimensions(groups: Mapping[str, Sequence[Sequence[int]]], accounts: Mapping[int, NcclAccount],
+               hosts: Mapping[int, str] | None = None) -> list[NcclDimension]:
+    """Each mesh dimension's transports over its groups (the distinct descriptions, most groups first)."""
+    hosts = hosts or {}
+    out = []
+    said: dict[tuple[int, ...], str] = {}
+    for dim, dim_groups in groups.items():
+        seen: dict[str, int] = {}
+        intra = 0
+        for ranks in dim_groups:
+            intra += len({_host(r, accounts, hosts) for r in ranks if r in accounts}) == 1
+            text = group_transport(ranks, accounts, hosts, said)
+            if text:
+                seen[text] = seen.get(text, 0) + 1
+        described = [f"{text} ({count} group{'s' if count > 1 else ''})" if len(seen) > 1 else text
+                     for text, count in sorted(seen.items(), key=lambda kv: -kv[1])][:8]
+        out.append(NcclDimension(dim, len(dim_groups), intra, described))
+    return out
+
+
+def classes(names: Iterable[str]) -> list[str]:
+    """Transport names as classes (see model.nccl_account.transport_class), sorted."""
+    return sorted({transport_class(n) for n in names})
+
+
+def summarize(accounts: Mapping[int, NcclAccount], unavailable: int, groups: Mapping[str, Sequence[Sequence[int]]],
+              hosts: Mapping[int, str] | None = None) -> NcclSummary:
+    """The report's NCCL section: host profiles and each dimension's transports."""
+    sources = sorted({a.source for a in {id(a): a for a in accounts.values()}.values() if a.source})
+    return NcclSummary(source=", ".join(sources), ranks_read=len(accounts), ranks_unavailable=unavailable,
+                       profiles=profiles(host_accounts(accounts, hosts)), dims=dimensions(groups, accounts, hosts))
