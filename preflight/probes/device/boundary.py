@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import hashlib
 import os
 import platform
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from preflight.lib import pci_topology
+from preflight.lib import host_turns, pci_topology
 from preflight.lib.pci_topology import PciPlace
 from preflight.model.device_probe import HostLink, NvmlSample
 
@@ -77,7 +75,7 @@ class TorchDevice:
 
     def __init__(self, kind: str, index: int | None = None, cuda: Any = None, nvml: Any = None,
                  nvml_handle: Any = None, place: PciPlace | None = None, sysfs_root: str = "/sys",
-                 host: str = "") -> None:
+                 host: str = "", job: str = "") -> None:
         import torch
 
         self.torch = torch
@@ -88,6 +86,7 @@ class TorchDevice:
         self.figure = ""  # the figure being measured now (the NVML sampler reads it)
         self.place = place or PciPlace()  # the PCIe switch it shares and its NUMA node (lib/pci_topology.py)
         self.sysfs_root, self.host = sysfs_root, host
+        self.job = job  # the job's identity (lib/host_turns.job_identity): whose turns these are
         self.device = torch.device("cuda", index) if kind == "cuda" else torch.device("cpu")
 
     # ---- what the device can run ----
@@ -138,20 +137,13 @@ class TorchDevice:
         finally:
             os.sched_setaffinity(0, saved)
 
-    @contextlib.contextmanager
-    def link_turn(self) -> Iterator[None]:
+    def link_turn(self) -> contextlib.AbstractContextManager[None]:
         """The host link to this rank alone for the block: the GPUs behind one PCIe switch (every GPU of the
-        host when the topology is unknown) copy to and from the host in turns, through a lock file that
-        the ranks of a host share, so a shared uplink is not measured as a slow one."""
-        shared = self.place.switch or "host"
-        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{self.host}-{shared}")
-        path = os.path.join(tempfile.gettempdir(), f"preflight-pcie-{name}.lock")
-        with open(path, "a+b") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # bounded by the family's deadline (a bounded thread)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        host when the topology is unknown) copy to and from the host in turns, through a lock file of this
+        user's job (lib/host_turns.py: 0600, gone after each turn), so a shared uplink is not measured as a
+        slow one and nothing is left on the node for another user or job to trip over. The wait is bounded
+        by the family's deadline (a bounded thread)."""
+        return host_turns.turn(host_turns.turn_path(self.host, self.place.switch or "host", self.job))
 
     # ---- the calls measured ----
     def matmul(self, a: Any, b: Any, tf32: bool = False) -> Any:
@@ -298,7 +290,8 @@ class TorchDevice:
 
 
 def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = None,
-                deadline_s: float = 60.0, uuid: str = "", sysfs_root: str = "/sys", host: str = "") -> TorchDevice:
+                deadline_s: float = 60.0, uuid: str = "", sysfs_root: str = "/sys", host: str = "",
+                job: str = "") -> TorchDevice:
     """The real device of this rank, with NVML opened on its GPU where the host has NVML: matched by PCI
     bus id, or by UUID when torch gives no bus id (NVML indices are not CUDA ordinals); NVML is not
     called after deadline_s, and close() shuts it down."""
@@ -322,4 +315,4 @@ def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = 
         except Exception:
             handle = None
     return TorchDevice("cuda", index, cuda=cuda, nvml=nvml, nvml_handle=handle,
-                       place=pci_topology.place(pci_bus_id, sysfs_root), sysfs_root=sysfs_root, host=host)
+                       place=pci_topology.place(pci_bus_id, sysfs_root), sysfs_root=sysfs_root, host=host, job=job)

@@ -7,16 +7,24 @@ judge; the turns themselves through the real TorchDevice.link_turn (a lock file 
 
 from __future__ import annotations
 
+import glob
 import itertools
+import json
+import os
+import pwd
+import tempfile
 import threading
 import time
 
 from preflight.lib.pci_topology import PciPlace
-from preflight.model.device_probe import HostLink
+from preflight.model.device_probe import DeviceReport, HostLink
 from preflight.probes.device import judge as device_judge
 from preflight.probes.device.boundary import TorchDevice
+from preflight.probes.device.family import Sizes, run_family
 from preflight.probes.device.run import findings
+from tests.helpers.fake_cuda import FakeCuda, gpu
 from tests.helpers.fake_device import FakeDevice, measure
+from tests.helpers.tools import require_root
 
 A100 = {"gemm_bf16": 250.0, "gemm_fp16": 250.0, "gemm_tf32": 120.0, "copy": 1700.0, "h2d": 24.0, "d2h": 24.0}
 GEN4 = HostLink(4, 16, 4, 16)
@@ -75,3 +83,54 @@ def test_host_copies_behind_one_switch_never_overlap() -> None:
         t.join(30)
     spans.sort()
     assert len(spans) == 9 and all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
+
+
+def _family_as(user: str | None, host: str) -> dict[str, object]:
+    """The device family on one model GPU through the real TorchDevice (its host copies taking turns behind
+    switch 0000:10:00.0 of `host`), in a forked child that runs as `user` (None: this test's own uid);
+    what it measured and what it could not."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a second process of the node, as another real uid
+        code = 1
+        try:
+            os.close(read)
+            if user is not None:
+                entry = pwd.getpwnam(user)
+                os.setgroups([])
+                os.setgid(entry.pw_gid)
+                os.setuid(entry.pw_uid)
+            model = FakeCuda([gpu(0)], rates={"gemm": 0.5, "copy": 50.0, "host": 10.0})
+            with model.install():
+                device = TorchDevice("cuda", 0, place=PciPlace("0000:10:00.0", None), host=host)
+                report = run_family(device, DeviceReport(0, host, "cuda"), budget_s=0.05,
+                                    sizes=Sizes(gemm_n=64, copy_bytes=2**20, host_bytes=2**20, sdc_n=64))
+            done = {"uid": os.geteuid(), "errors": report.errors, "measured": sorted(m.name for m in report.measured)}
+            os.write(write, json.dumps(done).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        out = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and out, "the family's child failed"
+    return json.loads(out)
+
+
+def _left_behind(host: str) -> list[str]:
+    return [p for p in glob.glob(os.path.join(tempfile.gettempdir(), "preflight-pcie-*")) if host in p]
+
+
+def test_a_second_user_on_the_node_after_the_first_measures_its_host_links_and_nothing_is_left() -> None:
+    """A shared node: root's run, then `nobody`'s (a real other uid). A turn's lock file left 0644 by the
+    first user would refuse the second's open (PermissionError: its host links DEV009, every later run)."""
+    require_root()  # to become another uid
+    host = f"shared{time.monotonic_ns()}"
+    first = _family_as(None, host)
+    assert first["errors"] == {} and {"h2d", "d2h"} <= set(first["measured"])  # type: ignore[operator]
+    assert _left_behind(host) == []  # nothing on the node once the turns are over
+    second = _family_as("nobody", host)
+    assert second["uid"] == pwd.getpwnam("nobody").pw_uid
+    assert second["errors"] == {} and {"h2d", "d2h"} <= set(second["measured"])  # type: ignore[operator]
+    assert _left_behind(host) == []
