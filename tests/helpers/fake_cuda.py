@@ -6,7 +6,12 @@ data, and holds CUDA's rules where preflight could break them:
 - the devices this process sees (CUDA ordinals, in order) with their name, UUID, PCI bus id,
   PCIe switch and NUMA node (`gpu(...)`), which of them are lost, and free memory per device;
 - the current device belongs to the calling THREAD and starts at 0 in every new thread
-  (cudaSetDevice / torch.cuda.set_device are per thread);
+  (cudaSetDevice / torch.cuda.set_device are per thread); CUDA is initialised lazily, by the first
+  call that needs a context (`is_initialized()`; device_count and is_available need none);
+- `init_process_group(device_id=...)` binds the default group to that device (its
+  `bound_device_id`, as torch's) without making it any thread's current device (only where
+  `binds_default_group`: the traffic underneath is gloo's, whose collectives then make their
+  tensors on that CUDA device in C++, out of the model's reach);
 - every allocation, stream, event record and synchronize is recorded as a `Call` with its
   device, whether it named the device or left it to the thread's current one ("bare"), and
   the thread that made it: a test reads `calls` and asserts nothing touched another device;
@@ -159,6 +164,8 @@ class FakeCuda:
     queries: int = 0
     stream_waits: int = 0
     installed: Any = None  # the install() context when installed for a whole process (install_from_env)
+    binds_default_group: bool = False  # init_process_group(device_id=) sets bound_device_id (no gloo traffic then)
+    initialized: bool = False  # a CUDA context exists in this process (torch.cuda.is_initialized)
 
     def __post_init__(self) -> None:
         self.tunable = SimpleNamespace(is_enabled=lambda: self.tunableop)  # ROCm's TunableOp, off unless asked
@@ -178,8 +185,13 @@ class FakeCuda:
     def device_count(self) -> int:
         return len(self.devices)
 
+    def is_initialized(self) -> bool:
+        """Whether this process's CUDA is initialised (torch.cuda.is_initialized): any call that needs a context."""
+        return self.initialized
+
     def current_device(self) -> int:
-        """This thread's current device: 0 until this thread sets another."""
+        """This thread's current device: 0 until this thread sets another (initialises CUDA, as torch's does)."""
+        self.initialized = True
         return getattr(self._thread, "index", 0)
 
     @property
@@ -192,6 +204,7 @@ class FakeCuda:
         if self.lost_after_sets is not None and sets >= self.lost_after_sets:
             self.lost.add(index)
         self._check(index)
+        self.initialized = True
         self._thread.index = index
         self._note("set_device", index)
 
@@ -271,6 +284,7 @@ class FakeCuda:
     def _note(self, what: str, device: Any, nbytes: int = 0) -> int:
         index, named = self._resolve(device)
         self._check(index)
+        self.initialized = True
         with self._lock:
             self.calls.append(Call(what, index, named, threading.current_thread().name, nbytes))
         return index
@@ -410,8 +424,8 @@ def _installed(model: FakeCuda) -> Iterator[None]:
         model._note("pin", device)  # pinned through the thread's current device's context
         return self.clone()
     put(torch.Tensor, "pin_memory", pin_memory)
-    for name in ("is_available", "device_count", "current_device", "set_device", "get_device_properties",
-                 "current_stream", "Event", "synchronize", "mem_get_info", "memory_reserved",
+    for name in ("is_available", "is_initialized", "device_count", "current_device", "set_device",
+                 "get_device_properties", "current_stream", "Event", "synchronize", "mem_get_info", "memory_reserved",
                  "memory_allocated", "empty_cache", "device", "tunable"):
         put(torch.cuda, name, getattr(model, name))
     put(dist, "is_nccl_available", model.nccl_available)
@@ -429,7 +443,10 @@ def _installed(model: FakeCuda) -> Iterator[None]:
                                    f"shares CUDA device {uuid} with another rank of this host")
             model.node.join("world", int(kwargs.get("rank", -1)), uuid)
             backend = "gloo"
-        return real_init(backend, *args, **kwargs)
+        done = real_init(backend, *args, **kwargs)
+        if device_id is not None and model.binds_default_group:  # bound, as torch binds it; no current device set
+            dist.distributed_c10d._get_default_group().bound_device_id = torch.device("cuda", _ordinal(device_id))
+        return done
 
     def new_group(*args: Any, backend: Any = None, **kwargs: Any) -> Any:
         return real_new_group(*args, backend="gloo" if backend is not None and "nccl" in str(backend) else backend,
