@@ -256,12 +256,18 @@ class RunDirectory:
         self.path = os.path.join(root, self.name)
 
     def make(self, nonce: str) -> None:
-        """The directory and its nonce file (written whole, fsynced: every rank reads it next)."""
+        """The directory and its nonce file (written whole, fsynced: every rank reads it next). A directory
+        whose nonce could not be written (a full disk, a quota) is removed before the error goes up: it
+        is this run's, and nothing else would ever remove it."""
         os.mkdir(self.path, 0o755)
-        with open(os.path.join(self.path, NONCE_FILE), "w", encoding="ascii") as handle:
-            handle.write(nonce + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(os.path.join(self.path, NONCE_FILE), "w", encoding="ascii") as handle:
+                handle.write(nonce + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            self.remove()
+            raise
 
     def remove(self) -> None:
         """Remove this run's directory and everything in it (what a rank left is removed with it)."""
