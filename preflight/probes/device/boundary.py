@@ -249,19 +249,21 @@ class TorchDevice:
                           power / 1000.0 if isinstance(power, (int, float)) else None)
 
     @contextlib.contextmanager
-    def sampling(self, report: Any, began: float) -> Iterator[None]:
-        """NVML read in a side thread every SAMPLE_EVERY_S while the block runs: clocks and throttle reasons
-        during the matrix bursts, the PCIe link during the host copies (an idle link trains down). Nothing
-        without NVML; the thread is stopped and joined when the block ends."""
+    def sampling(self, report: Any, began: float, every_s: float = SAMPLE_EVERY_S,
+                 limit: int = MAX_SAMPLES) -> Iterator[None]:
+        """NVML read in a side thread every `every_s` while the block runs (up to `limit` samples in the
+        report): clocks and throttle reasons during the matrix bursts, the PCIe link during the host copies
+        (an idle link trains down). Never after a burst's synchronize: the GPU is idle then, and so are its
+        clocks and power. Nothing without NVML; the thread is stopped and joined when the block ends."""
         if self.nvml_handle is None:
             yield
             return
         stop = threading.Event()
 
         def loop() -> None:
-            while not stop.wait(SAMPLE_EVERY_S):
+            while not stop.wait(every_s):
                 figure = self.figure
-                if figure.startswith("gemm") and len(report.samples) < MAX_SAMPLES:
+                if figure.startswith("gemm") and len(report.samples) < limit:
                     sample = self.sample(time.monotonic() - began)
                     if sample is not None:
                         report.samples.append(sample)

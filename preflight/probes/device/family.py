@@ -226,18 +226,19 @@ def _bursts(device: Any, call: Callable[[], Any], slot_s: float, measured: Measu
 
 def _sustain(device: Any, prepared: tuple[Measured, Callable[[], Any]], sustain_s: float, report: DeviceReport,
              began: float) -> None:
-    """`--device-sustain`: continuous bf16 products for sustain_s, NVML sampled between bursts."""
+    """`--device-sustain`: continuous bf16 products for sustain_s, NVML sampled by the side thread WHILE they
+    run (Device.sampling), every sustain_s / MAX_SUSTAIN_SAMPLES (at least 0.25 s): a read after a burst's
+    synchronize would see an idle GPU's clocks, power and throttle reasons."""
     measured, call = prepared
     every_s = max(0.25, sustain_s / MAX_SUSTAIN_SAMPLES)  # a bounded report, however long the load
-    until = time.monotonic() + sustain_s
-    last = 0.0
-    while time.monotonic() < until:
-        device.burst(call, measured.iters)
-        if time.monotonic() - last >= every_s:
-            last = time.monotonic()
-            sample = device.sample(last - began)
-            if sample is not None:
-                report.samples.append(sample)
+    device.figure = "gemm_sustain"
+    try:
+        with device.sampling(report, began, every_s=every_s, limit=len(report.samples) + MAX_SUSTAIN_SAMPLES):
+            until = time.monotonic() + sustain_s
+            while time.monotonic() < until:
+                device.burst(call, measured.iters)
+    finally:
+        device.figure = ""
 
 
 def _correctness(device: Any, report: DeviceReport, sizes: Sizes) -> None:
