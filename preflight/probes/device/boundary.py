@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from preflight.lib import host_turns, pci_topology
+from preflight.lib import host_turns, loaded_libraries, pci_topology
 from preflight.lib.pci_topology import PciPlace
 from preflight.model.device_probe import HostLink, NvmlSample
 
@@ -196,7 +196,9 @@ class TorchDevice:
 
     def digest_key(self) -> tuple[str, str]:
         """(what must match for two devices' digests to be compared, why none may be), e.g.
-        ("cuBLAS 120804 sm_90 132 SMs", ""). Under ROCm's TunableOp each rank picks its own kernels:
+        ("cuBLAS 12.8.4 sm_90 132 SMs", ""): the cuBLAS the process loaded, asked through its own
+        cublasGetProperty (lib/loaded_libraries.py), else the CUDA version torch was built for.
+        Under ROCm's TunableOp each rank picks its own kernels:
         no comparison ("", the reason)."""
         if self.kind != "cuda":
             return "", ""
@@ -206,8 +208,12 @@ class TorchDevice:
         props = self.cuda.get_device_properties(self.device)
         blas = "hipBLASLt" if getattr(self.torch.version, "hip", None) else "cuBLAS"
         version = ""
+        if blas == "cuBLAS":  # the libcublas this process loaded (pip, conda, LD_LIBRARY_PATH), by its own call
+            version = loaded_libraries.loaded().get("cublas", loaded_libraries.Loaded("", "", "")).version
         with contextlib.suppress(Exception):
-            version = str(self.torch._C._cuda_getCompiledVersion()) if blas == "cuBLAS" else str(self.torch.version.hip)
+            if not version:  # not readable: the version torch was compiled against, said to be only that
+                version = (f"built for CUDA {self.torch._C._cuda_getCompiledVersion()}" if blas == "cuBLAS"
+                           else str(self.torch.version.hip))
         with contextlib.suppress(Exception):
             version = str(self.torch.backends.cuda.preferred_blas_library()) + " " + version
         return (f"{blas} {version.strip()} sm_{getattr(props, 'major', '?')}{getattr(props, 'minor', '?')} "

@@ -245,15 +245,16 @@ def _correctness(device: Any, report: DeviceReport, sizes: Sizes) -> None:
     """One deterministic product, twice: its digest travels to rank 0, which compares devices of one model."""
     torch = device.torch
     try:
+        a, b = device.matrices(sizes.sdc_n, torch.float32, seed=SDC_SEED)
+        first = device.matmul(a, b, tf32=False)
+        second = device.matmul(a, b, tf32=False)
+        device.synchronize()
+        # The key after the products: the BLAS library that computed them is loaded by now.
         key, why_not = device.digest_key()
         if why_not:  # kernels chosen per rank (TunableOp): equal inputs need not give equal bits
             report.skipped["sdc"] = why_not
             return
         report.sdc_key = key
-        a, b = device.matrices(sizes.sdc_n, torch.float32, seed=SDC_SEED)
-        first = device.matmul(a, b, tf32=False)
-        second = device.matmul(a, b, tf32=False)
-        device.synchronize()
         report.sdc_digest, report.sdc_checksum = device.digest(first)
         report.sdc_repeat_digest, _ = device.digest(second)
         report.sdc_method = f"fp32 matmul {sizes.sdc_n}x{sizes.sdc_n}, inputs seeded {SDC_SEED}, tf32 off"
