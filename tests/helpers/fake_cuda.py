@@ -17,7 +17,8 @@ data, and holds CUDA's rules where preflight could break them:
   the thread that made it: a test reads `calls` and asserts nothing touched another device;
 - memory: allocations count against the device's free memory (an allocation beyond it raises
   CUDA's out-of-memory error); torch's caching allocator is modelled (reserved memory stays
-  reserved until empty_cache());
+  reserved until empty_cache()), and so is its host caching allocator of pinned memory (pinned
+  bytes stay cached after their tensor is freed until torch.accelerator.empty_host_cache());
 - a communicator that refuses two ranks of one host on one device (NCCL's "Duplicate GPU
   detected"): `Node.join`;
 - a virtual clock per device for events (record() stamps the time the device's queued work
@@ -165,6 +166,8 @@ class FakeCuda:
     stream_waits: int = 0
     installed: Any = None  # the install() context when installed for a whole process (install_from_env)
     binds_default_group: bool = False  # init_process_group(device_id=) sets bound_device_id (no gloo traffic then)
+    pinned_allocated: int = 0  # pinned host bytes live tensors hold
+    pinned_reserved: int = 0  # pinned host bytes the host caching allocator holds (live + cached)
     initialized: bool = False  # a CUDA context exists in this process (torch.cuda.is_initialized)
 
     def __post_init__(self) -> None:
@@ -242,6 +245,22 @@ class FakeCuda:
 
     def memory_allocated(self, device: Any = None) -> int:
         return self.allocated[self._resolve(device)[0]]
+
+    def pin(self, nbytes: int) -> None:
+        """Pinned host memory taken (torch's host caching allocator: cached after its tensor is freed)."""
+        with self._lock:
+            self.pinned_allocated += nbytes
+            self.pinned_reserved = max(self.pinned_reserved, self.pinned_allocated)
+
+    def unpin(self, nbytes: int) -> None:
+        with self._lock:
+            self.pinned_allocated -= nbytes
+
+    def empty_host_cache(self) -> None:
+        """Cached pinned host memory no tensor holds goes back to the OS (torch.accelerator.empty_host_cache);
+        torch.cuda.empty_cache does not touch it."""
+        with self._lock:
+            self.pinned_reserved = self.pinned_allocated
 
     def empty_cache(self) -> None:
         """Reserved memory no tensor holds goes back to the device (on the thread's current device, as torch)."""
@@ -421,9 +440,15 @@ def _installed(model: FakeCuda) -> Iterator[None]:
     put(torch.Tensor, "to", to)
 
     def pin_memory(self: Any, device: Any = None) -> Any:
-        model._note("pin", device)  # pinned through the thread's current device's context
-        return self.clone()
+        model._note("pin", device, self.numel() * self.element_size())  # through the current device's context
+        pinned = self.clone()
+        nbytes = pinned.numel() * pinned.element_size()
+        model.pin(nbytes)
+        weakref.finalize(pinned, model.unpin, nbytes)
+        return pinned
     put(torch.Tensor, "pin_memory", pin_memory)
+    if hasattr(torch, "accelerator"):
+        put(torch.accelerator, "empty_host_cache", model.empty_host_cache)
     for name in ("is_available", "is_initialized", "device_count", "current_device", "set_device",
                  "get_device_properties", "current_stream", "Event", "synchronize", "mem_get_info", "memory_reserved",
                  "memory_allocated", "empty_cache", "device", "tunable"):

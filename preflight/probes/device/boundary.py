@@ -70,6 +70,16 @@ def tf32_allowed(torch: Any, allowed: bool) -> Iterator[None]:
         matmul.allow_tf32 = saved_legacy
 
 
+def release_pinned(torch: Any) -> None:
+    """Cached pinned host memory back to the OS: torch.accelerator.empty_host_cache where this torch has it
+    (2.8 and later), its private predecessor otherwise; nothing where neither exists."""
+    release = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None) or \
+        getattr(torch._C, "_host_emptyCache", None)
+    if release is not None:
+        with contextlib.suppress(Exception):
+            release()
+
+
 class TorchDevice:
     """This rank's device as torch drives it: "cpu", or the CUDA ordinal the session bound."""
 
@@ -227,9 +237,11 @@ class TorchDevice:
 
     def close(self) -> None:
         """Give back what the family held: the caching allocator's blocks it reserved (its tensors are
-        gone by now) and the NVML reference it opened."""
+        gone by now), the pinned host memory of its host copies (torch's host caching allocator keeps
+        it after the tensors are freed, and empty_cache does not touch it) and the NVML reference."""
         if self.kind == "cuda":
             self.cuda.empty_cache()
+            release_pinned(self.torch)
         if self.nvml is not None:
             with contextlib.suppress(Exception):
                 self.nvml.shutdown()
