@@ -22,7 +22,11 @@ data, and holds CUDA's rules where preflight could break them:
 - a communicator that refuses two ranks of one host on one device (NCCL's "Duplicate GPU
   detected"): `Node.join`;
 - a virtual clock per device for events (record() stamps the time the device's queued work
-  ends; kernels queue work at `rates`).
+  ends; kernels queue work at `rates`), and CUDA's rules of time: an event is complete only when
+  the device has done the work before it, which it does only as the host waits (synchronize, or
+  a little per query()); elapsed_time raises as cudaEventElapsedTime does (not ready, not
+  recorded, no timing, two devices); a collective takes virtual time on its communicator's stream
+  and the caller's stream includes it only once its work is waited on.
 
 Two ways in, one model: injected where preflight takes a `cuda=` (session.bind_device,
 decide_backend, timing.timed_loop), or `install()`ed in place of torch.cuda and torch's tensor
@@ -76,6 +80,9 @@ class Call:
     nbytes: int = 0
 
 
+POLL_QUANTUM_S = 1e-3  # the least virtual time a device does between two polls of an event
+
+
 class DuplicateGpu(RuntimeError):
     """NCCL's refusal of one GPU twice in a communicator."""
 
@@ -105,41 +112,71 @@ class FakeStream:
 
 
 class FakeEvent:
-    """A CUDA event on the fake's virtual clock: record() stamps the time the device's queued work ends."""
+    """A CUDA event on the fake's virtual clock: record() stamps the time the device's queued work ends.
+
+    As strict as CUDA's documentation (cudaEventQuery, cudaEventElapsedTime): the event is complete
+    only once the device has done the work queued before it; query() says False until then;
+    elapsed_time raises "device not ready" (cudaErrorNotReady) while either event is incomplete,
+    "invalid resource handle" when either was never recorded or was made without enable_timing,
+    and for events of two devices. The device does its work only as the host waits: synchronize()
+    (the event's, the device's) completes it; each query() lets the device progress a little.
+    """
 
     def __init__(self, cuda: FakeCuda, enable_timing: bool = False) -> None:
         self.cuda, self.stamp, self.device = cuda, None, None
+        self.enable_timing = enable_timing
         cuda.events.append(self)
 
     def record(self, stream: FakeStream | None = None) -> None:
         self.device = self.cuda._note("event", stream.device if stream is not None else None)
         self.stamp = self.cuda.clock[self.device]
 
+    def _complete(self) -> bool:
+        return self.stamp is not None and self.device is not None and self.stamp <= self.cuda.done[self.device]
+
     def query(self) -> bool:
         self.cuda.queries += 1
-        return not self.cuda.stuck
+        self.cuda.queried.append(self)
+        if self.cuda.stuck:
+            return False
+        if self.stamp is None or self.device is None:
+            return True  # CUDA: an event never recorded is complete
+        if not self._complete():
+            self.cuda.progress(self.device)
+        return self._complete()
 
     def synchronize(self) -> None:
         self.cuda._note("synchronize", self.device)
+        if self.device is not None and self.stamp is not None and not self.cuda.stuck:
+            self.cuda.done[self.device] = max(self.cuda.done[self.device], self.stamp)
 
     def elapsed_time(self, end: FakeEvent) -> float:
+        if self.stamp is None or end.stamp is None or not (self.enable_timing and end.enable_timing):
+            raise RuntimeError("CUDA error: invalid resource handle")
         if end.device != self.device:  # CUDA: events of two devices cannot be compared
             raise RuntimeError("CUDA error: invalid resource handle (events on different devices)")
+        if not (self._complete() and end._complete()):
+            raise RuntimeError("CUDA error: device not ready")
         return (end.stamp - self.stamp) * 1e3  # milliseconds, as torch.cuda.Event gives
 
 
 @dataclass
 class FakeWork:
-    """A collective queued on the fake stream of the thread's current device: wait() makes the stream wait."""
+    """A collective launched on the communicator's own stream of the thread's current device (after the work
+    already queued there, as NCCL orders it): it takes `seconds` of virtual time, and the current stream
+    (where the caller's events are recorded) includes it only once wait() makes that stream wait on it."""
 
     cuda: FakeCuda
     seconds: float
 
     def __post_init__(self) -> None:
-        self.cuda.clock[self.cuda.current_device()] += self.seconds
+        device = self.device = self.cuda.current_device()
+        start = max(self.cuda.clock[device], self.cuda.collective_clock[device])
+        self.ends = self.cuda.collective_clock[device] = start + self.seconds
 
     def wait(self, timeout: Any = None) -> bool:
         self.cuda.stream_waits += 1
+        self.cuda.clock[self.device] = max(self.cuda.clock[self.device], self.ends)
         return True
 
 
@@ -174,7 +211,10 @@ class FakeCuda:
         self.tunable = SimpleNamespace(is_enabled=lambda: self.tunableop)  # ROCm's TunableOp, off unless asked
         self._thread = threading.local()
         self._lock = threading.Lock()
-        self.clock = [0.0] * len(self.devices)
+        self.clock = [0.0] * len(self.devices)  # per device: when the work queued on its stream ends
+        self.done = [0.0] * len(self.devices)  # per device: how far it has got (as the host waited)
+        self.collective_clock = [0.0] * len(self.devices)  # per device: the communicators' own stream
+        self.queried: list[FakeEvent] = []  # every event query(), in order
         self.allocated = [0] * len(self.devices)
         self.reserved = [0] * len(self.devices)
 
@@ -233,7 +273,16 @@ class FakeCuda:
         return FakeEvent(self, enable_timing)
 
     def synchronize(self, device: Any = None) -> None:
-        self._note("synchronize", device)
+        index = self._note("synchronize", device)
+        if not self.stuck:
+            self.done[index] = max(self.done[index], self.clock[index], self.collective_clock[index])
+
+    def progress(self, index: int) -> None:
+        """Device `index` does a little of its queued work while the host polls (a quarter of what is left,
+        at least POLL_QUANTUM_S of virtual time): a query right after queueing work says "not yet"."""
+        left = self.clock[index] - self.done[index]
+        if left > 0:
+            self.done[index] = min(self.clock[index], self.done[index] + max(POLL_QUANTUM_S, left / 4))
 
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
         index = self._note("mem_get_info", device)
