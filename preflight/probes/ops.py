@@ -225,6 +225,22 @@ def element_counts(op: str, size_bytes: int, n: int, elem: int) -> tuple[int, in
     return count, count * elem
 
 
+# Elements an op's buffers hold (send and receive; one tensor where the op works in place), by chunk and
+# group size: what make_buffers allocates, for sizing a step before allocating it (probes/memory_fit.py).
+HELD_ELEMENTS: dict[str, Callable[[int, int], int]] = {
+    "all_reduce": lambda chunk, n: chunk, "broadcast": lambda chunk, n: chunk,
+    "reduce_scatter": lambda chunk, n: chunk * n + chunk, "all_gather": lambda chunk, n: chunk + chunk * n,
+    "all_to_all": lambda chunk, n: 2 * chunk * n, "send_recv": lambda chunk, n: 2 * chunk,
+}
+
+
+def held_bytes(op: str, size_bytes: int, n: int, dtype: torch.dtype) -> int:
+    """Device bytes make_buffers would allocate for this step (send and receive buffers)."""
+    elem = torch.tensor([], dtype=dtype).element_size()
+    chunk, _ = element_counts(op, size_bytes, n, elem)
+    return HELD_ELEMENTS[op](chunk, n) * elem
+
+
 def make_buffers(op: str, size_bytes: int, me: int, n: int, dtype: torch.dtype, device: str) -> Buffers:
     """Fresh, verifiable buffers for group rank `me` of `n`."""
     elem = torch.tensor([], dtype=dtype).element_size()

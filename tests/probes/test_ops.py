@@ -100,3 +100,12 @@ def test_verification_builds_its_expected_values_on_the_buffers_own_gpu() -> Non
         ok, bad = ops.verify(ops.Buffers("all_gather", send, recv, chunk, chunk * 4), 0, n)  # type: ignore[arg-type]
     assert ok and bad == []
     assert model.calls and model.on_other_devices(3) == []
+
+
+@pytest.mark.parametrize("op", sorted(ops.HELD_ELEMENTS))
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_held_bytes_is_what_make_buffers_allocates(op: str, n: int) -> None:
+    """probes/memory_fit.py sizes a step by held_bytes before allocating it: the two must agree."""
+    b = ops.make_buffers(op, 4 * 2**20 + 6, n - 1, n, torch.bfloat16, "cpu")
+    real = b.send.numel() * 2 + (0 if b.recv is b.send else b.recv.numel() * 2)
+    assert ops.held_bytes(op, 4 * 2**20 + 6, n, torch.bfloat16) == real
