@@ -116,6 +116,10 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
     budget = budget_s if budget_s is not None else DEFAULT_BUDGET_S.get(device.kind, 1.0)
     if not device.has_host_link():
         report.skipped.update({"h2d": "no host link on CPU", "d2h": "no host link on CPU"})
+    elif report.uuid.startswith("MIG-"):  # torch names a MIG instance by its own UUID
+        why = (f"{report.uuid} is a MIG instance: its GPU's host link is shared with the GPU's other instances, "
+               "whose copies it would measure too")
+        report.skipped.update({"h2d": why, "d2h": why})
     full = sizes or SIZES.get(device.kind, SIZES["cpu"])
     try:
         sizes, why = fit(full, device.free_bytes(), device.has_host_link())
@@ -128,7 +132,7 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
         return report
     if why:
         report.sized = why  # shrunk figures are compared with siblings of their size only, never with a peak
-    figures = _figures(device, sizes)
+    figures = {name: figure for name, figure in _figures(device, sizes).items() if name not in report.skipped}
     report.pcie_switch, report.numa_node = device.place.switch, device.place.numa
     slot_s = budget * 0.9 / max(1, len(figures) * PASSES)
     with _one_thread(device):

@@ -134,3 +134,14 @@ def test_a_second_user_on_the_node_after_the_first_measures_its_host_links_and_n
     assert second["uid"] == pwd.getpwnam("nobody").pw_uid
     assert second["errors"] == {} and {"h2d", "d2h"} <= set(second["measured"])  # type: ignore[operator]
     assert _left_behind(host) == []
+
+
+def test_a_mig_instance_skips_its_host_link_with_the_reason_and_measures_the_rest() -> None:
+    """A MIG instance shares its GPU's PCIe link with the other instances: its copies would measure theirs."""
+    device = a100(0)
+    report = DeviceReport(0, "node0", "cuda", name="NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+                          uuid="MIG-7a1e0000-0000-4000-8000-000000000071")
+    run_family(device, report, budget_s=1.0)
+    assert {m.name for m in report.measured} == {"gemm_bf16", "gemm_fp16", "gemm_tf32", "copy"}
+    assert "is a MIG instance" in report.skipped["h2d"] and report.skipped["d2h"] == report.skipped["h2d"]
+    assert device.turns == 0 and report.errors == {}
