@@ -5,6 +5,8 @@ data, and holds CUDA's rules where preflight could break them:
 
 - the devices this process sees (CUDA ordinals, in order) with their name, UUID, PCI bus id,
   PCIe switch and NUMA node (`gpu(...)`), which of them are lost, and free memory per device;
+  `cuda_view` numbers a node's GPUs as CUDA does (CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES), so a
+  mixed node's CUDA ordinals differ from NVML's indices as they do on hardware;
 - the current device belongs to the calling THREAD and starts at 0 in every new thread
   (cudaSetDevice / torch.cuda.set_device are per thread); CUDA is initialised lazily, by the first
   call that needs a context (`is_initialized()`; device_count and is_available need none);
@@ -56,6 +58,28 @@ def gpu(n: int, uuid_prefix: str = "0000", name: str = "NVIDIA H100 80GB HBM3", 
     return {"name": name, "pci_domain_id": 0, "pci_bus_id": bus, "pci_device_id": 0,
             "uuid": f"{uuid_prefix}{n:04d}-1111-2222-3333-444444444444", "total_memory": 80 * 2**30,
             "free": free, "switch": n // 2 if switch is None else switch, "numa": n // 4 if numa is None else numa}
+
+
+def cuda_view(node: list[dict[str, Any]], visible: str | None, order: str | None = None) -> list[dict[str, Any]]:
+    """The devices a process sees, by CUDA ordinal, from its node's GPUs (listed in PCI bus order, as NVML
+    lists them) as CUDA itself would number them: CUDA_DEVICE_ORDER=PCI_BUS_ID keeps bus order; the
+    default FASTEST_FIRST puts the highest compute capability ("capability", default (9, 0)) first, ties
+    by bus; then CUDA_VISIBLE_DEVICES picks ordinals or GPU UUID prefixes, stopping at the first it
+    cannot resolve. A model of CUDA's numbering written from its documentation (not from preflight's)."""
+    ranked = list(node) if (order or "").upper() == "PCI_BUS_ID" else \
+        sorted(node, key=lambda g: tuple(-v for v in g.get("capability", (9, 0))))  # sorted() is stable
+    if visible is None:
+        return ranked
+    seen = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if entry.isdigit() and int(entry) < len(ranked):
+            seen.append(ranked[int(entry)])
+            continue
+        matches = [g for g in ranked if entry and str(g["uuid"]).startswith(entry.removeprefix("GPU-"))]
+        if len(matches) != 1:
+            break
+        seen.append(matches[0])
+    return seen
 
 
 def h100(n: int, uuid_prefix: str = "0000") -> dict[str, Any]:
@@ -263,8 +287,9 @@ class FakeCuda:
     def get_device_properties(self, index: Any) -> SimpleNamespace:
         index = self.current_device() if index is None else _ordinal(index)
         self._check(index)
-        props = {k: v for k, v in self.devices[index].items() if k not in ("free", "switch", "numa")}
-        return SimpleNamespace(**props, multi_processor_count=132, major=9, minor=0)
+        props = {k: v for k, v in self.devices[index].items() if k not in ("free", "switch", "numa", "capability")}
+        major, minor = self.devices[index].get("capability", (9, 0))
+        return SimpleNamespace(**props, multi_processor_count=132, major=major, minor=minor)
 
     def current_stream(self, device: Any = None) -> FakeStream:
         return FakeStream(self._note("stream", device))
