@@ -23,8 +23,10 @@ data, and holds CUDA's rules where preflight could break them:
   bytes stay cached after their tensor is freed until torch.accelerator.empty_host_cache());
 - a communicator that refuses two ranks of one host on one device (NCCL's "Duplicate GPU
   detected"): `Node.join`;
-- a virtual clock per device for events (record() stamps the time the device's queued work
-  ends; kernels queue work at `rates`), and CUDA's rules of time: an event is complete only when
+- a virtual clock per stream for events (record() stamps the time the stream's queued work
+  ends; kernels queue work at `rates` on the calling thread's current stream of their device,
+  which is per thread, as torch's: the default stream until the thread selects another), and
+  CUDA's rules of time: an event is complete only when
   the device has done the work before it, which it does only as the host waits (synchronize, or
   a little per query()); elapsed_time raises as cudaEventElapsedTime does (not ready, not
   recorded, no timing, two devices); a collective takes virtual time on its communicator's stream
@@ -129,10 +131,13 @@ class Node:
 
 
 class FakeStream:
-    """A device's stream (the default one: the model has no other)."""
+    """A stream of one device: when the work queued on it ends (`clock`) and how far the device has got
+    with it (`done`, as the host waited). Each device has a default stream; `FakeCuda.Stream` makes others."""
 
     def __init__(self, device: int) -> None:
         self.device = device
+        self.clock = 0.0
+        self.done = 0.0
 
 
 class FakeEvent:
@@ -148,15 +153,17 @@ class FakeEvent:
 
     def __init__(self, cuda: FakeCuda, enable_timing: bool = False) -> None:
         self.cuda, self.stamp, self.device = cuda, None, None
+        self.stream: FakeStream | None = None
         self.enable_timing = enable_timing
         cuda.events.append(self)
 
     def record(self, stream: FakeStream | None = None) -> None:
         self.device = self.cuda._note("event", stream.device if stream is not None else None)
-        self.stamp = self.cuda.clock[self.device]
+        self.stream = stream if stream is not None else self.cuda.stream_of(self.device)  # the thread's current
+        self.stamp = self.stream.clock
 
     def _complete(self) -> bool:
-        return self.stamp is not None and self.device is not None and self.stamp <= self.cuda.done[self.device]
+        return self.stamp is not None and self.stream is not None and self.stamp <= self.stream.done
 
     def query(self) -> bool:
         self.cuda.queries += 1
@@ -165,14 +172,14 @@ class FakeEvent:
             return False
         if self.stamp is None or self.device is None:
             return True  # CUDA: an event never recorded is complete
-        if not self._complete():
-            self.cuda.progress(self.device)
+        if not self._complete() and self.stream is not None:
+            self.cuda.progress(self.stream)
         return self._complete()
 
     def synchronize(self) -> None:
         self.cuda._note("synchronize", self.device)
-        if self.device is not None and self.stamp is not None and not self.cuda.stuck:
-            self.cuda.done[self.device] = max(self.cuda.done[self.device], self.stamp)
+        if self.stream is not None and self.stamp is not None and not self.cuda.stuck:
+            self.stream.done = max(self.stream.done, self.stamp)
 
     def elapsed_time(self, end: FakeEvent) -> float:
         if self.stamp is None or end.stamp is None or not (self.enable_timing and end.enable_timing):
@@ -195,12 +202,13 @@ class FakeWork:
 
     def __post_init__(self) -> None:
         device = self.device = self.cuda.current_device()
-        start = max(self.cuda.clock[device], self.cuda.collective_clock[device])
+        start = max(self.cuda.stream_of(device).clock, self.cuda.collective_clock[device])
         self.ends = self.cuda.collective_clock[device] = start + self.seconds
 
     def wait(self, timeout: Any = None) -> bool:
         self.cuda.stream_waits += 1
-        self.cuda.clock[self.device] = max(self.cuda.clock[self.device], self.ends)
+        waiting = self.cuda.stream_of(self.device)  # the waiting thread's current stream
+        waiting.clock = max(waiting.clock, self.ends)
         return True
 
 
@@ -235,8 +243,8 @@ class FakeCuda:
         self.tunable = SimpleNamespace(is_enabled=lambda: self.tunableop)  # ROCm's TunableOp, off unless asked
         self._thread = threading.local()
         self._lock = threading.Lock()
-        self.clock = [0.0] * len(self.devices)  # per device: when the work queued on its stream ends
-        self.done = [0.0] * len(self.devices)  # per device: how far it has got (as the host waited)
+        self.default_streams = [FakeStream(i) for i in range(len(self.devices))]
+        self.streams: list[FakeStream] = list(self.default_streams)  # every stream made, for synchronize()
         self.collective_clock = [0.0] * len(self.devices)  # per device: the communicators' own stream
         self.queried: list[FakeEvent] = []  # every event query(), in order
         self.allocated = [0] * len(self.devices)
@@ -292,22 +300,50 @@ class FakeCuda:
         return SimpleNamespace(**props, multi_processor_count=132, major=major, minor=minor)
 
     def current_stream(self, device: Any = None) -> FakeStream:
-        return FakeStream(self._note("stream", device))
+        """The calling thread's current stream of `device` (torch's is per thread): the default stream until
+        this thread selects another (`stream()`, `set_stream()`)."""
+        return self.stream_of(self._note("stream", device))
+
+    def stream_of(self, index: int) -> FakeStream:
+        """This thread's current stream of device `index`."""
+        chosen: dict[int, FakeStream] = getattr(self._thread, "streams", {})
+        return chosen.get(index, self.default_streams[index])
+
+    def Stream(self, device: Any = None) -> FakeStream:
+        made = FakeStream(self._note("stream", device))
+        self.streams.append(made)
+        return made
+
+    def set_stream(self, stream: FakeStream) -> None:
+        if not hasattr(self._thread, "streams"):
+            self._thread.streams = {}
+        self._thread.streams[stream.device] = stream
+
+    @contextlib.contextmanager
+    def stream(self, stream: FakeStream) -> Iterator[None]:
+        saved = self.stream_of(stream.device)
+        self.set_stream(stream)
+        try:
+            yield
+        finally:
+            self.set_stream(saved)
 
     def Event(self, enable_timing: bool = False) -> FakeEvent:
         return FakeEvent(self, enable_timing)
 
     def synchronize(self, device: Any = None) -> None:
         index = self._note("synchronize", device)
-        if not self.stuck:
-            self.done[index] = max(self.done[index], self.clock[index], self.collective_clock[index])
+        if not self.stuck:  # every stream of the device, as cudaDeviceSynchronize
+            for stream in self.streams:
+                if stream.device == index:
+                    stream.done = max(stream.done, stream.clock)
 
-    def progress(self, index: int) -> None:
-        """Device `index` does a little of its queued work while the host polls (a quarter of what is left,
+    def progress(self, stream: FakeStream) -> None:
+        """The device does a little of `stream`'s queued work while the host polls (a quarter of what is left,
         at least POLL_QUANTUM_S of virtual time): a query right after queueing work says "not yet"."""
-        left = self.clock[index] - self.done[index]
+        left = stream.clock - stream.done
         if left > 0:
-            self.done[index] = min(self.clock[index], self.done[index] + max(POLL_QUANTUM_S, left / 4))
+            stream.done = min(stream.clock, stream.done + max(POLL_QUANTUM_S, left / 4))
 
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
         index = self._note("mem_get_info", device)
@@ -359,9 +395,10 @@ class FakeCuda:
             self.allocated[index] -= nbytes
 
     def kernel(self, index: int, figure: str, amount: float) -> None:
-        """Queue `amount` (flops of a product, bytes of a copy) on device `index`'s virtual clock."""
+        """Queue `amount` (flops of a product, bytes of a copy) on the calling thread's current stream of
+        device `index`."""
         rate = self.device_rates.get(index, {}).get(figure, self.rates[figure])
-        self.clock[index] += amount / (rate * (1e12 if figure == "gemm" else 1e9))
+        self.stream_of(index).clock += amount / (rate * (1e12 if figure == "gemm" else 1e9))
 
     def on_other_devices(self, mine: int) -> list[Call]:
         """Every recorded call not on device `mine`, or made with a bare "cuda" (the thread's current device).
@@ -524,8 +561,9 @@ def _installed(model: FakeCuda) -> Iterator[None]:
     if hasattr(torch, "accelerator"):
         put(torch.accelerator, "empty_host_cache", model.empty_host_cache)
     for name in ("is_available", "is_initialized", "device_count", "current_device", "set_device",
-                 "get_device_properties", "current_stream", "Event", "synchronize", "mem_get_info", "memory_reserved",
-                 "memory_allocated", "empty_cache", "device", "tunable"):
+                 "get_device_properties", "current_stream", "Stream", "stream", "set_stream", "Event",
+                 "synchronize", "mem_get_info", "memory_reserved", "memory_allocated", "empty_cache", "device",
+                 "tunable"):
         put(torch.cuda, name, getattr(model, name))
     put(dist, "is_nccl_available", model.nccl_available)
     real_init, real_new_group = dist.init_process_group, dist.new_group

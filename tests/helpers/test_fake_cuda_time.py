@@ -100,3 +100,25 @@ def test_deleting_the_synchronize_before_elapsed_time_now_fails() -> None:
     assert device.burst(work, 3) == pytest.approx(0.03)  # the real one: synchronised, then read
     with pytest.raises(RuntimeError, match="device not ready"):
         mutant(device, work, 3)  # type: ignore[operator]
+
+
+def test_the_current_stream_belongs_to_the_thread_and_events_time_only_their_streams_work() -> None:
+    """torch.cuda.current_stream is per thread (a thread that selected a stream does not change another's),
+    and an event times the work of the stream it was recorded on, not a side stream's."""
+    import threading
+
+    model = FakeCuda([gpu(0)])
+    side = model.Stream(0)
+    seen: list[object] = []
+    with model.stream(side):
+        assert model.current_stream(0) is side
+        worker = threading.Thread(target=lambda: seen.append(model.current_stream(0)))
+        worker.start()
+        worker.join()
+        start, end = model.Event(enable_timing=True), model.Event(enable_timing=True)
+        start.record(model.default_streams[0])
+        queued(model, 0.4)  # on the side stream, this thread's current one
+        end.record(model.default_streams[0])
+    assert seen == [model.default_streams[0]] and model.current_stream(0) is model.default_streams[0]
+    model.synchronize(0)
+    assert start.elapsed_time(end) == 0.0  # the default stream had nothing to do
