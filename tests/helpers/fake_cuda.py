@@ -20,7 +20,8 @@ data, and holds CUDA's rules where preflight could break them:
 - memory: allocations count against the device's free memory (an allocation beyond it raises
   CUDA's out-of-memory error); torch's caching allocator is modelled (reserved memory stays
   reserved until empty_cache()), and so is its host caching allocator of pinned memory (pinned
-  bytes stay cached after their tensor is freed until torch.accelerator.empty_host_cache());
+  bytes stay cached after their tensor is freed until torch.accelerator.empty_host_cache()), and a
+  CUDA context per device the process uses (`contexts`, `context_bytes` of its memory);
 - a communicator that refuses two ranks of one host on one device (NCCL's "Duplicate GPU
   detected"): `Node.join`;
 - a virtual clock per stream for events (record() stamps the time the stream's queued work
@@ -235,6 +236,8 @@ class FakeCuda:
     stream_waits: int = 0
     installed: Any = None  # the install() context when installed for a whole process (install_from_env)
     binds_default_group: bool = False  # init_process_group(device_id=) sets bound_device_id (no gloo traffic then)
+    context_bytes: int = 0  # device memory a CUDA context takes (~500 MiB on an H100; 0: not modelled)
+    contexts: set[int] = field(default_factory=set)  # devices this process made a context on
     pinned_allocated: int = 0  # pinned host bytes live tensors hold
     pinned_reserved: int = 0  # pinned host bytes the host caching allocator holds (live + cached)
     initialized: bool = False  # a CUDA context exists in this process (torch.cuda.is_initialized)
@@ -348,7 +351,11 @@ class FakeCuda:
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
         index = self._note("mem_get_info", device)
         spec = self.devices[index]
-        return max(0, int(spec["free"]) - self.reserved[index]), int(spec["total_memory"])
+        return max(0, self._free(index) - self.reserved[index]), int(spec["total_memory"])
+
+    def _free(self, index: int) -> int:
+        """What the device had free before this process, less this process's context on it."""
+        return int(self.devices[index]["free"]) - (self.context_bytes if index in self.contexts else 0)
 
     def memory_reserved(self, device: Any = None) -> int:
         return self.reserved[self._resolve(device)[0]]
@@ -383,7 +390,7 @@ class FakeCuda:
         index = self._note("alloc", device, nbytes)
         with self._lock:
             spare = self.reserved[index] - self.allocated[index]
-            if nbytes > spare and self.reserved[index] + nbytes - spare > int(self.devices[index]["free"]):
+            if nbytes > spare and self.reserved[index] + nbytes - spare > self._free(index):
                 raise RuntimeError(f"CUDA out of memory. Tried to allocate {nbytes / 2**20:.2f} MiB (GPU {index})")
             self.allocated[index] += nbytes
             self.reserved[index] = max(self.reserved[index], self.allocated[index])
@@ -416,6 +423,7 @@ class FakeCuda:
         self._check(index)
         self.initialized = True
         with self._lock:
+            self.contexts.add(index)  # CUDA 12: the first call that uses a device makes its primary context
             self.calls.append(Call(what, index, named, threading.current_thread().name, nbytes))
         return index
 

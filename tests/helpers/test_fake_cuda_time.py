@@ -122,3 +122,14 @@ def test_the_current_stream_belongs_to_the_thread_and_events_time_only_their_str
     assert seen == [model.default_streams[0]] and model.current_stream(0) is model.default_streams[0]
     model.synchronize(0)
     assert start.elapsed_time(end) == 0.0  # the default stream had nothing to do
+
+
+def test_a_device_the_process_touches_pays_for_a_context() -> None:
+    """CUDA 12: the first runtime call that uses a device (cudaSetDevice included) creates its primary
+    context, which takes device memory; a device never used has none."""
+    model = FakeCuda([gpu(i, free=4 * 2**30) for i in range(2)], context_bytes=500 * 2**20)
+    model.set_device(1)
+    assert model.contexts == {1}
+    assert model.mem_get_info(1)[0] == 4 * 2**30 - 500 * 2**20
+    with pytest.raises(RuntimeError, match="out of memory"):
+        model.allocate(1, 4 * 2**30 - 400 * 2**20)  # fits the device, not beside the context

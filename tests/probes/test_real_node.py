@@ -72,6 +72,7 @@ def test_local_rank_5_touches_only_gpu_5_in_every_thread(model: FakeCuda) -> Non
     # set-up's thread (binding), the caller's (the collectives) and the device family's each set GPU 5 first
     assert [c.thread for c in model.calls if c.what == "set_device"].count("preflight-probe-setup") >= 2
     assert model.on_other_devices(5) == []  # every alloc / event / synchronize named GPU 5, none bare
+    assert model.contexts == {5}  # no CUDA context (and its memory) on any other GPU
     allocs = [c for c in model.calls if c.what == "alloc"]
     assert allocs and {c.thread for c in allocs} >= {"preflight-probe-setup", threading.current_thread().name}
     (row,) = outcome.device_rows
