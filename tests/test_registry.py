@@ -110,8 +110,10 @@ def test_who_is_blamed_is_declared_by_the_check_and_survives_json() -> None:
     device_faults = {"DEV001", "DEV002"}  # checks/device_probe.py: a GPU that computes wrong numbers
     # checks/storage.py: a host without the shared checkpoint path, corrupting it, or below --expect on it
     storage_faults = {"STO001", "STO006", "STO008"}
+    # checks/fabric.py, nic_fabric.py: a host whose fabric is degraded, misregistered, without IMEX or a RoCE v2 GID
+    fabric_faults = {"GPU022", "GPU034", "GPU035", "NIC005"}
     assert blaming == {"BW001", "BW002", "BW005", "BW012", "NET008", "RANK001", "NIC001", "RUN008"} | gpu_faults \
-        | device_faults | storage_faults
+        | device_faults | storage_faults | fabric_faults
     spec = get_check("RANK001")
     assert spec is not None
     [finding] = [spec.finding(problem) for problem in missing_ranks(JobView(world_size=1))]

@@ -117,11 +117,11 @@ def _kind(facts: RankFacts) -> tuple[str, str]:
     if gpu is None or gpu.error:
         return "", ""
     health = facts.health.gpus[0] if facts.health.gpus else None
-    if health is None or {"nvlink_version", "nvlink_errors", "fabric"} & set(health.unavailable):
+    if health is None or {"nvlink_version", "nvlink_errors", "fabric_info"} & set(health.unavailable):
         return gpu.name, ""
     links = max((g.nvlink_active for g in facts.gpus), default=0)
     topology = f"NVLink {gpu.nvlink_version}.x, {links} links" if links else "no NVLink"
-    return gpu.name, topology + (", NVSwitch" if health.fabric_state else "")
+    return gpu.name, topology + (", NVSwitch" if health.fabric and health.fabric.state else "")
 
 
 @check("GPU032", tag=Tags.GPU, scope=CROSS, applies=needs_nvml_somewhere, severity=Severity.ERROR,

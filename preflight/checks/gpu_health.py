@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from preflight.lib.nvml_fabric import COMPLETED
+from preflight.lib.nvml_fabric import STATES as FABRIC_STATES
 from preflight.model import GpuHealth, RankFacts, Severity
 from preflight.registry import LOCAL, CheckContext, Problem, Tags, check, engine_check
 
@@ -251,17 +253,21 @@ def fabric_not_ready(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """On an NVSwitch system, the GPU's fabric registration (fabric manager) is not completed or failed.
 
     Until the fabric manager has registered the GPU with the NVSwitches, NVLink peer traffic
-    fails and NCCL falls back or errors out.
+    fails and NCCL falls back or errors out. A registration not started or in progress is read
+    again for a short grace first (after a reboot every node shows it for a while); only one
+    still not completed then is reported, with how long it was watched.
     """
-    states = {1: "not started", 2: "in progress", 3: "completed"}
     for gpu in bound_gpus(facts):
-        if not gpu.fabric_state:  # 0: not an NVSwitch system / not supported
+        fabric = gpu.fabric
+        if fabric is None or not fabric.state:  # 0: not an NVSwitch system / not supported
             continue
-        if gpu.fabric_state != 3 or gpu.fabric_status:
-            what = states.get(gpu.fabric_state, str(gpu.fabric_state))
-            status = f", status {gpu.fabric_status}" if gpu.fabric_status else ""
-            yield Problem(f"{_gpu(facts, gpu)} fabric state is {what}{status}",
-                          **_where(facts, gpu, fabric_state=gpu.fabric_state, fabric_status=gpu.fabric_status))
+        if fabric.state != COMPLETED or fabric.status:
+            what = FABRIC_STATES.get(fabric.state, str(fabric.state))
+            status = f", status {fabric.status}" if fabric.status else ""
+            waited = f" (still, after reading it again for {fabric.waited_s:g} s)" if fabric.waited_s else ""
+            yield Problem(f"{_gpu(facts, gpu)} fabric state is {what}{status}{waited}",
+                          **_where(facts, gpu, fabric_state=fabric.state, fabric_status=fabric.status,
+                                   waited_s=fabric.waited_s))
 
 
 @check("GPU015", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.WARN,

@@ -67,14 +67,16 @@ def ib_port_not_active(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
     NCCL's IB transport uses the ports NCCL_IB_HCA names, else every active port; a port
     that is DOWN, POLLING or INIT either makes NCCL fail when it is selected or leaves the
     host one rail short (less bandwidth than its peers). With NCCL_IB_HCA set, only the ports
-    it selects are checked.
+    it selects are checked. A link still training (INIT / ARMED, Polling, PortConfigurationTraining)
+    is read again for a short grace first: after a reboot every port shows it for a while.
     """
     for port in nccl_ib_ports(facts):
         if port.state == "ACTIVE" and port.phys_state == "LinkUp":
             continue
+        waited = f"; still, after reading it again for {port.waited_s:g} s" if port.waited_s else ""
         yield Problem(
             f"{port.device} port {port.port} on {facts.host} is {port.state or '?'} / "
-            f"{port.phys_state or '?'} (want ACTIVE / LinkUp)",
+            f"{port.phys_state or '?'} (want ACTIVE / LinkUp{waited})",
             **_where(facts), data=asdict(port),
         )
 

@@ -26,6 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from preflight.lib.nvml_fabric import FabricReplay, read_fabric_info
+
 REPLAY_VARIABLE = "PREFLIGHT_NVML_REPLAY"
 
 # nvmlReturn_t codes (nvml.h; stable ABI)
@@ -71,14 +73,6 @@ def _recovery_action(nv: Any, h: Any) -> int:
 def _clock_events(nv: Any, h: Any) -> int:
     read = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
     return int(read(h))
-
-
-def _fabric(nv: Any, h: Any) -> tuple[int, int]:
-    import ctypes
-
-    info = nv.c_nvmlGpuFabricInfo_t()
-    nv.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
-    return int(info.state), int(info.status)
 
 
 def _processes(nv: Any, h: Any) -> list[tuple[int, str, int | None]]:
@@ -131,7 +125,7 @@ READS: dict[str, Callable[..., Any]] = {
     "nvlink_state": lambda nv, h, link: int(nv.nvmlDeviceGetNvLinkState(h, link)),  # arg: link
     "nvlink_version": lambda nv, h, link: int(nv.nvmlDeviceGetNvLinkVersion(h, link)),
     "nvlink_errors": _nvlink_errors,  # arg: link
-    "fabric": _fabric,  # (state, status)
+    "fabric_info": read_fabric_info,  # a GpuFabric (nvml_fabric.py: the V call, pynvml's structures)
     "persistence_mode": lambda nv, h: int(nv.nvmlDeviceGetPersistenceMode(h)),
     "compute_mode": lambda nv, h: int(nv.nvmlDeviceGetComputeMode(h)),
     "mig_mode": lambda nv, h: int(nv.nvmlDeviceGetMigMode(h)[0]),
@@ -178,7 +172,7 @@ class Nvml:
 
     def read(self, handle: Any, what: str, *args: Any) -> Any:
         """One named read of READS (raises NvmlError; `.unavailable` / `.lost` classify it)."""
-        if isinstance(self._backend, _Replay):
+        if isinstance(self._backend, _Replay) and what not in _Replay.PYNVML_SHAPED:
             return self._call(self._backend.read, handle, what, *args)
         return self._call(READS[what], self._backend, handle, *args)
 
@@ -302,13 +296,31 @@ def load_replay(path: str | Path) -> dict[str, Any]:
     return {"system": _merge(parent["system"], data.get("system", {})), "devices": devices}
 
 
-class _Replay:
-    """NVML answered from a fixture: each read is a value, an error, or a list indexed by its argument."""
+# pynvml's structures and version constants the replay's pynvml-shaped calls take (nvml_fabric.py)
+_PYNVML_NAMES = ("c_nvmlGpuFabricInfo_t", "c_nvmlGpuFabricInfo_v2_t", "c_nvmlGpuFabricInfo_v3_t",
+                 "nvmlGpuFabricInfo_v2", "nvmlGpuFabricInfo_v3")
+
+
+class _Replay(FabricReplay):
+    """NVML answered from a fixture: each read is a value, an error, or a list indexed by its argument.
+
+    The reads in PYNVML_SHAPED are not looked up by name: the same READS function that calls the
+    real pynvml calls the replay's pynvml-named methods, with nvidia-ml-py's own structures.
+    """
 
     NVMLError = NvmlError
     NVML_FEATURE_ENABLED = 1
+    PYNVML_SHAPED = frozenset({"fabric_info"})
 
     def __init__(self, path: str) -> None:
+        self._calls: dict[int, int] = {}
+        try:
+            import pynvml
+        except ImportError:
+            pynvml = None
+        for name in _PYNVML_NAMES:
+            if hasattr(pynvml, name):
+                setattr(self, name, getattr(pynvml, name))
         try:
             self.data = load_replay(path)
         except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
@@ -342,12 +354,16 @@ class _Replay:
             raise NvmlError(GPU_IS_LOST)
         return device
 
-    def read(self, device: dict[str, Any], what: str, *args: Any) -> Any:
+    def read_entry(self, device: dict[str, Any], what: str) -> Any:
+        """A device's fixture entry for `what`: lost and absent (NotSupported) raise, as the driver's call would."""
         if device.get("lost"):
             raise NvmlError(GPU_IS_LOST)
         if what not in device:
             raise NvmlError(NOT_SUPPORTED)
-        value = _expand(self._answer(device[what]))
+        return device[what]
+
+    def read(self, device: dict[str, Any], what: str, *args: Any) -> Any:
+        value = _expand(self._answer(self.read_entry(device, what)))
         for arg in args:
             try:
                 value = _expand(self._answer(value[arg] if isinstance(value, list) else value[str(arg)]))
@@ -355,7 +371,7 @@ class _Replay:
                 raise NvmlError(NOT_SUPPORTED) from None
         if what == "processes":  # [[pid, name, used], ...] -> tuples, as the real read gives
             return [tuple(p) for p in value]
-        return tuple(value) if isinstance(value, list) and what in ("ecc_mode", "remapped_rows", "fabric",
+        return tuple(value) if isinstance(value, list) and what in ("ecc_mode", "remapped_rows",
                                                                    "nvlink_errors") else value
 
     # XID events: a device's "xid_events" ([79, ...]) are what the driver queued during the run;

@@ -6,7 +6,7 @@ later and a rank's payload can cross the store unchanged. Import from here:
 """
 
 from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity, culprit_order
-from preflight.model.health_facts import GpuHealth, GpuProcess, HealthFacts, IbCounters, NvLinkHealth
+from preflight.model.health_facts import GpuFabric, GpuHealth, GpuProcess, HealthFacts, IbCounters, NvLinkHealth
 from preflight.model.host_choice import DroppedHost, HostChoice, HostRanking, HostStanding
 from preflight.model.job_report import JobReport, ReportMeta
 from preflight.model.probe_results import ProbeDevice, ProbeResult, ProbeStep, ProbeSummary, summarize_probes
@@ -27,8 +27,8 @@ from preflight.model.rank_facts import (
 from preflight.model.reachability import ReachabilityOutcome, ReachListener, ReachProbe
 
 __all__ = [
-    "CheckOutcome", "ChosenInterface", "DroppedHost", "ExitCode", "Finding", "GpuFacts", "GpuHealth", "GpuProcess",
-    "HealthFacts",
+    "CheckOutcome", "ChosenInterface", "DroppedHost", "ExitCode", "Finding", "GpuFabric", "GpuFacts", "GpuHealth",
+    "GpuProcess", "HealthFacts",
     "HostChoice", "HostRanking", "HostStanding", "IbCounters", "IbPort", "Interface", "JobReport",
     "MasterAddrResolution", "MasterPortState", "NetworkFacts", "NvLinkHealth",
     "PortHolder", "ProbeDevice", "ProbeResult", "ProbeStep", "ProbeSummary",

@@ -25,6 +25,29 @@ class NvLinkHealth:
 
 
 @dataclass(slots=True)
+class GpuFabric:
+    """The GPU's NVLink fabric registration (NVML `nvmlDeviceGetGpuFabricInfoV`, preflight/lib/nvml_fabric.py).
+
+    On an NVSwitch system (HGX H100/B200, GB200/GB300 NVL72) the fabric manager registers each GPU
+    with the fabric: GPUs that report one `cluster_uuid` and `clique_id` share an NVLink domain,
+    which on an NVL72 rack spans hosts. Elsewhere the state is 0 (not supported).
+    """
+
+    state: int = 0  # NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 completed
+    status: int = 0  # an nvmlReturn_t: 0 success
+    cluster_uuid: str = ""  # the NVLink domain's UUID, "" when NVML gave none (all zero)
+    clique_id: int = 0  # the partition within the domain
+    health_mask: int | None = None  # NVML_GPU_FABRIC_HEALTH_MASK_* fields; None before the V call (v1 struct)
+    health_summary: int | None = None  # NVML_GPU_FABRIC_HEALTH_SUMMARY_*; None before struct v3
+    waited_s: float = 0.0  # how long a transient state was read again before it settled or was kept
+
+    @property
+    def domain(self) -> str:
+        """`<cluster uuid>/<clique>` once registered with a domain; "" otherwise."""
+        return f"{self.cluster_uuid}/{self.clique_id}" if self.state == 3 and self.cluster_uuid else ""
+
+
+@dataclass(slots=True)
 class GpuProcess:
     """A process NVML sees on a GPU (a compute context)."""
 
@@ -59,8 +82,7 @@ class GpuHealth:
     # Only the links worth a look (inactive, or with an error count): a healthy GPU's 18 links would
     # otherwise be most of a 16k-rank report.
     nvlinks: list[NvLinkHealth] = field(default_factory=list)
-    fabric_state: int | None = None  # NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 done
-    fabric_status: int | None = None  # an nvmlReturn_t: 0 success
+    fabric: GpuFabric | None = None  # None: NVML did not give it (NotSupported before Hopper)
     persistence_mode: bool | None = None
     compute_mode: int | None = None  # 0 default, 2 prohibited, 3 exclusive process
     mig_enabled: bool | None = None
@@ -103,3 +125,5 @@ class HealthFacts:
     nccl_ports_source: str = ""  # "NCCL_IB_HCA=..." or "every active port"
     ib_counters: list[IbCounters] = field(default_factory=list)  # read at facts time
     peermem: bool | None = None  # nvidia_peermem (or nv_peer_mem) loaded; None when unknown
+    # /dev/nvidia-caps-imex-channels/: the IMEX channels this rank can open (["channel0"]); None when not read
+    imex_channels: list[str] | None = None

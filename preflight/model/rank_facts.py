@@ -95,6 +95,12 @@ class IbPort:
     rate_gbps: float | None = None
     link_layer: str = ""  # InfiniBand / Ethernet (RoCE)
     netdevs: list[str] = field(default_factory=list)
+    # RoCE ports: GID index -> type (`RoCE v2`, `IB/RoCE v1`) of each populated GID, gid_attrs/types/<index>
+    gid_types: dict[int, str] = field(default_factory=dict)
+    hca_type: str = ""  # the device's model (`MT4129`), <device>/hca_type
+    fw_ver: str = ""  # the device's firmware version, <device>/fw_ver
+    board_id: str = ""  # the board's PSID (`MT_0000000838`), <device>/board_id
+    waited_s: float = 0.0  # how long a training link (INIT, Polling) was read again before it settled or was kept
 
 
 @dataclass(slots=True)

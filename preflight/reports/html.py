@@ -23,7 +23,7 @@ import markupsafe
 from preflight.lib.files import ensure_parent
 from preflight.lib.hostlist import compress_hostlist, ranks_text
 from preflight.model import JobReport, Severity
-from preflight.reports import charts, device_table, host_choice, storage_table
+from preflight.reports import charts, device_table, fabric_table, host_choice, storage_table
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
@@ -175,6 +175,8 @@ def render(report: JobReport) -> str:
         matrix=charts.matrix(report, rank_hosts),
         check_summary=check_summary(report),
         device_grids=device_table.grids(report),
+        fabric_headers=fabric_table.HEADERS,
+        fabric_rows=fabric_table.rows(report),
         storage_headers=storage_table.HEADERS,
         storage_rows=storage_table.rows(report),
         storage_summary=storage_table.summary_line(report),

@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from preflight.model import JobReport, Severity
-from preflight.reports import device_table, host_choice, probes_table, storage_table, text
+from preflight.reports import device_table, fabric_table, host_choice, probes_table, storage_table, text
 from preflight.reports.common import SEVERITY_LABEL, check_summary, ordered_findings, where
 from preflight.reports.fit_table import fitted_tables
 
@@ -57,6 +57,7 @@ def render(report: JobReport, stream: TextIO, width: int | None = None) -> None:
                  f"... and {more} more variable(s); see the HTML or JSON report" if more else "", whole=["variable"])
     _print_table(console, device_table.TITLE, device_table.HEADERS, device_table.device_rows(report),
                  device_table.hidden_line(report), whole=device_table.WHOLE, keys=device_table.KEYS)
+    _print_table(console, fabric_table.TITLE, fabric_table.HEADERS, fabric_table.rows(report))
     _print_table(console, storage_table.TITLE, storage_table.HEADERS, storage_table.rows(report),
                  storage_table.summary_line(report))
     console.print(Text(check_summary(report)))

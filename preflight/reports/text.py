@@ -8,7 +8,7 @@ from tabulate import tabulate
 
 from preflight.lib.files import ensure_parent
 from preflight.model import JobReport
-from preflight.reports import device_table, host_choice, storage_table
+from preflight.reports import device_table, fabric_table, host_choice, storage_table
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
@@ -41,6 +41,14 @@ def _device_table(report: JobReport) -> list[str]:
     lines = ["", device_table.TITLE, tabulate(rows, headers=device_table.HEADERS, tablefmt="simple")]
     hidden = device_table.hidden_line(report)
     return [*lines, f"  {hidden}"] if hidden else lines
+
+
+def _fabric_table(report: JobReport) -> list[str]:
+    rows = fabric_table.rows(report)
+    if not rows:
+        return []
+    return ["", fabric_table.TITLE, tabulate(rows, headers=fabric_table.HEADERS, tablefmt="simple",
+                                             maxcolwidths=[None, 40, 20, 50, 40])]
 
 
 def _storage_table(report: JobReport) -> list[str]:
@@ -118,6 +126,7 @@ def render(report: JobReport) -> str:
         )
     lines += _probe_table(report)
     lines += _device_table(report)
+    lines += _fabric_table(report)
     lines += _storage_table(report)
     lines += _drift_table(report)
     lines.append("")

@@ -127,7 +127,7 @@ def test_gpu_kind_and_vbios_across_hosts(monkeypatch: pytest.MonkeyPatch) -> Non
     ranks[1].health.gpus[0].vbios = "96.00.30.00.01"
     assert [(f.hosts, "A100" in f.message) for f in run("GPU032", ranks)] == [(["n3"], True)]
     ranks[2].gpus[0].name = ranks[0].gpus[0].name
-    ranks[0].health.gpus[0].fabric_state = 0  # no NVSwitch on n1
+    ranks[0].health.gpus[0].fabric.state = 0  # no NVSwitch on n1
     assert [f.message for f in run("GPU032", ranks)] == [
         "GPU topology on n1 is NVLink 4.x, 18 links; most hosts have NVLink 4.x, 18 links, NVSwitch"]
     assert [f.hosts for f in run("GPU033", ranks)] == [["n2"]]
@@ -158,5 +158,5 @@ def test_a_real_h100s_answers_are_silent(monkeypatch: pytest.MonkeyPatch) -> Non
     facts = gathered(monkeypatch, "real_h100_vm_580")
     (gpu,) = facts.health.gpus
     assert gpu.unavailable == [] and gpu.errors == [] and gpu.nvlinks == [] and gpu.nvlinks_read == 0
-    assert (gpu.remap_pending, gpu.recovery_action, gpu.fabric_state, gpu.pcie_width) == (False, 0, 0, 16)
+    assert (gpu.remap_pending, gpu.recovery_action, gpu.fabric.state, gpu.pcie_width) == (False, 0, 0, 16)
     assert gpu_findings([facts], backend="nccl") == {}

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from preflight.checks.run_findings import gatherer_failed
 from preflight.lib.deadline import call_with_deadline
+from preflight.lib.settle import SETTLE_GRACE_S
 from preflight.model import Finding, RankFacts, World
 from preflight.options import CLOCK_SKEW_S
 from preflight.steps.gather import (
@@ -38,6 +39,8 @@ class GatherOptions:
     sysfs_root: str = "/sys"
     fingerprint: list[str] = field(default_factory=list)  # --fingerprint: more distributions (gather/build.py)
     clock_skew_s: float = CLOCK_SKEW_S  # --expect clock_skew: carried in the facts for CLK001
+    # how long a transient fabric state or training link is read again before it is judged (lib/settle.py)
+    settle_grace_s: float = SETTLE_GRACE_S
     extra: dict[str, object] = field(default_factory=dict)
 
 

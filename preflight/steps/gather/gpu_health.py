@@ -8,23 +8,33 @@ lib/cuda_visible.py), and that GPU's health reads (`gpus`, one GpuHealth). A rea
 NotSupported / NoPermission is listed in `GpuHealth.unavailable`; a GPU_IS_LOST marks the
 device lost. Host-wide facts every rank of a host shares (NVLink counts of every GPU, names,
 bus ids) are in `facts.gpus` (gpus.py).
+
+The fabric info (nvml_fabric.py) is read again while it is transient (registration not started or
+in progress, a route recovery under way), for up to `GatherOptions.settle_grace_s` (lib/settle.py).
+The IMEX channels this rank can open are listed from `/dev/nvidia-caps-imex-channels/`; tests point
+PREFLIGHT_DEV_ROOT (read here only) at a FAKE /dev, since no NVIDIA driver exists on CI.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from preflight.lib import cuda_visible, nvml_source
+from preflight.lib import cuda_visible, nvml_fabric, nvml_source
 from preflight.lib.nvml_source import Nvml, NvmlError
-from preflight.model import GpuHealth, GpuProcess, NvLinkHealth, RankFacts
+from preflight.lib.settle import grace_within, settle
+from preflight.model import GpuFabric, GpuHealth, GpuProcess, NvLinkHealth, RankFacts
 
 if TYPE_CHECKING:
     from preflight.steps.gather import GatherOptions
 
 NVLINK_MAX_LINKS = 18
 T = TypeVar("T")
+DEV_ROOT_VARIABLE = "PREFLIGHT_DEV_ROOT"  # tests only: a FAKE /dev holding the driver's device nodes
+IMEX_CHANNELS = "nvidia-caps-imex-channels"
+MAX_IMEX_CHANNELS = 16
 
 
 def _text(value: Any) -> str:
@@ -116,7 +126,31 @@ def _nvlinks(read: _Reader) -> list[NvLinkHealth]:
     return links
 
 
-def read_health(nvml: Nvml, index: int) -> GpuHealth:
+def _fabric(read: _Reader, grace_s: float) -> GpuFabric | None:
+    """The fabric info, read again while transient (for up to grace_s); None where NVML gave none."""
+    first = read("fabric_info")
+    if first is None:
+        return None
+    last, waited = settle(lambda: read("fabric_info"), nvml_fabric.transient, first, grace_s)
+    fabric = last if last is not None else first  # a re-read that failed is in `errors`; the first read stands
+    fabric.waited_s = waited
+    return fabric
+
+
+def imex_channels(dev_root: str) -> list[str] | None:
+    """The IMEX channel device nodes under <dev_root>/nvidia-caps-imex-channels ([] when there are none;
+    None when the folder cannot be read)."""
+    try:
+        names = sorted(entry.name for entry in Path(dev_root, IMEX_CHANNELS).iterdir()
+                       if entry.name.startswith("channel"))
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    return names[:MAX_IMEX_CHANNELS]
+
+
+def read_health(nvml: Nvml, index: int, settle_grace_s: float = 0.0) -> GpuHealth:
     """Every health read of NVML device `index`, each on its own: one failure never hides the rest."""
     health = GpuHealth(index=index)
     try:
@@ -148,9 +182,7 @@ def read_health(nvml: Nvml, index: int) -> GpuHealth:
     health.nvlinks_read = len(links)
     health.nvlinks = [link for link in links if not link.active or link.replay or link.recovery or link.crc_flit
                       or link.crc_data]
-    fabric = read("fabric")
-    if fabric:
-        health.fabric_state, health.fabric_status = int(fabric[0]), int(fabric[1])
+    health.fabric = _fabric(read, settle_grace_s)
     persistence = read("persistence_mode")
     health.persistence_mode = None if persistence is None else bool(persistence)
     health.compute_mode = read("compute_mode")
@@ -182,8 +214,10 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
         device, reason = bind(visible, facts.world.local_rank, facts.world.local_world_size)
         health.bound_index = device.index if device is not None else None
         health.bound_reason = "; ".join(filter(None, (reason, note)))
+        health.imex_channels = imex_channels(os.environ.get(DEV_ROOT_VARIABLE) or "/dev")
         if device is not None:
-            health.gpus = [read_health(nvml, device.index)]
+            grace = grace_within(options.settle_grace_s, options.timeout_s)
+            health.gpus = [read_health(nvml, device.index, grace)]
             health.gpus[0].mig_instance = device.mig
             _watch(facts, health.gpus[0])
     finally:

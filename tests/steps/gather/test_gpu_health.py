@@ -17,23 +17,28 @@ from preflight.steps.gather import GatherOptions, gpu_health, gpus
 from preflight.steps.gather.gpu_health import bind, read_health, take_xid_watch, visible_indices
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "nvml"
+SHORT_GRACE_S = 0.05  # how long a transient fabric state is read again here (GatherOptions.settle_grace_s)
 
 
 def gathered(monkeypatch: pytest.MonkeyPatch, fixture: str | None, visible: str | None = None,
-             local_rank: int = 0, local_world_size: int = 1) -> RankFacts:
-    """A rank's facts after the gpus and gpu-health gatherers ran on `fixture` (None: the real NVML)."""
+             local_rank: int = 0, local_world_size: int = 1, dev_root: Path | None = None) -> RankFacts:
+    """A rank's facts after the gpus and gpu-health gatherers ran on `fixture` (None: the real NVML and /dev);
+    `dev_root`: a FAKE /dev (IMEX channels), else one with no device nodes."""
     if fixture:
         monkeypatch.setenv(nvml_source.REPLAY_VARIABLE, str(FIXTURES / f"{fixture}.json"))
+        monkeypatch.setenv(gpu_health.DEV_ROOT_VARIABLE, str(dev_root or FIXTURES / "no-such-dev"))
     else:
         monkeypatch.delenv(nvml_source.REPLAY_VARIABLE, raising=False)
+        monkeypatch.delenv(gpu_health.DEV_ROOT_VARIABLE, raising=False)
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     facts = RankFacts(rank=0, host="node01", world=World("env", 0, local_world_size, local_rank=local_rank,
                                                          local_world_size=local_world_size, host="node01"))
-    gpus.gather(facts, GatherOptions())
-    gpu_health.gather(facts, GatherOptions())
+    options = GatherOptions(settle_grace_s=SHORT_GRACE_S)
+    gpus.gather(facts, options)
+    gpu_health.gather(facts, options)
     return facts
 
 
@@ -55,7 +60,8 @@ def test_healthy_h100_host_reads_every_field(monkeypatch: pytest.MonkeyPatch) ->
     assert (gpu.remap_pending, gpu.remap_failure, gpu.recovery_action, gpu.clock_event_reasons) == (False, False, 0, 1)
     assert (gpu.pcie_width, gpu.pcie_max_width, gpu.pcie_gen, gpu.pcie_max_gen) == (16, 16, 5, 5)
     assert gpu.nvlinks_read == 18 and gpu.nvlinks == []  # only links worth a look are kept
-    assert (gpu.fabric_state, gpu.fabric_status, gpu.persistence_mode, gpu.compute_mode) == (3, 0, True, 0)
+    assert (gpu.fabric.state, gpu.fabric.status, gpu.fabric.domain, gpu.fabric.waited_s) == (3, 0, "", 0.0)
+    assert (gpu.persistence_mode, gpu.compute_mode) == (True, 0)
     assert (gpu.processes, gpu.temperature_c, gpu.slowdown_c, gpu.vbios) == ([], 34, 87, "96.00.74.00.1C")
     assert gpu.power_limit_mw == gpu.power_default_mw == 700000
 
@@ -79,6 +85,41 @@ def test_not_supported_is_listed_never_a_value(monkeypatch: pytest.MonkeyPatch) 
     assert missing <= set(gpu.unavailable)
     assert "nvlink_state" not in gpu.unavailable  # no NVLink at all is not a missing read
     assert (gpu.ecc_uncorrected_volatile, gpu.remap_pending, gpu.recovery_action, gpu.processes) == (None,) * 4
+
+
+def fake_dev(folder: Path, *channels: str) -> Path:
+    """A FAKE /dev with these IMEX channel nodes (plain files: only their names are read)."""
+    imex = folder / "dev" / gpu_health.IMEX_CHANNELS
+    imex.mkdir(parents=True)
+    for name in channels:
+        (imex / name).touch()
+    return folder / "dev"
+
+
+def test_gb200_fabric_info_names_its_nvlink_domain_and_imex_channel(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    facts = gathered(monkeypatch, "gb200_nvl72", "2", dev_root=fake_dev(tmp_path, "channel0"))
+    (gpu,) = facts.health.gpus
+    assert gpu.fabric is not None and gpu.unavailable == [] and gpu.errors == []
+    assert gpu.fabric.domain == "2d1c1f4e-7a3b-4c55-9e0e-5b8f3a6c9d01/32766"
+    assert (gpu.fabric.health_mask, gpu.fabric.health_summary, gpu.fabric.waited_s) == (20906, 1, 0.0)
+    assert facts.health.imex_channels == ["channel0"]
+    assert gathered(monkeypatch, "gb200_nvl72", "2").health.imex_channels == []  # no node: none to open
+
+
+def test_pre_hopper_fabric_info_is_a_listed_fact(monkeypatch: pytest.MonkeyPatch) -> None:
+    (gpu,) = gathered(monkeypatch, "a100_no_fabric", "0").health.gpus
+    assert gpu.fabric is None and "fabric_info" in gpu.unavailable and gpu.errors == []
+
+
+def test_a_transient_fabric_state_is_read_again_before_it_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU 3 goes in progress -> route recovery -> healthy while it is read again: it settles.
+    assorted_faults' GPU 5 stays in progress: kept as read, after the whole grace."""
+    (settled,) = gathered(monkeypatch, "gb200_fabric_faults", "3").health.gpus
+    assert settled.fabric is not None and (settled.fabric.state, settled.fabric.health_mask) == (3, 20906)
+    assert 0 < settled.fabric.waited_s < SHORT_GRACE_S
+    (stuck,) = gathered(monkeypatch, "assorted_faults", "5").health.gpus
+    assert stuck.fabric is not None and stuck.fabric.state == 2 and stuck.fabric.waited_s == SHORT_GRACE_S
 
 
 def test_lost_gpu_keeps_its_index_and_stops_reading(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,6 +206,9 @@ def test_real_gpu_health_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     (gpu,) = facts.health.gpus
     assert gpu.errors == [] and not gpu.lost and gpu.pci_bus_id
     assert gpu.ecc_uncorrected_volatile is not None and gpu.pcie_max_width and gpu.temperature_c is not None
+    # the fabric info through nvmlDeviceGetGpuFabricInfoV and nvidia-ml-py's structures: a value, or
+    # NotSupported (before Hopper) listed as a fact; never an error (a wrong version field would be one)
+    assert gpu.fabric is not None or "fabric_info" in gpu.unavailable
     assert facts.health.xid_watch == "watching"
     watch = take_xid_watch(facts.rank)
     assert watch is not None and watch.drain() == []

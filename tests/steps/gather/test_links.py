@@ -79,3 +79,39 @@ def test_a_down_ib_port_fails_a_real_run(tmp_path: Path) -> None:
     found = [f for f in read_json(report)["findings"] if f["check_id"] == "NET002"]
     assert done.returncode == 3 and len(found) == 1 and "mlx5_1 port 1" in found[0]["message"], done.stdout
     assert "INIT" in found[0]["message"]
+
+
+def test_a_link_still_training_is_read_again_before_it_counts(tmp_path: Path) -> None:
+    """The sysfs fake's port comes up while it is read again (the test's sleep is where time passes):
+    settled, no NET002. One that stays in Polling is kept as read, after the whole grace."""
+    from preflight.checks.nic_health import ib_port_not_active
+    from preflight.registry import CheckContext
+    from preflight.steps.gather.links import settle_ports
+    from tests.helpers.facts import rank_facts
+
+    training = {**ACTIVE, "state": "2: INIT", "phys_state": "4: PortConfigurationTraining"}
+    root = fake_ib_tree(tmp_path, {("mlx5_0", 1): ACTIVE, ("mlx5_1", 1): training},
+                        {"mlx5_0": ["ib0"], "mlx5_1": ["ib1"]})
+    port = tmp_path / "class" / "infiniband" / "mlx5_1" / "ports" / "1"
+    steps = iter([("2: INIT", "5: LinkUp"), ("4: ACTIVE", "5: LinkUp")])
+
+    def link_comes_up(_: float) -> None:
+        state, phys = next(steps)
+        (port / "state").write_text(state + "\n")
+        (port / "phys_state").write_text(phys + "\n")
+
+    ports = settle_ports(root, read_ib_ports(root), 1.0, sleep=link_comes_up)
+    assert [(p.state, p.phys_state) for p in ports] == [("ACTIVE", "LinkUp")] * 2
+    assert ports[1].waited_s == 0.5 and ports[0].waited_s == 0 and ports[1].netdevs == ["ib1"]
+
+    (port / "phys_state").write_text("2: Polling\n")
+    (port / "state").write_text("1: DOWN\n")
+    stuck = settle_ports(root, read_ib_ports(root), 0.1, sleep=lambda _: None)
+    assert (stuck[1].phys_state, stuck[1].waited_s) == ("Polling", 0.1)
+    unused = settle_ports(root, read_ib_ports(root), 0.1, "mlx5_0", sleep=lambda _: None)
+    assert unused[1].waited_s == 0  # NCCL_IB_HCA leaves it out: not waited for
+    facts = rank_facts(0, "node01")
+    facts.network.ib_ports = stuck
+    (problem,) = ib_port_not_active(facts, CheckContext())
+    assert problem.message == ("mlx5_1 port 1 on node01 is DOWN / Polling (want ACTIVE / LinkUp; still, after "
+                               "reading it again for 0.1 s)")
