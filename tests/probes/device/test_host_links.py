@@ -12,17 +12,19 @@ import itertools
 import json
 import os
 import pwd
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from preflight.lib.pci_topology import PciPlace
 from preflight.model.device_probe import DeviceReport, HostLink
 from preflight.probes.device import judge as device_judge
 from preflight.probes.device.boundary import TorchDevice
-from preflight.probes.device.family import Sizes, run_family
+from preflight.probes.device.family import run_family
 from preflight.probes.device.run import findings
-from tests.helpers.fake_cuda import FakeCuda, gpu
 from tests.helpers.fake_device import FakeDevice, measure
 from tests.helpers.tools import require_root
 
@@ -85,37 +87,41 @@ def test_host_copies_behind_one_switch_never_overlap() -> None:
     assert len(spans) == 9 and all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
 
 
+FAMILY_AS = """
+import json, os, pwd, sys
+sys.path.insert(0, {root!r})
+import torch, torch.distributed
+from preflight.lib.pci_topology import PciPlace
+from preflight.model.device_probe import DeviceReport
+from preflight.probes.device.boundary import TorchDevice
+from preflight.probes.device.family import Sizes, run_family
+from tests.helpers.fake_cuda import FakeCuda, gpu
+user, host = sys.argv[1], sys.argv[2]
+if user:  # everything imported first: this interpreter's files may be readable by root alone
+    entry = pwd.getpwnam(user)
+    os.setgroups([])
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+model = FakeCuda([gpu(0)], rates={{"gemm": 0.5, "copy": 50.0, "host": 10.0}})
+with model.install():
+    device = TorchDevice("cuda", 0, place=PciPlace("0000:10:00.0", None), host=host)
+    report = run_family(device, DeviceReport(0, host, "cuda"), budget_s=0.05,
+                        sizes=Sizes(gemm_n=64, copy_bytes=2**20, host_bytes=2**20, sdc_n=64))
+print(json.dumps({{"uid": os.geteuid(), "errors": report.errors, "measured": sorted(m.name for m in report.measured)}}))
+"""
+
+
 def _family_as(user: str | None, host: str) -> dict[str, object]:
     """The device family on one model GPU through the real TorchDevice (its host copies taking turns behind
-    switch 0000:10:00.0 of `host`), in a forked child that runs as `user` (None: this test's own uid);
-    what it measured and what it could not."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: a second process of the node, as another real uid
-        code = 1
-        try:
-            os.close(read)
-            if user is not None:
-                entry = pwd.getpwnam(user)
-                os.setgroups([])
-                os.setgid(entry.pw_gid)
-                os.setuid(entry.pw_uid)
-            model = FakeCuda([gpu(0)], rates={"gemm": 0.5, "copy": 50.0, "host": 10.0})
-            with model.install():
-                device = TorchDevice("cuda", 0, place=PciPlace("0000:10:00.0", None), host=host)
-                report = run_family(device, DeviceReport(0, host, "cuda"), budget_s=0.05,
-                                    sizes=Sizes(gemm_n=64, copy_bytes=2**20, host_bytes=2**20, sdc_n=64))
-            done = {"uid": os.geteuid(), "errors": report.errors, "measured": sorted(m.name for m in report.measured)}
-            os.write(write, json.dumps(done).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        out = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and out, "the family's child failed"
-    return json.loads(out)
+    switch 0000:10:00.0 of `host`), in a fresh interpreter that runs as `user` (None: this test's own uid)
+    once it has imported what it needs (a fork of the test's threaded process could deadlock on a lock
+    another thread held); what it measured and what it could not."""
+    root = str(Path(__file__).resolve().parents[3])
+    done = subprocess.run([sys.executable, "-c", FAMILY_AS.format(root=root), user or "", host],
+                          capture_output=True, text=True, timeout=300, cwd="/",
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _left_behind(host: str) -> list[str]:
