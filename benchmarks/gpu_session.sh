@@ -74,5 +74,21 @@ else
 fi
 log "in-process with the newer TF32 API set"
 timeout 180 python3 benchmarks/inprocess_device.py 2>&1 | tee "$RES/inprocess_tf32.txt"
+
+# Issue 43 (docs/verification.md, "The real node, wave 2"): the model's rules checked on the device.
+log "issue 43: events, identity by bus id, loaded libraries, pinned memory, sustained sampling, device_id"
+timeout 240 python3 benchmarks/node_wave2.py 2>&1 | tee "$RES/node_wave2.txt"
+CUDA_DEVICE_ORDER=PCI_BUS_ID timeout 120 python3 -c "import benchmarks.node_wave2 as w, torch; w.identity(torch)" \
+  2>&1 | tee -a "$RES/node_wave2.txt"
+log "issue 43: a second user on the node after the first (the PCIe turns leave nothing behind)"
+timeout 120 python3 -m preflight run --only gpu-probe --json "$RES/user1.json" >/dev/null 2>&1; echo "root: exit $?"
+ls -l /tmp/preflight-pcie-* 2>/dev/null | tee "$RES/left_behind.txt" || echo "nothing left in /tmp"
+if id nobody >/dev/null 2>&1 && command -v runuser >/dev/null; then
+  chmod -R a+rX . 2>/dev/null
+  timeout 120 runuser -u nobody -- env PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 -m preflight run \
+    --only gpu-probe --json /tmp/preflight-user2.json >/dev/null 2>&1; echo "nobody: exit $?"
+  python3 -c "import json; r = json.load(open('/tmp/preflight-user2.json')); print('DEV009:', [f['message'] for f in r['findings'] if f['check_id'] == 'DEV009'])" \
+    2>&1 | tee -a "$RES/left_behind.txt"
+fi
 log done
 tar czf "$OUT/results.tgz" -C "$RES" .

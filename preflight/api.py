@@ -217,12 +217,30 @@ def _job_groups(mesh: Any, dims: list[MeshDim], backend: str, device: str, rank:
         group = mesh.get_group(name)
         ranks = sorted(dist.get_process_group_ranks(group))
         layout[name] = (group, ranks, groups.index(ranks))
-    index = None
-    if device == "cuda":
-        import torch
-
-        index = int(torch.cuda.current_device())  # here, in the trainer's thread (per-thread state)
+    index = bound_device_index(mesh_groups=[group for group, _, _ in layout.values()]) if device == "cuda" else None
     return JobGroups(backend, device, layout, dist.group.WORLD, device_index=index)
+
+
+def bound_device_index(mesh_groups: Sequence[Any] = ()) -> int:
+    """The CUDA ordinal the job bound, read here, in the trainer's thread (the current device is per thread):
+    the default group's bound device (`init_process_group(device_id=...)`, which sets no current device),
+    then one the mesh's groups were bound to, then the current device where this process's CUDA is
+    initialised (the trainer's set_device, or DeviceMesh's from LOCAL_RANK), then LOCAL_RANK where it
+    names a visible device (DeviceMesh's own rule before CUDA is initialised), else the current device."""
+    import torch
+    import torch.distributed as dist
+
+    groups = [dist.distributed_c10d._get_default_group(), *mesh_groups]
+    for group in groups:
+        bound = getattr(group, "bound_device_id", None)
+        if bound is not None and getattr(bound, "type", "cuda") == "cuda" and bound.index is not None:
+            return int(bound.index)
+    if torch.cuda.is_initialized():
+        return int(torch.cuda.current_device())
+    local = os.environ.get("LOCAL_RANK", "")
+    if local.isascii() and local.isdigit() and int(local) < torch.cuda.device_count():
+        return int(local)
+    return int(torch.cuda.current_device())
 
 
 def _mesh_repr(dims: list[MeshDim]) -> str:

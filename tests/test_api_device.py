@@ -40,3 +40,32 @@ def test_the_job_device_is_read_in_the_trainers_thread_and_adopted_in_a_helper_t
             assert model.current_device() == 6  # the trainer's thread: not rebound
     finally:
         dist.destroy_process_group()
+
+
+def test_a_trainer_that_binds_its_gpu_only_through_device_id_is_probed_on_that_gpu() -> None:
+    """init_process_group(device_id=cuda:5) binds the default group, not the thread's current device (still 0)."""
+    model = FakeCuda([gpu(i) for i in range(8)], binds_default_group=True)
+    store = dist.HashStore()
+    with model.install():
+        dist.init_process_group("nccl", store=store, rank=0, world_size=1, device_id=torch.device("cuda", 5))
+        try:
+            model.set_device(0)  # CUDA initialised on device 0: DeviceMesh would now skip its set_device
+            job = api._job_groups(None, [], "nccl", "cuda", 0, 1)
+            assert job.device_index == 5 and model.current_device() == 0
+        finally:
+            dist.destroy_process_group()
+
+
+def test_without_a_bound_device_or_cuda_context_local_rank_names_the_gpu(monkeypatch) -> None:
+    """DeviceMesh's own rule before CUDA is initialised: LOCAL_RANK, where it names a visible device."""
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    model = FakeCuda([gpu(i) for i in range(8)])
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with model.install():
+            assert not model.is_initialized()
+            assert api.bound_device_index() == 3
+            monkeypatch.setenv("LOCAL_RANK", "9")  # more local ranks than visible devices: not an ordinal
+            assert api.bound_device_index() == 0
+    finally:
+        dist.destroy_process_group()

@@ -47,7 +47,8 @@ def _where(facts: RankFacts, gpu: GpuHealth, **data: Any) -> dict[str, Any]:
 
 def _gpu(facts: RankFacts, gpu: GpuHealth) -> str:
     bus = f" ({gpu.pci_bus_id})" if gpu.pci_bus_id else ""
-    return f"GPU {gpu.index}{bus} of rank {facts.rank} on {facts.host}"
+    instance = f"MIG instance {gpu.mig_instance} of " if gpu.mig_instance else ""
+    return f"{instance}GPU {gpu.index}{bus} of rank {facts.rank} on {facts.host}"
 
 
 def _nvml_absence_matters(facts: RankFacts, ctx: CheckContext) -> str | None:
@@ -290,9 +291,10 @@ def compute_prohibited(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
 @check("GPU017", tag=Tags.GPU, scope=LOCAL, applies=needs_nvml, severity=Severity.WARN,
        hint="Disable MIG (`nvidia-smi -mig 0` and a GPU reset) unless the job is meant to run on MIG slices.")
 def mig_enabled(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
-    """MIG is enabled on the GPU: a rank gets a slice, not the GPU, and NCCL cannot use NVLink between slices."""
+    """MIG is enabled on the GPU: a rank gets a slice, not the GPU, and NCCL cannot use NVLink between slices.
+    Not for a rank bound to a MIG instance by name (CUDA_VISIBLE_DEVICES=MIG-...): that job asked for a slice."""
     for gpu in bound_gpus(facts):
-        if gpu.mig_enabled:
+        if gpu.mig_enabled and not gpu.mig_instance:
             yield Problem(f"{_gpu(facts, gpu)} has MIG enabled", **_where(facts, gpu))
 
 
@@ -303,9 +305,12 @@ def foreign_processes(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]:
     """Other processes run on the GPU, or over 1 GiB of its memory is in use before the job starts.
 
     A leftover of an earlier job (a hung rank, a zombie context) holds memory the job will
-    need (out-of-memory at step 1) and competes for the SMs.
+    need (out-of-memory at step 1) and competes for the SMs. Not for a MIG instance: the GPU's other
+    instances are other jobs' by design, and its memory use is theirs (a whole-GPU expectation).
     """
     for gpu in bound_gpus(facts):
+        if gpu.mig_instance:
+            continue
         others = [p for p in gpu.processes or [] if p.pid != facts.system.pid]
         used = gpu.memory_used_bytes or 0
         if not others and used <= USED_MEMORY_LIMIT:

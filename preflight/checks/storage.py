@@ -151,7 +151,7 @@ def read_back_differs(corrupt: Corrupt) -> Iterable[Problem]:
     """A read-back differs from what was written: corruption on the checkpoint path.
 
     Each rank writes random bytes, fsyncs, and sends the sha256 of what it wrote; a rank on
-    another host reads the file back (its page cache dropped first) and sends the sha256 of what
+    another host reads the file back (O_DIRECT, or its page cache dropped first) and sends the sha256 of what
     it read. A difference means the bytes changed between one host's write and another's read:
     the writer's client, the server or disk, or the reader's client. The writer's host is named
     (the bytes left it), the reader in the message.

@@ -94,6 +94,18 @@ def _nvlink_errors(nv: Any, h: Any, link: int) -> tuple[int, int, int, int]:
 
 
 # What a gatherer may read of a device, by name: the pynvml call(s) behind each.
+def _mig_uuids(nv: Any, h: Any) -> list[str]:
+    found = []
+    for slot in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(h))):
+        try:
+            instance = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, slot)
+        except nv.NVMLError:  # NOT_FOUND: an empty slot
+            continue
+        uuid = nv.nvmlDeviceGetUUID(instance)
+        found.append(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
+    return found
+
+
 READS: dict[str, Callable[..., Any]] = {
     "name": lambda nv, h: nv.nvmlDeviceGetName(h),
     "uuid": lambda nv, h: nv.nvmlDeviceGetUUID(h),
@@ -128,6 +140,8 @@ READS: dict[str, Callable[..., Any]] = {
     "sm_clock": lambda nv, h: int(nv.nvmlDeviceGetClockInfo(h, 1)),  # NVML_CLOCK_SM
     "max_sm_clock": lambda nv, h: int(nv.nvmlDeviceGetMaxClockInfo(h, 1)),
     "power_usage": lambda nv, h: int(nv.nvmlDeviceGetPowerUsage(h)),  # milliwatts
+    "cuda_capability": lambda nv, h: tuple(int(v) for v in nv.nvmlDeviceGetCudaComputeCapability(h)),
+    "mig_uuids": _mig_uuids,  # the MIG instances of a GPU in MIG mode ("MIG-<uuid>" each)
 }
 
 

@@ -8,16 +8,23 @@ node reads 20-40% lower, so it is made on the GPU's node. Read under `--sysfs-ro
 symlinks.
 
 `<root>/bus/pci/devices/<bus id>` is a symlink into `<root>/devices/pci<domain>:<bus>/...`: the
-chain of bridges from the root complex down to the device. A switch is an upstream port with
-downstream ports below it: a device three or more bridges deep sits behind one, and its
-switch is the upstream port (two above the device). A device on a root port (one or two
-deep) has a link of its own: its "switch" is that port, shared with nobody.
+chain of bridges from the root complex down to the device (`pci_path`). The one definition of
+"the switch a device shares" (`uplink`), used by the host-link turns and by the affinity checks
+alike: the upstream port of the top-level switch under the device's root port. Everything below
+one root port crosses that link to reach the CPU and its memory, however many levels of switch
+(a PLX under a root port, a second switch under the first) lie between, and two devices below it
+reach each other without crossing the root complex (NCCL's PIX/PXB). A device straight on a
+root port has that port's link to itself: its "switch" is the root port, shared with nobody.
+PCI domains may be longer than four hex digits (Intel VMD puts devices in domain 10000).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+
+_BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 @dataclass(frozen=True)
@@ -40,24 +47,44 @@ def sysfs_bus_id(bus_id: str) -> str:
         return text
 
 
+def pci_path(link: str) -> list[str]:
+    """The bus ids from the root port down to the device `link` (a sysfs device link) leads to; [] unknown."""
+    try:
+        target = os.path.realpath(link, strict=True)
+    except (OSError, RuntimeError):
+        return []
+    return [part for part in target.split(os.sep) if _BUS_ID.fullmatch(part)]
+
+
+def uplink(path: list[str]) -> str:
+    """The link a device shares on its way to the CPU ("" unknown): the top-level switch's upstream port
+    under its root port, or the root port itself for a device straight on one."""
+    if len(path) >= 3:
+        return path[1]
+    return path[0] if len(path) == 2 else ""
+
+
+def shares_uplink(a: list[str], b: list[str]) -> bool:
+    """Two devices behind one PCIe switch below one root port (either of them on a root port of its own: no)."""
+    return len(a) >= 3 and len(b) >= 3 and uplink(a) == uplink(b)
+
+
+def numa_node(link: str) -> int | None:
+    """The NUMA node sysfs gives the device `link` leads to (None: none, -1, or unreadable)."""
+    try:
+        with open(os.path.join(link, "numa_node"), encoding="ascii") as handle:
+            value = int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
 def place(bus_id: str, root: str = "/sys") -> PciPlace:
     """The switch and NUMA node of the PCI device `bus_id`; unknown parts empty (never raises)."""
     if not bus_id:
         return PciPlace()
     link = os.path.join(root, "bus", "pci", "devices", sysfs_bus_id(bus_id))
-    try:
-        chain = [part for part in os.path.realpath(link).split(os.sep) if part.count(":") == 2]
-    except OSError:
-        chain = []
-    switch = chain[-3] if len(chain) >= 3 else (chain[-2] if len(chain) == 2 else "")
-    numa = None
-    try:
-        with open(os.path.join(link, "numa_node"), encoding="ascii") as handle:
-            value = int(handle.read().strip())
-        numa = value if value >= 0 else None
-    except (OSError, ValueError):
-        pass
-    return PciPlace(switch, numa)
+    return PciPlace(uplink(pci_path(link)), numa_node(link))
 
 
 def node_cpus(numa: int, root: str = "/sys") -> set[int]:

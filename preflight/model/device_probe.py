@@ -93,7 +93,7 @@ class DeviceReport:
     skipped: dict[str, str] = field(default_factory=dict)  # figure -> why it was not measured (no device for it)
     sized: str = ""  # why the operands are smaller than the kind's full size (free memory), "" at full size
     shared_with: int | None = None  # another rank bound to the same GPU (one UUID) measured it for both
-    pcie_switch: str = ""  # the PCIe upstream port whose link the GPU shares ("" unknown; lib/pci_topology.py)
+    pcie_switch: str = ""  # the PCIe link the GPU shares on its way to the CPU ("" unknown; lib/pci_topology.uplink)
     numa_node: int | None = None  # the GPU's NUMA node, where its pinned buffers were made
     errors: dict[str, str] = field(default_factory=dict)  # figure -> why it failed (could not run)
     elapsed_s: float = 0.0

@@ -86,6 +86,7 @@ class GpuHealth:
     persistence_mode: bool | None = None
     compute_mode: int | None = None  # 0 default, 2 prohibited, 3 exclusive process
     mig_enabled: bool | None = None
+    mig_instance: str = ""  # the MIG instance this rank is bound to ("MIG-<uuid>"); "" the whole GPU
     processes: list[GpuProcess] | None = None
     memory_used_bytes: int | None = None
     temperature_c: int | None = None

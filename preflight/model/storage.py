@@ -100,6 +100,7 @@ class StorageRead:
     seconds: float = 0.0
     digest: str = ""  # sha256 of what it read
     error: str = ""
+    method: str = ""  # "O_DIRECT", or "buffered, page cache dropped" where the filesystem refuses O_DIRECT
 
 
 # -- rank 0's judgement, handed to checks/storage.py -----------------------------------------
@@ -228,3 +229,6 @@ class StorageSection:
     restore_s: float | None = None
     passes: int = 0
     seconds: float = 0.0  # the family's wall time on rank 0
+    # How the read-back got past caches: the methods the reads used and whose files they read, e.g.
+    # "O_DIRECT; each rank read a file another host wrote".
+    read_back: str = ""

@@ -40,7 +40,7 @@ class Buffers:
     nbytes: int
 
 
-def _pattern(offset: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+def _pattern(offset: int, count: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
     """Element j is (j + offset) % _PATTERN_MOD + 1: one period built and tiled, not a modulo over every
     element (buffers are made per step and per check: at 4 MiB the modulo was most of a step's set-up)."""
     period = ((torch.arange(_PATTERN_MOD, dtype=torch.int64) + offset) % _PATTERN_MOD + 1).to(dtype)
@@ -133,18 +133,18 @@ def _verify_ones(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
 def _verify_send_recv(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
     if me == 0:
         return True, []
-    ok = bool(torch.equal(b.recv, _pattern(me - 1, b.chunk, b.send.dtype, b.send.device.type)))
+    ok = bool(torch.equal(b.recv, _pattern(me - 1, b.chunk, b.send.dtype, b.send.device)))
     return ok, [] if ok else [me - 1]
 
 
 def _verify_broadcast(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
-    ok = bool(torch.equal(b.send, _pattern(0, b.chunk, b.send.dtype, b.send.device.type)))
+    ok = bool(torch.equal(b.send, _pattern(0, b.chunk, b.send.dtype, b.send.device)))
     return ok, [] if ok else [0]
 
 
 def _verify_chunks(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
     """all_gather / all_to_all: chunk `src` of the output is src's pattern."""
-    dtype, device = b.send.dtype, b.send.device.type
+    dtype, device = b.send.dtype, b.send.device
     sources = []
     for src in range(n):
         expected = _pattern(src if b.op == "all_gather" else 7 * src + 3 * me, b.chunk, dtype, device)
@@ -223,6 +223,22 @@ def element_counts(op: str, size_bytes: int, n: int, elem: int) -> tuple[int, in
         return chunk, chunk * n * elem
     count = max(1, size_bytes // elem)
     return count, count * elem
+
+
+# Elements an op's buffers hold (send and receive; one tensor where the op works in place), by chunk and
+# group size: what make_buffers allocates, for sizing a step before allocating it (probes/memory_fit.py).
+HELD_ELEMENTS: dict[str, Callable[[int, int], int]] = {
+    "all_reduce": lambda chunk, n: chunk, "broadcast": lambda chunk, n: chunk,
+    "reduce_scatter": lambda chunk, n: chunk * n + chunk, "all_gather": lambda chunk, n: chunk + chunk * n,
+    "all_to_all": lambda chunk, n: 2 * chunk * n, "send_recv": lambda chunk, n: 2 * chunk,
+}
+
+
+def held_bytes(op: str, size_bytes: int, n: int, dtype: torch.dtype) -> int:
+    """Device bytes make_buffers would allocate for this step (send and receive buffers)."""
+    elem = torch.tensor([], dtype=dtype).element_size()
+    chunk, _ = element_counts(op, size_bytes, n, elem)
+    return HELD_ELEMENTS[op](chunk, n) * elem
 
 
 def make_buffers(op: str, size_bytes: int, me: int, n: int, dtype: torch.dtype, device: str) -> Buffers:

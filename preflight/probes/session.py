@@ -33,7 +33,7 @@ from preflight.model import World
 from preflight.model.job_groups import JobGroups
 from preflight.model.messages import BoundDevice, BoundRecord, NoGpu, ProbeReport, Status, StepRecord
 from preflight.model.nccl_account import NcclAccount
-from preflight.probes import ops
+from preflight.probes import memory_fit, ops
 from preflight.probes.plan import CONNECT, ProbePlan
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
 
@@ -107,6 +107,7 @@ class Session:
     # Values under the probes' keys that did not decode (rank -> the first): rank 0 reports them, naming the rank.
     bad_values: dict[int, BadValue] = field(default_factory=dict)
     stopped_why: str = ""  # rank 0: why a localization step gave up (names the rank it was stuck with)
+    skipped: list[memory_fit.Skipped] = field(default_factory=list)  # steps too big for the ranks' free memory
 
     def kept(self, value: T | BadValue | None) -> T | None:
         """A value read from the store, or None: a bad one is set aside for rank 0's report."""
@@ -348,12 +349,18 @@ def run_steps(session: Session) -> tuple[list[StepRecord], Status]:
     anything else (a TypeError from a torch whose signature differs, ops.OpUnavailable) -> error.
     """
     records: list[StepRecord] = []
+    skip: set[int] = set()
     for index, (dim, op, size) in enumerate(session.plan.steps()):
         session.board.put(keys.POSITION.at(session.world.rank), index)
         started = time.monotonic()
         deadline = started + session.timeout_s
         phase = "barrier"
         try:
+            if index == 0 and session.kind == "cuda":  # the buffers sized against the ranks' free memory
+                session.skipped = memory_fit.plan_skips(session, memory_fit.least_free(session, deadline))
+                skip = {s.index for s in session.skipped}
+            if index in skip:  # every rank skips it alike (memory_fit.py)
+                continue
             barrier(session.control, deadline)  # every group of the dimension starts together
             if op == CONNECT:
                 phase = "connect"

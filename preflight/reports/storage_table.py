@@ -49,6 +49,8 @@ def summary(section: StorageSection) -> str:
              if value is not None]
     if rates:
         parts.append("aggregate " + ", ".join(rates))
+    if section.read_back:
+        parts.append(f"read back {section.read_back}")
     if section.checkpoint_size is not None and section.save_s is not None and section.restore_s is not None:
         parts.append(f"one save of {human_bytes(section.checkpoint_size)} ~ {_duration(section.save_s)}, "
                      f"one restore ~ {_duration(section.restore_s)}")

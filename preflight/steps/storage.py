@@ -12,8 +12,9 @@ rank taking part:
 3. Pass 0: every rank that saw the nonce writes its share at once (`StoragePlan.share_bytes`:
    the checkpoint's size over the world, capped by `--storage-budget`; random bytes, so no
    compressing or deduplicating filesystem can shortcut them), fsyncs, and drops the file from
-   its page cache; then each reads back a file another host wrote (the cache dropped first, so
-   a local cache cannot answer) and checksums it. Rates per host: its ranks' bytes over their
+   its page cache; then each reads back a file another host wrote (with O_DIRECT where the
+   filesystem takes it, else with its page cache dropped first, so a local cache cannot answer;
+   the report says which) and checksums it. Rates per host: its ranks' bytes over their
    longest time.
 4. Confirm before blame (as the bandwidth probes do, probes/confirm.py): hosts below half
    their siblings' median in pass 0 are measured again alone, one host per pass, after the
@@ -29,7 +30,9 @@ Rank 0's judgement is steps/storage_judge.py; the findings are checks/storage.py
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import mmap
 import os
 import secrets
 import shutil
@@ -154,24 +157,69 @@ def write_share(path: str, rank: int, nbytes: int) -> StorageWrote:
     return StorageWrote(rank=rank, path=path, nbytes=nbytes, seconds=seconds, digest=digest)
 
 
+DIRECT = "O_DIRECT"
+DROPPED = "buffered, page cache dropped"
+
+
 def read_back(path: str, rank: int, writer: int) -> StorageRead:
-    """Read `path` (another host's file) with this host's page cache of it dropped first, timed and checksummed."""
+    """Read `path` (another host's file), timed and checksummed, past every cache this host can bypass:
+    O_DIRECT where the filesystem takes it (no page cache at all, and on NFS / Lustre / GPFS no client
+    cache), else buffered with this host's page cache of it dropped first. The read says which."""
     digest = hashlib.sha256()
-    nbytes = 0
     try:
         started = time.perf_counter()
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            while chunk := os.read(fd, CHUNK):
-                digest.update(chunk)
-                nbytes += len(chunk)
-        finally:
-            os.close(fd)
+        nbytes, method = _read_direct(path, digest)
+        if nbytes is None:  # the filesystem refuses O_DIRECT (tmpfs, some FUSE): buffered, cache dropped
+            digest = hashlib.sha256()
+            nbytes, method = _read_buffered(path, digest), DROPPED
         seconds = time.perf_counter() - started
     except OSError as exc:
         return StorageRead(rank=rank, writer=writer, error=f"read {path}: {exc.strerror or exc}")
-    return StorageRead(rank=rank, writer=writer, nbytes=nbytes, seconds=seconds, digest=digest.hexdigest())
+    return StorageRead(rank=rank, writer=writer, nbytes=nbytes, seconds=seconds, digest=digest.hexdigest(),
+                       method=method)
+
+
+def _read_direct(path: str, digest: Any) -> tuple[int | None, str]:
+    """(bytes read, DIRECT) with O_DIRECT into a page-aligned buffer; (None, "") where it is refused."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return None, ""
+    try:
+        fd = os.open(path, os.O_RDONLY | flag)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return None, ""
+        raise
+    nbytes = 0
+    try:
+        with mmap.mmap(-1, CHUNK) as buffer:  # page-aligned, as O_DIRECT asks
+            while True:
+                try:
+                    got = os.readv(fd, [buffer])
+                except OSError as exc:
+                    if exc.errno == errno.EINVAL and nbytes == 0:  # opened, but reads refused
+                        return None, ""
+                    raise
+                if not got:
+                    break
+                digest.update(buffer[:got])
+                nbytes += got
+    finally:
+        os.close(fd)
+    return nbytes, DIRECT
+
+
+def _read_buffered(path: str, digest: Any) -> int:
+    nbytes = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        while chunk := os.read(fd, CHUNK):
+            digest.update(chunk)
+            nbytes += len(chunk)
+    finally:
+        os.close(fd)
+    return nbytes
 
 
 def _drop_cache(path: str) -> None:
@@ -256,12 +304,18 @@ class RunDirectory:
         self.path = os.path.join(root, self.name)
 
     def make(self, nonce: str) -> None:
-        """The directory and its nonce file (written whole, fsynced: every rank reads it next)."""
+        """The directory and its nonce file (written whole, fsynced: every rank reads it next). A directory
+        whose nonce could not be written (a full disk, a quota) is removed before the error goes up: it
+        is this run's, and nothing else would ever remove it."""
         os.mkdir(self.path, 0o755)
-        with open(os.path.join(self.path, NONCE_FILE), "w", encoding="ascii") as handle:
-            handle.write(nonce + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(os.path.join(self.path, NONCE_FILE), "w", encoding="ascii") as handle:
+                handle.write(nonce + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            self.remove()
+            raise
 
     def remove(self) -> None:
         """Remove this run's directory and everything in it (what a rank left is removed with it)."""

@@ -70,6 +70,8 @@ class Judge:
         self.rates: list[dict[str, dict[str, float]]] = []  # per pass: figure -> host -> GB/s
         self.totals: list[dict[str, tuple[int, float]]] = []  # per pass: figure -> (bytes, longest seconds)
         self.passes = 0
+        self.read_methods: set[str] = set()  # how the reads got past caches (storage.read_back)
+        self.read_across: set[bool] = set()  # whether each read's file was another host's
         self.confirm: list[str] = []  # the reference host, then the suspects: measured alone, in this order
 
     def host_of(self, rank: int) -> str:
@@ -116,6 +118,8 @@ class Judge:
                 self.corrupt.append(Corrupt(w.path, self.host_of(r.writer), r.writer, self.host_of(rank), rank,
                                             w.digest[:16], r.digest[:16]))
         good_reads = {rank: r for rank, r in read.items() if not r.error}
+        self.read_methods.update(r.method or "unknown" for r in good_reads.values())
+        self.read_across.update(self.host_of(r.writer) != self.host_of(rank) for rank, r in good_reads.items())
         samples = {"write": [(rank, w.nbytes, w.seconds) for rank, w in wrote.items() if not w.error],
                    "read": [(rank, r.nbytes, r.seconds) for rank, r in good_reads.items()]}
         rates: dict[str, dict[str, float]] = {}
@@ -280,6 +284,10 @@ class Judge:
             out += checks.storage_failed.report(failed)
         return out
 
+    def read_back(self) -> str:
+        """How the reads got past caches, for the report ("" when nothing was read)."""
+        return _read_back_text(self.read_methods, self.read_across)
+
     def section(self, seconds: float) -> StorageSection:
         """The report's section: a row per host, the job's aggregate, one save and one restore projected."""
         rows = []
@@ -302,7 +310,7 @@ class Judge:
             rows.append(row)
         out = StorageSection(path=self.options.path, share_bytes=self.plan.share_bytes,
                              checkpoint_size=self.options.checkpoint_size, headroom=HEADROOM, hosts=rows,
-                             passes=self.passes, seconds=seconds)
+                             passes=self.passes, seconds=seconds, read_back=self.read_back())
         if self.totals:
             out.write_gbps = _gbps(*self.totals[0]["write"])
             out.read_gbps = _gbps(*self.totals[0]["read"])
@@ -311,6 +319,15 @@ class Judge:
                 out.save_s = size / (out.write_gbps * 1e9) if out.write_gbps else None
                 out.restore_s = size / (out.read_gbps * 1e9) if out.read_gbps else None
         return out
+
+
+def _read_back_text(methods: set[str], across: set[bool]) -> str:
+    if not methods:
+        return ""
+    whose = ("each rank read a file another host wrote" if across == {True} else
+             "one host: each rank read a file another rank of it wrote (a cache shared on the host may answer)"
+             if across == {False} else "some ranks read another host's file, some their own host's")
+    return f"{' and '.join(sorted(methods))}; {whose}"
 
 
 def could_not_start(path: str, host: str, why: str) -> list[Finding]:

@@ -5,18 +5,33 @@ data, and holds CUDA's rules where preflight could break them:
 
 - the devices this process sees (CUDA ordinals, in order) with their name, UUID, PCI bus id,
   PCIe switch and NUMA node (`gpu(...)`), which of them are lost, and free memory per device;
+  `cuda_view` numbers a node's GPUs as CUDA does (CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES), so a
+  mixed node's CUDA ordinals differ from NVML's indices as they do on hardware;
 - the current device belongs to the calling THREAD and starts at 0 in every new thread
-  (cudaSetDevice / torch.cuda.set_device are per thread);
+  (cudaSetDevice / torch.cuda.set_device are per thread); CUDA is initialised lazily, by the first
+  call that needs a context (`is_initialized()`; device_count and is_available need none);
+- `init_process_group(device_id=...)` binds the default group to that device (its
+  `bound_device_id`, as torch's) without making it any thread's current device (only where
+  `binds_default_group`: the traffic underneath is gloo's, whose collectives then make their
+  tensors on that CUDA device in C++, out of the model's reach);
 - every allocation, stream, event record and synchronize is recorded as a `Call` with its
   device, whether it named the device or left it to the thread's current one ("bare"), and
   the thread that made it: a test reads `calls` and asserts nothing touched another device;
 - memory: allocations count against the device's free memory (an allocation beyond it raises
   CUDA's out-of-memory error); torch's caching allocator is modelled (reserved memory stays
-  reserved until empty_cache());
+  reserved until empty_cache()), and so is its host caching allocator of pinned memory (pinned
+  bytes stay cached after their tensor is freed until torch.accelerator.empty_host_cache()), and a
+  CUDA context per device the process uses (`contexts`, `context_bytes` of its memory);
 - a communicator that refuses two ranks of one host on one device (NCCL's "Duplicate GPU
   detected"): `Node.join`;
-- a virtual clock per device for events (record() stamps the time the device's queued work
-  ends; kernels queue work at `rates`).
+- a virtual clock per stream for events (record() stamps the time the stream's queued work
+  ends; kernels queue work at `rates` on the calling thread's current stream of their device,
+  which is per thread, as torch's: the default stream until the thread selects another), and
+  CUDA's rules of time: an event is complete only when
+  the device has done the work before it, which it does only as the host waits (synchronize, or
+  a little per query()); elapsed_time raises as cudaEventElapsedTime does (not ready, not
+  recorded, no timing, two devices); a collective takes virtual time on its communicator's stream
+  and the caller's stream includes it only once its work is waited on.
 
 Two ways in, one model: injected where preflight takes a `cuda=` (session.bind_device,
 decide_backend, timing.timed_loop), or `install()`ed in place of torch.cuda and torch's tensor
@@ -48,6 +63,28 @@ def gpu(n: int, uuid_prefix: str = "0000", name: str = "NVIDIA H100 80GB HBM3", 
             "free": free, "switch": n // 2 if switch is None else switch, "numa": n // 4 if numa is None else numa}
 
 
+def cuda_view(node: list[dict[str, Any]], visible: str | None, order: str | None = None) -> list[dict[str, Any]]:
+    """The devices a process sees, by CUDA ordinal, from its node's GPUs (listed in PCI bus order, as NVML
+    lists them) as CUDA itself would number them: CUDA_DEVICE_ORDER=PCI_BUS_ID keeps bus order; the
+    default FASTEST_FIRST puts the highest compute capability ("capability", default (9, 0)) first, ties
+    by bus; then CUDA_VISIBLE_DEVICES picks ordinals or GPU UUID prefixes, stopping at the first it
+    cannot resolve. A model of CUDA's numbering written from its documentation (not from preflight's)."""
+    ranked = list(node) if (order or "").upper() == "PCI_BUS_ID" else \
+        sorted(node, key=lambda g: tuple(-v for v in g.get("capability", (9, 0))))  # sorted() is stable
+    if visible is None:
+        return ranked
+    seen = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if entry.isdigit() and int(entry) < len(ranked):
+            seen.append(ranked[int(entry)])
+            continue
+        matches = [g for g in ranked if entry and str(g["uuid"]).startswith(entry.removeprefix("GPU-"))]
+        if len(matches) != 1:
+            break
+        seen.append(matches[0])
+    return seen
+
+
 def h100(n: int, uuid_prefix: str = "0000") -> dict[str, Any]:
     """One H100 (see gpu())."""
     return gpu(n, uuid_prefix)
@@ -68,6 +105,9 @@ class Call:
     named: bool  # False: a bare "cuda" (or no device), resolved to the thread's current device
     thread: str
     nbytes: int = 0
+
+
+POLL_QUANTUM_S = 1e-3  # the least virtual time a device does between two polls of an event
 
 
 class DuplicateGpu(RuntimeError):
@@ -92,48 +132,84 @@ class Node:
 
 
 class FakeStream:
-    """A device's stream (the default one: the model has no other)."""
+    """A stream of one device: when the work queued on it ends (`clock`) and how far the device has got
+    with it (`done`, as the host waited). Each device has a default stream; `FakeCuda.Stream` makes others."""
 
     def __init__(self, device: int) -> None:
         self.device = device
+        self.clock = 0.0
+        self.done = 0.0
 
 
 class FakeEvent:
-    """A CUDA event on the fake's virtual clock: record() stamps the time the device's queued work ends."""
+    """A CUDA event on the fake's virtual clock: record() stamps the time the device's queued work ends.
+
+    As strict as CUDA's documentation (cudaEventQuery, cudaEventElapsedTime): the event is complete
+    only once the device has done the work queued before it; query() says False until then;
+    elapsed_time raises "device not ready" (cudaErrorNotReady) while either event is incomplete,
+    "invalid resource handle" when either was never recorded or was made without enable_timing,
+    and for events of two devices. The device does its work only as the host waits: synchronize()
+    (the event's, the device's) completes it; each query() lets the device progress a little.
+    """
 
     def __init__(self, cuda: FakeCuda, enable_timing: bool = False) -> None:
         self.cuda, self.stamp, self.device = cuda, None, None
+        self.stream: FakeStream | None = None
+        self.enable_timing = enable_timing
         cuda.events.append(self)
 
     def record(self, stream: FakeStream | None = None) -> None:
         self.device = self.cuda._note("event", stream.device if stream is not None else None)
-        self.stamp = self.cuda.clock[self.device]
+        self.stream = stream if stream is not None else self.cuda.stream_of(self.device)  # the thread's current
+        self.stamp = self.stream.clock
+
+    def _complete(self) -> bool:
+        return self.stamp is not None and self.stream is not None and self.stamp <= self.stream.done
 
     def query(self) -> bool:
         self.cuda.queries += 1
-        return not self.cuda.stuck
+        self.cuda.queried.append(self)
+        if self.cuda.stuck:
+            return False
+        if self.stamp is None or self.device is None:
+            return True  # CUDA: an event never recorded is complete
+        if not self._complete() and self.stream is not None:
+            self.cuda.progress(self.stream)
+        return self._complete()
 
     def synchronize(self) -> None:
         self.cuda._note("synchronize", self.device)
+        if self.stream is not None and self.stamp is not None and not self.cuda.stuck:
+            self.stream.done = max(self.stream.done, self.stamp)
 
     def elapsed_time(self, end: FakeEvent) -> float:
+        if self.stamp is None or end.stamp is None or not (self.enable_timing and end.enable_timing):
+            raise RuntimeError("CUDA error: invalid resource handle")
         if end.device != self.device:  # CUDA: events of two devices cannot be compared
             raise RuntimeError("CUDA error: invalid resource handle (events on different devices)")
+        if not (self._complete() and end._complete()):
+            raise RuntimeError("CUDA error: device not ready")
         return (end.stamp - self.stamp) * 1e3  # milliseconds, as torch.cuda.Event gives
 
 
 @dataclass
 class FakeWork:
-    """A collective queued on the fake stream of the thread's current device: wait() makes the stream wait."""
+    """A collective launched on the communicator's own stream of the thread's current device (after the work
+    already queued there, as NCCL orders it): it takes `seconds` of virtual time, and the current stream
+    (where the caller's events are recorded) includes it only once wait() makes that stream wait on it."""
 
     cuda: FakeCuda
     seconds: float
 
     def __post_init__(self) -> None:
-        self.cuda.clock[self.cuda.current_device()] += self.seconds
+        device = self.device = self.cuda.current_device()
+        start = max(self.cuda.stream_of(device).clock, self.cuda.collective_clock[device])
+        self.ends = self.cuda.collective_clock[device] = start + self.seconds
 
     def wait(self, timeout: Any = None) -> bool:
         self.cuda.stream_waits += 1
+        waiting = self.cuda.stream_of(self.device)  # the waiting thread's current stream
+        waiting.clock = max(waiting.clock, self.ends)
         return True
 
 
@@ -161,12 +237,21 @@ class FakeCuda:
     installed: Any = None  # the install() context when installed for a whole process (install_from_env)
     # NCCL's debug log (tests/helpers/fake_nccl.NcclProcess): written as each NCCL communicator forms
     nccl_log: Any = None
+    binds_default_group: bool = False  # init_process_group(device_id=) sets bound_device_id (no gloo traffic then)
+    context_bytes: int = 0  # device memory a CUDA context takes (~500 MiB on an H100; 0: not modelled)
+    contexts: set[int] = field(default_factory=set)  # devices this process made a context on
+    pinned_allocated: int = 0  # pinned host bytes live tensors hold
+    pinned_reserved: int = 0  # pinned host bytes the host caching allocator holds (live + cached)
+    initialized: bool = False  # a CUDA context exists in this process (torch.cuda.is_initialized)
 
     def __post_init__(self) -> None:
         self.tunable = SimpleNamespace(is_enabled=lambda: self.tunableop)  # ROCm's TunableOp, off unless asked
         self._thread = threading.local()
         self._lock = threading.Lock()
-        self.clock = [0.0] * len(self.devices)
+        self.default_streams = [FakeStream(i) for i in range(len(self.devices))]
+        self.streams: list[FakeStream] = list(self.default_streams)  # every stream made, for synchronize()
+        self.collective_clock = [0.0] * len(self.devices)  # per device: the communicators' own stream
+        self.queried: list[FakeEvent] = []  # every event query(), in order
         self.allocated = [0] * len(self.devices)
         self.reserved = [0] * len(self.devices)
 
@@ -180,8 +265,13 @@ class FakeCuda:
     def device_count(self) -> int:
         return len(self.devices)
 
+    def is_initialized(self) -> bool:
+        """Whether this process's CUDA is initialised (torch.cuda.is_initialized): any call that needs a context."""
+        return self.initialized
+
     def current_device(self) -> int:
-        """This thread's current device: 0 until this thread sets another."""
+        """This thread's current device: 0 until this thread sets another (initialises CUDA, as torch's does)."""
+        self.initialized = True
         return getattr(self._thread, "index", 0)
 
     @property
@@ -194,6 +284,7 @@ class FakeCuda:
         if self.lost_after_sets is not None and sets >= self.lost_after_sets:
             self.lost.add(index)
         self._check(index)
+        self.initialized = True
         self._thread.index = index
         self._note("set_device", index)
 
@@ -209,28 +300,86 @@ class FakeCuda:
     def get_device_properties(self, index: Any) -> SimpleNamespace:
         index = self.current_device() if index is None else _ordinal(index)
         self._check(index)
-        props = {k: v for k, v in self.devices[index].items() if k not in ("free", "switch", "numa")}
-        return SimpleNamespace(**props, multi_processor_count=132, major=9, minor=0)
+        props = {k: v for k, v in self.devices[index].items() if k not in ("free", "switch", "numa", "capability")}
+        major, minor = self.devices[index].get("capability", (9, 0))
+        return SimpleNamespace(**props, multi_processor_count=132, major=major, minor=minor)
 
     def current_stream(self, device: Any = None) -> FakeStream:
-        return FakeStream(self._note("stream", device))
+        """The calling thread's current stream of `device` (torch's is per thread): the default stream until
+        this thread selects another (`stream()`, `set_stream()`)."""
+        return self.stream_of(self._note("stream", device))
+
+    def stream_of(self, index: int) -> FakeStream:
+        """This thread's current stream of device `index`."""
+        chosen: dict[int, FakeStream] = getattr(self._thread, "streams", {})
+        return chosen.get(index, self.default_streams[index])
+
+    def Stream(self, device: Any = None) -> FakeStream:
+        made = FakeStream(self._note("stream", device))
+        self.streams.append(made)
+        return made
+
+    def set_stream(self, stream: FakeStream) -> None:
+        if not hasattr(self._thread, "streams"):
+            self._thread.streams = {}
+        self._thread.streams[stream.device] = stream
+
+    @contextlib.contextmanager
+    def stream(self, stream: FakeStream) -> Iterator[None]:
+        saved = self.stream_of(stream.device)
+        self.set_stream(stream)
+        try:
+            yield
+        finally:
+            self.set_stream(saved)
 
     def Event(self, enable_timing: bool = False) -> FakeEvent:
         return FakeEvent(self, enable_timing)
 
     def synchronize(self, device: Any = None) -> None:
-        self._note("synchronize", device)
+        index = self._note("synchronize", device)
+        if not self.stuck:  # every stream of the device, as cudaDeviceSynchronize
+            for stream in self.streams:
+                if stream.device == index:
+                    stream.done = max(stream.done, stream.clock)
+
+    def progress(self, stream: FakeStream) -> None:
+        """The device does a little of `stream`'s queued work while the host polls (a quarter of what is left,
+        at least POLL_QUANTUM_S of virtual time): a query right after queueing work says "not yet"."""
+        left = stream.clock - stream.done
+        if left > 0:
+            stream.done = min(stream.clock, stream.done + max(POLL_QUANTUM_S, left / 4))
 
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
         index = self._note("mem_get_info", device)
         spec = self.devices[index]
-        return max(0, int(spec["free"]) - self.reserved[index]), int(spec["total_memory"])
+        return max(0, self._free(index) - self.reserved[index]), int(spec["total_memory"])
+
+    def _free(self, index: int) -> int:
+        """What the device had free before this process, less this process's context on it."""
+        return int(self.devices[index]["free"]) - (self.context_bytes if index in self.contexts else 0)
 
     def memory_reserved(self, device: Any = None) -> int:
         return self.reserved[self._resolve(device)[0]]
 
     def memory_allocated(self, device: Any = None) -> int:
         return self.allocated[self._resolve(device)[0]]
+
+    def pin(self, nbytes: int) -> None:
+        """Pinned host memory taken (torch's host caching allocator: cached after its tensor is freed)."""
+        with self._lock:
+            self.pinned_allocated += nbytes
+            self.pinned_reserved = max(self.pinned_reserved, self.pinned_allocated)
+
+    def unpin(self, nbytes: int) -> None:
+        with self._lock:
+            self.pinned_allocated -= nbytes
+
+    def empty_host_cache(self) -> None:
+        """Cached pinned host memory no tensor holds goes back to the OS (torch.accelerator.empty_host_cache);
+        torch.cuda.empty_cache does not touch it."""
+        with self._lock:
+            self.pinned_reserved = self.pinned_allocated
 
     def empty_cache(self) -> None:
         """Reserved memory no tensor holds goes back to the device (on the thread's current device, as torch)."""
@@ -243,7 +392,7 @@ class FakeCuda:
         index = self._note("alloc", device, nbytes)
         with self._lock:
             spare = self.reserved[index] - self.allocated[index]
-            if nbytes > spare and self.reserved[index] + nbytes - spare > int(self.devices[index]["free"]):
+            if nbytes > spare and self.reserved[index] + nbytes - spare > self._free(index):
                 raise RuntimeError(f"CUDA out of memory. Tried to allocate {nbytes / 2**20:.2f} MiB (GPU {index})")
             self.allocated[index] += nbytes
             self.reserved[index] = max(self.reserved[index], self.allocated[index])
@@ -255,9 +404,10 @@ class FakeCuda:
             self.allocated[index] -= nbytes
 
     def kernel(self, index: int, figure: str, amount: float) -> None:
-        """Queue `amount` (flops of a product, bytes of a copy) on device `index`'s virtual clock."""
+        """Queue `amount` (flops of a product, bytes of a copy) on the calling thread's current stream of
+        device `index`."""
         rate = self.device_rates.get(index, {}).get(figure, self.rates[figure])
-        self.clock[index] += amount / (rate * (1e12 if figure == "gemm" else 1e9))
+        self.stream_of(index).clock += amount / (rate * (1e12 if figure == "gemm" else 1e9))
 
     def on_other_devices(self, mine: int) -> list[Call]:
         """Every recorded call not on device `mine`, or made with a bare "cuda" (the thread's current device).
@@ -273,7 +423,9 @@ class FakeCuda:
     def _note(self, what: str, device: Any, nbytes: int = 0) -> int:
         index, named = self._resolve(device)
         self._check(index)
+        self.initialized = True
         with self._lock:
+            self.contexts.add(index)  # CUDA 12: the first call that uses a device makes its primary context
             self.calls.append(Call(what, index, named, threading.current_thread().name, nbytes))
         return index
 
@@ -409,12 +561,19 @@ def _installed(model: FakeCuda) -> Iterator[None]:
     put(torch.Tensor, "to", to)
 
     def pin_memory(self: Any, device: Any = None) -> Any:
-        model._note("pin", device)  # pinned through the thread's current device's context
-        return self.clone()
+        model._note("pin", device, self.numel() * self.element_size())  # through the current device's context
+        pinned = self.clone()
+        nbytes = pinned.numel() * pinned.element_size()
+        model.pin(nbytes)
+        weakref.finalize(pinned, model.unpin, nbytes)
+        return pinned
     put(torch.Tensor, "pin_memory", pin_memory)
-    for name in ("is_available", "device_count", "current_device", "set_device", "get_device_properties",
-                 "current_stream", "Event", "synchronize", "mem_get_info", "memory_reserved",
-                 "memory_allocated", "empty_cache", "device", "tunable"):
+    if hasattr(torch, "accelerator"):
+        put(torch.accelerator, "empty_host_cache", model.empty_host_cache)
+    for name in ("is_available", "is_initialized", "device_count", "current_device", "set_device",
+                 "get_device_properties", "current_stream", "Stream", "stream", "set_stream", "Event",
+                 "synchronize", "mem_get_info", "memory_reserved", "memory_allocated", "empty_cache", "device",
+                 "tunable"):
         put(torch.cuda, name, getattr(model, name))
     put(dist, "is_nccl_available", model.nccl_available)
     real_init, real_new_group = dist.init_process_group, dist.new_group
@@ -433,7 +592,10 @@ def _installed(model: FakeCuda) -> Iterator[None]:
             if model.nccl_log is not None and store is not None:  # NCCL logs the communicator it forms
                 model.nccl_log.communicator(_nccl_comm(store, int(kwargs["rank"]), int(kwargs["world_size"]), index))
             backend = "gloo"
-        return real_init(backend, *args, **kwargs)
+        done = real_init(backend, *args, **kwargs)
+        if device_id is not None and model.binds_default_group:  # bound, as torch binds it; no current device set
+            dist.distributed_c10d._get_default_group().bound_device_id = torch.device("cuda", _ordinal(device_id))
+        return done
 
     def new_group(*args: Any, backend: Any = None, **kwargs: Any) -> Any:
         return real_new_group(*args, backend="gloo" if backend is not None and "nccl" in str(backend) else backend,

@@ -12,6 +12,7 @@ device_probes.measure's `device=`); no test patches the family.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,11 @@ class FakeDevice:
     place: PciPlace = field(default_factory=PciPlace)  # its PCIe switch and NUMA node
     turns: int = 0  # host-link turns taken (TorchDevice.link_turn)
     sampling_into: DeviceReport | None = None
+    sampling_every_s: float = 0.0  # 0: one read during each sized burst; else at most one per this many seconds
+    sampling_limit: int = 1 << 30
+    last_sample_at: float = float("-inf")
+    busy: bool = False  # a burst's work is in flight (NVML then reads a working GPU's clocks)
+    idle_samples: int = 0  # NVML reads taken while no burst ran: an idle GPU's clocks, never a loaded one's
     torch: Any = torch
     queued_s: float = 0.0
     products: int = 0
@@ -106,13 +112,27 @@ class FakeDevice:
 
     def burst(self, call: Callable[[], Any], iters: int) -> float:
         began = self.queued_s
-        for _ in range(iters):
-            call()
-        if iters > 1:  # sized bursts only: the warm-up and sizing calls are not counted
-            self.bursts[self._current] = self.bursts.get(self._current, 0) + 1
-            if self.sampling_into is not None:  # the side thread's reads, one during each sized burst
-                self._sampled(self.sampling_into)
+        self.busy = True
+        try:
+            for _ in range(iters):
+                call()
+            if iters > 1:  # sized bursts only: the warm-up and sizing calls are not counted
+                self.bursts[self._current] = self.bursts.get(self._current, 0) + 1
+                if self.sampling_into is not None and self._sample_due():  # the side thread's reads
+                    self._sampled(self.sampling_into)
+        finally:
+            self.busy = False  # synchronised: the GPU is idle until the next burst
         return self.queued_s - began
+
+    def _sample_due(self) -> bool:
+        report = self.sampling_into
+        if report is None or len(report.samples) >= self.sampling_limit:
+            return False
+        now = time.monotonic()
+        if now - self.last_sample_at < self.sampling_every_s:
+            return False
+        self.last_sample_at = now
+        return True
 
     @contextlib.contextmanager
     def link_turn(self) -> Iterator[None]:
@@ -120,9 +140,12 @@ class FakeDevice:
         yield
 
     @contextlib.contextmanager
-    def sampling(self, report: DeviceReport, began: float) -> Iterator[None]:
-        """NVML read while the bursts run (TorchDevice's side thread), here one read during each sized burst."""
-        self.sampling_into = report
+    def sampling(self, report: DeviceReport, began: float, every_s: float = 0.0,
+                 limit: int = 1 << 30) -> Iterator[None]:
+        """NVML read while the bursts run (TorchDevice's side thread), here during a sized burst: one per
+        burst, or at most one per `every_s` seconds where given; up to `limit` samples in the report."""
+        self.sampling_into, self.sampling_every_s, self.sampling_limit = report, every_s, limit
+        self.last_sample_at = float("-inf")
         try:
             yield
         finally:
@@ -154,6 +177,8 @@ class FakeDevice:
         return value, list(self.checksum)
 
     def sample(self, t_s: float) -> NvmlSample | None:
+        if not self.busy:
+            self.idle_samples += 1
         if not self.samples:
             return None
         index = min(sum(self.bursts.values()), len(self.samples)) - 1

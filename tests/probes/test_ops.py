@@ -83,3 +83,29 @@ def test_every_input_is_its_documented_value_element_by_element(dtype: torch.dty
             elif op != "broadcast" or me == 0:
                 offset = me if op in ("all_gather", "send_recv") else 0
                 assert send == [float((j + offset) % 200 + 1) for j in range(b.chunk)], (op, me)
+
+
+def test_verification_builds_its_expected_values_on_the_buffers_own_gpu() -> None:
+    """A bare "cuda" would be this thread's current device (0 in a helper thread): the expected chunks of
+    GPU 3's all_gather are made on cuda:3 by name (the CUDA model records where each tensor went)."""
+    from types import SimpleNamespace
+
+    from tests.helpers.fake_cuda import FakeCuda, gpu
+
+    n, chunk = 2, 300
+    recv = torch.cat([ops._pattern(src, chunk, torch.float32, "cpu") for src in range(n)])
+    model = FakeCuda([gpu(i) for i in range(8)])
+    with model.install():  # the buffers' device as a GPU rank's: cuda:3 (their values held on the CPU)
+        send = SimpleNamespace(dtype=torch.float32, device=torch.device("cuda", 3))
+        ok, bad = ops.verify(ops.Buffers("all_gather", send, recv, chunk, chunk * 4), 0, n)  # type: ignore[arg-type]
+    assert ok and bad == []
+    assert model.calls and model.on_other_devices(3) == []
+
+
+@pytest.mark.parametrize("op", sorted(ops.HELD_ELEMENTS))
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_held_bytes_is_what_make_buffers_allocates(op: str, n: int) -> None:
+    """probes/memory_fit.py sizes a step by held_bytes before allocating it: the two must agree."""
+    b = ops.make_buffers(op, 4 * 2**20 + 6, n - 1, n, torch.bfloat16, "cpu")
+    real = b.send.numel() * 2 + (0 if b.recv is b.send else b.recv.numel() * 2)
+    assert ops.held_bytes(op, 4 * 2**20 + 6, n, torch.bfloat16) == real

@@ -72,6 +72,7 @@ def test_local_rank_5_touches_only_gpu_5_in_every_thread(model: FakeCuda) -> Non
     # set-up's thread (binding), the caller's (the collectives) and the device family's each set GPU 5 first
     assert [c.thread for c in model.calls if c.what == "set_device"].count("preflight-probe-setup") >= 2
     assert model.on_other_devices(5) == []  # every alloc / event / synchronize named GPU 5, none bare
+    assert model.contexts == {5}  # no CUDA context (and its memory) on any other GPU
     allocs = [c for c in model.calls if c.what == "alloc"]
     assert allocs and {c.thread for c in allocs} >= {"preflight-probe-setup", threading.current_thread().name}
     (row,) = outcome.device_rows
@@ -243,3 +244,20 @@ def test_two_hosts_of_eight_gpus_every_rank_on_its_own_gpu(netns_hosts, tmp_path
     by_rank = {r["rank"]: r for r in report["device_probes"]}
     assert (by_rank[11]["index"], by_rank[2]["index"]) == (3, 2)
     assert by_rank[11]["uuid"] != by_rank[3]["uuid"]  # GPU 3 of the other host is another GPU
+
+
+def test_a_nearly_full_gpu_skips_the_collective_sizes_that_would_not_fit_with_the_reason() -> None:
+    """A trainer holds all but 320 MiB of GPU 6: the 256 MiB all_to_all (512 MiB of buffers) is skipped on
+    every rank with its reason (BW014), never allocated into an out-of-memory error read as a failed or hung
+    collective; the 64 KiB one is measured."""
+    model = FakeCuda([gpu(i, free=SMALL_FREE) for i in range(8)], rates={"gemm": 0.002, "copy": 2.0, "host": 1.0})
+    options = RunOptions.parse(ops="all_to_all", sizes="64KiB,256MiB", warmup=1, iters=2, probe_timeout_s=30.0,
+                               skip=["gpu-probe"]).for_world(1)
+    outcome = _run_one_rank(model, 6, options)
+    assert [(r.op, r.size_bytes) for r in outcome.results] == [("all_to_all", 64 * 1024)]
+    assert all(r.verified for r in outcome.results)
+    (skipped,) = [f for f in outcome.findings if f.check_id == "BW014"]
+    assert "all_to_all at 256 MiB on world needs about 1024 MiB" in skipped.message
+    assert "the least free among the ranks is 320 MiB" in skipped.message
+    assert [f.check_id for f in outcome.findings if f.severity.value not in ("info",)] == []
+    assert max(c.nbytes for c in model.calls if c.what == "alloc") < 64 * 2**20  # nothing big was allocated

@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import hashlib
 import os
 import platform
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from preflight.lib import pci_topology
+from preflight.lib import host_turns, loaded_libraries, pci_topology
 from preflight.lib.pci_topology import PciPlace
 from preflight.model.device_probe import HostLink, NvmlSample
 
@@ -72,12 +70,22 @@ def tf32_allowed(torch: Any, allowed: bool) -> Iterator[None]:
         matmul.allow_tf32 = saved_legacy
 
 
+def release_pinned(torch: Any) -> None:
+    """Cached pinned host memory back to the OS: torch.accelerator.empty_host_cache where this torch has it
+    (2.8 and later), its private predecessor otherwise; nothing where neither exists."""
+    release = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None) or \
+        getattr(torch._C, "_host_emptyCache", None)
+    if release is not None:
+        with contextlib.suppress(Exception):
+            release()
+
+
 class TorchDevice:
     """This rank's device as torch drives it: "cpu", or the CUDA ordinal the session bound."""
 
     def __init__(self, kind: str, index: int | None = None, cuda: Any = None, nvml: Any = None,
                  nvml_handle: Any = None, place: PciPlace | None = None, sysfs_root: str = "/sys",
-                 host: str = "") -> None:
+                 host: str = "", job: str = "") -> None:
         import torch
 
         self.torch = torch
@@ -88,6 +96,7 @@ class TorchDevice:
         self.figure = ""  # the figure being measured now (the NVML sampler reads it)
         self.place = place or PciPlace()  # the PCIe switch it shares and its NUMA node (lib/pci_topology.py)
         self.sysfs_root, self.host = sysfs_root, host
+        self.job = job  # the job's identity (lib/host_turns.job_identity): whose turns these are
         self.device = torch.device("cuda", index) if kind == "cuda" else torch.device("cpu")
 
     # ---- what the device can run ----
@@ -138,20 +147,13 @@ class TorchDevice:
         finally:
             os.sched_setaffinity(0, saved)
 
-    @contextlib.contextmanager
-    def link_turn(self) -> Iterator[None]:
+    def link_turn(self) -> contextlib.AbstractContextManager[None]:
         """The host link to this rank alone for the block: the GPUs behind one PCIe switch (every GPU of the
-        host when the topology is unknown) copy to and from the host in turns, through a lock file that
-        the ranks of a host share, so a shared uplink is not measured as a slow one."""
-        shared = self.place.switch or "host"
-        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{self.host}-{shared}")
-        path = os.path.join(tempfile.gettempdir(), f"preflight-pcie-{name}.lock")
-        with open(path, "a+b") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # bounded by the family's deadline (a bounded thread)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        host when the topology is unknown) copy to and from the host in turns, through a lock file of this
+        user's job (lib/host_turns.py: 0600, gone after each turn), so a shared uplink is not measured as a
+        slow one and nothing is left on the node for another user or job to trip over. The wait is bounded
+        by the family's deadline (a bounded thread)."""
+        return host_turns.turn(host_turns.turn_path(self.host, self.place.switch or "host", self.job))
 
     # ---- the calls measured ----
     def matmul(self, a: Any, b: Any, tf32: bool = False) -> Any:
@@ -204,7 +206,9 @@ class TorchDevice:
 
     def digest_key(self) -> tuple[str, str]:
         """(what must match for two devices' digests to be compared, why none may be), e.g.
-        ("cuBLAS 120804 sm_90 132 SMs", ""). Under ROCm's TunableOp each rank picks its own kernels:
+        ("cuBLAS 12.8.4 sm_90 132 SMs", ""): the cuBLAS the process loaded, asked through its own
+        cublasGetProperty (lib/loaded_libraries.py), else the CUDA version torch was built for.
+        Under ROCm's TunableOp each rank picks its own kernels:
         no comparison ("", the reason)."""
         if self.kind != "cuda":
             return "", ""
@@ -214,8 +218,12 @@ class TorchDevice:
         props = self.cuda.get_device_properties(self.device)
         blas = "hipBLASLt" if getattr(self.torch.version, "hip", None) else "cuBLAS"
         version = ""
+        if blas == "cuBLAS":  # the libcublas this process loaded (pip, conda, LD_LIBRARY_PATH), by its own call
+            version = loaded_libraries.loaded().get("cublas", loaded_libraries.Loaded("", "", "")).version
         with contextlib.suppress(Exception):
-            version = str(self.torch._C._cuda_getCompiledVersion()) if blas == "cuBLAS" else str(self.torch.version.hip)
+            if not version:  # not readable: the version torch was compiled against, said to be only that
+                version = (f"built for CUDA {self.torch._C._cuda_getCompiledVersion()}" if blas == "cuBLAS"
+                           else str(self.torch.version.hip))
         with contextlib.suppress(Exception):
             version = str(self.torch.backends.cuda.preferred_blas_library()) + " " + version
         return (f"{blas} {version.strip()} sm_{getattr(props, 'major', '?')}{getattr(props, 'minor', '?')} "
@@ -229,9 +237,11 @@ class TorchDevice:
 
     def close(self) -> None:
         """Give back what the family held: the caching allocator's blocks it reserved (its tensors are
-        gone by now) and the NVML reference it opened."""
+        gone by now), the pinned host memory of its host copies (torch's host caching allocator keeps
+        it after the tensors are freed, and empty_cache does not touch it) and the NVML reference."""
         if self.kind == "cuda":
             self.cuda.empty_cache()
+            release_pinned(self.torch)
         if self.nvml is not None:
             with contextlib.suppress(Exception):
                 self.nvml.shutdown()
@@ -257,19 +267,21 @@ class TorchDevice:
                           power / 1000.0 if isinstance(power, (int, float)) else None)
 
     @contextlib.contextmanager
-    def sampling(self, report: Any, began: float) -> Iterator[None]:
-        """NVML read in a side thread every SAMPLE_EVERY_S while the block runs: clocks and throttle reasons
-        during the matrix bursts, the PCIe link during the host copies (an idle link trains down). Nothing
-        without NVML; the thread is stopped and joined when the block ends."""
+    def sampling(self, report: Any, began: float, every_s: float = SAMPLE_EVERY_S,
+                 limit: int = MAX_SAMPLES) -> Iterator[None]:
+        """NVML read in a side thread every `every_s` while the block runs (up to `limit` samples in the
+        report): clocks and throttle reasons during the matrix bursts, the PCIe link during the host copies
+        (an idle link trains down). Never after a burst's synchronize: the GPU is idle then, and so are its
+        clocks and power. Nothing without NVML; the thread is stopped and joined when the block ends."""
         if self.nvml_handle is None:
             yield
             return
         stop = threading.Event()
 
         def loop() -> None:
-            while not stop.wait(SAMPLE_EVERY_S):
+            while not stop.wait(every_s):
                 figure = self.figure
-                if figure.startswith("gemm") and len(report.samples) < MAX_SAMPLES:
+                if figure.startswith("gemm") and len(report.samples) < limit:
                     sample = self.sample(time.monotonic() - began)
                     if sample is not None:
                         report.samples.append(sample)
@@ -298,7 +310,8 @@ class TorchDevice:
 
 
 def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = None,
-                deadline_s: float = 60.0, uuid: str = "", sysfs_root: str = "/sys", host: str = "") -> TorchDevice:
+                deadline_s: float = 60.0, uuid: str = "", sysfs_root: str = "/sys", host: str = "",
+                job: str = "") -> TorchDevice:
     """The real device of this rank, with NVML opened on its GPU where the host has NVML: matched by PCI
     bus id, or by UUID when torch gives no bus id (NVML indices are not CUDA ordinals); NVML is not
     called after deadline_s, and close() shuts it down."""
@@ -322,4 +335,4 @@ def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = 
         except Exception:
             handle = None
     return TorchDevice("cuda", index, cuda=cuda, nvml=nvml, nvml_handle=handle,
-                       place=pci_topology.place(pci_bus_id, sysfs_root), sysfs_root=sysfs_root, host=host)
+                       place=pci_topology.place(pci_bus_id, sysfs_root), sysfs_root=sysfs_root, host=host, job=job)

@@ -116,6 +116,10 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
     budget = budget_s if budget_s is not None else DEFAULT_BUDGET_S.get(device.kind, 1.0)
     if not device.has_host_link():
         report.skipped.update({"h2d": "no host link on CPU", "d2h": "no host link on CPU"})
+    elif report.uuid.startswith("MIG-"):  # torch names a MIG instance by its own UUID
+        why = (f"{report.uuid} is a MIG instance: its GPU's host link is shared with the GPU's other instances, "
+               "whose copies it would measure too")
+        report.skipped.update({"h2d": why, "d2h": why})
     full = sizes or SIZES.get(device.kind, SIZES["cpu"])
     try:
         sizes, why = fit(full, device.free_bytes(), device.has_host_link())
@@ -128,7 +132,7 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
         return report
     if why:
         report.sized = why  # shrunk figures are compared with siblings of their size only, never with a peak
-    figures = _figures(device, sizes)
+    figures = {name: figure for name, figure in _figures(device, sizes).items() if name not in report.skipped}
     report.pcie_switch, report.numa_node = device.place.switch, device.place.numa
     slot_s = budget * 0.9 / max(1, len(figures) * PASSES)
     with _one_thread(device):
@@ -226,33 +230,35 @@ def _bursts(device: Any, call: Callable[[], Any], slot_s: float, measured: Measu
 
 def _sustain(device: Any, prepared: tuple[Measured, Callable[[], Any]], sustain_s: float, report: DeviceReport,
              began: float) -> None:
-    """`--device-sustain`: continuous bf16 products for sustain_s, NVML sampled between bursts."""
+    """`--device-sustain`: continuous bf16 products for sustain_s, NVML sampled by the side thread WHILE they
+    run (Device.sampling), every sustain_s / MAX_SUSTAIN_SAMPLES (at least 0.25 s): a read after a burst's
+    synchronize would see an idle GPU's clocks, power and throttle reasons."""
     measured, call = prepared
     every_s = max(0.25, sustain_s / MAX_SUSTAIN_SAMPLES)  # a bounded report, however long the load
-    until = time.monotonic() + sustain_s
-    last = 0.0
-    while time.monotonic() < until:
-        device.burst(call, measured.iters)
-        if time.monotonic() - last >= every_s:
-            last = time.monotonic()
-            sample = device.sample(last - began)
-            if sample is not None:
-                report.samples.append(sample)
+    device.figure = "gemm_sustain"
+    try:
+        with device.sampling(report, began, every_s=every_s, limit=len(report.samples) + MAX_SUSTAIN_SAMPLES):
+            until = time.monotonic() + sustain_s
+            while time.monotonic() < until:
+                device.burst(call, measured.iters)
+    finally:
+        device.figure = ""
 
 
 def _correctness(device: Any, report: DeviceReport, sizes: Sizes) -> None:
     """One deterministic product, twice: its digest travels to rank 0, which compares devices of one model."""
     torch = device.torch
     try:
+        a, b = device.matrices(sizes.sdc_n, torch.float32, seed=SDC_SEED)
+        first = device.matmul(a, b, tf32=False)
+        second = device.matmul(a, b, tf32=False)
+        device.synchronize()
+        # The key after the products: the BLAS library that computed them is loaded by now.
         key, why_not = device.digest_key()
         if why_not:  # kernels chosen per rank (TunableOp): equal inputs need not give equal bits
             report.skipped["sdc"] = why_not
             return
         report.sdc_key = key
-        a, b = device.matrices(sizes.sdc_n, torch.float32, seed=SDC_SEED)
-        first = device.matmul(a, b, tf32=False)
-        second = device.matmul(a, b, tf32=False)
-        device.synchronize()
         report.sdc_digest, report.sdc_checksum = device.digest(first)
         report.sdc_repeat_digest, _ = device.digest(second)
         report.sdc_method = f"fp32 matmul {sizes.sdc_n}x{sizes.sdc_n}, inputs seeded {SDC_SEED}, tf32 off"

@@ -28,6 +28,7 @@ from preflight.checks.device_probe import (
     throttled_under_load,
 )
 from preflight.lib.errors import BadInput, one_line
+from preflight.lib.host_turns import job_identity
 from preflight.lib.numbers import ascii_int
 from preflight.model import CheckOutcome, Finding
 from preflight.model.device_probe import DeviceReport, DeviceRow
@@ -105,7 +106,8 @@ def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any 
             # minutes (the hang nvidia-smi shows), and the device is then named, not waited for.
             opened = device or open_device(kind, bound.index if bound else None, bound.pci_bus_id if bound else "",
                                            cuda=session.cuda, deadline_s=deadline_s, uuid=bound.uuid if bound else "",
-                                           sysfs_root=options.sysfs_root, host=world.host)
+                                           sysfs_root=options.sysfs_root, host=world.host,
+                                           job=job_identity(world.job_id, world.master_addr, world.master_port))
             report.serial = opened.serial() if kind == "cuda" else ""
             run_family(opened, report, budget, options.device_sustain_s)
             return opened

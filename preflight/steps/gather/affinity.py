@@ -5,7 +5,8 @@
   path from the root port down (`<root>/bus/pci/devices/<bdf>`, a link into `devices/`);
 - the NICs NCCL would use: the RDMA devices NCCL_IB_HCA allows (every one when unset), else the
   socket interface NCCL_SOCKET_IFNAME chose; each with its NUMA node and PCIe path; and the RDMA
-  devices local to the GPU (same PCIe switch, else same NUMA node);
+  devices local to the GPU (behind the same PCIe switch, lib/pci_topology.uplink, else on the same
+  NUMA node);
 - each NUMA node's CPUs (`devices/system/node/node<N>/cpulist`).
 """
 
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from preflight.lib import pci_topology
 from preflight.lib.cpulist import parse_cpulist
 from preflight.lib.ib_hca import HcaFilter
 from preflight.model import RankFacts
@@ -24,8 +25,6 @@ from preflight.model.placement_facts import AffinityFacts, NicPlacement
 
 if TYPE_CHECKING:
     from preflight.steps.gather import GatherOptions
-
-_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 def gather(facts: RankFacts, options: GatherOptions) -> None:
@@ -38,7 +37,7 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
     gpu = next((g for g in facts.gpus if g.index == bound), None) if bound is not None else None
     if gpu is None or not gpu.pci_bus_id:
         return
-    aff.gpu_bus_id = sysfs_bdf(gpu.pci_bus_id)
+    aff.gpu_bus_id = pci_topology.sysfs_bus_id(gpu.pci_bus_id)
     aff.gpu_numa_node, aff.gpu_pci_path = pci_place(root / "bus" / "pci" / "devices" / aff.gpu_bus_id)
     rdma = rdma_nics(root)
     hca = HcaFilter.parse(os.environ.get("NCCL_IB_HCA"))
@@ -55,25 +54,9 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
     aff.local_nics = [nic.name for nic in local_to(aff.gpu_numa_node, aff.gpu_pci_path, rdma)]
 
 
-def sysfs_bdf(nvml_bus_id: str) -> str:
-    """NVML's `00000000:18:00.0` as sysfs names it: `0000:18:00.0`."""
-    text = nvml_bus_id.strip().lower()
-    domain, _, rest = text.partition(":")
-    return f"{domain[-4:].rjust(4, '0')}:{rest}"
-
-
 def pci_place(link: Path) -> tuple[int | None, list[str]]:
     """A PCI device's NUMA node (None: none or unknown) and the bus ids from its root port down."""
-    try:
-        target = link.resolve(strict=True)
-    except (OSError, RuntimeError):
-        return None, []
-    path = [part for part in target.parts if _BDF.fullmatch(part)]
-    try:
-        numa = int((target / "numa_node").read_text().strip())
-    except (OSError, ValueError):
-        numa = -1
-    return (numa if numa >= 0 else None), path
+    return pci_topology.numa_node(str(link)), pci_topology.pci_path(str(link))
 
 
 def rdma_nics(root: Path) -> list[NicPlacement]:
@@ -94,14 +77,9 @@ def _ports(root: Path, device: str) -> list[int]:
         return [1]
 
 
-def shares_switch(a: list[str], b: list[str]) -> bool:
-    """Two devices behind one PCIe switch: the same root port and the same switch upstream port."""
-    return len(a) >= 3 and len(b) >= 3 and a[:2] == b[:2]
-
-
 def local_to(numa: int | None, path: list[str], nics: list[NicPlacement]) -> list[NicPlacement]:
     """The NICs on the GPU's PCIe switch, else on its NUMA node (NCCL's own preference order)."""
-    same_switch = [nic for nic in nics if shares_switch(path, nic.pci_path)]
+    same_switch = [nic for nic in nics if pci_topology.shares_uplink(path, nic.pci_path)]
     if same_switch:
         return same_switch
     return [nic for nic in nics if numa is not None and nic.numa_node == numa]

@@ -2,8 +2,9 @@
 
 Fills `facts.health`: whether NVML is there at all (`nvml`), which GPU this rank is bound to
 (`bound_index`, by the rule the probes bind with: one visible GPU is the rank's; at least as
-many visible as local ranks, LOCAL_RANK's; CUDA_VISIBLE_DEVICES as indices or UUIDs mapped onto
-NVML's indices), and that GPU's health reads (`gpus`, one GpuHealth). A read NVML answers
+many visible as local ranks, LOCAL_RANK's; CUDA_VISIBLE_DEVICES as CUDA ordinals (in
+CUDA_DEVICE_ORDER's order), GPU UUIDs or MIG instance UUIDs, each mapped to NVML by PCI bus id:
+lib/cuda_visible.py), and that GPU's health reads (`gpus`, one GpuHealth). A read NVML answers
 NotSupported / NoPermission is listed in `GpuHealth.unavailable`; a GPU_IS_LOST marks the
 device lost. Host-wide facts every rank of a host shares (NVLink counts of every GPU, names,
 bus ids) are in `facts.gpus` (gpus.py).
@@ -17,10 +18,11 @@ PREFLIGHT_DEV_ROOT (read here only) at a FAKE /dev, since no NVIDIA driver exist
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from preflight.lib import nvml_fabric, nvml_source
+from preflight.lib import cuda_visible, nvml_fabric, nvml_source
 from preflight.lib.nvml_source import Nvml, NvmlError
 from preflight.lib.settle import grace_within, settle
 from preflight.model import GpuFabric, GpuHealth, GpuProcess, NvLinkHealth, RankFacts
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from preflight.steps.gather import GatherOptions
 
 NVLINK_MAX_LINKS = 18
+T = TypeVar("T")
 DEV_ROOT_VARIABLE = "PREFLIGHT_DEV_ROOT"  # tests only: a FAKE /dev holding the driver's device nodes
 IMEX_CHANNELS = "nvidia-caps-imex-channels"
 MAX_IMEX_CHANNELS = 16
@@ -38,39 +41,43 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def visible_indices(nvml: Nvml, spec: str | None) -> tuple[list[int], str]:
-    """The NVML indices CUDA_VISIBLE_DEVICES lets this process use, in CUDA's order, and a note."""
-    count = nvml.count()
-    if spec is None:
-        return list(range(count)), ""
-    chosen: list[int] = []
-    uuids: dict[str, int] | None = None
-    for entry in (part.strip() for part in spec.split(",")):
-        if not entry:
-            break
-        if entry.isdigit():
-            index = int(entry)
-            if index >= count:
-                break  # CUDA stops at the first invalid entry
-            chosen.append(index)
+def nvml_gpus(nvml: Nvml) -> list[cuda_visible.NvmlGpu]:
+    """Every GPU NVML sees, with what CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER are resolved against."""
+    found = []
+    for index in range(nvml.count()):
+        try:
+            handle = nvml.handle(index)
+            bus, uuid = _text(nvml.read(handle, "pci_bus_id")), _text(nvml.read(handle, "uuid"))
+        except NvmlError:  # a lost GPU is still a CUDA ordinal: it keeps its place, and its rank is told
+            found.append(cuda_visible.NvmlGpu(index, "", ""))
             continue
-        if uuids is None:
-            uuids = {}
-            for index in range(count):
-                try:
-                    uuids[_text(nvml.read(nvml.handle(index), "uuid"))] = index
-                except NvmlError:
-                    continue
-        prefix = entry if entry.startswith("GPU-") else f"GPU-{entry}"
-        match = [i for uuid, i in uuids.items() if uuid.startswith(prefix)]
-        if len(match) != 1:
-            return chosen, f"CUDA_VISIBLE_DEVICES entry {entry[:40]!r} names no single GPU NVML sees"
-        chosen.append(match[0])
-    return chosen, ""
+        try:
+            major, minor = nvml.read(handle, "cuda_capability")
+            capability: tuple[int, int] | None = (int(major), int(minor))
+        except (NvmlError, TypeError, ValueError):
+            capability = None
+        try:
+            migs = tuple(_text(m) for m in nvml.read(handle, "mig_uuids"))
+        except (NvmlError, TypeError):
+            migs = ()
+        found.append(cuda_visible.NvmlGpu(index, bus, uuid, capability, migs))
+    return found
 
 
-def bind(visible: list[int], local_rank: int, local_world_size: int) -> tuple[int | None, str]:
-    """The NVML index this rank will use (session.bind_device's rule) and why; None when none fits."""
+def visible_devices(nvml: Nvml, spec: str | None, order: str | None = None) -> tuple[list[cuda_visible.Visible], str]:
+    """The devices CUDA_VISIBLE_DEVICES lets this process use, in CUDA's ordinal order (CUDA_DEVICE_ORDER
+    applied, each mapped to NVML by PCI bus id: lib/cuda_visible.py), and a note."""
+    return cuda_visible.resolve(spec, nvml_gpus(nvml), order)
+
+
+def visible_indices(nvml: Nvml, spec: str | None, order: str | None = None) -> tuple[list[int], str]:
+    """The NVML indices of visible_devices (a MIG instance's: its GPU's)."""
+    visible, note = visible_devices(nvml, spec, order)
+    return [v.index for v in visible], note
+
+
+def bind(visible: Sequence[T], local_rank: int, local_world_size: int) -> tuple[T | None, str]:
+    """The visible device this rank will use (session.bind_device's rule) and why; None when none fits."""
     if not visible:
         return None, "no GPU visible"
     if len(visible) == 1:
@@ -201,14 +208,17 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
         return
     try:
         health.nvml = "ok"
-        visible, note = visible_indices(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        visible, note = visible_devices(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                        os.environ.get("CUDA_DEVICE_ORDER"))
         health.visible_gpus = len(visible)
-        index, reason = bind(visible, facts.world.local_rank, facts.world.local_world_size)
-        health.bound_index, health.bound_reason = index, note or reason
+        device, reason = bind(visible, facts.world.local_rank, facts.world.local_world_size)
+        health.bound_index = device.index if device is not None else None
+        health.bound_reason = "; ".join(filter(None, (reason, note)))
         health.imex_channels = imex_channels(os.environ.get(DEV_ROOT_VARIABLE) or "/dev")
-        if index is not None:
+        if device is not None:
             grace = grace_within(options.settle_grace_s, options.timeout_s)
-            health.gpus = [read_health(nvml, index, grace)]
+            health.gpus = [read_health(nvml, device.index, grace)]
+            health.gpus[0].mig_instance = device.mig
             _watch(facts, health.gpus[0])
     finally:
         nvml.shutdown()

@@ -44,3 +44,22 @@ def test_nvml_is_read_while_the_bursts_run_and_the_sampler_stops_after(replayed:
     time.sleep(0.2)
     assert len(report.samples) == count  # nothing read once the block ended
     device.close()
+
+
+def test_the_host_copies_pinned_memory_goes_back_when_the_device_closes() -> None:
+    """torch's host caching allocator keeps freed pinned blocks (2 x the host-copy size here), and
+    torch.cuda.empty_cache does not touch them: close() gives them back."""
+    from preflight.lib.pci_topology import PciPlace
+    from preflight.probes.device.boundary import TorchDevice
+    from preflight.probes.device.family import Sizes, run_family
+
+    model = FakeCuda([gpu(0)], rates={"gemm": 0.5, "copy": 50.0, "host": 10.0})
+    with model.install():
+        device = TorchDevice("cuda", 0, place=PciPlace("0000:10:00.0", None), host=f"pin{time.monotonic_ns()}")
+        report = run_family(device, DeviceReport(0, "n", "cuda"), budget_s=0.05,
+                            sizes=Sizes(gemm_n=64, copy_bytes=2**20, host_bytes=2**20, sdc_n=64))
+        cached = model.pinned_reserved
+        device.close()
+    assert {"h2d", "d2h"} <= {m.name for m in report.measured} and report.errors == {}
+    assert model.pinned_allocated == 0 and cached >= 2 * 2**20  # the tensors are gone, their pages cached
+    assert model.pinned_reserved == 0 and model.reserved == [0]

@@ -7,16 +7,26 @@ judge; the turns themselves through the real TorchDevice.link_turn (a lock file 
 
 from __future__ import annotations
 
+import glob
 import itertools
+import json
+import os
+import pwd
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 from preflight.lib.pci_topology import PciPlace
-from preflight.model.device_probe import HostLink
+from preflight.model.device_probe import DeviceReport, HostLink
 from preflight.probes.device import judge as device_judge
 from preflight.probes.device.boundary import TorchDevice
+from preflight.probes.device.family import run_family
 from preflight.probes.device.run import findings
 from tests.helpers.fake_device import FakeDevice, measure
+from tests.helpers.tools import require_root
 
 A100 = {"gemm_bf16": 250.0, "gemm_fp16": 250.0, "gemm_tf32": 120.0, "copy": 1700.0, "h2d": 24.0, "d2h": 24.0}
 GEN4 = HostLink(4, 16, 4, 16)
@@ -75,3 +85,69 @@ def test_host_copies_behind_one_switch_never_overlap() -> None:
         t.join(30)
     spans.sort()
     assert len(spans) == 9 and all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
+
+
+FAMILY_AS = """
+import json, os, pwd, sys
+sys.path.insert(0, {root!r})
+import torch, torch.distributed
+from preflight.lib.pci_topology import PciPlace
+from preflight.model.device_probe import DeviceReport
+from preflight.probes.device.boundary import TorchDevice
+from preflight.probes.device.family import Sizes, run_family
+from tests.helpers.fake_cuda import FakeCuda, gpu
+user, host = sys.argv[1], sys.argv[2]
+if user:  # everything imported first: this interpreter's files may be readable by root alone
+    entry = pwd.getpwnam(user)
+    os.setgroups([])
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+model = FakeCuda([gpu(0)], rates={{"gemm": 0.5, "copy": 50.0, "host": 10.0}})
+with model.install():
+    device = TorchDevice("cuda", 0, place=PciPlace("0000:10:00.0", None), host=host)
+    report = run_family(device, DeviceReport(0, host, "cuda"), budget_s=0.05,
+                        sizes=Sizes(gemm_n=64, copy_bytes=2**20, host_bytes=2**20, sdc_n=64))
+print(json.dumps({{"uid": os.geteuid(), "errors": report.errors, "measured": sorted(m.name for m in report.measured)}}))
+"""
+
+
+def _family_as(user: str | None, host: str) -> dict[str, object]:
+    """The device family on one model GPU through the real TorchDevice (its host copies taking turns behind
+    switch 0000:10:00.0 of `host`), in a fresh interpreter that runs as `user` (None: this test's own uid)
+    once it has imported what it needs (a fork of the test's threaded process could deadlock on a lock
+    another thread held); what it measured and what it could not."""
+    root = str(Path(__file__).resolve().parents[3])
+    done = subprocess.run([sys.executable, "-c", FAMILY_AS.format(root=root), user or "", host],
+                          capture_output=True, text=True, timeout=300, cwd="/",
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _left_behind(host: str) -> list[str]:
+    return [p for p in glob.glob(os.path.join(tempfile.gettempdir(), "preflight-pcie-*")) if host in p]
+
+
+def test_a_second_user_on_the_node_after_the_first_measures_its_host_links_and_nothing_is_left() -> None:
+    """A shared node: root's run, then `nobody`'s (a real other uid). A turn's lock file left 0644 by the
+    first user would refuse the second's open (PermissionError: its host links DEV009, every later run)."""
+    require_root()  # to become another uid
+    host = f"shared{time.monotonic_ns()}"
+    first = _family_as(None, host)
+    assert first["errors"] == {} and {"h2d", "d2h"} <= set(first["measured"])  # type: ignore[operator]
+    assert _left_behind(host) == []  # nothing on the node once the turns are over
+    second = _family_as("nobody", host)
+    assert second["uid"] == pwd.getpwnam("nobody").pw_uid
+    assert second["errors"] == {} and {"h2d", "d2h"} <= set(second["measured"])  # type: ignore[operator]
+    assert _left_behind(host) == []
+
+
+def test_a_mig_instance_skips_its_host_link_with_the_reason_and_measures_the_rest() -> None:
+    """A MIG instance shares its GPU's PCIe link with the other instances: its copies would measure theirs."""
+    device = a100(0)
+    report = DeviceReport(0, "node0", "cuda", name="NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+                          uuid="MIG-7a1e0000-0000-4000-8000-000000000071")
+    run_family(device, report, budget_s=1.0)
+    assert {m.name for m in report.measured} == {"gemm_bf16", "gemm_fp16", "gemm_tf32", "copy"}
+    assert "is a MIG instance" in report.skipped["h2d"] and report.skipped["d2h"] == report.skipped["h2d"]
+    assert device.turns == 0 and report.errors == {}

@@ -149,3 +149,12 @@ def test_sustained_load_is_sampled_at_a_bounded_rate() -> None:
     run_family(device, report, budget_s=1.0, sustain_s=0.6)
     during_bursts = 3 * 2 * 5  # bf16, fp16, tf32: a sample after each burst of both passes
     assert during_bursts < len(report.samples) <= during_bursts + 4  # every 0.25 s of the 0.6 s
+
+
+def test_the_sustained_load_is_sampled_while_the_gpu_works_never_between_bursts() -> None:
+    """NVML read after a burst's synchronize reads an idle GPU: its clocks, power and throttle reasons."""
+    device = FakeDevice(samples=[NvmlSample(0.1, 1980, 1980, 0, 60, 690.0)])
+    report = DeviceReport(0, "node0", "cuda", name=device.name)
+    run_family(device, report, budget_s=1.0, sustain_s=0.6)
+    assert len(report.samples) > 3 * 2 * 5  # the sustained load's samples are there
+    assert device.idle_samples == 0  # and every one of them was read during a burst
