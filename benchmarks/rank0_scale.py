@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/rank0_scale.py                    # the sweep: every N, both worlds
     .venv/bin/python benchmarks/rank0_scale.py --ranks 16384 --world slurm   # one N, one world
+    .venv/bin/python benchmarks/rank0_scale.py --ranks 131072 --world slurm --compare-src /tmp/before --repeat 3
 
 Each (N, world) runs in a fresh process: a child generates N payloads (written to a temporary
 file, so generating them costs the measured process neither time nor memory), then the
@@ -111,6 +112,11 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
         from preflight.channel.wire import to_wire
     except ImportError:  # before issue 16: the payload as it is
         to_wire = encode
+    try:  # through the store: the shared sections by digest, each written once (issue 44)
+        from preflight.channel.wire import store_form
+    except ImportError:
+        store_form = None
+    written: set[str] = set()  # the sections in the store so far
 
     hosts = size // PER_HOST
     missing = set(range(hosts - 1 - missing_hosts, hosts - 1))  # never host 0 (rank 0 is there)
@@ -186,6 +192,13 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
             found, outcomes = per_host_found[kind]
             mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
             data = to_wire(RankPayload(rank, facts, mine, outcomes))
+            if store_form is not None:
+                data, sections = store_form(data)
+                for digest, section in sections.items():  # before the first payload that names it
+                    if digest not in written:
+                        written.add(digest)
+                        record = digest.encode() + b"\n" + section
+                        out.write(_HEAD.pack(len(record), SECTION_RECORD) + record)
             out.write(_HEAD.pack(len(data), rank) + data)
 
 
@@ -193,6 +206,7 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
 # (rank 0 asks for `payload/<rank>`); reading it from the payload's JSON cost the measured decode
 # 0.3 s at 131,072 ranks that the real collect does not spend.
 _HEAD = struct.Struct("<II")
+SECTION_RECORD = 0xFFFFFFFF  # in a record's rank field: a shared section (its digest, a newline, its bytes)
 
 
 def _records(path: str):
@@ -204,9 +218,36 @@ def _records(path: str):
             yield rank, stream.read(length)
 
 
+def read_payloads(path: str, wanted=None) -> dict:
+    """The RankPayloads in `path` (those of `wanted` ranks, if given), as rank 0 reads them."""
+    from preflight.channel.wire import SharedSections, from_wire
+
+    shared, sections = SharedSections(), {}
+    payloads = {}
+    for rank, raw in _records(path):
+        if rank == SECTION_RECORD:
+            cut = raw.index(b"\n")
+            sections[raw[:cut].decode()] = raw[cut + 1:]
+        elif wanted is None or rank in wanted:
+            if hasattr(shared, "missing"):
+                need = shared.missing([raw])
+                shared.learn(need, [sections.get(d) for d in need])
+            payloads[rank] = from_wire(raw, shared)
+    return payloads
+
+
+def _sections(path: str):
+    """(digest, bytes) of each shared section in `path` (written under `shared/<digest>`)."""
+    for rank, raw in _records(path):
+        if rank == SECTION_RECORD:
+            cut = raw.index(b"\n")
+            yield raw[:cut].decode(), raw[cut + 1:]
+
+
 def _payloads(path: str):
-    for _, raw in _records(path):
-        yield raw
+    for rank, raw in _records(path):
+        if rank != SECTION_RECORD:
+            yield raw
 
 
 # -- measurement (a fresh process per N) ---------------------------------------------------
@@ -234,6 +275,10 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
     payload_bytes = os.path.getsize(data)
 
     from preflight.channel.collected import Collected, accept_many
+    try:
+        from preflight.channel.collected import accept_referenced as referenced
+    except ImportError:  # before issue 44: the whole payload from every rank
+        referenced = None
     from preflight.model import World
     from preflight.options import RunOptions
     from preflight.registry import CROSS, CheckContext, JobView, run_checks, select_checks
@@ -256,14 +301,24 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
         peak[name] = _peak_rss_mib()
         return value
 
+    sections: dict[str, bytes] = {}  # the store's shared sections, by digest
+
     def accept(collected, ranks, raws):  # what the store collect does with each multi_get's answer
-        accept_many(collected, ranks, raws)
+        if referenced is None:
+            accept_many(collected, ranks, raws)
+        else:  # the sections the chunk names, fetched once each, then the payloads; emptied once read
+            for digest in referenced(collected, ranks, raws, lambda wanted: [sections.get(d) for d in wanted]):
+                sections[digest] = b""
 
     def decode_all():
         collected = Collected()
         chunk: list[bytes] = []
         ranks: list[int] = []
         for rank, raw in _records(data):
+            if rank == SECTION_RECORD:
+                cut = raw.index(b"\n")
+                sections[raw[:cut].decode()] = raw[cut + 1:]
+                continue
             chunk.append(raw)
             ranks.append(rank)
             if len(chunk) == 1024:
@@ -382,8 +437,44 @@ def sweep(worlds: list[str], sizes: list[int], missing_hosts: int) -> None:
             print(f"{world_kind}: 16384/4096 = {by[16384] / by[4096]:.2f}")
 
 
+def compare(src: str, world_kind: str, size: int, missing_hosts: int, repeat: int) -> None:
+    """This tree against the one at `src` (its own benchmark, on payloads its own code generates),
+    alternated `repeat` times, each run a fresh process; each pair's ratios and their medians."""
+    import statistics
+
+    trees = {"this tree": str(Path(__file__).resolve().parents[1]), src: os.path.abspath(src)}
+    keep = {name: tempfile.mkdtemp(prefix="pf-compare-") for name in trees}  # generated once per tree
+    rows: dict[str, list[dict]] = {name: [] for name in trees}
+    try:
+        for _ in range(repeat):
+            for name, root in trees.items():
+                done = subprocess.run(
+                    [sys.executable, os.path.join(root, "benchmarks", "rank0_scale.py"), "--ranks", str(size),
+                     "--world", world_kind, "--missing-hosts", str(missing_hosts), "--keep", keep[name]],
+                    check=True, capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root})
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                rows[name].append(row)
+                print(json.dumps({"tree": name, **row}), flush=True)
+    finally:
+        for folder in keep.values():
+            shutil.rmtree(folder, ignore_errors=True)
+    figures = ("total_cpu_s", "total_s", "peak_rss_mib", "payload_kb_per_rank")
+    print(f"\n| {size} ranks, {world_kind}, median of {repeat} | " + " | ".join(figures) + " | load (1 min) |")
+    print("|---|" + "---|" * (len(figures) + 1))
+    for name in trees:
+        medians = [statistics.median(row[f] for row in rows[name]) for f in figures]
+        loads = [row["load_1min"] for row in rows[name]]
+        print(f"| {name} | " + " | ".join(str(m) for m in medians) + f" | {min(loads)}-{max(loads)} |")
+    this, other = rows["this tree"], rows[src]
+    ratios = [statistics.median(a[f] / b[f] for a, b in zip(this, other, strict=True)) for f in figures]
+    print("| this / that, median of the pairs | " + " | ".join(f"{r:.2f}" for r in ratios) + " | |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compare-src", metavar="DIR",
+                        help="also run the benchmark of the source tree at DIR (alternated), and print the ratios")
+    parser.add_argument("--repeat", type=int, default=3, help="with --compare-src: runs of each tree")
     parser.add_argument("--ranks", type=int)
     parser.add_argument("--world", choices=("torchrun", "slurm"))
     parser.add_argument("--missing-hosts", type=int, default=1)
@@ -396,6 +487,8 @@ def main() -> None:
         print(json.dumps(reload(args.reload)))
     elif args.generate:
         generate(args.world, args.ranks, args.missing_hosts, args.generate)
+    elif args.compare_src:
+        compare(args.compare_src, args.world or "slurm", args.ranks or 16384, args.missing_hosts, args.repeat)
     elif args.ranks and args.world:
         print(json.dumps(measure(args.world, args.ranks, args.missing_hosts, args.keep)))
     else:

@@ -23,6 +23,18 @@ the exchange linear and rank 0's decode fast:
   outcomes: 90% of the bytes). Compact JSON holds no raw newline, so the first
   one is the cut.
 
+Through the store the shared document travels by reference (`store_form`, issue 44): each
+section is replaced by its digest (BLAKE2b of the section's name and bytes) and its bytes go
+under `shared/<digest>`, written only by a rank that does not find them there already. A job's
+environment, World, versions and check outcomes are then in the store once for the whole job,
+and each host's network and GPU sections once per host (its first rank to publish writes them,
+the others find them): a rank's payload is its own document and ~200 bytes of digests. Rank 0
+fetches each digest it has not seen once (`SharedSections.missing` / `learn`), checks the bytes
+against the digest, and decodes them once; a rank whose section differs from its host's has
+another digest, so its own section is fetched and every check sees it. Rank 0 empties each key
+once read (channel/exchange.py), so the store does not hold N payloads. The --out-dir file
+keeps the whole document (`to_wire`): it is read alone.
+
 Rank 0 decodes each rank's own document, and the shared document only when it is not the same
 bytes as one it read lately (compared in place: at 131,072 ranks 0.3 GB are parsed, not 2.9 GB);
 each section of a new shared document is decoded once per distinct value too (one environment
@@ -35,7 +47,9 @@ shared objects are read-only.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +148,18 @@ class _SharedRaw:
     outcomes: msgspec.Raw
 
 
+@dataclass
+class _SharedRefs:
+    """`_Shared` as a rank publishes it through the store: each section's digest (see `store_form`)."""
+
+    env: str
+    world: str
+    versions: str
+    network: str
+    gpus: str
+    outcomes: str
+
+
 # The sections of `_Shared`, in its order, with their types.
 _SECTIONS: dict[str, Any] = {"env": dict[str, str], "world": World, "versions": Versions, "network": NetworkFacts,
                              "gpus": list[GpuFacts], "outcomes": list[CheckOutcome]}
@@ -160,6 +186,33 @@ def to_wire(payload: RankPayload) -> bytes:
     return encode(own) + _SEPARATOR + encode(shared)
 
 
+DIGEST_CHARS = 32  # a section's digest: BLAKE2b-128, hex
+
+
+def section_digest(name: str, data: bytes) -> str:
+    """The digest a section travels by: of its name and its bytes (two sections of different
+    names with the same bytes, `[]` as GPUs and as outcomes, are two digests)."""
+    return hashlib.blake2b(data, digest_size=DIGEST_CHARS // 2, person=name.encode()).hexdigest()
+
+
+def store_form(wire: bytes) -> tuple[bytes, dict[str, bytes]]:
+    """`to_wire`'s bytes as they go through the store: the shared document's sections replaced by
+    their digests, and the sections by digest (written under `shared/<digest>` where absent).
+
+    Bytes that are not a payload in `to_wire`'s form go as they are, with no sections: rank 0
+    reads them as it reads any payload, and refuses them there (RUN002)."""
+    cut = wire.find(_SEPARATOR)
+    try:
+        if cut < 0:
+            raise BadPayload("no shared document")
+        raw = decode(wire[cut + 1:], _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
+    except BadPayload:
+        return wire, {}
+    parts = [bytes(getattr(raw, name)) for name in _SECTIONS]
+    digests = [section_digest(name, data) for name, data in zip(_SECTIONS, parts, strict=True)]
+    return wire[:cut + 1] + encode(_SharedRefs(*digests)), dict(zip(digests, parts, strict=True))
+
+
 class SharedSections:
     """Rank 0's decoded sections by their bytes: each distinct value decoded (and held) once."""
 
@@ -173,6 +226,61 @@ class SharedSections:
         # is one of these (its host's other ranks, most of the time) is not parsed at all.
         self.documents: dict[bytes, tuple[Any, ...]] = {}
         self.last_document: tuple[bytes, tuple[Any, ...]] | None = None
+
+        # Sections that came by digest (through the store), decoded and checked against it; and
+        # the digests whose bytes were refused (absent, not matching, not decoding), with why.
+        self.by_digest: dict[str, Any] = {}
+        self.refused: dict[str, str] = {}
+
+    def missing(self, payloads: Iterable[bytes]) -> dict[str, str]:
+        """The digests these payloads name that rank 0 has not learned yet, each with its section's
+        name: what to fetch from the store (`shared/<digest>`) before reading them. A payload that
+        does not read is skipped here; reading it says why."""
+        wanted: dict[str, str] = {}
+        last = b""
+        for data in payloads:
+            cut = data.find(_SEPARATOR)
+            if cut < 0 or len(data) > MAX_PAYLOAD_BYTES:
+                continue
+            document = data[cut + 1:]
+            if document == last or document in self.documents:
+                continue  # a host's other ranks: the same digests, already looked at
+            last = document
+            try:
+                wire = decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
+                named = [(_digest_of(getattr(wire, name)), name) for name in _SECTIONS]
+            except BadPayload:
+                continue
+            wanted.update((digest, name) for digest, name in named
+                          if digest and digest not in self.by_digest and digest not in self.refused)
+        return wanted
+
+    def learn(self, wanted: dict[str, str], found: Sequence[bytes | None]) -> list[str]:
+        """Take the sections fetched for `wanted` (None where absent): each checked against its
+        digest and decoded once. The digests learned (rank 0 may empty their keys)."""
+        learned = []
+        for (digest, name), data in zip(wanted.items(), found, strict=True):
+            if data is None:
+                self.refused[digest] = f"its {name} section ({digest[:12]}) is not in the store"
+            elif section_digest(name, data) != digest:
+                self.refused[digest] = f"the store's {name} section under {digest[:12]} does not match its digest"
+            else:
+                try:
+                    self.by_digest[digest] = self.get(name, data)
+                    learned.append(digest)
+                except BadPayload as exc:
+                    self.refused[digest] = f"its {name} section ({digest[:12]}): {str(exc)[:160]}"
+        return learned
+
+    def _section(self, name: str, raw: msgspec.Raw) -> Any:
+        """A shared document's section: inline (a --out-dir file), or by a digest rank 0 has learned."""
+        digest = _digest_of(raw)
+        if not digest:
+            return self.get(name, raw)
+        found = self.by_digest.get(digest, _ABSENT)
+        if found is _ABSENT:
+            raise BadPayload(self.refused.get(digest, f"its {name} section ({digest[:12]}) never reached rank 0"))
+        return found
 
     def get(self, name: str, raw: msgspec.Raw | bytes) -> Any:
         data = bytes(raw)
@@ -195,7 +303,7 @@ class SharedSections:
         found = self.documents.get(document)
         if found is None:
             wire = decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
-            found = tuple(self.get(name, getattr(wire, name)) for name in _SECTIONS)
+            found = tuple(self._section(name, getattr(wire, name)) for name in _SECTIONS)
             if len(self.documents) >= _DOCUMENTS_KEPT:  # bounded: a few hosts' worth, not the job's
                 self.documents.clear()
             self.documents[document] = found
@@ -204,6 +312,21 @@ class SharedSections:
 
 
 _DOCUMENTS_KEPT = 256
+_ABSENT: Any = object()
+
+
+def _digest_of(raw: msgspec.Raw) -> str:
+    """The digest a section names when it came by reference (a JSON string of DIGEST_CHARS hex
+    digits); "" when the section is inline, and BadPayload for a string that is no digest."""
+    data = bytes(raw)
+    if not data.startswith(b'"'):
+        return ""
+    if not _DIGEST.fullmatch(data):
+        raise BadPayload(f"a shared section given as {data[:40]!r}: neither a value nor a digest")
+    return data[1:-1].decode()
+
+
+_DIGEST = re.compile(rb'"[0-9a-f]{%d}"' % DIGEST_CHARS)
 
 # One rank's facts and findings are a few KB to a few hundred KB (a large environment); far more is
 # not a preflight payload, and is refused before it is parsed.
