@@ -92,6 +92,33 @@ def _launcher_env(world: str, rank: int, size: int, host: str, port: int) -> dic
 
 def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
     """Write every reporting rank's encoded RankPayload to `path` (length-prefixed)."""
+    from preflight.model.codec import encode
+
+    try:  # what Exchange.publish sends
+        from preflight.channel.wire import to_wire
+    except ImportError:  # before issue 16: the payload as it is
+        to_wire = encode
+    try:  # through the store: the shared sections by digest, each written once (issue 44)
+        from preflight.channel.sections import store_form
+    except ImportError:
+        store_form = None
+    written: set[str] = set()  # the sections in the store so far
+    with open(path, "wb") as out:
+        for rank, payload in synthetic_payloads(world_kind, size, missing_hosts):
+            data = to_wire(payload)
+            if store_form is not None:
+                data, sections = store_form(data)
+                for digest, section in sections.items():  # before the first payload that names it
+                    if digest not in written:
+                        written.add(digest)
+                        record = digest.encode() + b"\n" + section
+                        out.write(_HEAD.pack(len(record), SECTION_RECORD) + record)
+            out.write(_HEAD.pack(len(data), rank) + data)
+
+
+def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=None):
+    """(rank, RankPayload) of every reporting rank (of `ranks` only, if given), as each rank
+    would publish it."""
     from preflight.channel.exchange import RankPayload
     from preflight.model import (
         ChosenInterface,
@@ -104,19 +131,8 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
         SystemLimits,
         Versions,
     )
-    from preflight.model.codec import encode
     from preflight.registry import LOCAL, CheckContext, run_checks, select_checks
     from preflight.steps.launchers import resolve_world
-
-    try:  # what Exchange.publish sends
-        from preflight.channel.wire import to_wire
-    except ImportError:  # before issue 16: the payload as it is
-        to_wire = encode
-    try:  # through the store: the shared sections by digest, each written once (issue 44)
-        from preflight.channel.wire import store_form
-    except ImportError:
-        store_form = None
-    written: set[str] = set()  # the sections in the store so far
 
     hosts = size // PER_HOST
     missing = set(range(hosts - 1 - missing_hosts, hosts - 1))  # never host 0 (rank 0 is there)
@@ -124,82 +140,72 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
     ctx = CheckContext(world_size=size)
     local_checks = select_checks(LOCAL, (), ())
     per_host_found: dict[int | str, tuple[list, list]] = {}
-    template = None  # rank 0's World: the others' are derived from it (see _world)
+    # rank 0's World: the others' are derived from it (see _world)
+    template = resolve_world({**common, **_launcher_env(world_kind, 0, size, "gpu00001", 29500)}, "gpu00001")
 
     def _world(env: dict[str, str], host: str, rank: int, node: int, local: int, template):
         """A rank's World as resolve_world gives it. Under Slurm resolve_world expands the whole
         node list (O(N) per rank, O(N^2) to generate a job: hours at 131,072 ranks), so beyond the
         first host each World is rank 0's with its own rank, host and variables; the first host's
         are resolved for real and must equal the derived ones (a check on the shortcut)."""
-        if template is None:
-            return resolve_world(env, host)
+        if rank == 0:
+            return template
         derived = dataclasses.replace(template, rank=rank, local_rank=local, node_rank=node, host=host,
                                       expected_hosts={}, raw={k: env[k] for k in template.raw})
         if node == 0:
             real = dataclasses.replace(resolve_world(env, host), expected_hosts={})
             assert real == derived, f"rank {rank}: the derived World differs from resolve_world's"
         return derived
-    with open(path, "wb") as out:
-        for rank in range(size):
-            node, local = divmod(rank, PER_HOST)
-            if node in missing:
-                continue
-            host = f"gpu{node + 1:05d}"
-            launcher = _launcher_env(world_kind, rank, size, host, 29500)
-            env = {**common, **launcher}
-            if node == 5:
-                env["NCCL_SOCKET_IFNAME"] = "eth"  # drift on one host
-            world = _world(env, host, rank, node, local, template)
-            if rank == 0:
-                template = world
-            # Keyword arguments throughout: a field added to the model must not shift these values
-            # into the wrong fields (a GpuFacts.serial did, and every payload was refused).
-            ib = [IbPort(device=f"mlx5_{i}", port=1, state="ACTIVE", state_code=4, phys_state="LinkUp",
-                         phys_state_code=5, rate="400 Gb/sec (4X NDR)", rate_gbps=400.0, link_layer="InfiniBand",
-                         netdevs=[f"ib{i}"]) for i in range(8)]
-            if node == 9:
-                ib[3] = IbPort(device="mlx5_3", port=1, state="DOWN", state_code=1, phys_state="Polling",
-                               phys_state_code=2, link_layer="InfiniBand", netdevs=["ib3"])
-            ifaces = [Interface(name="lo", up=True, mtu=65536, speed_mbps=0, addresses=["127.0.0.1", "::1"]),
-                      Interface(name="eth0", up=True, mtu=9001, speed_mbps=100000,
-                                addresses=[f"10.0.{node // 256}.{node % 256}"])]
-            ifaces += [Interface(name=f"ib{i}", up=True, mtu=4092, speed_mbps=400000,
-                                 addresses=[f"10.{100 + i}.{node // 256}.{node % 256}"]) for i in range(8)]
-            facts = RankFacts(
-                rank=rank, host=host, world=world, env=env,
-                versions=Versions(python="3.11.9", torch="2.5.1+cu124" if rank != 77 else "2.4.0+cu121",
-                                  torch_cuda="12.4", gloo="yes", nccl_built="yes", nccl="2.21.5",
-                                  driver="550.90.07", cuda_driver="12.4"),
-                system=SystemLimits(pid=10000 + rank, cpu_count=192,
-                                    memlock_bytes=-1 if node != 12 else 65536, shm_bytes=1 << 39),
-                network=NetworkFacts(
-                    interfaces=ifaces, ib_ports=ib,
-                    chosen_interface=ChosenInterface(name="ib0", source="NCCL_SOCKET_IFNAME=ib",
-                                                     address=ifaces[2].addresses[0], up=True, mtu=4092),
-                    loopback_scope=f"boot-{node:08x}:netns-4026531992",
-                    master_addr=MasterAddrResolution(addr="gpu00001", ips=["10.0.0.0"]),
-                ),
-                gpus=[GpuFacts(index=i, name="NVIDIA H100 80GB HBM3",
-                               uuid=f"GPU-{node:08x}-{i:04x}-{node * 8 + i:012x}", serial=f"1654{node:06d}{i:02d}",
-                               pci_bus_id=f"00000000:{0x18 + i * 0x10:02X}:00.0", memory_total_bytes=85520809984,
-                               nvlink_active=18, nvlink_version=4) for i in range(8)],
-            )
-            # The local checks once per kind of host (each planted fault, and a healthy one): hosts of a
-            # kind differ only in names and addresses (and checks cost ~20 ms a host, 16,384 hosts here).
-            kind = node if node in (0, 5, 9, 12) else "healthy"
-            if kind not in per_host_found:
-                per_host_found[kind] = run_checks(local_checks, facts, ctx, 10.0, rank=rank, host=host)
-            found, outcomes = per_host_found[kind]
-            mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
-            data = to_wire(RankPayload(rank, facts, mine, outcomes))
-            if store_form is not None:
-                data, sections = store_form(data)
-                for digest, section in sections.items():  # before the first payload that names it
-                    if digest not in written:
-                        written.add(digest)
-                        record = digest.encode() + b"\n" + section
-                        out.write(_HEAD.pack(len(record), SECTION_RECORD) + record)
-            out.write(_HEAD.pack(len(data), rank) + data)
+    for rank in range(size) if ranks is None else ranks:
+        node, local = divmod(rank, PER_HOST)
+        if node in missing:
+            continue
+        host = f"gpu{node + 1:05d}"
+        launcher = _launcher_env(world_kind, rank, size, host, 29500)
+        env = {**common, **launcher}
+        if node == 5:
+            env["NCCL_SOCKET_IFNAME"] = "eth"  # drift on one host
+        world = _world(env, host, rank, node, local, template)
+        # Keyword arguments throughout: a field added to the model must not shift these values
+        # into the wrong fields (a GpuFacts.serial did, and every payload was refused).
+        ib = [IbPort(device=f"mlx5_{i}", port=1, state="ACTIVE", state_code=4, phys_state="LinkUp",
+                     phys_state_code=5, rate="400 Gb/sec (4X NDR)", rate_gbps=400.0, link_layer="InfiniBand",
+                     netdevs=[f"ib{i}"]) for i in range(8)]
+        if node == 9:
+            ib[3] = IbPort(device="mlx5_3", port=1, state="DOWN", state_code=1, phys_state="Polling",
+                           phys_state_code=2, link_layer="InfiniBand", netdevs=["ib3"])
+        ifaces = [Interface(name="lo", up=True, mtu=65536, speed_mbps=0, addresses=["127.0.0.1", "::1"]),
+                  Interface(name="eth0", up=True, mtu=9001, speed_mbps=100000,
+                            addresses=[f"10.0.{node // 256}.{node % 256}"])]
+        ifaces += [Interface(name=f"ib{i}", up=True, mtu=4092, speed_mbps=400000,
+                             addresses=[f"10.{100 + i}.{node // 256}.{node % 256}"]) for i in range(8)]
+        facts = RankFacts(
+            rank=rank, host=host, world=world, env=env,
+            versions=Versions(python="3.11.9", torch="2.5.1+cu124" if rank != 77 else "2.4.0+cu121",
+                              torch_cuda="12.4", gloo="yes", nccl_built="yes", nccl="2.21.5",
+                              driver="550.90.07", cuda_driver="12.4"),
+            system=SystemLimits(pid=10000 + rank, cpu_count=192,
+                                memlock_bytes=-1 if node != 12 else 65536, shm_bytes=1 << 39),
+            network=NetworkFacts(
+                interfaces=ifaces, ib_ports=ib,
+                chosen_interface=ChosenInterface(name="ib0", source="NCCL_SOCKET_IFNAME=ib",
+                                                 address=ifaces[2].addresses[0], up=True, mtu=4092),
+                loopback_scope=f"boot-{node:08x}:netns-4026531992",
+                master_addr=MasterAddrResolution(addr="gpu00001", ips=["10.0.0.0"]),
+            ),
+            gpus=[GpuFacts(index=i, name="NVIDIA H100 80GB HBM3",
+                           uuid=f"GPU-{node:08x}-{i:04x}-{node * 8 + i:012x}", serial=f"1654{node:06d}{i:02d}",
+                           pci_bus_id=f"00000000:{0x18 + i * 0x10:02X}:00.0", memory_total_bytes=85520809984,
+                           nvlink_active=18, nvlink_version=4) for i in range(8)],
+        )
+        # The local checks once per kind of host (each planted fault, and a healthy one): hosts of a
+        # kind differ only in names and addresses (and checks cost ~20 ms a host, 16,384 hosts here).
+        kind = node if node in (0, 5, 9, 12) else "healthy"
+        if kind not in per_host_found:
+            per_host_found[kind] = run_checks(local_checks, facts, ctx, 10.0, rank=rank, host=host)
+        found, outcomes = per_host_found[kind]
+        mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
+        yield rank, RankPayload(rank, facts, mine, outcomes)
 
 
 # Each record: its length and its rank, then the payload. The rank is what the store's key says

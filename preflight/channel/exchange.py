@@ -36,8 +36,9 @@ from preflight.channel.clock import ClockServer
 from preflight.channel.collected import Collected, accept_referenced, own_findings_only
 from preflight.channel.keys import Key, append_rank
 from preflight.channel.liveness import RankLiveness
+from preflight.channel.sections import store_form
 from preflight.channel.store_join import ForeignStore, join_store, mark_store, read_mark, run_prefix
-from preflight.channel.wire import RankPayload, store_form, to_wire
+from preflight.channel.wire import RankPayload, to_wire
 from preflight.lib.errors import one_line
 from preflight.lib.files import atomic_write
 from preflight.lib.torch_import import quiet_cpp_logs

@@ -19,11 +19,11 @@ the exchange linear and rank 0's decode fast:
 - two JSON documents, a newline between them: first what is the rank's own (`_Own`: its rank,
   host, its place in the World and per-rank launcher variables, limits, health, placement,
   findings, per-rank variables, check durations), then the sections the ranks of a host send
-  alike (`_Shared`: the environment, the rest of the World, versions, network, GPUs and check
+  alike (`SharedDocument`: the environment, the rest of the World, versions, network, GPUs and check
   outcomes: 90% of the bytes). Compact JSON holds no raw newline, so the first
   one is the cut.
 
-Through the store the shared document travels by reference (`store_form`, issue 44): each
+Through the store the shared document travels by reference (channel/sections.py's `store_form`, issue 44): each
 section is replaced by its digest (BLAKE2b of the section's name and bytes) and its bytes go
 under `shared/<digest>`, written only by a rank that does not find them there already. A job's
 environment, World, versions and check outcomes are then in the store once for the whole job,
@@ -47,25 +47,24 @@ shared objects are read-only.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
+from preflight.channel.sections import (
+    MAX_PAYLOAD_BYTES,
+    SEPARATOR,
+    SharedDocument,
+    SharedSections,
+)
 from preflight.lib.env_drift import is_per_rank
 from preflight.model import (
     CheckOutcome,
     Finding,
-    GpuFacts,
     HealthFacts,
-    NetworkFacts,
     RankFacts,
     SystemLimits,
-    Versions,
-    World,
 )
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.placement_facts import PlacementFacts
@@ -91,7 +90,7 @@ class RankPayload:
 @dataclass(slots=True)
 class _OwnWorld:
     """A rank's own part of its World: the rest (launcher, sizes, rendezvous, decisions, the
-    launcher variables that are not per rank) is the same on every rank of a job, in `_Shared`."""
+    launcher variables that are not per rank) is the same on every rank of a job, in `SharedDocument`."""
 
     rank: int
     local_rank: int = 0
@@ -102,7 +101,7 @@ class _OwnWorld:
 
 @dataclass(slots=True)
 class _OwnFacts:
-    """A rank's own facts: RankFacts less the sections ranks share (those are in `_Shared`)."""
+    """A rank's own facts: RankFacts less the sections ranks share (those are in `SharedDocument`)."""
 
     rank: int
     host: str
@@ -124,46 +123,30 @@ class _Own:
     outcome_us: list[int] = field(default_factory=list)
 
 
-@dataclass
-class _Shared:
-    """The second document: the sections the ranks of a host send alike (most of them, the whole job)."""
+@dataclass(slots=True)
+class _OwnFactsRead:
+    """`_OwnFacts` as rank 0 reads it: health and placement as bytes, each distinct value decoded
+    once (`SharedSections.own_part`). They are a rank's own, but ranks often send the same
+    (the same GPU health, the same binding as the same local rank of another host)."""
 
-    env: dict[str, str]
-    world: World  # its rank's own fields blank (in `_OwnWorld`)
-    versions: Versions
-    network: NetworkFacts
-    gpus: list[GpuFacts]
-    outcomes: list[CheckOutcome]  # durations zeroed: they travel in `_Own.outcome_us`
-
-
-@dataclass
-class _SharedRaw:
-    """`_Shared` as rank 0 first reads it: each section's bytes, decoded once per distinct value."""
-
-    env: msgspec.Raw
-    world: msgspec.Raw
-    versions: msgspec.Raw
-    network: msgspec.Raw
-    gpus: msgspec.Raw
-    outcomes: msgspec.Raw
+    rank: int
+    host: str
+    world: _OwnWorld
+    health: msgspec.Raw  # required: msgspec's lax mode (the codec's) refuses a Raw field with a default
+    placement: msgspec.Raw
+    system: SystemLimits = field(default_factory=SystemLimits)
+    gather_errors: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class _SharedRefs:
-    """`_Shared` as a rank publishes it through the store: each section's digest (see `store_form`)."""
+@dataclass(slots=True)
+class _OwnRead:
+    """`_Own` as rank 0 reads it (see `_OwnFactsRead`)."""
 
-    env: str
-    world: str
-    versions: str
-    network: str
-    gpus: str
-    outcomes: str
-
-
-# The sections of `_Shared`, in its order, with their types.
-_SECTIONS: dict[str, Any] = {"env": dict[str, str], "world": World, "versions": Versions, "network": NetworkFacts,
-                             "gpus": list[GpuFacts], "outcomes": list[CheckOutcome]}
-_SEPARATOR = b"\n"  # compact JSON holds no raw newline (one in a string is written \\n)
+    rank: int
+    facts: _OwnFactsRead
+    findings: list[Finding] = field(default_factory=list)
+    own_env: dict[str, str] = field(default_factory=dict)
+    outcome_us: list[int] = field(default_factory=list)
 
 
 def to_wire(payload: RankPayload) -> bytes:
@@ -181,156 +164,9 @@ def to_wire(payload: RankPayload) -> bytes:
                outcome_us=[round(o.duration_s * 1e6) for o in payload.outcomes],
                facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
                                health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors))
-    shared = _Shared(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
+    shared = SharedDocument(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
                      gpus=facts.gpus, outcomes=[dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes])
-    return encode(own) + _SEPARATOR + encode(shared)
-
-
-DIGEST_CHARS = 32  # a section's digest: BLAKE2b-128, hex
-
-
-def section_digest(name: str, data: bytes) -> str:
-    """The digest a section travels by: of its name and its bytes (two sections of different
-    names with the same bytes, `[]` as GPUs and as outcomes, are two digests)."""
-    return hashlib.blake2b(data, digest_size=DIGEST_CHARS // 2, person=name.encode()).hexdigest()
-
-
-def store_form(wire: bytes) -> tuple[bytes, dict[str, bytes]]:
-    """`to_wire`'s bytes as they go through the store: the shared document's sections replaced by
-    their digests, and the sections by digest (written under `shared/<digest>` where absent).
-
-    Bytes that are not a payload in `to_wire`'s form go as they are, with no sections: rank 0
-    reads them as it reads any payload, and refuses them there (RUN002)."""
-    cut = wire.find(_SEPARATOR)
-    try:
-        if cut < 0:
-            raise BadPayload("no shared document")
-        raw = decode(wire[cut + 1:], _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
-    except BadPayload:
-        return wire, {}
-    parts = [bytes(getattr(raw, name)) for name in _SECTIONS]
-    digests = [section_digest(name, data) for name, data in zip(_SECTIONS, parts, strict=True)]
-    return wire[:cut + 1] + encode(_SharedRefs(*digests)), dict(zip(digests, parts, strict=True))
-
-
-class SharedSections:
-    """Rank 0's decoded sections by their bytes: each distinct value decoded (and held) once."""
-
-    def __init__(self) -> None:
-        self.decoded: dict[tuple[str, bytes], Any] = {}
-        # Each section's last bytes and value: the next rank most often sent the same (one
-        # environment for the job, one network section per host). Comparing with it (a memcmp)
-        # saves hashing the section again.
-        self.last: dict[str, tuple[bytes, Any]] = {}
-        # Whole shared documents lately seen, with their sections as decoded: a rank whose document
-        # is one of these (its host's other ranks, most of the time) is not parsed at all.
-        self.documents: dict[bytes, tuple[Any, ...]] = {}
-        self.last_document: tuple[bytes, tuple[Any, ...]] | None = None
-
-        # Sections that came by digest (through the store), decoded and checked against it; and
-        # the digests whose bytes were refused (absent, not matching, not decoding), with why.
-        self.by_digest: dict[str, Any] = {}
-        self.refused: dict[str, str] = {}
-
-    def missing(self, payloads: Iterable[bytes]) -> dict[str, str]:
-        """The digests these payloads name that rank 0 has not learned yet, each with its section's
-        name: what to fetch from the store (`shared/<digest>`) before reading them. A payload that
-        does not read is skipped here; reading it says why."""
-        wanted: dict[str, str] = {}
-        last = b""
-        for data in payloads:
-            cut = data.find(_SEPARATOR)
-            if cut < 0 or len(data) > MAX_PAYLOAD_BYTES:
-                continue
-            document = data[cut + 1:]
-            if document == last or document in self.documents:
-                continue  # a host's other ranks: the same digests, already looked at
-            last = document
-            try:
-                wire = decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
-                named = [(_digest_of(getattr(wire, name)), name) for name in _SECTIONS]
-            except BadPayload:
-                continue
-            wanted.update((digest, name) for digest, name in named
-                          if digest and digest not in self.by_digest and digest not in self.refused)
-        return wanted
-
-    def learn(self, wanted: dict[str, str], found: Sequence[bytes | None]) -> list[str]:
-        """Take the sections fetched for `wanted` (None where absent): each checked against its
-        digest and decoded once. The digests learned (rank 0 may empty their keys)."""
-        learned = []
-        for (digest, name), data in zip(wanted.items(), found, strict=True):
-            if data is None:
-                self.refused[digest] = f"its {name} section ({digest[:12]}) is not in the store"
-            elif section_digest(name, data) != digest:
-                self.refused[digest] = f"the store's {name} section under {digest[:12]} does not match its digest"
-            else:
-                try:
-                    self.by_digest[digest] = self.get(name, data)
-                    learned.append(digest)
-                except BadPayload as exc:
-                    self.refused[digest] = f"its {name} section ({digest[:12]}): {str(exc)[:160]}"
-        return learned
-
-    def _section(self, name: str, raw: msgspec.Raw) -> Any:
-        """A shared document's section: inline (a --out-dir file), or by a digest rank 0 has learned."""
-        digest = _digest_of(raw)
-        if not digest:
-            return self.get(name, raw)
-        found = self.by_digest.get(digest, _ABSENT)
-        if found is _ABSENT:
-            raise BadPayload(self.refused.get(digest, f"its {name} section ({digest[:12]}) never reached rank 0"))
-        return found
-
-    def get(self, name: str, raw: msgspec.Raw | bytes) -> Any:
-        data = bytes(raw)
-        last = self.last.get(name)
-        if last is not None and last[0] == data:
-            return last[1]
-        key = (name, data)
-        found = self.decoded.get(key)
-        if found is None:
-            found = self.decoded[key] = decode(data, _SECTIONS[name])
-        self.last[name] = (data, found)
-        return found
-
-    def sections(self, data: bytes, start: int) -> tuple[Any, ...]:
-        """The shared document `data[start:]`, decoded (its sections in `_SECTIONS` order)."""
-        last = self.last_document
-        if last is not None and len(data) - start == len(last[0]) and data.endswith(last[0]):
-            return last[1]  # the rank before sent the same bytes: compared in place, no copy
-        document = data[start:]
-        found = self.documents.get(document)
-        if found is None:
-            wire = decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
-            found = tuple(self._section(name, getattr(wire, name)) for name in _SECTIONS)
-            if len(self.documents) >= _DOCUMENTS_KEPT:  # bounded: a few hosts' worth, not the job's
-                self.documents.clear()
-            self.documents[document] = found
-        self.last_document = (document, found)
-        return found
-
-
-_DOCUMENTS_KEPT = 256
-_ABSENT: Any = object()
-
-
-def _digest_of(raw: msgspec.Raw) -> str:
-    """The digest a section names when it came by reference (a JSON string of DIGEST_CHARS hex
-    digits); "" when the section is inline, and BadPayload for a string that is no digest."""
-    data = bytes(raw)
-    if not data.startswith(b'"'):
-        return ""
-    if not _DIGEST.fullmatch(data):
-        raise BadPayload(f"a shared section given as {data[:40]!r}: neither a value nor a digest")
-    return data[1:-1].decode()
-
-
-_DIGEST = re.compile(rb'"[0-9a-f]{%d}"' % DIGEST_CHARS)
-
-# One rank's facts and findings are a few KB to a few hundred KB (a large environment); far more is
-# not a preflight payload, and is refused before it is parsed.
-MAX_PAYLOAD_BYTES = 8 << 20
+    return encode(own) + SEPARATOR + encode(shared)
 
 
 def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
@@ -341,12 +177,14 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
         raise BadPayload(f"expected JSON bytes, got {type(data).__name__}")
     if len(data) > MAX_PAYLOAD_BYTES:
         raise BadPayload(f"{len(data)} bytes is more than the maximum {MAX_PAYLOAD_BYTES}")
-    cut = data.find(_SEPARATOR)
+    cut = data.find(SEPARATOR)
     if cut < 0:
         raise BadPayload("not a payload: no shared sections after the rank's own")
-    own = decode(data[:cut], _Own, max_bytes=MAX_PAYLOAD_BYTES)
+    own = decode(data[:cut], _OwnRead, max_bytes=MAX_PAYLOAD_BYTES)
     env, world, versions, network, gpus, outcomes = shared.sections(data, cut + 1)
     facts, mine = own.facts, own.facts.world
+    health = shared.own_part("health", facts.health, HealthFacts)
+    placement = shared.own_part("placement", facts.placement, PlacementFacts)
     try:
         if len(own.outcome_us) != len(outcomes):
             raise BadPayload(f"{len(own.outcome_us)} check durations for {len(outcomes)} check outcomes")
@@ -359,7 +197,7 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
             facts=RankFacts(rank=facts.rank, host=facts.host, world=world,
                             env=RankEnv(env, own.own_env),  # the shared part not copied per rank
                             versions=versions, system=facts.system, network=network, gpus=gpus,
-                            health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors),
+                            health=health, placement=placement, gather_errors=facts.gather_errors),
             findings=own.findings, outcomes=outcomes, outcome_us=own.outcome_us,
         )
     except (TypeError, ValueError) as exc:

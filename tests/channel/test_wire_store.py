@@ -16,7 +16,8 @@ from torch.distributed import PrefixStore, TCPStore
 
 from preflight.channel import keys
 from preflight.channel.exchange import Exchange
-from preflight.channel.wire import RankPayload, SharedSections, from_wire, store_form, to_wire
+from preflight.channel.sections import store_form
+from preflight.channel.wire import RankPayload, SharedSections, from_wire, to_wire
 from preflight.model import CheckOutcome, GpuFacts, Interface, NetworkFacts, RankFacts, Severity, World
 from preflight.model.codec import BadPayload
 
