@@ -116,17 +116,14 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str) -> None:
             out.write(_HEAD.pack(len(data), rank) + data)
 
 
-def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=None):
+def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=None, light: bool = False):
     """(rank, RankPayload) of every reporting rank (of `ranks` only, if given), as each rank
-    would publish it."""
+    would publish it. `light`: the payloads share what they can (one environment dict for the
+    job, with each rank's launcher variables beside it; a host's network and GPU objects), for a
+    process that holds tens of thousands of them at once (benchmarks/store_scale.py); they encode
+    to the same facts."""
     from preflight.channel.exchange import RankPayload
     from preflight.model import (
-        ChosenInterface,
-        GpuFacts,
-        IbPort,
-        Interface,
-        MasterAddrResolution,
-        NetworkFacts,
         RankFacts,
         SystemLimits,
         Versions,
@@ -156,6 +153,8 @@ def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=Non
             real = dataclasses.replace(resolve_world(env, host), expected_hosts={})
             assert real == derived, f"rank {rank}: the derived World differs from resolve_world's"
         return derived
+    drifted = {**common, "NCCL_SOCKET_IFNAME": "eth"}
+    cached: tuple = (-1, None, None)  # the last host's network and GPUs (light)
     for rank in range(size) if ranks is None else ranks:
         node, local = divmod(rank, PER_HOST)
         if node in missing:
@@ -166,19 +165,15 @@ def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=Non
         if node == 5:
             env["NCCL_SOCKET_IFNAME"] = "eth"  # drift on one host
         world = _world(env, host, rank, node, local, template)
-        # Keyword arguments throughout: a field added to the model must not shift these values
-        # into the wrong fields (a GpuFacts.serial did, and every payload was refused).
-        ib = [IbPort(device=f"mlx5_{i}", port=1, state="ACTIVE", state_code=4, phys_state="LinkUp",
-                     phys_state_code=5, rate="400 Gb/sec (4X NDR)", rate_gbps=400.0, link_layer="InfiniBand",
-                     netdevs=[f"ib{i}"]) for i in range(8)]
-        if node == 9:
-            ib[3] = IbPort(device="mlx5_3", port=1, state="DOWN", state_code=1, phys_state="Polling",
-                           phys_state_code=2, link_layer="InfiniBand", netdevs=["ib3"])
-        ifaces = [Interface(name="lo", up=True, mtu=65536, speed_mbps=0, addresses=["127.0.0.1", "::1"]),
-                  Interface(name="eth0", up=True, mtu=9001, speed_mbps=100000,
-                            addresses=[f"10.0.{node // 256}.{node % 256}"])]
-        ifaces += [Interface(name=f"ib{i}", up=True, mtu=4092, speed_mbps=400000,
-                             addresses=[f"10.{100 + i}.{node // 256}.{node % 256}"]) for i in range(8)]
+        if light:
+            from preflight.model.rank_env import RankEnv
+
+            env = RankEnv(drifted if node == 5 else common, launcher)
+        if light and cached[0] == node:
+            network, gpus = cached[1], cached[2]
+        else:
+            network, gpus = _host_sections(node)
+            cached = (node, network, gpus)
         facts = RankFacts(
             rank=rank, host=host, world=world, env=env,
             versions=Versions(python="3.11.9", torch="2.5.1+cu124" if rank != 77 else "2.4.0+cu121",
@@ -186,17 +181,7 @@ def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=Non
                               driver="550.90.07", cuda_driver="12.4"),
             system=SystemLimits(pid=10000 + rank, cpu_count=192,
                                 memlock_bytes=-1 if node != 12 else 65536, shm_bytes=1 << 39),
-            network=NetworkFacts(
-                interfaces=ifaces, ib_ports=ib,
-                chosen_interface=ChosenInterface(name="ib0", source="NCCL_SOCKET_IFNAME=ib",
-                                                 address=ifaces[2].addresses[0], up=True, mtu=4092),
-                loopback_scope=f"boot-{node:08x}:netns-4026531992",
-                master_addr=MasterAddrResolution(addr="gpu00001", ips=["10.0.0.0"]),
-            ),
-            gpus=[GpuFacts(index=i, name="NVIDIA H100 80GB HBM3",
-                           uuid=f"GPU-{node:08x}-{i:04x}-{node * 8 + i:012x}", serial=f"1654{node:06d}{i:02d}",
-                           pci_bus_id=f"00000000:{0x18 + i * 0x10:02X}:00.0", memory_total_bytes=85520809984,
-                           nvlink_active=18, nvlink_version=4) for i in range(8)],
+            network=network, gpus=gpus,
         )
         # The local checks once per kind of host (each planted fault, and a healthy one): hosts of a
         # kind differ only in names and addresses (and checks cost ~20 ms a host, 16,384 hosts here).
@@ -206,6 +191,44 @@ def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=Non
         found, outcomes = per_host_found[kind]
         mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
         yield rank, RankPayload(rank, facts, mine, outcomes)
+
+
+def _host_sections(node: int):
+    """A host's network facts and GPUs."""
+    from preflight.model import (
+        ChosenInterface,
+        GpuFacts,
+        IbPort,
+        Interface,
+        MasterAddrResolution,
+        NetworkFacts,
+    )
+
+    # Keyword arguments throughout: a field added to the model must not shift these values
+    # into the wrong fields (a GpuFacts.serial did, and every payload was refused).
+    ib = [IbPort(device=f"mlx5_{i}", port=1, state="ACTIVE", state_code=4, phys_state="LinkUp",
+                 phys_state_code=5, rate="400 Gb/sec (4X NDR)", rate_gbps=400.0, link_layer="InfiniBand",
+                 netdevs=[f"ib{i}"]) for i in range(8)]
+    if node == 9:
+        ib[3] = IbPort(device="mlx5_3", port=1, state="DOWN", state_code=1, phys_state="Polling",
+                       phys_state_code=2, link_layer="InfiniBand", netdevs=["ib3"])
+    ifaces = [Interface(name="lo", up=True, mtu=65536, speed_mbps=0, addresses=["127.0.0.1", "::1"]),
+              Interface(name="eth0", up=True, mtu=9001, speed_mbps=100000,
+                        addresses=[f"10.0.{node // 256}.{node % 256}"])]
+    ifaces += [Interface(name=f"ib{i}", up=True, mtu=4092, speed_mbps=400000,
+                         addresses=[f"10.{100 + i}.{node // 256}.{node % 256}"]) for i in range(8)]
+    network = NetworkFacts(
+        interfaces=ifaces, ib_ports=ib,
+        chosen_interface=ChosenInterface(name="ib0", source="NCCL_SOCKET_IFNAME=ib",
+                                         address=ifaces[2].addresses[0], up=True, mtu=4092),
+        loopback_scope=f"boot-{node:08x}:netns-4026531992",
+        master_addr=MasterAddrResolution(addr="gpu00001", ips=["10.0.0.0"]),
+    )
+    gpus = [GpuFacts(index=i, name="NVIDIA H100 80GB HBM3",
+                     uuid=f"GPU-{node:08x}-{i:04x}-{node * 8 + i:012x}", serial=f"1654{node:06d}{i:02d}",
+                     pci_bus_id=f"00000000:{0x18 + i * 0x10:02X}:00.0", memory_total_bytes=85520809984,
+                     nvlink_active=18, nvlink_version=4) for i in range(8)]
+    return network, gpus
 
 
 # Each record: its length and its rank, then the payload. The rank is what the store's key says

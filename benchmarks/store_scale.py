@@ -87,7 +87,7 @@ def client(index: int, clients: int, size: int, port: int, folder: str) -> None:
     from torch.distributed import TCPStore
 
     ranks = list(range(1, size))[index::clients]
-    payloads = list(synthetic_payloads("slurm", size, 0, ranks))
+    payloads = list(synthetic_payloads("slurm", size, 0, ranks, light=True))
     store = TCPStore("127.0.0.1", port, None, False, timedelta(seconds=600))
     exchanges = [(_exchange(rank, size, port, store), payload) for rank, payload in payloads]
     Path(folder, f"ready.{index}").write_text("")
