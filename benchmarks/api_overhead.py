@@ -10,6 +10,7 @@ of that and of the whole launch's wall time, with and without, and the ratios of
     python benchmarks/api_overhead.py --nproc 4 --repeat 5 [--skip-probe]
     python benchmarks/api_overhead.py --compare-src /tmp/old   # also preflight from another source tree
     python benchmarks/api_overhead.py --tiny                   # a smoke run: 2 ranks, 1 repetition
+    python benchmarks/api_overhead.py --compiled               # bytecode compiled first, as a wheel's install does
 
 --compare-src DIR adds a third launch per repetition whose ranks import preflight from DIR (a
 `git archive <commit> preflight | tar -x -C DIR` of an earlier commit): before and after, in one
@@ -81,9 +82,19 @@ def main() -> None:
     parser.add_argument("--skip-probe", action="store_true", help="preflight.check(mesh, skip=['probe'])")
     parser.add_argument("--compare-src", default="", help="also run preflight.check imported from this source tree")
     parser.add_argument("--tiny", action="store_true", help="a smoke run: 2 ranks, 1 repetition")
+    parser.add_argument("--compiled", action="store_true",
+                        help="compile each tree's bytecode first, as installing a wheel does (see below)")
     args = parser.parse_args()
     if args.tiny:
         args.nproc, args.repeat = 2, 1
+    if args.compiled:
+        # An editable install under PYTHONDONTWRITEBYTECODE=1 (this lab's environment) compiles
+        # preflight's ~150 modules from source on every import: ~0.5 s of CPU on the first step
+        # that a wheel's install (pip compiles the .pyc files) never pays. The .pyc files are read
+        # even where writing them is off.
+        for tree in filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), args.compare_src]):
+            subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "preflight")], check=True)
+    load_before = os.getloadavg()[0]
     variants = [("without", False, ""), ("with preflight.check", True, "")]
     if args.compare_src:
         variants.append((f"with check from {args.compare_src}", True, os.path.abspath(args.compare_src)))
@@ -91,8 +102,8 @@ def main() -> None:
     for _ in range(args.repeat):
         for label, with_check, src in variants:
             runs[label].append(launch(args.nproc, with_check, args.skip_probe, src))
-    print(f"nproc={args.nproc} repeat={args.repeat} skip_probe={args.skip_probe} "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"nproc={args.nproc} repeat={args.repeat} skip_probe={args.skip_probe} compiled={args.compiled} "
+          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
     for index, figure in ((0, "time to first step"), (1, "launch wall")):
         medians = {}
         for label, _, _ in variants:
