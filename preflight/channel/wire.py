@@ -101,14 +101,18 @@ class _OwnWorld:
 
 @dataclass(slots=True)
 class _OwnFacts:
-    """A rank's own facts: RankFacts less the sections ranks share (those are in `SharedDocument`)."""
+    """A rank's own facts: RankFacts less the sections ranks share (those are in `SharedDocument`).
+
+    Health and placement travel as their encoded bytes: they are a rank's own, but ranks often
+    send the same (the same GPU health, the same binding as the same local rank of another
+    host), and rank 0 decodes each recent distinct value once (`SharedSections.own_part`)."""
 
     rank: int
     host: str
     world: _OwnWorld
+    health: msgspec.Raw  # HealthFacts; required: msgspec's lax mode (the codec's) refuses a Raw with a default
+    placement: msgspec.Raw  # PlacementFacts: its CPUs, clock, build
     system: SystemLimits = field(default_factory=SystemLimits)  # its pid is every rank's own
-    health: HealthFacts = field(default_factory=HealthFacts)  # per rank: its own GPU and counters
-    placement: PlacementFacts = field(default_factory=PlacementFacts)  # per rank: its CPUs, clock, build
     gather_errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -118,32 +122,6 @@ class _Own:
 
     rank: int
     facts: _OwnFacts
-    findings: list[Finding] = field(default_factory=list)
-    own_env: dict[str, str] = field(default_factory=dict)
-    outcome_us: list[int] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _OwnFactsRead:
-    """`_OwnFacts` as rank 0 reads it: health and placement as bytes, each distinct value decoded
-    once (`SharedSections.own_part`). They are a rank's own, but ranks often send the same
-    (the same GPU health, the same binding as the same local rank of another host)."""
-
-    rank: int
-    host: str
-    world: _OwnWorld
-    health: msgspec.Raw  # required: msgspec's lax mode (the codec's) refuses a Raw field with a default
-    placement: msgspec.Raw
-    system: SystemLimits = field(default_factory=SystemLimits)
-    gather_errors: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _OwnRead:
-    """`_Own` as rank 0 reads it (see `_OwnFactsRead`)."""
-
-    rank: int
-    facts: _OwnFactsRead
     findings: list[Finding] = field(default_factory=list)
     own_env: dict[str, str] = field(default_factory=dict)
     outcome_us: list[int] = field(default_factory=list)
@@ -163,7 +141,8 @@ def to_wire(payload: RankPayload) -> bytes:
     own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env,
                outcome_us=[round(o.duration_s * 1e6) for o in payload.outcomes],
                facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
-                               health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors))
+                               health=msgspec.Raw(encode(facts.health)), placement=msgspec.Raw(encode(facts.placement)),
+                               gather_errors=facts.gather_errors))
     shared = SharedDocument(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
                      gpus=facts.gpus, outcomes=[dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes])
     return encode(own) + SEPARATOR + encode(shared)
@@ -180,7 +159,7 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
     cut = data.find(SEPARATOR)
     if cut < 0:
         raise BadPayload("not a payload: no shared sections after the rank's own")
-    own = decode(data[:cut], _OwnRead, max_bytes=MAX_PAYLOAD_BYTES)
+    own = decode(data[:cut], _Own, max_bytes=MAX_PAYLOAD_BYTES)
     env, world, versions, network, gpus, outcomes = shared.sections(data, cut + 1)
     facts, mine = own.facts, own.facts.world
     health = shared.own_part("health", facts.health, HealthFacts)
