@@ -17,6 +17,11 @@ measured process drives the project's own code, stage by stage:
   reload        `preflight report`'s path: the JSON read back and rendered again (text, html), in a child
                 process as `preflight report` is (its own time and peak RSS; peak_rss_mib is the larger)
 
+The payloads are written as rank 0 reads them from the store: each rank's payload and, before
+the first payload that names it, each distinct shared section once (channel/sections.py, issue
+44); `payload_kb_per_rank` is all of that per reporting rank, the bytes that reach rank 0.
+`--compare-src DIR` runs DIR's own copy of this benchmark (its own wire form), alternated.
+
 The worlds are SYNTHETIC but built the way a real run builds them: the World comes from
 steps.launchers.resolve_world over torchrun-like or Slurm-like variables, 8 ranks per host,
 ~150 environment variables per rank, 10 interfaces, 8 IB ports and 8 GPUs per host, the
