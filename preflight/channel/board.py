@@ -96,7 +96,7 @@ def put_absent(store: Any, values: dict[str, bytes]) -> None:
     does for most ranks of a host; else a `check` per key and one `multi_set` of the absent).
 
     Two writers may both find a key absent and both write it: each writes the same bytes (a key
-    names its content, wire.store_form), so that costs bytes, never a wrong value."""
+    names its content, sections.store_form), so that costs bytes, never a wrong value."""
     if not values or store.check(list(values)):
         return
     absent = [key for key in values if not store.check([key])]

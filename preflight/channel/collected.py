@@ -121,7 +121,7 @@ def accept_many(collected: Collected, ranks: Sequence[int], raws: Sequence[bytes
 
 def accept_referenced(collected: Collected, ranks: Sequence[int], raws: Sequence[bytes],
                       fetch: Callable[[list[str]], Sequence[bytes | None]]) -> list[str]:
-    """Decode a chunk of payloads as they come through the store (wire.store_form): first the shared
+    """Decode a chunk of payloads as they come through the store (sections.store_form): first the shared
     sections they name that rank 0 has not seen, `fetch`ed once each (None where absent) and checked
     against their digests, then the payloads (accept_many). The digests learned: rank 0 holds them
     decoded now, and their keys may be emptied."""

@@ -181,7 +181,7 @@ class Exchange:
     def publish(self, payload: RankPayload) -> None:
         """Send this rank's facts and findings to rank 0 (store and, if given, the dir).
 
-        Into the store by reference (wire.store_form): the shared sections go under their digests,
+        Into the store by reference (sections.store_form): the shared sections go under their digests,
         written only where the store does not hold them yet (a host's first rank writes them, the
         others find them), then the payload and the arrival."""
         text = to_wire(payload)
@@ -315,7 +315,7 @@ class Exchange:
         if self.secret:
             new, raws = self._proven(collected, new, raws)
         # The shared sections these payloads name that rank 0 has not seen: fetched once each, checked
-        # against their digests (wire.SharedSections), then emptied in the store with the payloads:
+        # against their digests (sections.SharedSections), then emptied in the store with the payloads:
         # what rank 0 has read, it holds decoded, and the store need not hold it any longer.
         learned = accept_referenced(collected, new, raws,
                                     lambda digests: fetch_raw(self.store, [keys.SECTION.at(d) for d in digests]))

@@ -1,4 +1,4 @@
-"""Payloads through the store by reference (channel/wire.store_form, issue 44): each shared section
+"""Payloads through the store by reference (channel/sections.store_form, issue 44): each shared section
 is written once under its digest, a rank sends only its own document and the digests, rank 0
 rebuilds every rank's facts from the sections, and empties what it has read.
 
