@@ -5,11 +5,14 @@ gradients over dp, then the world) run under torchrun with and without `prefligh
 between the mesh and the first step, alternating, several repetitions in one invocation, so
 machine noise hits both alike. Each run's rank 0 prints its time to first step, from the
 worker's start (before `import torch`) to the end of the first step; we print min and median
-of that and of the whole launch's wall time, with and without, and the ratios of medians.
+of that and of the whole launch's wall time, with and without, and the ratios of medians; and
+rank 0's CPU seconds to its first step (its process's, `import torch` included), the figure a
+loaded machine moves least.
 
     python benchmarks/api_overhead.py --nproc 4 --repeat 5 [--skip-probe]
     python benchmarks/api_overhead.py --compare-src /tmp/old   # also preflight from another source tree
     python benchmarks/api_overhead.py --tiny                   # a smoke run: 2 ranks, 1 repetition
+    python benchmarks/api_overhead.py --compiled               # bytecode compiled first, as a wheel's install does
 
 --compare-src DIR adds a third launch per repetition whose ranks import preflight from DIR (a
 `git archive <commit> preflight | tar -x -C DIR` of an earlier commit): before and after, in one
@@ -51,12 +54,15 @@ def worker(with_check: bool, skip_probe: bool) -> None:
     dist.all_reduce(grad, group=mesh.get_group("dp"))
     dist.all_reduce(grad)
     if dist.get_rank() == 0:
-        print(f"first_step_s {time.perf_counter() - STARTED:.3f}", flush=True)
+        # And rank 0's CPU seconds to that point: on a loaded machine the wall time also counts
+        # waiting for a core, the CPU time much less.
+        print(f"first_step_s {time.perf_counter() - STARTED:.3f} cpu_s {time.process_time():.3f}", flush=True)
     dist.destroy_process_group()
 
 
-def launch(nproc: int, with_check: bool, skip_probe: bool, src: str = "") -> tuple[float, float]:
-    """(rank 0's time to first step, the whole launch's wall time) of one torchrun; src: preflight from there."""
+def launch(nproc: int, with_check: bool, skip_probe: bool, src: str = "") -> tuple[float, float, float]:
+    """(rank 0's time to first step, the whole launch's wall time, rank 0's CPU seconds to its first
+    step) of one torchrun; src: preflight from there."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                __file__, "worker", "with" if with_check else "without", *(["--skip-probe"] if skip_probe else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -68,7 +74,8 @@ def launch(nproc: int, with_check: bool, skip_probe: bool, src: str = "") -> tup
     lines = [line for line in done.stdout.splitlines() if line.startswith("first_step_s ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
-    return float(lines[0].split()[1]), wall
+    words = lines[0].split()
+    return float(words[1]), wall, float(words[3])
 
 
 def main() -> None:
@@ -81,19 +88,29 @@ def main() -> None:
     parser.add_argument("--skip-probe", action="store_true", help="preflight.check(mesh, skip=['probe'])")
     parser.add_argument("--compare-src", default="", help="also run preflight.check imported from this source tree")
     parser.add_argument("--tiny", action="store_true", help="a smoke run: 2 ranks, 1 repetition")
+    parser.add_argument("--compiled", action="store_true",
+                        help="compile each tree's bytecode first, as installing a wheel does (see below)")
     args = parser.parse_args()
     if args.tiny:
         args.nproc, args.repeat = 2, 1
+    if args.compiled:
+        # An editable install under PYTHONDONTWRITEBYTECODE=1 (this lab's environment) compiles
+        # preflight's ~150 modules from source on every import: ~0.5 s of CPU on the first step
+        # that a wheel's install (pip compiles the .pyc files) never pays. The .pyc files are read
+        # even where writing them is off.
+        for tree in filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), args.compare_src]):
+            subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "preflight")], check=True)
+    load_before = os.getloadavg()[0]
     variants = [("without", False, ""), ("with preflight.check", True, "")]
     if args.compare_src:
         variants.append((f"with check from {args.compare_src}", True, os.path.abspath(args.compare_src)))
-    runs: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in variants}
+    runs: dict[str, list[tuple[float, float, float]]] = {label: [] for label, _, _ in variants}
     for _ in range(args.repeat):
         for label, with_check, src in variants:
             runs[label].append(launch(args.nproc, with_check, args.skip_probe, src))
-    print(f"nproc={args.nproc} repeat={args.repeat} skip_probe={args.skip_probe} "
-          f"load average {os.getloadavg()[0]:.1f}")
-    for index, figure in ((0, "time to first step"), (1, "launch wall")):
+    print(f"nproc={args.nproc} repeat={args.repeat} skip_probe={args.skip_probe} compiled={args.compiled} "
+          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
+    for index, figure in ((0, "time to first step"), (1, "launch wall"), (2, "rank 0 CPU to step")):
         medians = {}
         for label, _, _ in variants:
             values = [run[index] for run in runs[label]]

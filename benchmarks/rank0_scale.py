@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/rank0_scale.py                    # the sweep: every N, both worlds
     .venv/bin/python benchmarks/rank0_scale.py --ranks 16384 --world slurm   # one N, one world
+    .venv/bin/python benchmarks/rank0_scale.py --ranks 131072 --world slurm --compare-src /tmp/before --repeat 3
 
 Each (N, world) runs in a fresh process: a child generates N payloads (written to a temporary
 file, so generating them costs the measured process neither time nor memory), then the
@@ -22,6 +23,11 @@ to Socket), decoded once per distinct value as rank 0's probe gather does (Board
 shared by the ranks that sent it, folded per host and dimension, judged
 (NCCL020-NCCL024) and rendered: stage `nccl`, and every later stage with the report's NCCL section.
 Compare `total_s` / `total_cpu_s` with and without it.
+
+The payloads are written as rank 0 reads them from the store: each rank's payload and, before
+the first payload that names it, each distinct shared section once (channel/sections.py, issue
+44); `payload_kb_per_rank` is all of that per reporting rank, the bytes that reach rank 0.
+`--compare-src DIR` runs DIR's own copy of this benchmark (its own wire form), alternated.
 
 The worlds are SYNTHETIC but built the way a real run builds them: the World comes from
 steps.launchers.resolve_world over torchrun-like or Slurm-like variables, 8 ranks per host,
@@ -115,26 +121,52 @@ def _nccl_account(rank: int, host: str, node: int, local: int, size: int):
 def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bool = False) -> None:
     """Write every reporting rank's encoded RankPayload to `path` (length-prefixed); with `nccl`, its
     probe report carrying its NCCL account to `path`.nccl."""
-    from preflight.channel.exchange import RankPayload
-    from preflight.model import (
-        ChosenInterface,
-        GpuFacts,
-        IbPort,
-        Interface,
-        MasterAddrResolution,
-        NetworkFacts,
-        RankFacts,
-        SystemLimits,
-        Versions,
-    )
     from preflight.model.codec import encode
-    from preflight.registry import LOCAL, CheckContext, run_checks, select_checks
-    from preflight.steps.launchers import resolve_world
 
     try:  # what Exchange.publish sends
         from preflight.channel.wire import to_wire
     except ImportError:  # before issue 16: the payload as it is
         to_wire = encode
+    try:  # through the store: the shared sections by digest, each written once (issue 44)
+        from preflight.channel.sections import store_form
+    except ImportError:
+        store_form = None
+    written: set[str] = set()  # the sections in the store so far
+    accounts = open(path + ".nccl", "wb") if nccl else None
+    with open(path, "wb") as out:
+        for rank, payload in synthetic_payloads(world_kind, size, missing_hosts):
+            if accounts is not None:  # what session.publish sends: the account without rank, host, pid
+                node, local = divmod(rank, PER_HOST)
+                account = _nccl_account(rank, f"gpu{node + 1:05d}", node, local, size)
+                report = encode(dataclasses.replace(account, rank=None, host="", pid=0))
+                accounts.write(_HEAD.pack(len(report), rank) + report)
+            data = to_wire(payload)
+            if store_form is not None:
+                data, sections = store_form(data)
+                for digest, section in sections.items():  # before the first payload that names it
+                    if digest not in written:
+                        written.add(digest)
+                        record = digest.encode() + b"\n" + section
+                        out.write(_HEAD.pack(len(record), SECTION_RECORD) + record)
+            out.write(_HEAD.pack(len(data), rank) + data)
+    if accounts is not None:
+        accounts.close()
+
+
+def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=None, light: bool = False):
+    """(rank, RankPayload) of every reporting rank (of `ranks` only, if given), as each rank
+    would publish it. `light`: the payloads share what they can (one environment dict for the
+    job, with each rank's launcher variables beside it; a host's network and GPU objects), for a
+    process that holds tens of thousands of them at once (benchmarks/store_scale.py); they encode
+    to the same facts."""
+    from preflight.channel.exchange import RankPayload
+    from preflight.model import (
+        RankFacts,
+        SystemLimits,
+        Versions,
+    )
+    from preflight.registry import LOCAL, CheckContext, run_checks, select_checks
+    from preflight.steps.launchers import resolve_world
 
     hosts = size // PER_HOST
     missing = set(range(hosts - 1 - missing_hosts, hosts - 1))  # never host 0 (rank 0 is there)
@@ -142,88 +174,105 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bo
     ctx = CheckContext(world_size=size)
     local_checks = select_checks(LOCAL, (), ())
     per_host_found: dict[int | str, tuple[list, list]] = {}
-    template = None  # rank 0's World: the others' are derived from it (see _world)
+    # rank 0's World: the others' are derived from it (see _world)
+    template = resolve_world({**common, **_launcher_env(world_kind, 0, size, "gpu00001", 29500)}, "gpu00001")
 
     def _world(env: dict[str, str], host: str, rank: int, node: int, local: int, template):
         """A rank's World as resolve_world gives it. Under Slurm resolve_world expands the whole
         node list (O(N) per rank, O(N^2) to generate a job: hours at 131,072 ranks), so beyond the
         first host each World is rank 0's with its own rank, host and variables; the first host's
         are resolved for real and must equal the derived ones (a check on the shortcut)."""
-        if template is None:
-            return resolve_world(env, host)
+        if rank == 0:
+            return template
         derived = dataclasses.replace(template, rank=rank, local_rank=local, node_rank=node, host=host,
                                       expected_hosts={}, raw={k: env[k] for k in template.raw})
         if node == 0:
             real = dataclasses.replace(resolve_world(env, host), expected_hosts={})
             assert real == derived, f"rank {rank}: the derived World differs from resolve_world's"
         return derived
-    accounts = open(path + ".nccl", "wb") if nccl else None
-    with open(path, "wb") as out:
-        for rank in range(size):
-            node, local = divmod(rank, PER_HOST)
-            if node in missing:
-                continue
-            host = f"gpu{node + 1:05d}"
-            launcher = _launcher_env(world_kind, rank, size, host, 29500)
-            env = {**common, **launcher}
-            if node == 5:
-                env["NCCL_SOCKET_IFNAME"] = "eth"  # drift on one host
-            world = _world(env, host, rank, node, local, template)
-            if rank == 0:
-                template = world
-            # Keyword arguments throughout: a field added to the model must not shift these values
-            # into the wrong fields (a GpuFacts.serial did, and every payload was refused).
-            ib = [IbPort(device=f"mlx5_{i}", port=1, state="ACTIVE", state_code=4, phys_state="LinkUp",
-                         phys_state_code=5, rate="400 Gb/sec (4X NDR)", rate_gbps=400.0, link_layer="InfiniBand",
-                         netdevs=[f"ib{i}"]) for i in range(8)]
-            if node == 9:
-                ib[3] = IbPort(device="mlx5_3", port=1, state="DOWN", state_code=1, phys_state="Polling",
-                               phys_state_code=2, link_layer="InfiniBand", netdevs=["ib3"])
-            ifaces = [Interface(name="lo", up=True, mtu=65536, speed_mbps=0, addresses=["127.0.0.1", "::1"]),
-                      Interface(name="eth0", up=True, mtu=9001, speed_mbps=100000,
-                                addresses=[f"10.0.{node // 256}.{node % 256}"])]
-            ifaces += [Interface(name=f"ib{i}", up=True, mtu=4092, speed_mbps=400000,
-                                 addresses=[f"10.{100 + i}.{node // 256}.{node % 256}"]) for i in range(8)]
-            facts = RankFacts(
-                rank=rank, host=host, world=world, env=env,
-                versions=Versions(python="3.11.9", torch="2.5.1+cu124" if rank != 77 else "2.4.0+cu121",
-                                  torch_cuda="12.4", gloo="yes", nccl_built="yes", nccl="2.21.5",
-                                  driver="550.90.07", cuda_driver="12.4"),
-                system=SystemLimits(pid=10000 + rank, cpu_count=192,
-                                    memlock_bytes=-1 if node != 12 else 65536, shm_bytes=1 << 39),
-                network=NetworkFacts(
-                    interfaces=ifaces, ib_ports=ib,
-                    chosen_interface=ChosenInterface(name="ib0", source="NCCL_SOCKET_IFNAME=ib",
-                                                     address=ifaces[2].addresses[0], up=True, mtu=4092),
-                    loopback_scope=f"boot-{node:08x}:netns-4026531992",
-                    master_addr=MasterAddrResolution(addr="gpu00001", ips=["10.0.0.0"]),
-                ),
-                gpus=[GpuFacts(index=i, name="NVIDIA H100 80GB HBM3",
-                               uuid=f"GPU-{node:08x}-{i:04x}-{node * 8 + i:012x}", serial=f"1654{node:06d}{i:02d}",
-                               pci_bus_id=f"00000000:{0x18 + i * 0x10:02X}:00.0", memory_total_bytes=85520809984,
-                               nvlink_active=18, nvlink_version=4) for i in range(8)],
-            )
-            # The local checks once per kind of host (each planted fault, and a healthy one): hosts of a
-            # kind differ only in names and addresses (and checks cost ~20 ms a host, 16,384 hosts here).
-            kind = node if node in (0, 5, 9, 12) else "healthy"
-            if kind not in per_host_found:
-                per_host_found[kind] = run_checks(local_checks, facts, ctx, 10.0, rank=rank, host=host)
-            found, outcomes = per_host_found[kind]
-            mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
-            data = to_wire(RankPayload(rank, facts, mine, outcomes))
-            out.write(_HEAD.pack(len(data), rank) + data)
-            if accounts is not None:  # what session.publish sends: the account without rank, host, pid
-                sent = dataclasses.replace(_nccl_account(rank, host, node, local, size), rank=None, host="", pid=0)
-                report = encode(sent)
-                accounts.write(_HEAD.pack(len(report), rank) + report)
-    if accounts is not None:
-        accounts.close()
+    drifted = {**common, "NCCL_SOCKET_IFNAME": "eth"}
+    cached: tuple = (-1, None, None)  # the last host's network and GPUs (light)
+    for rank in range(size) if ranks is None else ranks:
+        node, local = divmod(rank, PER_HOST)
+        if node in missing:
+            continue
+        host = f"gpu{node + 1:05d}"
+        launcher = _launcher_env(world_kind, rank, size, host, 29500)
+        env = {**common, **launcher}
+        if node == 5:
+            env["NCCL_SOCKET_IFNAME"] = "eth"  # drift on one host
+        world = _world(env, host, rank, node, local, template)
+        if light:
+            from preflight.model.rank_env import RankEnv
+
+            env = RankEnv(drifted if node == 5 else common, launcher)
+        if light and cached[0] == node:
+            network, gpus = cached[1], cached[2]
+        else:
+            network, gpus = _host_sections(node)
+            cached = (node, network, gpus)
+        facts = RankFacts(
+            rank=rank, host=host, world=world, env=env,
+            versions=Versions(python="3.11.9", torch="2.5.1+cu124" if rank != 77 else "2.4.0+cu121",
+                              torch_cuda="12.4", gloo="yes", nccl_built="yes", nccl="2.21.5",
+                              driver="550.90.07", cuda_driver="12.4"),
+            system=SystemLimits(pid=10000 + rank, cpu_count=192,
+                                memlock_bytes=-1 if node != 12 else 65536, shm_bytes=1 << 39),
+            network=network, gpus=gpus,
+        )
+        # The local checks once per kind of host (each planted fault, and a healthy one): hosts of a
+        # kind differ only in names and addresses (and checks cost ~20 ms a host, 16,384 hosts here).
+        kind = node if node in (0, 5, 9, 12) else "healthy"
+        if kind not in per_host_found:
+            per_host_found[kind] = run_checks(local_checks, facts, ctx, 10.0, rank=rank, host=host)
+        found, outcomes = per_host_found[kind]
+        mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
+        yield rank, RankPayload(rank, facts, mine, outcomes)
+
+
+def _host_sections(node: int):
+    """A host's network facts and GPUs."""
+    from preflight.model import (
+        ChosenInterface,
+        GpuFacts,
+        IbPort,
+        Interface,
+        MasterAddrResolution,
+        NetworkFacts,
+    )
+
+    # Keyword arguments throughout: a field added to the model must not shift these values
+    # into the wrong fields (a GpuFacts.serial did, and every payload was refused).
+    ib = [IbPort(device=f"mlx5_{i}", port=1, state="ACTIVE", state_code=4, phys_state="LinkUp",
+                 phys_state_code=5, rate="400 Gb/sec (4X NDR)", rate_gbps=400.0, link_layer="InfiniBand",
+                 netdevs=[f"ib{i}"]) for i in range(8)]
+    if node == 9:
+        ib[3] = IbPort(device="mlx5_3", port=1, state="DOWN", state_code=1, phys_state="Polling",
+                       phys_state_code=2, link_layer="InfiniBand", netdevs=["ib3"])
+    ifaces = [Interface(name="lo", up=True, mtu=65536, speed_mbps=0, addresses=["127.0.0.1", "::1"]),
+              Interface(name="eth0", up=True, mtu=9001, speed_mbps=100000,
+                        addresses=[f"10.0.{node // 256}.{node % 256}"])]
+    ifaces += [Interface(name=f"ib{i}", up=True, mtu=4092, speed_mbps=400000,
+                         addresses=[f"10.{100 + i}.{node // 256}.{node % 256}"]) for i in range(8)]
+    network = NetworkFacts(
+        interfaces=ifaces, ib_ports=ib,
+        chosen_interface=ChosenInterface(name="ib0", source="NCCL_SOCKET_IFNAME=ib",
+                                         address=ifaces[2].addresses[0], up=True, mtu=4092),
+        loopback_scope=f"boot-{node:08x}:netns-4026531992",
+        master_addr=MasterAddrResolution(addr="gpu00001", ips=["10.0.0.0"]),
+    )
+    gpus = [GpuFacts(index=i, name="NVIDIA H100 80GB HBM3",
+                     uuid=f"GPU-{node:08x}-{i:04x}-{node * 8 + i:012x}", serial=f"1654{node:06d}{i:02d}",
+                     pci_bus_id=f"00000000:{0x18 + i * 0x10:02X}:00.0", memory_total_bytes=85520809984,
+                     nvlink_active=18, nvlink_version=4) for i in range(8)]
+    return network, gpus
 
 
 # Each record: its length and its rank, then the payload. The rank is what the store's key says
 # (rank 0 asks for `payload/<rank>`); reading it from the payload's JSON cost the measured decode
 # 0.3 s at 131,072 ranks that the real collect does not spend.
 _HEAD = struct.Struct("<II")
+SECTION_RECORD = 0xFFFFFFFF  # in a record's rank field: a shared section (its digest, a newline, its bytes)
 
 
 def _records(path: str):
@@ -235,9 +284,36 @@ def _records(path: str):
             yield rank, stream.read(length)
 
 
+def read_payloads(path: str, wanted=None) -> dict:
+    """The RankPayloads in `path` (those of `wanted` ranks, if given), as rank 0 reads them."""
+    from preflight.channel.wire import SharedSections, from_wire
+
+    shared, sections = SharedSections(), {}
+    payloads = {}
+    for rank, raw in _records(path):
+        if rank == SECTION_RECORD:
+            cut = raw.index(b"\n")
+            sections[raw[:cut].decode()] = raw[cut + 1:]
+        elif wanted is None or rank in wanted:
+            if hasattr(shared, "missing"):
+                need = shared.missing([raw])
+                shared.learn(need, [sections.get(d) for d in need])
+            payloads[rank] = from_wire(raw, shared)
+    return payloads
+
+
+def _sections(path: str):
+    """(digest, bytes) of each shared section in `path` (written under `shared/<digest>`)."""
+    for rank, raw in _records(path):
+        if rank == SECTION_RECORD:
+            cut = raw.index(b"\n")
+            yield raw[:cut].decode(), raw[cut + 1:]
+
+
 def _payloads(path: str):
-    for _, raw in _records(path):
-        yield raw
+    for rank, raw in _records(path):
+        if rank != SECTION_RECORD:
+            yield raw
 
 
 # -- measurement (a fresh process per N) ---------------------------------------------------
@@ -267,6 +343,10 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
     payload_bytes = os.path.getsize(data)
 
     from preflight.channel.collected import Collected, accept_many
+    try:
+        from preflight.channel.collected import accept_referenced as referenced
+    except ImportError:  # before issue 44: the whole payload from every rank
+        referenced = None
     from preflight.model import World
     from preflight.options import RunOptions
     from preflight.registry import CROSS, CheckContext, JobView, run_checks, select_checks
@@ -289,14 +369,24 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
         peak[name] = _peak_rss_mib()
         return value
 
+    sections: dict[str, bytes] = {}  # the store's shared sections, by digest
+
     def accept(collected, ranks, raws):  # what the store collect does with each multi_get's answer
-        accept_many(collected, ranks, raws)
+        if referenced is None:
+            accept_many(collected, ranks, raws)
+        else:  # the sections the chunk names, fetched once each, then the payloads; emptied once read
+            for digest in referenced(collected, ranks, raws, lambda wanted: [sections.get(d) for d in wanted]):
+                sections[digest] = b""
 
     def decode_all():
         collected = Collected()
         chunk: list[bytes] = []
         ranks: list[int] = []
         for rank, raw in _records(data):
+            if rank == SECTION_RECORD:
+                cut = raw.index(b"\n")
+                sections[raw[:cut].decode()] = raw[cut + 1:]
+                continue
             chunk.append(raw)
             ranks.append(rank)
             if len(chunk) == 1024:
@@ -324,10 +414,10 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
     record = RunRecord(world, options)
     record.facts, record.all_facts = own.facts, facts
     record.findings, record.outcomes = findings + found, outcomes + cross_outcomes
+    record.missing = collected.missing(size)
     if nccl:
         record.probes, nccl_found = timed("nccl", _nccl_stage, data + ".nccl", size, facts)
         record.findings += nccl_found
-    record.missing = collected.missing(size)
     report = timed("report", build_report, record)
     out = folder / "out"
     out.mkdir(parents=True, exist_ok=True)  # preflight creates folders only inside the current directory
@@ -444,22 +534,60 @@ def sweep(worlds: list[str], sizes: list[int], missing_hosts: int) -> None:
             print(f"{world_kind}: 16384/4096 = {by[16384] / by[4096]:.2f}")
 
 
+def compare(src: str, world_kind: str, size: int, missing_hosts: int, repeat: int) -> None:
+    """This tree against the one at `src` (its own benchmark, on payloads its own code generates),
+    alternated `repeat` times, each run a fresh process; each pair's ratios and their medians."""
+    import statistics
+
+    trees = {"this tree": str(Path(__file__).resolve().parents[1]), src: os.path.abspath(src)}
+    keep = {name: tempfile.mkdtemp(prefix="pf-compare-") for name in trees}  # generated once per tree
+    rows: dict[str, list[dict]] = {name: [] for name in trees}
+    try:
+        for _ in range(repeat):
+            for name, root in trees.items():
+                done = subprocess.run(
+                    [sys.executable, os.path.join(root, "benchmarks", "rank0_scale.py"), "--ranks", str(size),
+                     "--world", world_kind, "--missing-hosts", str(missing_hosts), "--keep", keep[name]],
+                    check=True, capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root})
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                rows[name].append(row)
+                print(json.dumps({"tree": name, **row}), flush=True)
+    finally:
+        for folder in keep.values():
+            shutil.rmtree(folder, ignore_errors=True)
+    figures = ("total_cpu_s", "total_s", "peak_rss_mib", "payload_kb_per_rank")
+    print(f"\n| {size} ranks, {world_kind}, median of {repeat} | " + " | ".join(figures) + " | load (1 min) |")
+    print("|---|" + "---|" * (len(figures) + 1))
+    for name in trees:
+        medians = [statistics.median(row[f] for row in rows[name]) for f in figures]
+        loads = [row["load_1min"] for row in rows[name]]
+        print(f"| {name} | " + " | ".join(str(m) for m in medians) + f" | {min(loads)}-{max(loads)} |")
+    this, other = rows["this tree"], rows[src]
+    ratios = [statistics.median(a[f] / b[f] for a, b in zip(this, other, strict=True)) for f in figures]
+    print("| this / that, median of the pairs | " + " | ".join(f"{r:.2f}" for r in ratios) + " | |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compare-src", metavar="DIR",
+                        help="also run the benchmark of the source tree at DIR (alternated), and print the ratios")
+    parser.add_argument("--repeat", type=int, default=3, help="with --compare-src: runs of each tree")
     parser.add_argument("--ranks", type=int)
     parser.add_argument("--world", choices=("torchrun", "slurm"))
     parser.add_argument("--missing-hosts", type=int, default=1)
     parser.add_argument("--generate", metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--reload", metavar="JSON", help=argparse.SUPPRESS)
-    parser.add_argument("--nccl", action="store_true",
-                        help="include NCCL's account (each rank's NcclAccount: decode, summary, checks, report)")
     parser.add_argument("--keep", metavar="DIR",
                         help="keep the payloads and reports here (reused by a later run with the same arguments)")
+    parser.add_argument("--nccl", action="store_true",
+                        help="include NCCL's account (each rank's NcclAccount: decode, summary, checks, report)")
     args = parser.parse_args()
     if args.reload:
         print(json.dumps(reload(args.reload)))
     elif args.generate:
         generate(args.world, args.ranks, args.missing_hosts, args.generate, args.nccl)
+    elif args.compare_src:
+        compare(args.compare_src, args.world or "slurm", args.ranks or 16384, args.missing_hosts, args.repeat)
     elif args.ranks and args.world:
         print(json.dumps(measure(args.world, args.ranks, args.missing_hosts, args.keep, args.nccl)))
     else:

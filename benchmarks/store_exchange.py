@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rank0_scale import _payloads, _records
+from rank0_scale import _payloads, _sections, read_payloads
 
 RUN_ID = "store-bench"
 
@@ -49,14 +49,8 @@ def _world(rank: int, size: int, port: int):
 def _client_process(ranks: list[int], size: int, port: int, data: str, out: multiprocessing.Queue) -> None:
     """Play `ranks` as threads: join, publish, report the publish time and the largest value."""
     from preflight.channel.exchange import Exchange
-    from preflight.channel.wire import SharedSections, from_wire
 
-    mine = set(ranks)
-    shared = SharedSections()
-    payloads = {}
-    for rank, raw in _records(data):
-        if rank in mine:
-            payloads[rank] = from_wire(raw, shared)
+    payloads = read_payloads(data, set(ranks))
     done: list[float] = []
     errors: list[str] = []
 
@@ -94,9 +88,8 @@ def measure(size: int, procs: int) -> dict[str, object]:
     assert lead.store is not None, lead.store_error
     port = lead.world.master_port
     from preflight.channel import keys
-    from preflight.channel.wire import SharedSections, from_wire
 
-    lead.publish(from_wire(next(iter(_payloads(data))), SharedSections()))  # rank 0 publishes too
+    lead.publish(read_payloads(data, {0})[0])  # rank 0 publishes too
     context = multiprocessing.get_context("spawn")
     queue: multiprocessing.Queue = context.Queue()
     peers = list(range(1, size))
@@ -148,7 +141,10 @@ def measure_collect_only(size: int, repeats: int = 3) -> dict[str, object]:
     assert lead.store is not None, lead.store_error
     writer = PrefixStore(lead.prefix, TCPStore("127.0.0.1", lead.world.master_port, None, False,
                                                timedelta(seconds=60)))
-    for rank, raw in _records(data):
+    for digest, section in _sections(data):  # as the ranks publish them: the sections before the payloads
+        writer.set(f"shared/{digest}", section)
+    for raw in _payloads(data):
+        rank = int(raw[8:raw.index(b",")])  # the payload's first field: {"rank":N,
         writer.set(f"rank/{rank}", raw)
         writer.append("arrivals", f"{rank},")
     seconds = []

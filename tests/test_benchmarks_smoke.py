@@ -62,6 +62,7 @@ SMOKE: dict[str, Smoke] = {
     "storage_cost.py": Smoke(("--nproc", "2", "--pairs", "1", "--dir", "{tmp}"), r"without: wall median"),
     "store_exchange.py": Smoke(("--ranks", "64", "--procs", "2"), r'"collected": 63, .*"bad": 0'),
     "store_joins.py": Smoke(("--clients", "16"), r'"clients": 16, .*"failed": 0'),
+    "store_scale.py": Smoke(("--ranks", "64", "--clients", "2"), r'"collected": 63, "bad": 0'),
 }
 
 # The benchmarks (or modes) that only a GPU can run: (file, arguments) -> what their one line names.

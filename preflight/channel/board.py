@@ -113,6 +113,19 @@ def set_raw_many(store: Any, keys: Sequence[str], value: str) -> None:
         store.multi_set(chunk, [value] * len(chunk))
 
 
+def put_absent(store: Any, values: dict[str, bytes]) -> None:
+    """Set each key that the store does not hold yet (one `check` when it holds them all, as it
+    does for most ranks of a host; else a `check` per key and one `multi_set` of the absent).
+
+    Two writers may both find a key absent and both write it: each writes the same bytes (a key
+    names its content, sections.store_form), so that costs bytes, never a wrong value."""
+    if not values or store.check(list(values)):
+        return
+    absent = [key for key in values if not store.check([key])]
+    if absent:
+        store.multi_set(absent, [values[key] for key in absent])
+
+
 def count(store: Any, key: str, by: int = 1) -> int:
     """Add `by` to the counter under `key` (0 reads it); its new value."""
     return int(store.add(key, by))

@@ -10,7 +10,7 @@ for another (RUN006).
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes
@@ -117,6 +117,18 @@ def accept_many(collected: Collected, ranks: Sequence[int], raws: Sequence[bytes
         if paused:
             gc.enable()
         gc.freeze()  # move what is alive now out of the collector's generations
+
+
+def accept_referenced(collected: Collected, ranks: Sequence[int], raws: Sequence[bytes],
+                      fetch: Callable[[list[str]], Sequence[bytes | None]]) -> list[str]:
+    """Decode a chunk of payloads as they come through the store (sections.store_form): first the shared
+    sections they name that rank 0 has not seen, `fetch`ed once each (None where absent) and checked
+    against their digests, then the payloads (accept_many). The digests learned: rank 0 holds them
+    decoded now, and their keys may be emptied."""
+    wanted = collected.shared.missing(raws)
+    learned = collected.shared.learn(wanted, fetch(list(wanted)) if wanted else [])
+    accept_many(collected, ranks, raws)
+    return learned
 
 
 def accept(collected: Collected, rank: int, raw: bytes) -> None:

@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from preflight.channel import keys, rank_files, roster, run_auth
-from preflight.channel.board import BadValue, Board, fetch_raw
+from preflight.channel.board import BadValue, Board, fetch_raw, put_absent, set_raw_many
 from preflight.channel.clock import ClockServer
-from preflight.channel.collected import Collected, accept_many, own_findings_only
+from preflight.channel.collected import Collected, accept_referenced, own_findings_only
 from preflight.channel.keys import Key, append_rank
 from preflight.channel.liveness import STORE_LOST_GRACE_S, RankLiveness
+from preflight.channel.sections import store_form
 from preflight.channel.store_join import ForeignStore, join_store, mark_store, own_client, read_mark, run_prefix
 from preflight.channel.wire import RankPayload, to_wire
 from preflight.lib.errors import one_line
@@ -183,12 +184,18 @@ class Exchange:
         return self.out_dir / name
 
     def publish(self, payload: RankPayload) -> None:
-        """Send this rank's facts and findings to rank 0 (store and, if given, the dir)."""
+        """Send this rank's facts and findings to rank 0 (store and, if given, the dir).
+
+        Into the store by reference (sections.store_form): the shared sections go under their digests,
+        written only where the store does not hold them yet (a host's first rank writes them, the
+        others find them), then the payload and the arrival."""
         text = to_wire(payload)
         if self.out_dir is not None:
             atomic_write(self._run_file(rank_files.rank_file(self.world.rank, self.nonce)), text)
         if self.store is not None:  # this rank's claim is in (open): a second claimant never gets here
             try:
+                text, sections = store_form(text)
+                put_absent(self.store, {keys.SECTION.at(digest): data for digest, data in sections.items()})
                 if self.secret:  # before the payload: rank 0 reads both once the arrival is listed
                     self.store.set(keys.AUTH.at(self.world.rank),
                                    run_auth.payload_proof(self.secret, self.nonce, self.world.rank, text))
@@ -328,10 +335,16 @@ class Exchange:
         listed = roster.listed(self.store, keys.ARRIVALS.key, self.world.world_size)
         new = sorted(listed - collected.heard(self.world.rank))
         # Chunked (board.fetch_raw): one multi_get of 100k keys resets the connection.
-        raws = [raw if raw is not None else b"" for raw in fetch_raw(self.store, [keys.PAYLOAD.at(r) for r in new])]
+        read = [keys.PAYLOAD.at(r) for r in new]
+        raws = [raw if raw is not None else b"" for raw in fetch_raw(self.store, read)]
         if self.secret:
             new, raws = self._proven(collected, new, raws)
-        accept_many(collected, new, raws)
+        # The shared sections these payloads name that rank 0 has not seen: fetched once each, checked
+        # against their digests (sections.SharedSections), then emptied in the store with the payloads:
+        # what rank 0 has read, it holds decoded, and the store need not hold it any longer.
+        learned = accept_referenced(collected, new, raws,
+                                    lambda digests: fetch_raw(self.store, [keys.SECTION.at(d) for d in digests]))
+        set_raw_many(self.store, [*read, *(keys.SECTION.at(d) for d in learned)], "")
 
     def _proven(self, collected: Collected, ranks: list[int], raws: list[bytes]) -> tuple[list[int], list[bytes]]:
         """The payloads whose proof of the run secret holds; the others are RUN002, not read."""

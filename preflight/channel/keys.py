@@ -64,7 +64,8 @@ class Agreed:
 
 class Wire:
     """A rank's payload (channel/wire.RankPayload) in wire.py's compact form: to_wire / from_wire
-    (collected.py decodes it, bounded, and names the rank whose payload does not read)."""
+    (collected.py decodes it, bounded, and names the rank whose payload does not read); or one
+    shared section of payloads, under its digest (sections.store_form: checked against it, then decoded)."""
 
 
 SMALL = 64 * 1024  # a decision or a mark: far under this; a larger value is refused unread
@@ -132,6 +133,8 @@ CLAIMANT = Family[Claimant]("claimant/{rank}/{n}", Claimant, "a rank's n-th clai
 CLAIMED = Family[str]("claimed", RankList, "a rank's first claimant", RANK0 + " (collect, acknowledgements)")
 CONTESTED = Family[str]("contested", RankList, "a second (third, ...) claimant", RANK0)
 PAYLOAD = Family[bytes]("rank/{rank}", Wire, EVERY, RANK0 + " (collected.py)")
+SECTION = Family[bytes]("shared/{digest}", Wire, "the first rank that does not find it (sections.store_form)",
+                       RANK0 + " (once per digest; emptied once read)")
 AUTH = Family[str]("auth/{rank}", Agreed, EVERY + " with a run secret", RANK0, 4096)
 ARRIVALS = Family[str]("arrivals", RankList, EVERY + " after its payload", RANK0)
 GO = Family[GoDecision]("go", GoDecision, RANK0, FOLLOWERS, SMALL)

@@ -19,9 +19,21 @@ the exchange linear and rank 0's decode fast:
 - two JSON documents, a newline between them: first what is the rank's own (`_Own`: its rank,
   host, its place in the World and per-rank launcher variables, limits, health, placement,
   findings, per-rank variables, check durations), then the sections the ranks of a host send
-  alike (`_Shared`: the environment, the rest of the World, versions, network, GPUs and check
+  alike (`SharedDocument`: the environment, the rest of the World, versions, network, GPUs and check
   outcomes: 90% of the bytes). Compact JSON holds no raw newline, so the first
   one is the cut.
+
+Through the store the shared document travels by reference (channel/sections.py's `store_form`, issue 44): each
+section is replaced by its digest (BLAKE2b of the section's name and bytes) and its bytes go
+under `shared/<digest>`, written only by a rank that does not find them there already. A job's
+environment, World, versions and check outcomes are then in the store once for the whole job,
+and each host's network and GPU sections once per host (its first rank to publish writes them,
+the others find them): a rank's payload is its own document and ~200 bytes of digests. Rank 0
+fetches each digest it has not seen once (`SharedSections.missing` / `learn`), checks the bytes
+against the digest, and decodes them once; a rank whose section differs from its host's has
+another digest, so its own section is fetched and every check sees it. Rank 0 empties each key
+once read (channel/exchange.py), so the store does not hold N payloads. The --out-dir file
+keeps the whole document (`to_wire`): it is read alone.
 
 Rank 0 decodes each rank's own document, and the shared document only when it is not the same
 bytes as one it read lately (compared in place: at 131,072 ranks 0.3 GB are parsed, not 2.9 GB);
@@ -37,21 +49,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
+from preflight.channel.sections import (
+    MAX_PAYLOAD_BYTES,
+    SEPARATOR,
+    SharedDocument,
+    SharedSections,
+)
 from preflight.lib.env_drift import is_per_rank
 from preflight.model import (
     CheckOutcome,
     Finding,
-    GpuFacts,
     HealthFacts,
-    NetworkFacts,
     RankFacts,
     SystemLimits,
-    Versions,
-    World,
 )
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.placement_facts import PlacementFacts
@@ -77,7 +90,7 @@ class RankPayload:
 @dataclass(slots=True)
 class _OwnWorld:
     """A rank's own part of its World: the rest (launcher, sizes, rendezvous, decisions, the
-    launcher variables that are not per rank) is the same on every rank of a job, in `_Shared`."""
+    launcher variables that are not per rank) is the same on every rank of a job, in `SharedDocument`."""
 
     rank: int
     local_rank: int = 0
@@ -88,14 +101,18 @@ class _OwnWorld:
 
 @dataclass(slots=True)
 class _OwnFacts:
-    """A rank's own facts: RankFacts less the sections ranks share (those are in `_Shared`)."""
+    """A rank's own facts: RankFacts less the sections ranks share (those are in `SharedDocument`).
+
+    Health and placement travel as their encoded bytes: they are a rank's own, but ranks often
+    send the same (the same GPU health, the same binding as the same local rank of another
+    host), and rank 0 decodes each recent distinct value once (`SharedSections.own_part`)."""
 
     rank: int
     host: str
     world: _OwnWorld
+    health: msgspec.Raw  # HealthFacts; required: msgspec's lax mode (the codec's) refuses a Raw with a default
+    placement: msgspec.Raw  # PlacementFacts: its CPUs, clock, build
     system: SystemLimits = field(default_factory=SystemLimits)  # its pid is every rank's own
-    health: HealthFacts = field(default_factory=HealthFacts)  # per rank: its own GPU and counters
-    placement: PlacementFacts = field(default_factory=PlacementFacts)  # per rank: its CPUs, clock, build
     gather_errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -108,36 +125,6 @@ class _Own:
     findings: list[Finding] = field(default_factory=list)
     own_env: dict[str, str] = field(default_factory=dict)
     outcome_us: list[int] = field(default_factory=list)
-
-
-@dataclass
-class _Shared:
-    """The second document: the sections the ranks of a host send alike (most of them, the whole job)."""
-
-    env: dict[str, str]
-    world: World  # its rank's own fields blank (in `_OwnWorld`)
-    versions: Versions
-    network: NetworkFacts
-    gpus: list[GpuFacts]
-    outcomes: list[CheckOutcome]  # durations zeroed: they travel in `_Own.outcome_us`
-
-
-@dataclass
-class _SharedRaw:
-    """`_Shared` as rank 0 first reads it: each section's bytes, decoded once per distinct value."""
-
-    env: msgspec.Raw
-    world: msgspec.Raw
-    versions: msgspec.Raw
-    network: msgspec.Raw
-    gpus: msgspec.Raw
-    outcomes: msgspec.Raw
-
-
-# The sections of `_Shared`, in its order, with their types.
-_SECTIONS: dict[str, Any] = {"env": dict[str, str], "world": World, "versions": Versions, "network": NetworkFacts,
-                             "gpus": list[GpuFacts], "outcomes": list[CheckOutcome]}
-_SEPARATOR = b"\n"  # compact JSON holds no raw newline (one in a string is written \\n)
 
 
 def to_wire(payload: RankPayload) -> bytes:
@@ -154,60 +141,11 @@ def to_wire(payload: RankPayload) -> bytes:
     own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env,
                outcome_us=[round(o.duration_s * 1e6) for o in payload.outcomes],
                facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
-                               health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors))
-    shared = _Shared(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
+                               health=msgspec.Raw(encode(facts.health)), placement=msgspec.Raw(encode(facts.placement)),
+                               gather_errors=facts.gather_errors))
+    shared = SharedDocument(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
                      gpus=facts.gpus, outcomes=[dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes])
-    return encode(own) + _SEPARATOR + encode(shared)
-
-
-class SharedSections:
-    """Rank 0's decoded sections by their bytes: each distinct value decoded (and held) once."""
-
-    def __init__(self) -> None:
-        self.decoded: dict[tuple[str, bytes], Any] = {}
-        # Each section's last bytes and value: the next rank most often sent the same (one
-        # environment for the job, one network section per host). Comparing with it (a memcmp)
-        # saves hashing the section again.
-        self.last: dict[str, tuple[bytes, Any]] = {}
-        # Whole shared documents lately seen, with their sections as decoded: a rank whose document
-        # is one of these (its host's other ranks, most of the time) is not parsed at all.
-        self.documents: dict[bytes, tuple[Any, ...]] = {}
-        self.last_document: tuple[bytes, tuple[Any, ...]] | None = None
-
-    def get(self, name: str, raw: msgspec.Raw | bytes) -> Any:
-        data = bytes(raw)
-        last = self.last.get(name)
-        if last is not None and last[0] == data:
-            return last[1]
-        key = (name, data)
-        found = self.decoded.get(key)
-        if found is None:
-            found = self.decoded[key] = decode(data, _SECTIONS[name])
-        self.last[name] = (data, found)
-        return found
-
-    def sections(self, data: bytes, start: int) -> tuple[Any, ...]:
-        """The shared document `data[start:]`, decoded (its sections in `_SECTIONS` order)."""
-        last = self.last_document
-        if last is not None and len(data) - start == len(last[0]) and data.endswith(last[0]):
-            return last[1]  # the rank before sent the same bytes: compared in place, no copy
-        document = data[start:]
-        found = self.documents.get(document)
-        if found is None:
-            wire = decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
-            found = tuple(self.get(name, getattr(wire, name)) for name in _SECTIONS)
-            if len(self.documents) >= _DOCUMENTS_KEPT:  # bounded: a few hosts' worth, not the job's
-                self.documents.clear()
-            self.documents[document] = found
-        self.last_document = (document, found)
-        return found
-
-
-_DOCUMENTS_KEPT = 256
-
-# One rank's facts and findings are a few KB to a few hundred KB (a large environment); far more is
-# not a preflight payload, and is refused before it is parsed.
-MAX_PAYLOAD_BYTES = 8 << 20
+    return encode(own) + SEPARATOR + encode(shared)
 
 
 def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
@@ -218,12 +156,14 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
         raise BadPayload(f"expected JSON bytes, got {type(data).__name__}")
     if len(data) > MAX_PAYLOAD_BYTES:
         raise BadPayload(f"{len(data)} bytes is more than the maximum {MAX_PAYLOAD_BYTES}")
-    cut = data.find(_SEPARATOR)
+    cut = data.find(SEPARATOR)
     if cut < 0:
         raise BadPayload("not a payload: no shared sections after the rank's own")
     own = decode(data[:cut], _Own, max_bytes=MAX_PAYLOAD_BYTES)
     env, world, versions, network, gpus, outcomes = shared.sections(data, cut + 1)
     facts, mine = own.facts, own.facts.world
+    health = shared.own_part("health", facts.health, HealthFacts)
+    placement = shared.own_part("placement", facts.placement, PlacementFacts)
     try:
         if len(own.outcome_us) != len(outcomes):
             raise BadPayload(f"{len(own.outcome_us)} check durations for {len(outcomes)} check outcomes")
@@ -236,7 +176,7 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
             facts=RankFacts(rank=facts.rank, host=facts.host, world=world,
                             env=RankEnv(env, own.own_env),  # the shared part not copied per rank
                             versions=versions, system=facts.system, network=network, gpus=gpus,
-                            health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors),
+                            health=health, placement=placement, gather_errors=facts.gather_errors),
             findings=own.findings, outcomes=outcomes, outcome_us=own.outcome_us,
         )
     except (TypeError, ValueError) as exc:

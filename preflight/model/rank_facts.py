@@ -13,7 +13,7 @@ from preflight.model.health_facts import HealthFacts
 from preflight.model.placement_facts import PlacementFacts
 
 
-@dataclass
+@dataclass(slots=True)  # rank 0 holds one per rank: no __dict__ (~1 kB a rank at 131,072 ranks)
 class World:
     """Where this rank sits in the job, as the launcher described it."""
 

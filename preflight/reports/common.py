@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from typing import TextIO
 
 from preflight.lib.grouping import LastAnswerKept
 from preflight.lib.hostlist import compress_hostlist, host_ranges, rank_ranges
@@ -103,3 +105,9 @@ def check_summary(report: JobReport) -> str:
     findings = len(report.findings)
     parts.append(f"{findings} finding{'' if findings == 1 else 's'}")
     return ", ".join(parts)
+
+
+def wants_rich(stream: TextIO) -> bool:
+    """Rich only on a real terminal without NO_COLOR; logs get plain text. (Here, not in terminal.py:
+    asking must not import rich, which a quiet run never uses.)"""
+    return stream.isatty() and "NO_COLOR" not in os.environ

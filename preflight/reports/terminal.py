@@ -6,7 +6,6 @@ log gets (tests/reports/test_terminal.py compares them)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -17,6 +16,7 @@ from rich.text import Text
 from preflight.model import JobReport, Severity
 from preflight.reports import device_table, fabric_table, host_choice, nccl_table, probes_table, storage_table, text
 from preflight.reports.common import SEVERITY_LABEL, check_summary, ordered_findings, where
+from preflight.reports.common import wants_rich as wants_rich  # asked for here too (reports/__init__.py)
 from preflight.reports.fit_table import fitted_tables
 
 _VERDICT_STYLE = {0: "bold white on green", 1: "bold black on yellow", 3: "bold white on red"}
@@ -28,11 +28,6 @@ _SEVERITY_STYLE = {
     Severity.OK: "green",
     Severity.SKIPPED: "dim",
 }
-
-
-def wants_rich(stream: TextIO) -> bool:
-    """Rich only on a real terminal without NO_COLOR; logs get plain text."""
-    return stream.isatty() and "NO_COLOR" not in os.environ
 
 
 def render(report: JobReport, stream: TextIO, width: int | None = None) -> None:

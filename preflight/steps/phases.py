@@ -12,10 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from rich.console import Console
-from rich.text import Text
-
-from preflight.reports.terminal import wants_rich
+from preflight.reports.common import wants_rich
 
 
 class PhaseDisplay:
@@ -23,12 +20,18 @@ class PhaseDisplay:
 
     def __init__(self, stream: TextIO, live: bool) -> None:
         self.stream, self.live = stream, live
-        self.console = Console(file=stream, highlight=False) if live else None
+        self.console: Any = None
+        if live:  # rich only for a terminal: a quiet run (preflight.check) never imports it
+            from rich.console import Console
+
+            self.console = Console(file=stream, highlight=False)
         self._status: Any = None
 
     def start(self, name: str) -> None:
         """A phase began: on a terminal, a spinner with its name until it ends."""
         if self.console is not None:
+            from rich.text import Text
+
             self._status = self.console.status(Text(f"preflight: {name}..."), spinner="dots")
             self._status.start()
 
@@ -39,6 +42,8 @@ class PhaseDisplay:
             if self._status is not None:
                 self._status.stop()
                 self._status = None
+            from rich.text import Text
+
             mark = ("✗", "bold red") if failed else ("✓", "green")
             self.console.print(Text.assemble(mark, f" {name} ", (f"{seconds:.2f} s", "dim"),
                                              f" {state}" if failed else ""))

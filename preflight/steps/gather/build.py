@@ -46,7 +46,7 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
     wanted = {canonical(n) for n in (*ALWAYS, *options.fingerprint)}
     seen: dict[str, DistBuild] = {}
     for dist in importlib.metadata.distributions():  # sys.path order: the first one found is the one imported
-        name = canonical(dist.metadata["Name"] or "")
+        name = canonical(_name(dist))
         if not name or name in seen or not (name in wanted or name.startswith(PREFIXES)):
             continue
         seen[name] = fingerprint(dist, name)
@@ -54,6 +54,14 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
             break
     facts.placement.build = BuildFacts(taken=True, dists=sorted(seen.values(), key=lambda d: d.name),
                                        container=container())
+
+
+def _name(dist: importlib.metadata.Distribution) -> str:
+    """A distribution's name, from its folder's name where it has one (`torch-2.5.1.dist-info`):
+    reading every distribution's METADATA to find the few wanted cost 0.1-0.5 s on rank 0's first
+    step with ~100 installed (an email-header parse each); the metadata's Name otherwise."""
+    from_path = getattr(dist, "_normalized_name", None)  # importlib.metadata's, from the path (3.10+)
+    return from_path if isinstance(from_path, str) and from_path else dist.metadata["Name"] or ""
 
 
 def fingerprint(dist: importlib.metadata.Distribution, name: str) -> DistBuild:

@@ -1,0 +1,229 @@
+"""The shared sections of rank payloads (channel/wire.py) and how rank 0 reads each once.
+
+A payload's second document holds the sections the ranks of a host send alike (`SharedDocument`). In a
+--out-dir file they are inline; through the store each is replaced by its digest (`store_form`)
+and its bytes go under `shared/<digest>` once (issue 44). `SharedSections` is rank 0's memory of
+them: every distinct section decoded once, whether it came inline (by its bytes) or by digest
+(fetched once, checked against the digest), and the parts of a rank's own document that ranks
+often send alike (health, placement), decoded once per recent distinct value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from preflight.model import CheckOutcome, GpuFacts, NetworkFacts, Versions, World
+from preflight.model.codec import BadPayload, decode, encode
+
+
+@dataclass
+class SharedDocument:
+    """The second document: the sections the ranks of a host send alike (most of them, the whole job)."""
+
+    env: dict[str, str]
+    world: World  # its rank's own fields blank (in `_OwnWorld`)
+    versions: Versions
+    network: NetworkFacts
+    gpus: list[GpuFacts]
+    outcomes: list[CheckOutcome]  # durations zeroed: they travel in `_Own.outcome_us`
+
+
+@dataclass
+class _SharedRaw:
+    """`SharedDocument` as rank 0 first reads it: each section's bytes, decoded once per distinct value."""
+
+    env: msgspec.Raw
+    world: msgspec.Raw
+    versions: msgspec.Raw
+    network: msgspec.Raw
+    gpus: msgspec.Raw
+    outcomes: msgspec.Raw
+
+
+@dataclass
+class _SharedRefs:
+    """`SharedDocument` as a rank publishes it through the store: each section's digest (see `store_form`)."""
+
+    env: str
+    world: str
+    versions: str
+    network: str
+    gpus: str
+    outcomes: str
+
+
+# The sections of `SharedDocument`, in its order, with their types.
+_SECTIONS: dict[str, Any] = {"env": dict[str, str], "world": World, "versions": Versions, "network": NetworkFacts,
+                             "gpus": list[GpuFacts], "outcomes": list[CheckOutcome]}
+SEPARATOR = b"\n"  # compact JSON holds no raw newline (one in a string is written \\n)
+
+
+DIGEST_CHARS = 32  # a section's digest: BLAKE2b-128, hex
+
+
+def section_digest(name: str, data: bytes) -> str:
+    """The digest a section travels by: of its name and its bytes (two sections of different
+    names with the same bytes, `[]` as GPUs and as outcomes, are two digests)."""
+    return hashlib.blake2b(data, digest_size=DIGEST_CHARS // 2, person=name.encode()).hexdigest()
+
+
+def store_form(wire: bytes) -> tuple[bytes, dict[str, bytes]]:
+    """`to_wire`'s bytes as they go through the store: the shared document's sections replaced by
+    their digests, and the sections by digest (written under `shared/<digest>` where absent).
+
+    Bytes that are not a payload in `to_wire`'s form go as they are, with no sections: rank 0
+    reads them as it reads any payload, and refuses them there (RUN002)."""
+    cut = wire.find(SEPARATOR)
+    try:
+        if cut < 0:
+            raise BadPayload("no shared document")
+        raw = decode(wire[cut + 1:], _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
+    except BadPayload:
+        return wire, {}
+    parts = [bytes(getattr(raw, name)) for name in _SECTIONS]
+    digests = [section_digest(name, data) for name, data in zip(_SECTIONS, parts, strict=True)]
+    return wire[:cut + 1] + encode(_SharedRefs(*digests)), dict(zip(digests, parts, strict=True))
+
+
+class SharedSections:
+    """Rank 0's decoded sections by their bytes: each distinct value decoded (and held) once."""
+
+    def __init__(self) -> None:
+        self.decoded: dict[tuple[str, bytes], Any] = {}
+        # Each section's last bytes and value: the next rank most often sent the same (one
+        # environment for the job, one network section per host). Comparing with it (a memcmp)
+        # saves hashing the section again.
+        self.last: dict[str, tuple[bytes, Any]] = {}
+        # Whole shared documents lately seen, with their sections as decoded: a rank whose document
+        # is one of these (its host's other ranks, most of the time) is not parsed at all.
+        self.documents: dict[bytes, tuple[Any, ...]] = {}
+        self.last_document: tuple[bytes, tuple[Any, ...]] | None = None
+
+        # Sections that came by digest (through the store), decoded and checked against it; and
+        # the digests whose bytes were refused (absent, not matching, not decoding), with why.
+        self.by_digest: dict[str, Any] = {}
+        self.own: dict[tuple[str, bytes], Any] = {}  # own_part's recent values
+        self.refused: dict[str, str] = {}
+
+    def missing(self, payloads: Iterable[bytes]) -> dict[str, str]:
+        """The digests these payloads name that rank 0 has not learned yet, each with its section's
+        name: what to fetch from the store (`shared/<digest>`) before reading them. A payload that
+        does not read is skipped here; reading it says why."""
+        wanted: dict[str, str] = {}
+        last = b""
+        for data in payloads:
+            cut = data.find(SEPARATOR)
+            if cut < 0 or len(data) > MAX_PAYLOAD_BYTES:
+                continue
+            document = data[cut + 1:]
+            if document == last or document in self.documents:
+                continue  # a host's other ranks: the same digests, already looked at
+            last = document
+            try:
+                wire = decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
+                named = [(_digest_of(getattr(wire, name)), name) for name in _SECTIONS]
+            except BadPayload:
+                continue
+            wanted.update((digest, name) for digest, name in named
+                          if digest and digest not in self.by_digest and digest not in self.refused)
+        return wanted
+
+    def learn(self, wanted: dict[str, str], found: Sequence[bytes | None]) -> list[str]:
+        """Take the sections fetched for `wanted` (None where absent): each checked against its
+        digest and decoded once. The digests learned (rank 0 may empty their keys)."""
+        learned = []
+        for (digest, name), data in zip(wanted.items(), found, strict=True):
+            if data is None:
+                self.refused[digest] = f"its {name} section ({digest[:12]}) is not in the store"
+            elif section_digest(name, data) != digest:
+                self.refused[digest] = f"the store's {name} section under {digest[:12]} does not match its digest"
+            else:
+                try:  # a digest names its bytes: no second cache by bytes (16,384 hosts' sections)
+                    self.by_digest[digest] = decode(data, _SECTIONS[name], max_bytes=MAX_PAYLOAD_BYTES)
+                    learned.append(digest)
+                except BadPayload as exc:
+                    self.refused[digest] = f"its {name} section ({digest[:12]}): {str(exc)[:160]}"
+        return learned
+
+    def own_part(self, name: str, raw: msgspec.Raw, into: Any) -> Any:
+        """A part of a rank's own document that ranks often send alike (health, placement): the
+        object decoded for the same bytes lately, or a new one. Bounded: per-rank values (a
+        clock offset each) keep at most _OWN_KEPT of them, never the job's."""
+        data = bytes(raw)
+        last = self.last.get(name)
+        if last is not None and last[0] == data:
+            return last[1]
+        found = self.own.get((name, data))
+        if found is None:
+            if len(self.own) >= _OWN_KEPT:
+                self.own.clear()
+            found = self.own[(name, data)] = decode(data, into, max_bytes=MAX_PAYLOAD_BYTES)
+        self.last[name] = (data, found)
+        return found
+
+    def _section(self, name: str, raw: msgspec.Raw) -> Any:
+        """A shared document's section: inline (a --out-dir file), or by a digest rank 0 has learned."""
+        digest = _digest_of(raw)
+        if not digest:
+            return self.get(name, raw)
+        found = self.by_digest.get(digest, _ABSENT)
+        if found is _ABSENT:
+            raise BadPayload(self.refused.get(digest, f"its {name} section ({digest[:12]}) never reached rank 0"))
+        return found
+
+    def get(self, name: str, raw: msgspec.Raw | bytes) -> Any:
+        data = bytes(raw)
+        last = self.last.get(name)
+        if last is not None and last[0] == data:
+            return last[1]
+        key = (name, data)
+        found = self.decoded.get(key)
+        if found is None:
+            found = self.decoded[key] = decode(data, _SECTIONS[name])
+        self.last[name] = (data, found)
+        return found
+
+    def sections(self, data: bytes, start: int) -> tuple[Any, ...]:
+        """The shared document `data[start:]`, decoded (its sections in `_SECTIONS` order)."""
+        last = self.last_document
+        if last is not None and len(data) - start == len(last[0]) and data.endswith(last[0]):
+            return last[1]  # the rank before sent the same bytes: compared in place, no copy
+        document = data[start:]
+        found = self.documents.get(document)
+        if found is None:
+            wire = decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
+            found = tuple(self._section(name, getattr(wire, name)) for name in _SECTIONS)
+            if len(self.documents) >= _DOCUMENTS_KEPT:  # bounded: a few hosts' worth, not the job's
+                self.documents.clear()
+            self.documents[document] = found
+        self.last_document = (document, found)
+        return found
+
+
+_DOCUMENTS_KEPT = 256
+_OWN_KEPT = 1024
+_ABSENT: Any = object()
+
+
+def _digest_of(raw: msgspec.Raw) -> str:
+    """The digest a section names when it came by reference (a JSON string of DIGEST_CHARS hex
+    digits); "" when the section is inline, and BadPayload for a string that is no digest."""
+    data = bytes(raw)
+    if not data.startswith(b'"'):
+        return ""
+    if not _DIGEST.fullmatch(data):
+        raise BadPayload(f"a shared section given as {data[:40]!r}: neither a value nor a digest")
+    return data[1:-1].decode()
+
+
+_DIGEST = re.compile(rb'"[0-9a-f]{%d}"' % DIGEST_CHARS)
+
+# One rank's facts and findings are a few KB to a few hundred KB (a large environment); far more is
+# not a preflight payload, and is refused before it is parsed.
+MAX_PAYLOAD_BYTES = 8 << 20
