@@ -32,8 +32,10 @@ from typing import Any
 
 from preflight.channel import clock, keys, run_auth
 from preflight.channel.exchange import Exchange, RankPayload, agree_on_key
+from preflight.channel.wire import this_stamp
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import (
+    options_disagree,
     probes_not_started,
     run_interrupted,
     stale_files_ignored,
@@ -48,6 +50,7 @@ from preflight.model import ExitCode, RankFacts, Severity, World
 from preflight.model.job_groups import JobGroups
 from preflight.model.messages import GoDecision, Verdict
 from preflight.options import RunOptions
+from preflight.options.agreement import agreed_values, disagreements
 from preflight.probes import orchestrate as probes
 from preflight.probes.expectations import judge_profiles
 from preflight.probes.nominal import annotate as annotate_nominal_rates
@@ -199,15 +202,24 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
     with phases.step("collect"):  # 4
         collected = exchange.collect(options.timeout_s)
         exchange.stop_clock()  # every rank that reported measured its clock before it published
-        record.all_facts, findings, outcomes = collected.merged_with(_own_payload(record))
-        record.findings += findings + gather_failures(record.all_facts)
+        own = _own_payload(record)
+        record.all_facts, findings, outcomes = collected.merged_with(own)
+        # The gang agrees before it measures: ranks started otherwise never reach a collective (RUN011).
+        disagree = [found for name, values in disagreements(collected.agreement(own))
+                    for found in options_disagree.report(option=name, values=values)]
+        record.findings += findings + gather_failures(record.all_facts) + disagree
         record.outcomes += outcomes
         record.missing = collected.missing(record.world.world_size, record.world.rank)
         if collected.stale_files:
             record.findings += stale_files_ignored.report(folder=str(exchange.out_dir), files=collected.stale_files)
-    with phases.step("reachability"):  # 5
-        record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
-    if storage.enabled(options):  # the checkpoint path, before the cross checks: its errors stop the probes
+    if disagree:  # no step that needs the same options everywhere: release the ranks waiting for one
+        tcp_reach.release(reach, exchange.store)
+        storage.release(exchange.store, record.nonce)
+    else:
+        with phases.step("reachability"):  # 5
+            record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
+    # The checkpoint path, before the cross checks: its errors stop the probes.
+    if not disagree and storage.enabled(options):
         with phases.step("storage"):
             found = storage.run_lead(exchange.store, {f.rank: f.host for f in record.all_facts}, record.nonce, options)
             record.storage = found.section
@@ -327,4 +339,5 @@ def _own_facts(record: RunRecord) -> RankFacts:
 
 
 def _own_payload(record: RunRecord) -> RankPayload:
-    return RankPayload(record.world.rank, _own_facts(record), list(record.findings), list(record.outcomes))
+    return RankPayload(record.world.rank, _own_facts(record), list(record.findings), list(record.outcomes),
+                       stamp=this_stamp(), options=agreed_values(record.options))

@@ -79,8 +79,13 @@ class Option:
 
     @property
     def fields(self) -> tuple[str, ...]:
-        """The RunOptions fields (last part) this option sets, for error messages."""
-        return (*([self.target.rpartition(".")[2]] if self.target else []), *self.sets)
+        """The names (the last part of each dotted one) this option sets, as error messages name them."""
+        return tuple(name.rpartition(".")[2] for name in ((self.target,) if self.target else self.sets))
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """The RunOptions fields this option sets (`storage` for `storage.path`)."""
+        return tuple(name.partition(".")[0] for name in ((self.target,) if self.target else self.sets))
 
     def help_text(self, values: dict[str, str]) -> str:
         """The help with its computed parts (defaults from the probe plan, the tags) filled in."""
@@ -166,7 +171,8 @@ OPTIONS: tuple[Option, ...] = (
          "and device figures, e.g. gemm=700TFLOPS,hbm=2.8TB/s,h2d=50GB/s (`preflight explain expectations`); units "
          "GB/s (1e9 B/s, nccl-tests' busbw), MB/s, TB/s, GiB/s or G/s (binary), Gb/s (bits); below 0.9x is an "
          "error (default: none; a hardware profile on NCCL)", agree=True, field="",
-         sets=("expect", "device_expect", "clock_skew_s"), metavar="DIM=RATE[,DIM=RATE]"),
+         sets=("expect", "device_expect", "clock_skew_s", "storage.expect_write", "storage.expect_read"),
+         metavar="DIM=RATE[,DIM=RATE]"),
     _row("localize", "--localize", choice("--localize", LOCALIZE), "auto", "probes", "how slow groups are localized "
          "(`preflight explain localize`): auto (default), pairwise (the round robin only), grouptest (group "
          "testing among hosts whenever it can run)", api=False),
@@ -182,15 +188,15 @@ OPTIONS: tuple[Option, ...] = (
     # -- storage --
     _row("storage", "--storage", PATH, None, "storage", "the checkpoint directory every rank must see as one shared "
          "filesystem: checked for visibility, sameness, room and write/read speed (default: $PREFLIGHT_STORAGE; "
-         "none: the family does not run)", agree=True, env="PREFLIGHT_STORAGE", field="", sets=("storage",),
+         "none: the family does not run)", agree=True, env="PREFLIGHT_STORAGE", field="", sets=("storage.path",),
          metavar="PATH"),
     _row("checkpoint_size", "--checkpoint-size", TEXT, "", "storage", "what one save writes in total over all "
          "ranks, e.g. 800G (K/M/G/T binary): the path needs room for {headroom} (the previous checkpoint is kept "
          "until the new one is complete), and the report projects one save and one restore (default: none)",
-         agree=True, field="", sets=("storage",), metavar="SIZE"),
+         agree=True, field="", sets=("storage.checkpoint_size",), metavar="SIZE"),
     _row("storage_budget", "--storage-budget", TEXT, "", "storage", "the most one rank writes and reads back per "
          "pass (default {budget}; each rank writes checkpoint-size / world when that is smaller)", agree=True,
-         field="", sets=("storage",), metavar="SIZE"),
+         field="", sets=("storage.budget",), metavar="SIZE"),
 )
 
 BY_NAME = {option.name: option for option in OPTIONS}

@@ -105,6 +105,18 @@ def run_lead(store: Any, rank_hosts: dict[int, str], nonce: str, options: RunOpt
                                                                     f"{type(exc).__name__}: {exc}"[:200]))
 
 
+def release(store: Any, nonce: str) -> None:
+    """Rank 0 leads no storage family this run (the ranks disagree on their options, RUN011): a rank
+    started with --storage stops waiting for the plan at once instead of at its deadline."""
+    if store is None:
+        return
+    try:
+        Board(store).put(keys.STORAGE_PLAN.key, StoragePlan(directory="", nonce=nonce or secrets.token_hex(8),
+                                                            share_bytes=0))
+    except Exception:  # the store is gone: the followers' waits end at their deadline
+        pass
+
+
 # -- what every rank does ------------------------------------------------------------------------
 def visit(rank: int, host: str, root: str, plan: StoragePlan) -> StorageVisit:
     """Read rank 0's nonce file through this rank's PATH; say what PATH is here."""
