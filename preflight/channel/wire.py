@@ -122,7 +122,7 @@ class _Own:
 class _Stamped:
     """The first document as read when it does not decode as `_Own`: its stamp alone (other fields ignored)."""
 
-    stamp: RankStamp = field(default_factory=RankStamp)
+    stamp: RankStamp | None = None  # None: no stamp at all (not a preflight payload, or a very old one)
 
 
 @dataclass
