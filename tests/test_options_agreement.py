@@ -124,6 +124,6 @@ def test_the_same_value_written_two_ways_agrees() -> None:
     """Values are compared parsed: `64K` and `65536`, `all-reduce` and `all_reduce` are one value."""
     from preflight.channel.wire import this_stamp
 
-    one = agreed_values(RunOptions.parse(sizes="64K", ops="all-reduce", timeout_s=60).for_world(4))
-    two = agreed_values(RunOptions.parse(sizes="65536", ops="all_reduce", timeout_s=60.0).for_world(4))
+    one = agreed_values(RunOptions.build(sizes="64K", ops="all-reduce", timeout_s=60).for_world(4))
+    two = agreed_values(RunOptions.build(sizes="65536", ops="all_reduce", timeout_s=60.0).for_world(4))
     assert disagreements({0: (this_stamp(), one), 1: (this_stamp(), two)}) == []

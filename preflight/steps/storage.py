@@ -95,7 +95,7 @@ def run_lead(store: Any, rank_hosts: dict[int, str], nonce: str, options: RunOpt
     # way this run's own, which no stale directory under PATH can carry.
     nonce = nonce or secrets.token_hex(8)
     try:
-        return lead(store, rank_hosts, nonce, options.storage, options.timeout_s)
+        return lead(store, rank_hosts, nonce, options.storage, options.timeouts.run_s)
     except Exception as exc:  # the store failed under rank 0: release the others, never a pass
         try:
             Board(store).put(keys.STORAGE_PLAN.key, StoragePlan(directory="", nonce=nonce, share_bytes=0))

@@ -310,7 +310,7 @@ def reachability_for(store: Any, facts: RankFacts, options: RunOptions) -> Reach
     """This rank's part in the step; inert without a store or when network checks are off."""
     wanted = Tags.NETWORK not in options.skip and (not options.only or Tags.NETWORK in options.only)
     return Reachability(store if wanted else None, facts, seed=facts.world.run_id,
-                        connect_timeout_s=min(REACH_CONNECT_S, options.check_timeout_s))
+                        connect_timeout_s=min(REACH_CONNECT_S, options.timeouts.check_s))
 
 
 def take_part(reach: Reachability, timeout_s: float) -> None:
