@@ -8,6 +8,7 @@ Before: 4 env:// ranks with `--mesh dp2,tp2`, rank 2 with `--sizes 128K`: gloo a
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -127,3 +128,37 @@ def test_the_same_value_written_two_ways_agrees() -> None:
     one = agreed_values(RunOptions.build(sizes="64K", ops="all-reduce", timeout_s=60).for_world(4))
     two = agreed_values(RunOptions.build(sizes="65536", ops="all_reduce", timeout_s=60.0).for_world(4))
     assert disagreements({0: (this_stamp(), one), 1: (this_stamp(), two)}) == []
+
+
+TRAINER = """
+import json, os, sys
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+import preflight
+
+dist.init_process_group("gloo")
+mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+try:
+    preflight.check(mesh, sizes=os.environ["SIZES"], quiet=True, timeout_s=120.0)
+    print(json.dumps({"raised": False}))
+except preflight.PreflightFailed as failed:
+    print(json.dumps({"raised": True, "exit_code": failed.report.exit_code, "probes": len(failed.report.probes),
+                      "findings": [[f.check_id, f.message, f.ranks] for f in failed.report.findings]}))
+"""
+
+
+def test_preflight_check_called_with_other_keywords_on_one_rank_fails_on_every_rank(tmp_path: Path) -> None:
+    """The same inside a job (preflight.check): a rank called with other sizes is named, every rank raises."""
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    port, started = free_port(), time.monotonic()
+    procs = {rank: start_rank(rank, WORLD, [], port=port, program=[str(script)],
+                              placement=Placement(env={"SIZES": "128K" if rank == 2 else "64K"}))
+             for rank in range(WORLD)}
+    runs = wait_for_ranks(procs, started, timeout=300)
+    for rank, run in runs.items():
+        assert run.returncode == 0, (rank, run.stdout[-2000:], run.stderr[-2000:])
+        outcome = json.loads(run.stdout.strip().splitlines()[-1])
+        assert outcome["raised"] and outcome["exit_code"] == 3 and outcome["probes"] == 0, (rank, outcome)
+        named = [f for f in outcome["findings"] if f[0] == "RUN011"]
+        assert named == [["RUN011", "--sizes: 64K on ranks 0-1,3; 128K on rank 2", [2]]], (rank, outcome)
