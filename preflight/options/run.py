@@ -45,8 +45,8 @@ from preflight.options.values import (
 from preflight.registry import Tags, get_check
 from preflight.reports.targets import ReportTargets
 
+_DEFAULT = {option.name: option.default for option in OPTIONS}  # one place says that --strict is off
 # The rows RunOptions itself holds (the run's own, not a part's), checked by their kinds in __post_init__.
-_DEFAULT = {option.name: option.default for option in OPTIONS}
 _OWN = tuple(o for o in OPTIONS if o.target and "." not in o.target and o.env is None)
 _REPORTS = tuple(o for o in OPTIONS if o.target.startswith("reports."))
 _PARTS = {"timeouts": Timeouts, "probes": ProbeOptions, "device": DeviceOptions, "history": RunHistory,
