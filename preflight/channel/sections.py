@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -32,6 +32,7 @@ class SharedDocument:
     network: NetworkFacts
     gpus: list[GpuFacts]
     outcomes: list[CheckOutcome]  # durations zeroed: they travel in `_Own.outcome_us`
+    options: dict[str, str] = field(default_factory=dict)  # the agreeing options by flag (model/agreement.py)
 
 
 @dataclass
@@ -44,6 +45,7 @@ class _SharedRaw:
     network: msgspec.Raw
     gpus: msgspec.Raw
     outcomes: msgspec.Raw
+    options: msgspec.Raw
 
 
 @dataclass
@@ -56,11 +58,13 @@ class _SharedRefs:
     network: str
     gpus: str
     outcomes: str
+    options: str
 
 
 # The sections of `SharedDocument`, in its order, with their types.
 _SECTIONS: dict[str, Any] = {"env": dict[str, str], "world": World, "versions": Versions, "network": NetworkFacts,
-                             "gpus": list[GpuFacts], "outcomes": list[CheckOutcome]}
+                             "gpus": list[GpuFacts], "outcomes": list[CheckOutcome],
+                             "options": dict[str, str]}
 SEPARATOR = b"\n"  # compact JSON holds no raw newline (one in a string is written \\n)
 
 

@@ -49,9 +49,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
+from preflight import __version__
 from preflight.channel.sections import (
     MAX_PAYLOAD_BYTES,
     SEPARATOR,
@@ -66,6 +68,7 @@ from preflight.model import (
     RankFacts,
     SystemLimits,
 )
+from preflight.model.agreement import WIRE_VERSION, RankStamp
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.placement_facts import PlacementFacts
 from preflight.model.rank_env import RankEnv
@@ -85,6 +88,11 @@ class RankPayload:
     # them (see the module docstring); as rank 0 reads them, `outcomes` is shared by the ranks that
     # sent the same list.
     outcome_us: list[int] = field(default_factory=list)
+    # Which preflight sent it, and the options every rank must agree on, by flag (options/agreement.py);
+    # rank 0 compares them before any collective. On the wire the stamp is in `_Own`, the options in
+    # `_Shared` (the same on every rank of a job: decoded once).
+    stamp: RankStamp = field(default_factory=RankStamp)
+    options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -125,6 +133,14 @@ class _Own:
     findings: list[Finding] = field(default_factory=list)
     own_env: dict[str, str] = field(default_factory=dict)
     outcome_us: list[int] = field(default_factory=list)
+    stamp: RankStamp = field(default_factory=RankStamp)
+
+
+@dataclass(slots=True)
+class _Stamped:
+    """The first document as read when it does not decode as `_Own`: its stamp alone (other fields ignored)."""
+
+    stamp: RankStamp | None = None  # None: no stamp at all (not a preflight payload, or a very old one)
 
 
 def to_wire(payload: RankPayload) -> bytes:
@@ -138,13 +154,14 @@ def to_wire(payload: RankPayload) -> bytes:
                           raw={k: v for k, v in world.raw.items() if is_per_rank(k)})
     shared_world = dataclasses.replace(world, rank=0, local_rank=0, node_rank=0, host="",
                                        raw=dict(sorted((k, v) for k, v in world.raw.items() if not is_per_rank(k))))
-    own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env,
+    own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env, stamp=payload.stamp,
                outcome_us=[round(o.duration_s * 1e6) for o in payload.outcomes],
                facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
                                health=msgspec.Raw(encode(facts.health)), placement=msgspec.Raw(encode(facts.placement)),
                                gather_errors=facts.gather_errors))
+    outcomes = [dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes]
     shared = SharedDocument(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
-                     gpus=facts.gpus, outcomes=[dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes])
+                            gpus=facts.gpus, outcomes=outcomes, options=payload.options)
     return encode(own) + SEPARATOR + encode(shared)
 
 
@@ -160,7 +177,7 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
     if cut < 0:
         raise BadPayload("not a payload: no shared sections after the rank's own")
     own = decode(data[:cut], _Own, max_bytes=MAX_PAYLOAD_BYTES)
-    env, world, versions, network, gpus, outcomes = shared.sections(data, cut + 1)
+    env, world, versions, network, gpus, outcomes, options = shared.sections(data, cut + 1)
     facts, mine = own.facts, own.facts.world
     health = shared.own_part("health", facts.health, HealthFacts)
     placement = shared.own_part("placement", facts.placement, PlacementFacts)
@@ -177,10 +194,25 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
                             env=RankEnv(env, own.own_env),  # the shared part not copied per rank
                             versions=versions, system=facts.system, network=network, gpus=gpus,
                             health=health, placement=placement, gather_errors=facts.gather_errors),
-            findings=own.findings, outcomes=outcomes, outcome_us=own.outcome_us,
+            findings=own.findings, outcomes=outcomes, outcome_us=own.outcome_us, stamp=own.stamp, options=options,
         )
     except (TypeError, ValueError) as exc:
         raise BadPayload(str(exc)[:300]) from None
+
+
+def this_stamp() -> RankStamp:
+    """This process's stamp: the preflight it runs and the layout it writes."""
+    return RankStamp(preflight=__version__, wire=WIRE_VERSION)
+
+
+def read_stamp(data: Any) -> RankStamp | None:
+    """The stamp of a payload that did not decode (another preflight's layout), None when it has none."""
+    if not isinstance(data, bytes) or len(data) > MAX_PAYLOAD_BYTES:
+        return None
+    try:
+        return decode(data[:data.find(SEPARATOR)] if SEPARATOR in data else data, _Stamped).stamp
+    except (BadPayload, TypeError, ValueError):
+        return None
 
 
 def merged_outcomes(payloads: Iterable[RankPayload]) -> list[CheckOutcome]:

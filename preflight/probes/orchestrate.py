@@ -55,7 +55,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
     from preflight.probes import session as ses
     from preflight.probes.plan import build_plan
 
-    timeout_s = options.probe_timeout_s
+    timeout_s = options.timeouts.probe_s
     if store is None:
         return _could_not_run(world, "the c10d store did not form, so no process group can")
     stores = liveness.probe_stores(store)
@@ -69,7 +69,8 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
                 choice = ses.BackendChoice(job.backend, "the job's own process groups")
                 plan = build_plan(options, job.device)
             else:
-                choice = liveness.bounded(lambda: ses.decide_backend(options.backend, world, stores.torch, timeout_s),
+                choice = liveness.bounded(lambda: ses.decide_backend(options.probes.backend, world, stores.torch,
+                                                                     timeout_s),
                                           timeout_s + 10, watch)
                 plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
         except Exception as exc:  # no NCCL, no GPU, a rank that died: nothing to measure
@@ -99,7 +100,7 @@ def _probe(world: World, options: RunOptions, stores: Any, job: Any, hosts: Mapp
     """
     from preflight.probes import session as ses
 
-    timeout_s = options.probe_timeout_s
+    timeout_s = options.timeouts.probe_s
     mark = setup.marker(Board(stores.board), world.rank, world.host)  # this thread's, on its client
     mark("started")
     setup_began = time.monotonic()
@@ -221,10 +222,10 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     slow: list[Any] = []
     if hang is None:
         # Candidates, then only those a second measurement finds again (confirm.py).
-        slow = confirm.lead_groups(session, judge.stragglers(outcome.results, options.straggler_ratio),
-                                   options.straggler_ratio)
+        slow = confirm.lead_groups(session, judge.stragglers(outcome.results, options.probes.straggler_ratio),
+                                   options.probes.straggler_ratio)
         for s in slow:
-            outcome.findings += straggler_group.report(s, ratio=options.straggler_ratio)
+            outcome.findings += straggler_group.report(s, ratio=options.probes.straggler_ratio)
         for rank, dims in judge.cross_dim_suspects(slow).items():
             outcome.findings += cross_dim_suspect.report(rank=rank, host=hosts.get(rank, ""), dims=dims,
                                                          slow_groups=[s for s in slow if rank in s.ranks])

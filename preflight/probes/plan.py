@@ -59,15 +59,15 @@ class ProbePlan:
 
 def build_plan(options: RunOptions, device: str) -> ProbePlan:
     """The plan for the options' world (see RunOptions.for_world), defaults filled per device (cpu / cuda)."""
-    if options.world_size is None:
+    if options.probes.world_size is None:
         raise ValueError("build_plan needs the options resolved for a world: options.for_world(world_size)")
-    dims = list(options.mesh) or [MeshDim(WORLD_DIM, options.world_size)]
+    dims = list(options.probes.mesh) or [MeshDim(WORLD_DIM, options.probes.world_size)]
     return ProbePlan(
         dims=dims,
-        ops=options.ops or list(DEFAULT_OPS),
-        sizes=options.sizes or list(DEFAULT_SIZES[device]),
-        warmup=DEFAULT_WARMUP[device] if options.warmup is None else options.warmup,
-        iters=max(1, DEFAULT_ITERS[device] if options.iters is None else options.iters),
-        world_all_reduce=not options.ops and len(dims) > 1,
-        expect=dict(options.expect),
+        ops=options.probes.ops or list(DEFAULT_OPS),
+        sizes=options.probes.sizes or list(DEFAULT_SIZES[device]),
+        warmup=DEFAULT_WARMUP[device] if options.probes.warmup is None else options.probes.warmup,
+        iters=max(1, DEFAULT_ITERS[device] if options.probes.iters is None else options.probes.iters),
+        world_all_reduce=not options.probes.ops and len(dims) > 1,
+        expect=dict(options.probes.expect),
     )

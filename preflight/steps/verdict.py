@@ -76,8 +76,8 @@ def build_report(record: RunRecord) -> JobReport:
         master_addr=world.master_addr,
         master_port=world.master_port,
         restart_count=world.restart_count,
-        mesh=mesh_text(options.mesh),  # resolved, the derived dp included
-        backend=record.probes.backend if record.probes and record.probes.backend else options.backend,
+        mesh=mesh_text(options.probes.mesh),  # resolved, the derived dp included
+        backend=record.probes.backend if record.probes and record.probes.backend else options.probes.backend,
         backend_reason=record.probes.backend_reason if record.probes else "",
         command_line=options.command_line,
         started_at=_iso(record.started),
@@ -85,7 +85,7 @@ def build_report(record: RunRecord) -> JobReport:
         duration_s=round(finished - record.started, 3),
         versions=record.facts.versions.known() if record.facts else {},
         phases=dict(record.phases),
-        expected_busbw_gbps=dict(options.expect),
+        expected_busbw_gbps=dict(options.probes.expect),
         run_nonce=record.nonce,
         authenticated=record.authenticated,
     )
@@ -117,7 +117,7 @@ def _not_run(record: RunRecord) -> dict[str, str]:
     if record.probes is None:
         why = "the probes did not run" + (f" ({record.interrupted})" if record.interrupted else "")
         not_run = {Tags.PROBE: why, Tags.GPU_PROBE: why}
-    if not record.options.history:
+    if not record.options.history.url:
         not_run[Tags.HISTORY] = "no --history"
     if record.options.storage is None:
         not_run[Tags.STORAGE] = "no --storage"
