@@ -172,3 +172,23 @@ def store_value_refused(key: str, reason: str) -> Iterable[Problem]:
     every rank leaves with rank 0's exit code, or exit 4 where rank 0's never arrived.
     """
     yield Problem(f"the value under {key!r} in the run's store was {reason}", data={"key": key})
+
+
+@engine_check(
+    "RUN011",
+    tag=Tags.RUN,
+    severity=Severity.COULD_NOT_RUN,
+    hint="Give the run something to measure: a mesh with the dimension the op needs (--mesh pp2,tp2 for "
+    "send_recv), two or more ranks (preflight launch -n N, srun, torchrun), or only the families this "
+    "machine has (--only gpu needs an NVIDIA driver).",
+)
+def nothing_measured(reason: str, what: str = "") -> Iterable[Problem]:
+    """Something the run was asked for measured nothing: a probe plan or an `--only` family.
+
+    Asked for and not measured is never a pass, as in DCGM's and NHC's "could not run": an
+    `--ops send_recv` on a mesh without a pipeline dimension has no step to run, one rank has
+    no collective to measure (its bus bandwidth is 0 by definition), and `--only gpu` on a
+    machine without an NVIDIA driver checked nothing. Each is said with its reason and makes
+    the run incomplete (exit 4), never PASSED.
+    """
+    yield Problem(reason, data={"what": what} if what else {})

@@ -42,6 +42,25 @@ class ProbePlan:
         dims = list(dict.fromkeys(dim for dim, _, _ in measured))
         return [(dim, CONNECT, 0) for dim in dims] + measured
 
+    def nothing_to_measure(self, world_size: int) -> list[str]:
+        """Why the plan, or an op it was asked for, measures nothing (RUN011's reasons); [] when all measure.
+
+        One rank still runs its steps (they verify the data path), but no collective moves data
+        between ranks: its bus bandwidth is 0 by definition, so that is no measurement either.
+        """
+        if world_size < 2:
+            return ["one rank: no collective to measure (start 2 or more: preflight launch -n N, srun, torchrun)"]
+        measured = {op for _, op, _ in self.measured_steps()}
+        reasons = []
+        for op in self.ops:
+            if op in measured:
+                continue
+            if op == "send_recv":
+                reasons.append("send_recv needs a pipeline dimension (--mesh pp2,... names one)")
+            else:
+                reasons.append(f"{op}: every dimension of the mesh has one rank, so nothing to measure")
+        return reasons
+
     def measured_steps(self) -> list[tuple[str, str, int]]:
         """The measured (dim, op, size) steps, without the CONNECT steps."""
         out = []

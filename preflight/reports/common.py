@@ -49,6 +49,8 @@ def world_summary(report: JobReport) -> str:
     restart = f", restart #{meta.restart_count}" if meta.restart_count else ""
     # A Kubeflow init container: one preflight per pod, not the training's ranks (--mesh is refused).
     scope = " (node level: one preflight per pod, not the training's ranks)" if meta.launcher == "kubeflow" else ""
+    if meta.launcher == "single":  # no launcher: no master, no job to speak of
+        return f"no launcher: one process on {hosts}, {meta.duration_s:.1f}s"
     return (
         f"{meta.launcher}{scope}{job}: {meta.world_size} rank(s) on {count} host(s) "
         f"[{hosts}], master {meta.master_addr}:{meta.master_port}, "

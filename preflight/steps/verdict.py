@@ -62,6 +62,11 @@ def build_report(record: RunRecord) -> JobReport:
     world, options = record.world, record.options
     silenced = set(options.silence)
     findings = [f for f in merge_findings(record.findings) if f.check_id not in silenced]
+    checks = every_selected_outcome(record.outcomes, findings, options.only, options.skip, _not_run(record))
+    unchecked = [f for f in families_unchecked(checks, options.only) if f.check_id not in silenced]
+    if unchecked:  # an --only family that checked nothing is could-not-run: the outcomes say so too
+        findings = merge_findings(findings + unchecked)
+        checks = every_selected_outcome(record.outcomes, findings, options.only, options.skip, _not_run(record))
     code = decide_exit_code(findings, strict=options.strict, interrupted=bool(record.interrupted))
     if record.missing and code != ExitCode.FAILED:
         code = ExitCode.FAILED  # a missing rank fails the run even when RANK001 is silenced
@@ -89,7 +94,6 @@ def build_report(record: RunRecord) -> JobReport:
         run_nonce=record.nonce,
         authenticated=record.authenticated,
     )
-    checks = every_selected_outcome(record.outcomes, findings, options.only, options.skip, _not_run(record))
     report = JobReport(
         meta=meta,
         ranks=facts,
@@ -110,12 +114,32 @@ def build_report(record: RunRecord) -> JobReport:
     return report
 
 
+def families_unchecked(checks: Sequence[CheckOutcome], only: Sequence[str]) -> list[Finding]:
+    """RUN011 for each `--only` family whose every check was skipped: asked for, checked nothing.
+
+    `--only gpu` on a machine without an NVIDIA driver: `no NVIDIA driver: --only gpu checked
+    nothing`. The probe family speaks through its plan instead (probes/plan.py's reasons)."""
+    from preflight.checks.run_findings import nothing_measured
+
+    found = []
+    for tag in only:
+        tagged = [c for c in checks if c.tag == tag]
+        if tag == Tags.PROBE or any(c.status != Severity.SKIPPED for c in tagged):
+            continue
+        reasons = [c.reason for c in tagged if c.reason]
+        why = max(dict.fromkeys(reasons), key=reasons.count) if reasons else "no check of it applies here"
+        found += nothing_measured.report(reason=f"{why}: --only {tag} checked nothing", what=f"--only {tag}")
+    return found
+
+
 def _not_run(record: RunRecord) -> dict[str, str]:
     """Tags whose step did not run this time -> why: their engine checks are skipped, not passed."""
     not_run = {}
     if record.probes is None:
         why = "the probes did not run" + (f" ({record.interrupted})" if record.interrupted else "")
         not_run = {Tags.PROBE: why, Tags.GPU_PROBE: why}
+    elif not record.probes.results and record.world.rank == 0:
+        not_run = {Tags.PROBE: "no collective was measured"}  # RUN011 or a probe finding says why
     if not record.options.history:
         not_run[Tags.HISTORY] = "no --history"
     if record.options.storage is None:
