@@ -212,8 +212,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                        help="how slow groups are localized (`preflight explain localize`): auto (default), pairwise "
                             "(the round robin only), grouptest (group testing among hosts whenever it can run)")
     probe.add_argument("--strict-bandwidth", action="store_true",
-                       help="a group below its expected busbw (`preflight explain expectations`) is an error, not a "
-                       "warning (default: a warning)")
+                       help="a group below 0.9x its hardware profile is an error (BW007), not a warning (BW011); "
+                       "below --expect it is an error either way (default: off; `preflight explain expectations`)")
     add_storage_options(parser)
 
 

@@ -1,38 +1,34 @@
-"""Byte counts as people read them: 1048576 -> `1 MiB` (message sizes are powers of two)."""
+"""Numbers as people read them: byte counts (1048576 -> `1 MiB`), percentages, counts."""
 
 from __future__ import annotations
 
 
 def human_bytes(size: int) -> str:
-    """1048576 -> '1 MiB', 1536 -> '1.5 KiB', 512 -> '512 B'."""
+    """1048576 -> '1 MiB', 1536 -> '1.5 KiB', 512 -> '512 B', 80025714114 -> '74.5 GiB' (three significant
+    digits, never an exponent)."""
     value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:g} {unit}"
-        value /= 1024
-    return f"{size} B"
-
-
-def clip(text: str, limit: int) -> str:
-    """`text` in at most `limit` characters, cut between words and ending in `…`; a number is
-    never left without the unit after it (`0.0789 GB` stays whole or goes whole)."""
-    if len(text) <= limit:
-        return text
-    words = text.split(" ")
-    kept: list[str] = []
-    for word in words:
-        if len(" ".join([*kept, word])) + 2 > limit:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
             break
-        kept.append(word)
-    cut_next = words[len(kept)] if len(kept) < len(words) else ""
-    while kept and cut_next[:1].isalpha() and _is_number(kept[-1]):  # its unit was cut: drop the number too
-        cut_next = kept.pop()
-    return " ".join(kept).rstrip(",;:") + " …" if kept else text[: max(0, limit - 2)] + " …"
+        value /= 1024
+    if unit == "B" or value >= 100:
+        return f"{value:.0f} {unit}"
+    return f"{float(f'{value:.3g}'):g} {unit}"
 
 
-def _is_number(word: str) -> bool:
-    try:
-        float(word.rstrip(",;:").replace("x", ""))
-    except ValueError:
-        return False
-    return True
+
+def percent(fraction: float) -> str:
+    """A fraction as a percentage that keeps two significant digits under 10%: 0.0037 -> `0.37%`, 0.42 -> `42%`.
+
+    `0%` for a figure that is 0.37% of its expectation reads as nothing measured; a real slowdown
+    never rounds to 0%."""
+    if fraction >= 0.1 or fraction <= 0:
+        return f"{fraction:.0%}"
+    if fraction < 1e-5:
+        return "under 0.001%"
+    return f"{fraction * 100:.2g}%"
+
+
+def count(n: int) -> str:
+    """A count with thousands separators: 16239519 -> `16,239,519`."""
+    return f"{n:,}"

@@ -9,7 +9,7 @@ link's nominal rate, where the link rate was readable (NVLink via NVML, IB via s
 from __future__ import annotations
 
 from preflight.lib.hostlist import host_ranges, rank_ranges
-from preflight.lib.units import human_bytes
+from preflight.lib.units import human_bytes, percent
 from preflight.model import JobReport, summarize_probes
 from preflight.reports.probe_dims import expected_busbw
 
@@ -40,7 +40,7 @@ def probe_rows(report: JobReport) -> list[list[str]]:
     for s in summarize_probes(report.probes):
         slowest = (f"#{s.slowest_group} ranks {rank_ranges(s.slowest_ranks, limit=3)} on "
                    f"{host_ranges(s.slowest_hosts, limit=24)}, {_time(s.time_s)}/op")
-        fraction = f"{s.busbw_min_gbps / s.nominal_gbps:.0%}" if s.nominal_gbps else ""
+        fraction = f"{percent(s.busbw_min_gbps / s.nominal_gbps)}" if s.nominal_gbps else ""
         rows.append([s.dim, s.op, human_bytes(s.size_bytes), str(s.groups), f"{s.busbw_min_gbps:.3g}",
                      f"{s.busbw_median_gbps:.3g}", f"{s.busbw_max_gbps:.3g}", slowest,
                      _expected(s.expected_gbps, s.expected_source, expected.get(s.dim)), fraction,

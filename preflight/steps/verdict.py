@@ -15,6 +15,7 @@ from pathlib import Path
 
 from preflight.checks.run_findings import rank_died, rank_zero_lost
 from preflight.lib.mesh_shape import mesh_text
+from preflight.lib.shorten import shorten
 from preflight.model import (
     CheckOutcome,
     ExitCode,
@@ -82,7 +83,9 @@ def build_report(record: RunRecord) -> JobReport:
         master_port=world.master_port,
         restart_count=world.restart_count,
         mesh=mesh_text(options.mesh),  # resolved, the derived dp included
-        backend=record.probes.backend if record.probes and record.probes.backend else options.backend,
+        # the backend the probes used; one asked for by name when none was; never `auto`, which chose nothing
+        backend=(record.probes.backend if record.probes and record.probes.backend
+                 else "" if options.backend == "auto" else options.backend),
         backend_reason=record.probes.backend_reason if record.probes else "",
         command_line=options.command_line,
         started_at=_iso(record.started),
@@ -193,14 +196,9 @@ def explain_verdict(code: ExitCode, findings: Sequence[Finding], outcomes: Seque
 
     `rank 3 on vm: BW004 in slow groups of dimensions dp, tp ... (2 errors, 1 warning)`, bounded to
     MAX_WHY_CHARS. Checks that did not apply are counted as skipped, never as passed."""
-    count = {s: sum(1 for f in findings if f.severity == s) for s in Severity}
-    parts = []
-    if count[Severity.ERROR]:
-        parts.append(_plural(count[Severity.ERROR], "error"))
-    if count[Severity.COULD_NOT_RUN]:
-        parts.append(f"{count[Severity.COULD_NOT_RUN]} could not run")
-    if count[Severity.WARN]:
-        parts.append(_plural(count[Severity.WARN], "warning"))
+    from preflight.reports.common import finding_counts, where
+
+    parts = finding_counts(findings)  # the check summary's last line quotes the same counts
     if not parts:
         skipped = [o for o in outcomes if o.status == Severity.SKIPPED]
         if not skipped:
@@ -208,18 +206,12 @@ def explain_verdict(code: ExitCode, findings: Sequence[Finding], outcomes: Seque
         reasons = sorted({o.reason for o in skipped if o.reason})
         return f"every check that applied passed; {len(skipped)} skipped ({'; '.join(reasons) or 'did not apply'})"
     first = culprit_first([f for f in findings if f.severity.rank >= Severity.WARN.rank]) or findings[0]
-    from preflight.reports.common import where
-
     place = where(first)
     tail = f" ({', '.join(parts)})"
     head = f"{place}: {first.check_id} " if place else f"{first.check_id} "
     room = max(20, MAX_WHY_CHARS - len(head) - len(tail))
-    message = first.message if len(first.message) <= room else first.message[: room - 1].rstrip() + "…"
+    message = shorten(first.message, room)  # words go, numbers and units never
     return head + message + tail
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def bad_hosts(findings: Sequence[Finding], all_hosts: Sequence[str]) -> list[str]:
