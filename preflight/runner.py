@@ -299,11 +299,11 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
         record.findings += store_value_refused.report(key=key, reason=why)
     record.findings += history.recall(record)  # this run against its past (docs/history.md)
     report = build_report(record)
-    unwritten = history.remember(report, record.options)  # after the verdict; a failure: not written
+    remembered, unwritten = history.remember(report, record.options)  # after the verdict; a failure: not written
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included. An output not written makes a pass
     # exit 4 (reports/targets.py).
-    write_reports(report, record.options.reports, unwritten)
+    write_reports(report, record.options.reports, unwritten, also_written=remembered)
     if record.options.verdict_file:
         Path(record.options.verdict_file).write_text(f"{report.exit_code}\n")
     record.report = report

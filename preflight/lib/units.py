@@ -32,3 +32,13 @@ def percent(fraction: float) -> str:
 def count(n: int) -> str:
     """A count with thousands separators: 16239519 -> `16,239,519`."""
     return f"{n:,}"
+
+
+def file_size(size: int) -> str:
+    """A file's size as `ls -h --si` and browsers say it: 36_512 -> `37 kB`, 900 -> `900 B`."""
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            break
+        value /= 1000
+    return f"{value:.0f} {unit}" if unit == "B" or value >= 10 else f"{value:.1f} {unit}"
