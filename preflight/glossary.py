@@ -10,7 +10,7 @@ TERMS: dict[str, str] = {
     "busbw": "Bus bandwidth, in GB/s (1e9 bytes/s): a collective's data rate scaled as nccl-tests scales it, so "
              "all_reduce, all_gather and the rest compare with the link's own rate whatever the group size.",
     "could-not-run": "A severity: the check started but crashed or ran past --check-timeout, or what was asked "
-                     "for measured nothing (RUN011), so it proves nothing. It is never a pass: the run is "
+                     "for measured nothing (RUN012), so it proves nothing. It is never a pass: the run is "
                      "incomplete (exit 4) unless something failed.",
     "engine": "A check's scope: raised by preflight's own steps from what they observed (a store that did not "
               "form, a rank that died, a probe that hung), not computed from facts. `preflight list` shows each "

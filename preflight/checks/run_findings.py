@@ -175,7 +175,7 @@ def store_value_refused(key: str, reason: str) -> Iterable[Problem]:
 
 
 @engine_check(
-    "RUN011",
+    "RUN012",
     tag=Tags.RUN,
     severity=Severity.COULD_NOT_RUN,
     hint="Give the run something to measure: a mesh with the dimension the op needs (--mesh pp2,tp2 for "

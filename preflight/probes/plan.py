@@ -43,7 +43,7 @@ class ProbePlan:
         return [(dim, CONNECT, 0) for dim in dims] + measured
 
     def nothing_to_measure(self, world_size: int) -> list[str]:
-        """Why the plan, or an op it was asked for, measures nothing (RUN011's reasons); [] when all measure.
+        """Why the plan, or an op it was asked for, measures nothing (RUN012's reasons); [] when all measure.
 
         One rank still runs its steps (they verify the data path), but no collective moves data
         between ranks: its bus bandwidth is 0 by definition, so that is no measurement either.

@@ -118,7 +118,7 @@ def build_report(record: RunRecord) -> JobReport:
 
 
 def families_unchecked(checks: Sequence[CheckOutcome], only: Sequence[str]) -> list[Finding]:
-    """RUN011 for each `--only` family whose every check was skipped: asked for, checked nothing.
+    """RUN012 for each `--only` family whose every check was skipped: asked for, checked nothing.
 
     `--only gpu` on a machine without an NVIDIA driver: `no NVIDIA driver: --only gpu checked
     nothing`. The probe family speaks through its plan instead (probes/plan.py's reasons)."""
@@ -142,7 +142,7 @@ def _not_run(record: RunRecord) -> dict[str, str]:
         why = "the probes did not run" + (f" ({record.interrupted})" if record.interrupted else "")
         not_run = {Tags.PROBE: why, Tags.GPU_PROBE: why}
     elif not record.probes.results and record.world.rank == 0:
-        not_run = {Tags.PROBE: "no collective was measured"}  # RUN011 or a probe finding says why
+        not_run = {Tags.PROBE: "no collective was measured"}  # RUN012 or a probe finding says why
     if not record.options.history:
         not_run[Tags.HISTORY] = "no --history"
     if record.options.storage is None:

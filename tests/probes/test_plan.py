@@ -80,7 +80,7 @@ def test_options_are_typed_and_the_mesh_resolved_once_the_world_is_known() -> No
 
 
 def test_a_plan_that_measures_nothing_says_why() -> None:
-    """RUN011's reasons: asked for and not measured is never a pass (issue 45)."""
+    """RUN012's reasons: asked for and not measured is never a pass (issue 45)."""
     no_pp = build_plan(RunOptions.parse(mesh="tp2", ops="send_recv", sizes="1K").for_world(4), "cpu")
     assert no_pp.measured_steps() == []
     assert no_pp.nothing_to_measure(4) == ["send_recv needs a pipeline dimension (--mesh pp2,... names one)"]

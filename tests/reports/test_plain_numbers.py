@@ -17,7 +17,7 @@ SLOW = ("all_reduce on dp group 0 (ranks 0,1) at 64 MiB: busbw 0.983 GB/s is 0.9
 
 def _findings() -> list[Finding]:
     return [Finding("BW007", Severity.ERROR, SLOW, ranks=[0, 1], hosts=["n1"]),
-            Finding("BW009", Severity.COULD_NOT_RUN, "x"), Finding("RUN011", Severity.COULD_NOT_RUN, "y"),
+            Finding("BW009", Severity.COULD_NOT_RUN, "x"), Finding("RUN012", Severity.COULD_NOT_RUN, "y"),
             Finding("BW010", Severity.WARN, "z"), Finding("RUN009", Severity.INFO, "i")]
 
 
