@@ -21,10 +21,10 @@ os._exit (docs/api.md).
 from __future__ import annotations
 
 import gc
+import inspect
 import itertools
 import os
 import warnings
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,11 +34,9 @@ from preflight.lib.errors import BadInput
 from preflight.lib.interrupts import interrupts_raised
 from preflight.lib.mesh_shape import KNOWN_NAMES, WORLD_DIM, MeshDim, dim_groups
 from preflight.lib.process_state import left_as_found
-from preflight.lib.storage_options import storage_path
 from preflight.model import ExitCode, JobReport
 from preflight.model.job_groups import JobGroups
-from preflight.options import RunOptions, history_url
-from preflight.reports.targets import ReportTargets
+from preflight.options import API_OPTIONS, RunOptions
 from preflight.runner import run_in_job
 from preflight.steps.launchers import resolve_world
 from preflight.steps.verdict import RunRecord, build_report
@@ -47,7 +45,6 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 OnFailure = Literal["raise", "warn", "return"]
-Path = str | os.PathLike[str]
 ON_FAILURE = ("raise", "warn", "return")
 _calls = itertools.count(1)  # every rank calls check in the same order: the n-th call's keys are the n-th's
 
@@ -69,26 +66,16 @@ class PreflightWarning(UserWarning):
     """A failing verdict under on_failure="warn"."""
 
 
-def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_timeout_s: float = 10.0,
-          probe_timeout_s: float = 30.0, only: Sequence[str] = (), skip: Sequence[str] = (),
-          silence: Sequence[str] = (), strict: bool = False, sizes: str = "", ops: str = "", expect: str = "",
-          json: Path | None = None, html: Path | None = None, junit: Path | None = None, text: Path | None = None,
-          exclude_file: Path | None = None, quiet: bool = False, out_dir: Path | None = None,
-          device_budget_s: float | None = None, device_sustain_s: float = 0.0,
-          history: str | None = None, metrics: Path | None = None, storage: Path | str | None = None,
-          checkpoint_size: str = "", storage_budget: str = "", on_failure: OnFailure = "raise") -> JobReport:
+def check(mesh: DeviceMesh | None = None, *, on_failure: OnFailure = "raise", **options: Any) -> JobReport:
     """Run preflight's steps on this job's own process groups; call it on every rank. Returns the JobReport.
 
     mesh: the job's DeviceMesh over the whole world (init_device_mesh's row-major layout; built
     by _unflatten / _flatten too, size-1 axes on torch's `fake` backend allowed), or None for
     the world as one dimension; a 1-D mesh named `world` (torchtitan's ParallelDims.world_mesh)
-    is the world. The keywords are the CLI's flags (`--timeout`,
-    `--check-timeout`, `--probe-timeout`, `--only`, `--skip`, `--silence`, `--strict`, `--sizes`,
-    `--ops`, `--expect`, `--json`/`--html`/`--junit`/`--text`/`--exclude-file` written by rank 0,
-    `--quiet`, `--out-dir`, `--device-budget`, `--device-sustain`, `--history` (None:
-    $PREFLIGHT_HISTORY), `--metrics`, `--storage` (None: $PREFLIGHT_STORAGE), `--checkpoint-size`,
-    `--storage-budget`). on_failure: "raise" PreflightFailed on every rank, "warn" a
-    PreflightWarning and return, "return" the report silently (its exit_code says).
+    is the world. The other keywords are the CLI's flags, from the options table (listed below and
+    in `inspect.signature(preflight.check)`; rank 0 writes the report files). on_failure: "raise"
+    PreflightFailed on every rank, "warn" a PreflightWarning and return, "return" the report
+    silently (its exit_code says).
     A call that is wrong on its face (no process group, a mesh of another world, a keyword of
     the wrong type or value) raises RuntimeError, TypeError or ValueError on that rank before
     any rank waits for another.
@@ -100,22 +87,17 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
                            "call init_process_group (or init_device_mesh) first")
     if on_failure not in ON_FAILURE:
         raise ValueError(f"preflight.check: on_failure={on_failure!r}: one of {', '.join(ON_FAILURE)}")
+    unknown = sorted(set(options) - {option.name for option in API_OPTIONS})
+    if unknown:
+        raise TypeError(f"preflight.check() got an unexpected keyword argument {unknown[0]!r}")
     world_size, rank = dist.get_world_size(), dist.get_rank()
     dims = _mesh_dims(mesh, world_size)
     backend, device = _backend_and_device(mesh, dist.get_backend())
     try:
         # The keywords are validated where they enter, by RunOptions itself (as the CLI's flags are).
-        options = RunOptions.parse(
-            mesh="", sizes=sizes, ops=ops, expect=expect, timeout_s=timeout_s, check_timeout_s=check_timeout_s,
-            probe_timeout_s=probe_timeout_s, only=only, skip=skip, silence=silence, strict=strict,
-            # Paths as given (str or os.PathLike): RunOptions checks their type and makes them str.
-            out_dir=out_dir, reports=ReportTargets(json=json, html=html, junit=junit, text=text,  # type: ignore[arg-type]
-                                                   exclude=exclude_file, quiet=quiet),  # type: ignore[arg-type]
-            backend=backend, device_budget_s=device_budget_s, device_sustain_s=device_sustain_s,
-            history=history_url(history), metrics=metrics,  # type: ignore[arg-type]
-            storage=storage_path(storage), checkpoint_size=checkpoint_size, storage_budget=storage_budget,
-            command_line=f"preflight.check({_mesh_repr(dims)})")
-        options = replace(options, mesh=dims, world_size=world_size)
+        # The keywords are validated where they enter, by RunOptions itself (as the CLI's flags are).
+        run_options = RunOptions.build(**options, backend=backend, command_line=f"preflight.check({_mesh_repr(dims)})")
+        run_options = replace(run_options, mesh=dims, world_size=world_size)
         world = resolve_world(os.environ)
     except TypeError as exc:  # BadOptionType: a keyword of the wrong type
         raise TypeError(f"preflight.check: {exc}") from None
@@ -133,7 +115,7 @@ def check(mesh: DeviceMesh | None = None, *, timeout_s: float = 60.0, check_time
     frozen = gc.get_freeze_count()
     try:
         with interrupts_raised(), left_as_found(), collector_paused():  # no full collection of the trainer's heap
-            code, record = run_in_job(options, world, dist.distributed_c10d._get_default_store(), groups)
+            code, record = run_in_job(run_options, world, dist.distributed_c10d._get_default_store(), groups)
     except BadInput as exc:  # rank 0 cannot write a report it was asked for (the others time out waiting for it)
         raise ValueError(f"preflight.check: {exc}") from None
     finally:
@@ -232,3 +214,17 @@ def _mesh_repr(dims: list[MeshDim]) -> str:
 def _short(ranks: list[int]) -> str:
     return str(ranks) if len(ranks) <= 8 else f"[{', '.join(map(str, ranks[:8]))}, ...] ({len(ranks)} ranks)"
 
+
+
+def _signature() -> inspect.Signature:
+    """check's signature as help() and an IDE show it: its keywords and defaults are the options table's."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature([
+        inspect.Parameter("mesh", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        *(inspect.Parameter(option.name, keyword, default=option.default) for option in API_OPTIONS),
+        inspect.Parameter("on_failure", keyword, default="raise")], return_annotation="JobReport")
+
+
+check.__signature__ = _signature()  # type: ignore[attr-defined]
+check.__doc__ = (check.__doc__ or "") + "\n    Keywords (the CLI's flags):\n" + "".join(
+    f"    {option.name}={option.default!r}: {option.flag}\n" for option in API_OPTIONS)

@@ -10,28 +10,19 @@ import argparse
 import atexit
 import difflib
 import os
-import shlex
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from preflight import __version__
+from preflight.commands.run_flags import add_run_options, options_from_args, shown_argv
 from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.hostlist import MAX_HOSTS
 from preflight.lib.interrupts import exit_at_once, ignore_interrupts, interrupts_raised, leave_now
 from preflight.lib.numbers import ascii_int
-from preflight.lib.storage_options import storage_path
 from preflight.model import ExitCode
-from preflight.options import (
-    BACKENDS,
-    LOCALIZE,
-    OPS,
-    ReportTargets,
-    RunOptions,
-    history_url,
-    parse_count,
-    parse_seconds,
-)
+
+__all__ = ["add_run_options", "build_parser", "main", "options_from_args", "shown_argv"]
 
 SUBCOMMANDS = ("run", "launch", "list", "explain", "report", "history", "hardware")
 
@@ -41,43 +32,7 @@ output asked for could not be written after the run: the headline starts NOT WRI
 Every rank exits with rank 0's verdict, so `srun preflight` fails the job step on a bad verdict."""
 
 
-def _csv(text: str) -> list[str]:
-    items = [item.strip() for item in text.split(",")]
-    if any(not item for item in items):
-        raise argparse.ArgumentTypeError(f"{text!r} has an empty entry")
-    return items
-
-
 MAX_LOCAL_RANKS = 4096  # launch -n
-
-
-def _positive_float(text: str) -> float:
-    """--timeout and kin: text to seconds (options.parse_seconds owns the bounds)."""
-    try:
-        return parse_seconds(text)
-    except BadInput as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _non_negative_float(text: str) -> float:
-    """Zero or a positive decimal (as _positive_float)."""
-    if text.strip() in ("0", "0.0"):
-        return 0.0
-    return _positive_float(text)
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        return parse_count(text)
-    except BadInput as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _run_id(text: str) -> str:
-    """At most 200 printable characters without spaces: it becomes store keys and a folder name."""
-    if not 0 < len(text) <= 200 or not text.isprintable() or any(c.isspace() for c in text):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a run id (1-200 printable characters, no spaces)")
-    return text
 
 
 def _local_ranks(text: str) -> int:
@@ -85,10 +40,6 @@ def _local_ranks(text: str) -> int:
         return ascii_int(text, "-n", minimum=1, maximum=MAX_LOCAL_RANKS)
     except BadInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _sizes_text(sizes: Sequence[int]) -> str:
-    return ",".join(f"{size >> 20}M" for size in sizes)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -105,135 +56,6 @@ def _kept_hosts(text: str) -> int:
         return ascii_int(text, "--keep", minimum=1, maximum=MAX_HOSTS)
     except BadInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """The options of a run, shared by `run` and `launch`: each says its default and valid values."""
-    from preflight.probes.plan import DEFAULT_ITERS, DEFAULT_OPS, DEFAULT_SIZES, DEFAULT_WARMUP
-    from preflight.registry import Tags
-
-    tags = ", ".join(Tags.all())
-    run = parser.add_argument_group("run")
-    run.add_argument("--timeout", dest="timeout_s", type=_positive_float, default=60.0, metavar="SECONDS",
-                     help="seconds rank 0 waits for every rank to report (default 60)")
-    run.add_argument("--check-timeout", dest="check_timeout_s", type=_positive_float, default=10.0, metavar="SECONDS",
-                     help="seconds one check or fact gatherer may take before it is could-not-run "
-                     "(`preflight explain could-not-run`) (default 10)")
-    run.add_argument("--out-dir", metavar="DIR",
-                     help="shared directory (cluster filesystem): fallback channel when the c10d store cannot "
-                     "form, and where each rank leaves its own report if rank 0 is lost (default: none)")
-    run.add_argument("--run-id", type=_run_id, metavar="ID",
-                     help="override the run id (default: derived from the launcher's job id, e.g. "
-                     "SLURM_JOB_ID; 1-200 printable characters, no spaces)")
-    run.add_argument("--silence", type=_csv, default=[], metavar="ID[,ID]",
-                     help="drop findings of these check ids, e.g. ENV004,BW011 (default: none; "
-                     "`preflight list` shows the ids)")
-    run.add_argument("--only", type=_csv, default=[], metavar="TAG[,TAG]",
-                     help=f"run only checks of these tags (default: all); tags: {tags}")
-    run.add_argument("--skip", type=_csv, default=[], metavar="TAG[,TAG]",
-                     help=f"skip checks of these tags (default: none; `--skip probe` skips the bandwidth "
-                     f"probes); tags: {tags}")
-    run.add_argument("--strict", action="store_true",
-                     help="exit 1 when there are warnings (default: warnings exit 0)")
-    run.add_argument("--fingerprint", type=_csv, default=[], metavar="PKG[,PKG]",
-                     help="also fingerprint these installed distributions' builds (default: torch, "
-                     "nvidia-* wheels and preflight; BLD001 compares them across hosts)")
-    run.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)  # tests: a fixture sysfs tree
-    run.add_argument("--verdict-file", default=None, help=argparse.SUPPRESS)  # launch's own channel to its ranks
-
-    out = parser.add_argument_group("reports (the terminal report is always printed unless --quiet)")
-    out.add_argument("--json", dest="json_path", metavar="PATH",
-                     help="write the whole JobReport as JSON (default: not written; `preflight report` re-renders it)")
-    out.add_argument("--html", dest="html_path", metavar="PATH",
-                     help="write a self-contained HTML report, no network needed (default: not written)")
-    out.add_argument("--junit", dest="junit_path", metavar="PATH",
-                     help="write JUnit XML, one testcase per check, for CI (default: not written)")
-    out.add_argument("--text", dest="text_path", metavar="PATH",
-                     help="write the plain text report (default: not written)")
-    out.add_argument("--exclude-file", metavar="PATH",
-                     help="write the bad hosts one per line, for `sbatch --exclude` (default: not written)")
-    out.add_argument("--quiet", action="store_true", help="print nothing on stdout (default: print the report)")
-
-    history = parser.add_argument_group("history and metrics (`preflight explain history`)")
-    history.add_argument("--history", metavar="URL", default=None,
-                         help="record the run and judge it against its past: sqlite:///path/history.db or "
-                              "postgresql://user@host/db (default: $PREFLIGHT_HISTORY)")
-    history.add_argument("--history-timeout", dest="history_timeout_s", type=_positive_float, default=10.0,
-                         metavar="SECONDS",
-                         help="seconds the history may take before and after the verdict (default 10)")
-    history.add_argument("--flaky", default="", metavar="K/N",
-                         help="a host that failed in K of its last N recorded runs is flaky (default 3/10)")
-    history.add_argument("--metrics", metavar="PATH",
-                         help="write the run's figures as Prometheus text for node_exporter's textfile collector "
-                              "(default: not written)")
-
-    probe = parser.add_argument_group("probes (collective bandwidth over every DeviceMesh dimension)")
-    probe.add_argument("--mesh", default="", metavar="SHAPE",
-                       help="DeviceMesh shape, outermost first, e.g. pp2,tp4 (a missing dp is derived); "
-                       "names: pp, dp, dp_replicate, dp_shard, cp, ep, tp or any identifier "
-                       "(default: the world as one dimension)")
-    probe.add_argument("--backend", choices=BACKENDS, default="auto",
-                       help="process group backend for the probes: auto (default: nccl when every rank has a "
-                       "GPU, else gloo), nccl, gloo")
-    probe.add_argument("--ops", default="", metavar="OP[,OP]",
-                       help=f"collectives to probe; valid: {', '.join(OPS)} "
-                       f"(default: {','.join(DEFAULT_OPS)}; send_recv pairs adjacent pp stages)")
-    probe.add_argument("--sizes", default="", metavar="SIZE[,SIZE]",
-                       help="message sizes in bytes; K/M/G are binary as in nccl-tests (1M = 1 MiB = 1,048,576), "
-                       "KiB/MiB/GiB too, KB/MB/GB are SI (1MB = 1,000,000) "
-                       f"(default: {_sizes_text(DEFAULT_SIZES['cpu'])} on CPU, "
-                       f"{_sizes_text(DEFAULT_SIZES['cuda'])} on GPU)")
-    probe.add_argument("--warmup", type=_non_negative_int, default=None, metavar="N",
-                       help=f"untimed iterations per step, 0 or more (default {DEFAULT_WARMUP['cpu']} on CPU, "
-                       f"{DEFAULT_WARMUP['cuda']} on GPU)")
-    probe.add_argument("--iters", type=_non_negative_int, default=None, metavar="N",
-                       help=f"timed iterations per step, 1 or more (default {DEFAULT_ITERS['cpu']} on CPU, "
-                       f"{DEFAULT_ITERS['cuda']} on GPU; with fewer than 5 no straggler can be named)")
-    probe.add_argument("--probe-timeout", dest="probe_timeout_s", type=_positive_float, default=30.0,
-                       metavar="SECONDS", help="deadline of one collective (default 30)")
-    probe.add_argument("--straggler-ratio", type=_positive_float, default=0.8, metavar="RATIO",
-                       help="a group below RATIO x its siblings' median busbw is a straggler candidate, "
-                       "0 < RATIO <= 1 (default 0.8); confirmed twice below 0.5 it is an error "
-                       "(`preflight explain BW003`, `preflight explain siblings`)")
-    probe.add_argument("--expect", default="", metavar="DIM=RATE[,DIM=RATE]",
-                       help="expected busbw per mesh dimension, e.g. tp=300GB/s,dp=400Gb/s, and device figures, "
-                       "e.g. gemm=700TFLOPS,hbm=2.8TB/s,h2d=50GB/s (`preflight explain expectations`); units GB/s "
-                       "(1e9 B/s, nccl-tests' busbw), MB/s, TB/s, GiB/s or G/s (binary), Gb/s (bits); "
-                       "below 0.9x is an error (default: none; a hardware profile on NCCL)")
-    probe.add_argument("--device-budget", dest="device_budget_s", type=_positive_float, default=None,
-                       metavar="SECONDS",
-                       help="seconds the device probes may take per device (default 4 on a GPU, 0.03 on CPU; "
-                            "`--skip gpu-probe` turns them off)")
-    probe.add_argument("--device-sustain", dest="device_sustain_s", type=_non_negative_float, default=0.0,
-                       metavar="SECONDS",
-                       help="seconds of continuous bf16 work on each GPU after the device probes, its clocks and "
-                            "temperature read throughout (`preflight explain sustain`) (default 0: none)")
-    probe.add_argument("--localize", choices=LOCALIZE, default="auto",
-                       help="how slow groups are localized (`preflight explain localize`): auto (default), pairwise "
-                            "(the round robin only), grouptest (group testing among hosts whenever it can run)")
-    probe.add_argument("--strict-bandwidth", action="store_true",
-                       help="a group below 0.9x its hardware profile is an error (BW007), not a warning (BW011); "
-                       "below --expect it is an error either way (default: off; `preflight explain expectations`)")
-    add_storage_options(parser)
-
-
-def add_storage_options(parser: argparse.ArgumentParser) -> None:
-    """The storage family's flags (steps/storage.py): off unless --storage or PREFLIGHT_STORAGE names a path."""
-    from preflight.lib.storage_options import DEFAULT_BUDGET, HEADROOM
-    from preflight.lib.units import human_bytes
-
-    storage = parser.add_argument_group("storage (the checkpoint path)")
-    storage.add_argument("--storage", metavar="PATH", default=None,
-                         help="the checkpoint directory every rank must see as one shared filesystem: checked "
-                         "for visibility, sameness, room and write/read speed (default: $PREFLIGHT_STORAGE; "
-                         "none: the family does not run)")
-    storage.add_argument("--checkpoint-size", default="", metavar="SIZE",
-                         help=f"what one save writes in total over all ranks, e.g. 800G (K/M/G/T binary): the "
-                         f"path needs room for {HEADROOM:g} (the previous checkpoint is kept until the new one is "
-                         "complete), and the report projects one save and one restore (default: none)")
-    storage.add_argument("--storage-budget", default="", metavar="SIZE",
-                         help=f"the most one rank writes and reads back per pass (default {human_bytes(DEFAULT_BUDGET)}"
-                         "; each rank writes checkpoint-size / world when that is smaller)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -325,77 +147,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_history(commands)
     return parser
-
-
-
-def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptions:
-    """RunOptions from parsed flags: the one place this process parses --mesh, --sizes, --ops, --expect."""
-    return RunOptions.parse(
-        mesh=args.mesh,
-        sizes=args.sizes,
-        ops=args.ops,
-        expect=args.expect,
-        flaky=args.flaky,
-        history=history_url(args.history),
-        storage=storage_path(args.storage),
-        checkpoint_size=args.checkpoint_size,
-        storage_budget=args.storage_budget,
-        history_timeout_s=args.history_timeout_s,
-        metrics=args.metrics,
-        timeout_s=args.timeout_s,
-        check_timeout_s=args.check_timeout_s,
-        out_dir=args.out_dir,
-        run_id=args.run_id,
-        silence=list(args.silence),
-        only=list(args.only),
-        skip=list(args.skip),
-        strict=args.strict,
-        reports=ReportTargets(json=args.json_path, html=args.html_path, junit=args.junit_path,
-                              text=args.text_path, exclude=args.exclude_file, quiet=args.quiet),
-        backend=args.backend,
-        warmup=args.warmup,
-        iters=args.iters,
-        probe_timeout_s=args.probe_timeout_s,
-        straggler_ratio=args.straggler_ratio,
-        device_budget_s=args.device_budget_s,
-        device_sustain_s=args.device_sustain_s,
-        strict_bandwidth=args.strict_bandwidth,
-        localize=args.localize,
-        sysfs_root=args.sysfs_root,
-        fingerprint=list(args.fingerprint),
-        verdict_file=args.verdict_file,
-        command_line=shlex.join(["preflight", *_password_hidden(shown_argv(argv), args.history)]),
-    )
-
-
-INTERNAL_FLAGS = ("--verdict-file", "--sysfs-root")  # set by `launch` or tests, never typed by a user
-
-
-def shown_argv(argv: Sequence[str]) -> list[str]:
-    """argv as the reports show it: without the internal flags (and their values) launch adds."""
-    shown: list[str] = []
-    skip_value = False
-    for arg in argv:
-        if skip_value:
-            skip_value = False
-            continue
-        if arg in INTERNAL_FLAGS:
-            skip_value = True
-            continue
-        if arg.startswith(tuple(f"{flag}=" for flag in INTERNAL_FLAGS)):
-            continue
-        shown.append(arg)
-    return shown
-
-
-def _password_hidden(argv: Sequence[str], url: str | None) -> list[str]:
-    """argv with the --history URL's password replaced by *** (the command line lands in every report)."""
-    if not url or "@" not in url:
-        return list(argv)
-    from preflight.history.store import shown_url
-
-    return [word.replace(url, shown_url(url)) for word in argv]
-
 
 
 
