@@ -150,8 +150,9 @@ OPTIONS: tuple[Option, ...] = (
     _row("ops", "--ops", TEXT, "", "probes", "collectives to probe; valid: {ops} (default: {default_ops}; "
          "send_recv pairs adjacent pp stages)", agree=True, field="", sets=("ops",), metavar="OP[,OP]"),
     _row("sizes", "--sizes", TEXT, "", "probes", "message sizes in bytes; K/M/G are binary as in nccl-tests "
-         "(1M = 1 MiB = 1,048,576), KiB/MiB/GiB too, KB/MB/GB are SI (1MB = 1,000,000) (default: {cpu_sizes} on "
-         "CPU, {gpu_sizes} on GPU)", agree=True, field="", sets=("sizes",), metavar="SIZE[,SIZE]"),
+         "(1M = 1 MiB = 1,048,576), KiB/MiB/GiB too, KB/MB/GB are SI (1MB = 1,000,000); a range as nccl-tests' "
+         "-b/-e/-f: 1M:64M doubles, 1M:64M:x4 multiplies by 4, 1M:4M:+1M adds 1M (default: {cpu_sizes} on "
+         "CPU, {gpu_sizes} on GPU)", agree=True, field="", sets=("sizes",), metavar="SIZE[,SIZE|BEGIN:END[:xF]]"),
     _row("warmup", "--warmup", COUNT, None, "probes", "untimed iterations per step, 0 or more (default {cpu_warmup} "
          "on CPU, {gpu_warmup} on GPU)", agree=True, api=False, metavar="N"),
     _row("iters", "--iters", COUNT, None, "probes", "timed iterations per step, 1 or more (default {cpu_iters} on "

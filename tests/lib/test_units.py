@@ -27,3 +27,22 @@ def test_counts_have_thousands_separators() -> None:
     from preflight.lib.units import count
 
     assert count(16_239_519) == "16,239,519"
+
+
+def test_size_ranges_read_as_nccl_tests_b_e_f() -> None:
+    """`--sizes 1M:64M` doubles (nccl-tests' -b 1M -e 64M -f 2), `:x4` multiplies by 4, `:+1M` adds (issue 45)."""
+    import pytest
+
+    from preflight.lib.errors import BadInput
+    from preflight.options import parse_sizes
+
+    mib = 1 << 20
+    assert parse_sizes("1M:64M") == [mib << k for k in range(7)]
+    assert parse_sizes("1M:64M:x4") == [mib, 4 * mib, 16 * mib, 64 * mib]
+    assert parse_sizes("1M:4M:+1M") == [mib, 2 * mib, 3 * mib, 4 * mib]
+    assert parse_sizes("64K,1M:2M") == [64 << 10, mib, 2 * mib]
+    assert parse_sizes("1M:3M") == [mib, 2 * mib]  # the end is included when a step lands on it
+    for bad, said in (("4M:1M", "ends below its start"), ("1M:2M:y", "is not a step"), ("1:64G:+1", "more than 64"),
+                      ("1M:2M:x1", ">= 2"), ("1M:2M:3M:4M", "not a range"), ("-1M", "is negative")):
+        with pytest.raises(BadInput, match=said):
+            parse_sizes(bad)
