@@ -26,6 +26,8 @@ TERMS: dict[str, str] = {
                "passed exit 4, its headline starting NOT WRITTEN.",
     "known-good": "A rank or host the probes have measured at its siblings' speed: what a suspect is measured "
                   "against again, so a slow result follows the suspect, not its partner.",
+    "level": "--level quick|standard|long: how much a run measures, each with a stated time budget, as DCGM's "
+             "levels: {LEVELS}. Every level runs every check; an option given explicitly wins over its level.",
     "localize": "Finding which host or link makes a group slow (--localize): pairwise measures ranks two by two "
                 "in a round robin; grouptest halves the suspect hosts each round, fewer rounds on many hosts; "
                 "auto picks grouptest when the hosts are many and it can run.",
@@ -62,8 +64,8 @@ def text() -> str:
 
 def quoted(definition: str) -> str:
     """A definition with each `{CHECK_ID}` replaced by that check's severity rule, as the check states it
-    (registry.CheckSpec.severity_rule), and `{FLAGS}` by what the exit code makes of a finding: the
-    glossary quotes the one rule, never a copy of it."""
+    (registry.CheckSpec.severity_rule), `{FLAGS}` by what the exit code makes of a finding and `{LEVELS}`
+    by the levels' table (probes/levels.py): the glossary quotes the one rule, never a copy of it."""
     from preflight.registry import SEVERITY_FLAGS, get_check, load_builtin_checks
 
     load_builtin_checks()
@@ -71,6 +73,10 @@ def quoted(definition: str) -> str:
     def rule(match: re.Match[str]) -> str:
         if match.group(1) == "FLAGS":
             return SEVERITY_FLAGS[0].upper() + SEVERITY_FLAGS[1:]
+        if match.group(1) == "LEVELS":
+            from preflight.probes.levels import level_help
+
+            return level_help()
         spec = get_check(match.group(1))
         return f"{spec.id} is {spec.severity_rule}" if spec else match.group(0)
 

@@ -41,6 +41,7 @@ from preflight.options.values import (
     split_storage_expect,
     storage_options,
 )
+from preflight.probes.levels import LEVELS
 from preflight.registry import Tags, get_check
 from preflight.reports.targets import ReportTargets
 
@@ -81,6 +82,7 @@ class RunOptions:
     sizes: list[int] = field(default_factory=list)  # bytes, ascending; [] : the plan's defaults per device
     warmup: int | None = _DEFAULT["warmup"]  # None: the plan's default per device
     iters: int | None = _DEFAULT["iters"]
+    level: str = _DEFAULT["level"]  # quick | standard | long (probes/levels.py): what the options leave open
     probe_timeout_s: float = _DEFAULT["probe_timeout_s"]
     straggler_ratio: float = _DEFAULT["straggler_ratio"]
     strict_bandwidth: bool = _DEFAULT["strict_bandwidth"]  # below its profile: BW007 (error), not BW011
@@ -124,6 +126,7 @@ class RunOptions:
         check_flaky(self.flaky_failures, self.flaky_window)
         if self.storage is not None and not isinstance(self.storage, StorageOptions):
             raise BadOptionType(f"storage must be a StorageOptions, not {type(self.storage).__name__}")
+        self._fill_from_level()
         if self.world_size is not None:
             self.mesh = resolve_dims(self.mesh, self.world_size)
         names = {d.name for d in self.mesh} | {WORLD_DIM} | ({"dp"} if self.world_size is None else set())
@@ -131,6 +134,16 @@ class RunOptions:
             if name not in names:
                 raise BadInput(f"--expect {name}=...: no mesh dimension {name!r} "
                                f"(mesh: {mesh_text(self.mesh) or 'none'})")
+
+    def _fill_from_level(self) -> None:
+        """--level long: its sustained load unless --device-sustain was given, and the storage family, whose
+        path only the user can name (probes/levels.py)."""
+        level = LEVELS[self.level]
+        if level.device_sustain_s and not self.device_sustain_s:
+            self.device_sustain_s = level.device_sustain_s
+        if level.storage and self.storage is None:
+            raise BadInput(f"--level {level.name} runs the storage family: give it the checkpoint directory, "
+                           f"--storage PATH (or PREFLIGHT_STORAGE), or choose --level standard")
 
     @classmethod
     def build(cls, *, command_line: str = "", **given: Any) -> RunOptions:

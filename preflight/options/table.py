@@ -34,6 +34,7 @@ from preflight.options.kinds import (
     choice,
 )
 from preflight.options.values import BACKENDS, LOCALIZE, OPS
+from preflight.probes.levels import DEFAULT_LEVEL, LEVELS, level_help
 
 # argparse groups of `preflight run --help`, in order: name -> title.
 GROUPS = {
@@ -147,17 +148,21 @@ OPTIONS: tuple[Option, ...] = (
          "one dimension)", agree=True, api=False, field="", sets=("mesh",), metavar="SHAPE"),
     _row("backend", "--backend", choice("--backend", BACKENDS), "auto", "probes", "process group backend for the "
          "probes: auto (default: nccl when every rank has a GPU, else gloo), nccl, gloo", agree=True, api=False),
-    _row("ops", "--ops", TEXT, "", "probes", "collectives to probe; valid: {ops} (default: {default_ops}; "
+    _row("level", "--level", choice("--level", tuple(LEVELS)), DEFAULT_LEVEL, "probes", "how much to measure, as "
+         "DCGM's levels: {levels}; an option given explicitly wins over its level (default: standard)", agree=True),
+    _row("ops", "--ops", TEXT, "", "probes", "collectives to probe; valid: {ops} (default: the level's; "
+         "{default_ops} at standard; "
          "send_recv pairs adjacent pp stages)", agree=True, field="", sets=("ops",), metavar="OP[,OP]"),
     _row("sizes", "--sizes", TEXT, "", "probes", "message sizes in bytes; K/M/G are binary as in nccl-tests "
          "(1M = 1 MiB = 1,048,576), KiB/MiB/GiB too, KB/MB/GB are SI (1MB = 1,000,000); a range as nccl-tests' "
-         "-b/-e/-f: 1M:64M doubles, 1M:64M:x4 multiplies by 4, 1M:4M:+1M adds 1M (default: {cpu_sizes} on "
-         "CPU, {gpu_sizes} on GPU)", agree=True, field="", sets=("sizes",), metavar="SIZE[,SIZE|BEGIN:END[:xF]]"),
-    _row("warmup", "--warmup", COUNT, None, "probes", "untimed iterations per step, 0 or more (default {cpu_warmup} "
-         "on CPU, {gpu_warmup} on GPU)", agree=True, api=False, metavar="N"),
-    _row("iters", "--iters", COUNT, None, "probes", "timed iterations per step, 1 or more (default {cpu_iters} on "
-         "CPU, {gpu_iters} on GPU; with fewer than 5 no straggler can be named)", agree=True, api=False,
-         metavar="N"),
+         "-b/-e/-f: 1M:64M doubles, 1M:64M:x4 multiplies by 4, 1M:4M:+1M adds 1M (default: the level's; "
+         "{cpu_sizes} on CPU, {gpu_sizes} on GPU at standard)", agree=True, field="", sets=("sizes",),
+         metavar="SIZE[,SIZE|BEGIN:END[:xF]]"),
+    _row("warmup", "--warmup", COUNT, None, "probes", "untimed iterations per step, 0 or more (default: the level's; "
+         "{cpu_warmup} on CPU, {gpu_warmup} on GPU at standard)", agree=True, api=False, metavar="N"),
+    _row("iters", "--iters", COUNT, None, "probes", "timed iterations per step, 1 or more (default: the level's; "
+         "{cpu_iters} on CPU, {gpu_iters} on GPU at standard; with fewer than 5 no straggler can be named)",
+         agree=True, api=False, metavar="N"),
     _row("probe_timeout_s", "--probe-timeout", SECONDS, 30.0, "probes", "deadline of one collective (default 30)",
          agree=True, metavar="SECONDS"),
     _row("straggler_ratio", "--straggler-ratio", RATIO, 0.8, "probes", "a group below RATIO x its siblings' median "
@@ -224,7 +229,8 @@ def help_values() -> dict[str, str]:
     return {"tags": ", ".join(Tags.all()), "ops": ", ".join(OPS), "default_ops": ",".join(DEFAULT_OPS),
             "cpu_sizes": sizes("cpu"), "gpu_sizes": sizes("cuda"), "cpu_warmup": str(DEFAULT_WARMUP["cpu"]),
             "gpu_warmup": str(DEFAULT_WARMUP["cuda"]), "cpu_iters": str(DEFAULT_ITERS["cpu"]),
-            "gpu_iters": str(DEFAULT_ITERS["cuda"]), "headroom": f"{HEADROOM:g}", "budget": human_bytes(DEFAULT_BUDGET)}
+            "gpu_iters": str(DEFAULT_ITERS["cuda"]), "levels": level_help(),
+            "headroom": f"{HEADROOM:g}", "budget": human_bytes(DEFAULT_BUDGET)}
 
 
 def markdown() -> str:

@@ -6,13 +6,14 @@ from dataclasses import dataclass, field
 
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim
 from preflight.options import RunOptions
+from preflight.probes.levels import LEVELS, STANDARD
 
-DEFAULT_OPS = ("all_reduce", "all_to_all")
 CONNECT = "connect"  # the pseudo-op of a step that only creates a dimension's communicators
-# Sizes small enough for a 2-core CI box on CPU; the GPU defaults are nccl-tests-like.
-DEFAULT_SIZES = {"cpu": (1 << 20, 4 << 20), "cuda": (1 << 20, 64 << 20, 256 << 20)}
-DEFAULT_WARMUP = {"cpu": 2, "cuda": 5}
-DEFAULT_ITERS = {"cpu": 5, "cuda": 20}
+# The default level's plan (probes/levels.py): sizes small enough for a 2-core CI box on CPU, nccl-tests-like on GPU.
+DEFAULT_OPS = STANDARD.ops
+DEFAULT_SIZES = STANDARD.sizes
+DEFAULT_WARMUP = STANDARD.warmup
+DEFAULT_ITERS = STANDARD.iters
 
 
 @dataclass
@@ -77,16 +78,18 @@ class ProbePlan:
 
 
 def build_plan(options: RunOptions, device: str) -> ProbePlan:
-    """The plan for the options' world (see RunOptions.for_world), defaults filled per device (cpu / cuda)."""
+    """The plan for the options' world (see RunOptions.for_world), what they leave open filled by their
+    --level (probes/levels.py) per device (cpu / cuda)."""
     if options.world_size is None:
         raise ValueError("build_plan needs the options resolved for a world: options.for_world(world_size)")
     dims = list(options.mesh) or [MeshDim(WORLD_DIM, options.world_size)]
+    level = LEVELS[options.level]  # what the options leave open, the level fills
     return ProbePlan(
         dims=dims,
-        ops=options.ops or list(DEFAULT_OPS),
-        sizes=options.sizes or list(DEFAULT_SIZES[device]),
-        warmup=DEFAULT_WARMUP[device] if options.warmup is None else options.warmup,
-        iters=max(1, DEFAULT_ITERS[device] if options.iters is None else options.iters),
+        ops=options.ops or list(level.ops),
+        sizes=options.sizes or list(level.sizes[device]),
+        warmup=level.warmup[device] if options.warmup is None else options.warmup,
+        iters=max(1, level.iters[device] if options.iters is None else options.iters),
         world_all_reduce=not options.ops and len(dims) > 1,
         expect=dict(options.expect),
     )
