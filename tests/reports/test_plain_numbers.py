@@ -60,3 +60,13 @@ def test_free_space_and_inodes_are_human_readable() -> None:
 def test_a_host_nobody_named_is_said_in_words() -> None:
     [found] = device_probe.device_could_not_run.report(rank=1, host="", figure="gemm_fp32", why="raised")
     assert found.message.startswith("rank 1 on an unknown host: gemm_fp32"), found.message
+
+
+def test_the_authenticated_line_is_plain_on_a_laptop_run() -> None:
+    """One process has nothing to authenticate: no jargon about forged verdicts (issue 45)."""
+    from preflight.reports.common import authentication_text
+
+    alone = built_report(host_facts(["laptop"]))
+    assert authentication_text(alone) == "not needed (one process: no other rank sends it anything)"
+    several = built_report(host_facts(["n1", "n2"]))
+    assert authentication_text(several).startswith("no (no PREFLIGHT_SECRET: another program")
