@@ -303,7 +303,8 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included. An output not written makes a pass
     # exit 4 (reports/targets.py).
-    write_reports(report, record.options.reports, unwritten, also_written=remembered)
+    launch_folder = str(Path(record.options.verdict_file).parent) if record.options.verdict_file else ""
+    write_reports(report, record.options.reports, unwritten, also_written=remembered, unannounced=launch_folder)
     if record.options.verdict_file:
         Path(record.options.verdict_file).write_text(f"{report.exit_code}\n")
     record.report = report

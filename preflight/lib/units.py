@@ -31,7 +31,7 @@ def percent(fraction: float) -> str:
         return f"{fraction:.0%}"
     if fraction < 1e-5:
         return "under 0.001%"
-    return f"{fraction * 100:.2g}%"
+    return f"{fraction * 100:#.2g}%"
 
 
 def count(n: int) -> str:

@@ -20,7 +20,7 @@ def test_percentages_keep_two_significant_digits_under_ten_percent() -> None:
     from preflight.lib.units import percent
 
     assert [percent(x) for x in (0.0037, 0.099, 0.1, 0.42, 1.5, 0.0)] == ["0.37%", "9.9%", "10%", "42%", "150%", "0%"]
-    assert percent(1e-7) == "under 0.001%"
+    assert percent(1e-7) == "under 0.001%" and percent(0.0103) == "1.0%"  # two digits, the zero too
 
 
 def test_counts_have_thousands_separators() -> None:

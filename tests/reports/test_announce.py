@@ -34,3 +34,9 @@ def test_quiet_announces_nothing(tmp_path: Path) -> None:
     done = run_cli(["launch", "-n", "2", "--skip", "probe", "--json", "r.json", "--quiet"], cwd=str(tmp_path),
                    timeout=240)
     assert (tmp_path / "r.json").exists() and "preflight: wrote" not in done.stderr + done.stdout
+
+
+def test_launchs_own_copy_of_rank_0s_report_is_not_announced(tmp_path: Path) -> None:
+    """`preflight launch` keeps rank 0's JSON in a folder of its own: not the user's output, not announced."""
+    done = run_cli(["launch", "-n", "2", "--skip", "probe"], cwd=str(tmp_path), timeout=240)
+    assert done.returncode == 0 and "preflight: wrote" not in done.stderr, done.stderr
