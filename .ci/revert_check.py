@@ -169,7 +169,7 @@ rev("31d-adopt-thread", "preflight/api.py",
 # 2d: the report's backend is what was asked ("auto"), and no rank's bound device reaches rank 0
 rev("2d-report", "preflight/probes/orchestrate.py",
     "    outcome.backend, outcome.backend_reason = choice.backend, choice.reason",
-    "    outcome.backend, outcome.backend_reason = options.backend, choice.reason")
+    "    outcome.backend, outcome.backend_reason = options.probes.backend, choice.reason")
 rev("2e-devices", "preflight/probes/session.py",
     """    store.set(f"dev/{world.rank}", json.dumps(""", """    0 and store.set(f"dev/{world.rank}", json.dumps(""")
 # 5b: gloo timed per call (a list of per-iteration figures), not one figure over the whole loop

@@ -281,7 +281,7 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
     collected, own, facts, findings, outcomes = timed("decode", decode_all)
     world: World = own.facts.world
     options = RunOptions(command_line="benchmark").for_world(size)
-    ctx = CheckContext(world_size=size, backend=options.backend)
+    ctx = CheckContext(world_size=size, backend=options.probes.backend)
 
     def cross():
         job = JobView(**vars(ctx), ranks=facts, duplicate_ranks=collected.duplicates, reachability=None)

@@ -32,8 +32,10 @@ from typing import Any
 
 from preflight.channel import clock, keys, run_auth
 from preflight.channel.exchange import Exchange, RankPayload, agree_on_key
+from preflight.channel.wire import this_stamp
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import (
+    options_disagree,
     probes_not_started,
     run_interrupted,
     stale_files_ignored,
@@ -48,6 +50,7 @@ from preflight.model import ExitCode, RankFacts, Severity, World
 from preflight.model.job_groups import JobGroups
 from preflight.model.messages import GoDecision, Verdict
 from preflight.options import RunOptions
+from preflight.options.agreement import agreed_values, disagreements
 from preflight.probes import orchestrate as probes
 from preflight.probes.expectations import judge_profiles
 from preflight.probes.nominal import annotate as annotate_nominal_rates
@@ -72,7 +75,7 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     world = resolve_world(env)  # 1. world; BadInput propagates to the CLI: one line, exit 2
     if world.launcher == "single" and not options.reports.quiet:
         print(NO_LAUNCHER_LINE, file=sys.stderr, flush=True)  # the run's first line: one process, said at once
-    if options.mesh and node_level(world):
+    if options.probes.mesh and node_level(world):
         raise BadInput(f"--mesh describes the training's ranks, but {node_level(world)}: run preflight "
                        "under the trainer's torchrun to probe a mesh")
     options = options.for_world(world.world_size)  # the mesh resolved; a bad one for this WORLD_SIZE: exit 2
@@ -81,7 +84,7 @@ def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0,
                       files=options.output_files())
     record = RunRecord(world, options)
-    code = _steps(record, Exchange(world, options.timeout_s, options.out_dir))
+    code = _steps(record, Exchange(world, options.timeouts.run_s, options.out_dir))
     return _leave(record, code)
 
 
@@ -96,7 +99,7 @@ def run_in_job(options: RunOptions, world: World, job_store: Any, groups: JobGro
     refuse_unwritable(options.reports, options.out_dir, writes_reports=world.rank == 0,
                       files=options.output_files())
     record = RunRecord(world, options)
-    exchange = Exchange(world, options.timeout_s, options.out_dir, job_store=job_store)
+    exchange = Exchange(world, options.timeouts.run_s, options.out_dir, job_store=job_store)
     try:
         code = _steps(record, exchange, groups)
     finally:
@@ -111,8 +114,8 @@ def _steps(record: RunRecord, exchange: Exchange, groups: JobGroups | None = Non
     world, options = record.world, record.options
     phases = Phases(phase_display(world.rank, options.reports.quiet))
     record.phases = phases.seconds
-    ctx = CheckContext(world_size=world.world_size, backend=options.backend,
-                       mesh=[(d.name, d.size) for d in options.mesh])
+    ctx = CheckContext(world_size=world.world_size, backend=options.probes.backend,
+                       mesh=[(d.name, d.size) for d in options.probes.mesh])
     try:
         # The slow import, after the input is known good (bad input stays a fast exit 2) and before
         # any step's deadline starts; inside the steps, so that an interrupt during it still ends
@@ -154,12 +157,12 @@ def _report_locally(record: RunRecord, phases: Phases, exchange: Exchange, ctx: 
     """Steps 2-4 on every rank: gather facts, check them, publish them to rank 0."""
     world, options = record.world, record.options
     with phases.step("facts"):  # 2
-        record.facts = gather_facts(world, GatherOptions(options.check_timeout_s, options.sysfs_root,
+        record.facts = gather_facts(world, GatherOptions(options.timeouts.check_s, options.sysfs_root,
                                                          fingerprint=options.fingerprint,
                                                          clock_skew_s=options.clock_skew_s))
     with phases.step("local checks"):  # 3
         found, outcomes = run_checks(select_checks(LOCAL, options.only, options.skip), record.facts, ctx,
-                                     options.check_timeout_s, rank=world.rank, host=world.host)
+                                     options.timeouts.check_s, rank=world.rank, host=world.host)
         record.findings += found
         record.outcomes += outcomes
     with phases.step("exchange"):  # 4
@@ -186,7 +189,7 @@ def _measure_clock(record: RunRecord, exchange: Exchange) -> None:
         return
     own = record.facts.placement.clock
     if world.rank == 0:  # the reference clock
-        exchange.clock_server = clock.serve(world, record.options.timeout_s + VERDICT_MARGIN_S)
+        exchange.clock_server = clock.serve(world, record.options.timeouts.run_s + VERDICT_MARGIN_S)
         if exchange.clock_server is None:
             own.error = "rank 0 could not open a second store connection to answer clock pings"
         else:
@@ -201,17 +204,26 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
     options = record.options
     phases.on_step = exchange.lead_heartbeat().stage  # followers wait while rank 0 works (channel/liveness.py)
     with phases.step("collect"):  # 4
-        collected = exchange.collect(options.timeout_s)
+        collected = exchange.collect(options.timeouts.run_s)
         exchange.stop_clock()  # every rank that reported measured its clock before it published
-        record.all_facts, findings, outcomes = collected.merged_with(_own_payload(record))
-        record.findings += findings + gather_failures(record.all_facts)
+        own = _own_payload(record)
+        record.all_facts, findings, outcomes = collected.merged_with(own)
+        # The gang agrees before it measures: ranks started otherwise never reach a collective (RUN011).
+        disagree = [found for name, values in disagreements(collected.agreement(own))
+                    for found in options_disagree.report(option=name, values=values)]
+        record.findings += findings + gather_failures(record.all_facts) + disagree
         record.outcomes += outcomes
         record.missing = collected.missing(record.world.world_size, record.world.rank)
         if collected.stale_files:
             record.findings += stale_files_ignored.report(folder=str(exchange.out_dir), files=collected.stale_files)
-    with phases.step("reachability"):  # 5
-        record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
-    if storage.enabled(options):  # the checkpoint path, before the cross checks: its errors stop the probes
+    if disagree:  # no step that needs the same options everywhere: release the ranks waiting for one
+        tcp_reach.release(reach, exchange.store)
+        storage.release(exchange.store, record.nonce)
+    else:
+        with phases.step("reachability"):  # 5
+            record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
+    # The checkpoint path, before the cross checks: its errors stop the probes.
+    if not disagree and storage.enabled(options):
         with phases.step("storage"):
             found = storage.run_lead(exchange.store, {f.rank: f.host for f in record.all_facts}, record.nonce, options)
             record.storage = found.section
@@ -222,7 +234,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
                       dead_ranks=sorted(collected.dead), reachability=record.reachability,
                       authenticated=record.authenticated)
         found, outcomes = run_checks(select_checks(CROSS, options.only, options.skip), job, ctx,
-                                     options.check_timeout_s, rank=0, host=record.world.host)
+                                     options.timeouts.check_s, rank=0, host=record.world.host)
         record.findings += found
         record.outcomes += outcomes
     go, reason = _decide_go(record)  # 7
@@ -237,10 +249,10 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
                                     hosts={f.rank: f.host for f in record.all_facts}, alive=exchange.liveness)
         annotate_nominal_rates(outcome.results, record.all_facts, outcome.device_ids, outcome.backend)
         outcome.findings += judge_profiles(outcome.results, record.all_facts, outcome.device_ids, outcome.backend,
-                                           options.expect, strict=options.strict_bandwidth)
+                                           options.probes.expect, strict=options.probes.strict_bandwidth)
         record.probes = outcome
         record.outcomes += outcome.device_outcomes
-        record.findings += outcome.findings + probes.backend_findings(outcome, options.backend, record.all_facts)
+        record.findings += outcome.findings + probes.backend_findings(outcome, options.probes.backend, record.all_facts)
 
 
 def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reach.Reachability,
@@ -248,22 +260,23 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
     """Any other rank, steps 5-9: take part in reachability and the probes, then adopt rank 0's verdict."""
     world, options = record.world, record.options
     with phases.step("reachability"):  # 5
-        tcp_reach.take_part(reach, options.timeout_s)
+        tcp_reach.take_part(reach, options.timeouts.run_s)
     if storage.enabled(options) and exchange.has_channel() and options.storage is not None:
         with phases.step("storage"):
-            storage.take_part(exchange.store, world.rank, world.host, options.storage, options.timeout_s)
+            storage.take_part(exchange.store, world.rank, world.host, options.storage, options.timeouts.run_s)
     if not exchange.has_channel():
         # Its finding's id, as every finding carries one (PORT004: the store is another run's).
         check_id = f"{foreign_store.id}: " if exchange.foreign else ""
         print(f"preflight: rank {world.rank}: {check_id}cannot reach rank 0: {exchange.store_error}; "
               f"exit {int(ExitCode.INCOMPLETE)}")
         return int(ExitCode.INCOMPLETE)
-    decision = exchange.wait_for(keys.GO.key, options.timeout_s + VERDICT_MARGIN_S)  # 7
+    decision = exchange.wait_for(keys.GO.key, options.timeouts.run_s + VERDICT_MARGIN_S)  # 7
     if decision is not None and decision.go and options.any_probes():
         record.probes = probes.run_probes(world, options, exchange.store, groups, alive=exchange.liveness)  # 8
-    recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.check_timeout_s)  # after step 8
+    recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.timeouts.check_s)  # after step 8
     # This rank beats until here (channel/liveness.py): rank 0 waits for every rank that is alive.
-    verdict = exchange.wait_for(keys.VERDICT.key, options.timeout_s + options.probe_timeout_s + VERDICT_MARGIN_S)  # 9
+    timeouts = options.timeouts
+    verdict = exchange.wait_for(keys.VERDICT.key, timeouts.run_s + timeouts.probe_s + VERDICT_MARGIN_S)  # 9
     for line in exchange.refused_lines():  # a foreign client's value under go or verdict: named, never adopted
         print(f"preflight: rank {world.rank}: {store_value_refused.id}: {line}")
     if verdict is None:
@@ -332,4 +345,5 @@ def _own_facts(record: RunRecord) -> RankFacts:
 
 
 def _own_payload(record: RunRecord) -> RankPayload:
-    return RankPayload(record.world.rank, _own_facts(record), list(record.findings), list(record.outcomes))
+    return RankPayload(record.world.rank, _own_facts(record), list(record.findings), list(record.outcomes),
+                       stamp=this_stamp(), options=agreed_values(record.options))

@@ -29,7 +29,7 @@ def test_the_job_device_is_read_in_the_trainers_thread_and_adopted_in_a_helper_t
             model.set_device(6)  # the trainer's torch.cuda.set_device(LOCAL_RANK), in its own thread
             job = api._job_groups(None, [], "nccl", "cuda", 0, 1)
             world = World(launcher="env", rank=0, world_size=1, local_rank=6, local_world_size=8, host="n")
-            plan = build_plan(RunOptions.parse(ops="all_reduce", sizes="64KiB").for_world(1), "cuda")
+            plan = build_plan(RunOptions.build(ops="all_reduce", sizes="64KiB").for_world(1), "cuda")
             adopted: list[ses.Session] = []
             helper = threading.Thread(target=lambda: adopted.append(ses.adopt_session(world, plan, store, job, 5.0)))
             helper.start()  # as orchestrate runs it: in a bounded helper thread, whose current device is 0

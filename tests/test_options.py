@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from preflight.lib.errors import BadInput, BadOptionType
 from preflight.options import MAX_SECONDS, RunOptions
-from preflight.reports.targets import ReportTargets
 from tests.helpers.ranks import run_cli
 
 
@@ -22,11 +21,11 @@ from tests.helpers.ranks import run_cli
     ({"strict": "yes"}, "strict (--strict) must be True or False, not str"),
     ({"iters": 2.5}, "iters (--iters) must be a whole number or None, not float"),
     ({"out_dir": 3}, "out_dir (--out-dir) must be a path or None, not int"),
-    ({"reports": ReportTargets(json=7)}, "json (--json) must be a path or None, not int"),  # type: ignore[arg-type]
+    ({"json": 7}, "json (--json) must be a path or None, not int"),
 ])
 def test_a_value_of_the_wrong_type_is_a_type_error_naming_the_option(fields: dict, text: str) -> None:
     with pytest.raises(BadOptionType) as raised:
-        RunOptions(**fields)
+        RunOptions.build(**fields)
     assert isinstance(raised.value, TypeError) and isinstance(raised.value, BadInput)
     assert str(raised.value) == text
 
@@ -43,23 +42,23 @@ def test_a_value_of_the_wrong_type_is_a_type_error_naming_the_option(fields: dic
 ])
 def test_a_value_out_of_bounds_is_bad_input_naming_the_option(fields: dict, text: str) -> None:
     with pytest.raises(BadInput) as raised:
-        RunOptions(**fields)
+        RunOptions.build(**fields)
     assert not isinstance(raised.value, TypeError) and text in str(raised.value)
 
 
 def test_the_text_options_must_be_text() -> None:
-    with pytest.raises(BadOptionType, match="sizes must be a string as on the command line"):
-        RunOptions.parse(sizes=[1024])  # type: ignore[arg-type]
+    with pytest.raises(BadOptionType, match=r"sizes \(--sizes\) must be a string as on the command line"):
+        RunOptions.build(sizes=[1024])  # type: ignore[arg-type]
 
 
 def test_good_values_come_out_typed(tmp_path: Path) -> None:
     """An int of seconds is a float, a tuple of tags a list, a Path a str: later stages see one type."""
-    options = RunOptions(timeout_s=5, only=("probe",), silence=["net007"], out_dir=tmp_path,  # type: ignore[arg-type]
-                         reports=ReportTargets(json=tmp_path / "r.json"))  # type: ignore[arg-type]
-    assert options.timeout_s == 5.0 and isinstance(options.timeout_s, float)
+    options = RunOptions.build(timeout_s=5, only=("probe",), silence=["net007"], out_dir=tmp_path,
+                               json=tmp_path / "r.json")
+    assert options.timeouts.run_s == 5.0 and isinstance(options.timeouts.run_s, float)
     assert options.only == ["probe"] and options.silence == ["NET007"]
     assert options.out_dir == str(tmp_path) and options.reports.json == str(tmp_path / "r.json")
-    assert options.for_world(4).world_size == 4  # validated again, unchanged
+    assert options.for_world(4).probes.world_size == 4  # validated again, unchanged
 
 
 @pytest.mark.parametrize(("args", "text"), [
@@ -85,8 +84,8 @@ FIELDS = ("timeout_s", "check_timeout_s", "probe_timeout_s", "straggler_ratio", 
 def test_any_value_of_any_field_is_accepted_or_bad_input_never_another_error(name: str, value: object) -> None:
     """What a caller of preflight.check may pass: it becomes a typed option or BadInput (one line), nothing else."""
     try:
-        options = RunOptions(**{name: value})  # type: ignore[arg-type]
+        options = RunOptions.build(**{name: value})
     except BadInput as exc:
         assert "\n" not in str(exc)
         return
-    assert options.for_world(2).world_size == 2
+    assert options.for_world(2).probes.world_size == 2

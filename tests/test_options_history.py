@@ -52,11 +52,11 @@ def test_run_and_history_refuse_the_same_flaky_and_timeout_alike() -> None:
     """One limit each, written once: `preflight run --flaky 5/2` and `preflight history exclude --flaky 5/2`
     give the same message; so does a history timeout over the cap."""
     with pytest.raises(BadInput) as run:
-        RunOptions(flaky_failures=5, flaky_window=2)
+        RunOptions.build(flaky="5/2")
     with pytest.raises(BadInput) as history:
         HistoryOptions(url=URL, action="exclude", flaky=(5, 2))
     assert str(run.value) == str(history.value)
     with pytest.raises(BadInput, match=f"at most {MAX_SECONDS:g}"):
-        RunOptions(history_timeout_s=MAX_SECONDS * 2)
+        RunOptions.build(history_timeout_s=MAX_SECONDS * 2)
     with pytest.raises(BadInput, match=f"at most {MAX_SECONDS:g}"):
         HistoryOptions(url=URL, timeout_s=MAX_SECONDS * 2)

@@ -17,15 +17,15 @@ from tests.helpers.ranks import run_cli
 
 
 def test_storage_options_come_out_typed(tmp_path: Path) -> None:
-    options = RunOptions.parse(storage=str(tmp_path), checkpoint_size="2G", storage_budget="8M",
+    options = RunOptions.build(storage=str(tmp_path), checkpoint_size="2G", storage_budget="8M",
                                expect="storage_write=2GB/s,storage_read=1600MB/s")
     assert options.storage == StorageOptions(str(tmp_path), checkpoint_size=2 * 2**30, budget=8 * 2**20,
                                              expect_write=2.0, expect_read=1.6)
-    assert options.expect == {} and options.device_expect == {}
+    assert options.probes.expect == {} and options.device.expect == {}
     assert options.storage.share(world_size=4) == 8 * 2**20  # capped by the budget
     assert options.storage.share(world_size=1024) == 2 * 2**20  # 2 GiB / 1024 ranks
-    assert RunOptions.parse(storage=str(tmp_path)).storage.budget == DEFAULT_BUDGET  # type: ignore[union-attr]
-    assert RunOptions.parse(storage=str(tmp_path), checkpoint_size="1K").storage.share(8) == MIN_BUDGET  # type: ignore
+    assert RunOptions.build(storage=str(tmp_path)).storage.budget == DEFAULT_BUDGET  # type: ignore[union-attr]
+    assert RunOptions.build(storage=str(tmp_path), checkpoint_size="1K").storage.share(8) == MIN_BUDGET  # type: ignore
 
 
 @pytest.mark.parametrize(("path_of", "said"), [
@@ -36,7 +36,7 @@ def test_a_bad_path_is_one_line_and_exit_2(tmp_path: Path, path_of, said: str) -
     (tmp_path / "file").write_text("x")
     path = path_of(tmp_path)
     with pytest.raises(BadInput, match=said):
-        RunOptions.parse(storage=str(path))
+        RunOptions.build(storage=str(path))
     done = run_cli(["run", "--storage", str(path)], env={"RANK": "0", "WORLD_SIZE": "1"}, timeout=60)
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
@@ -72,4 +72,4 @@ def test_the_environment_names_the_path_and_the_flags_need_one(tmp_path: Path) -
 ])
 def test_bad_sizes_and_rates_are_refused(tmp_path: Path, keywords: dict, error: type) -> None:
     with pytest.raises(error):
-        RunOptions.parse(storage=str(tmp_path), **keywords)
+        RunOptions.build(storage=str(tmp_path), **keywords)

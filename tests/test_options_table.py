@@ -14,12 +14,23 @@ import pytest
 import preflight
 from preflight.commands.cli import build_parser
 from preflight.lib.errors import BadInput
-from preflight.options import API_OPTIONS, BY_NAME, GROUPS, OPTIONS, RunOptions, option_name
+from preflight.options import (
+    API_OPTIONS,
+    BY_NAME,
+    GROUPS,
+    OPTIONS,
+    DeviceOptions,
+    ProbeOptions,
+    RunHistory,
+    RunOptions,
+    Timeouts,
+    option_name,
+)
 from preflight.options.table import help_values, markdown
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 LAUNCH_ONLY = {"--nproc", "--start-method"}  # launch's own flags, not run options
-NOT_OPTIONS = {"world_size", "command_line", "reports"}  # RunOptions fields no flag sets directly
+NOT_OPTIONS = {"command_line"}  # the one RunOptions field no flag sets
 
 
 def _subcommand(command: str) -> argparse.ArgumentParser:
@@ -88,10 +99,12 @@ def test_the_api_refuses_a_keyword_that_is_no_row() -> None:
 def test_every_run_options_field_is_set_by_a_row() -> None:
     """A field no row sets would be an option only some callers could give; every row's field exists."""
     fields = {f.name for f in dataclasses.fields(RunOptions)}
-    set_by_rows = {name for o in OPTIONS for name in o.fields if "." not in o.target}
-    report_fields = {o.target.partition(".")[2] for o in OPTIONS if o.target.startswith("reports.")}
-    assert fields - NOT_OPTIONS == set_by_rows - report_fields
-    assert {f.name for f in dataclasses.fields(RunOptions) if f.name in report_fields} == set()
+    assert fields - NOT_OPTIONS == {name for o in OPTIONS for name in o.roots}
+    for part in (Timeouts, ProbeOptions, DeviceOptions, RunHistory):  # and every field of a part is a row's
+        prefix = next(name for name in fields if isinstance(getattr(RunOptions(), name), part))
+        targets = {t.partition(".")[2] for o in OPTIONS for t in ((o.target,) if o.target else o.sets)
+                   if t.startswith(f"{prefix}.")}
+        assert {f.name for f in dataclasses.fields(part)} - {"world_size"} == targets, part
 
 
 @pytest.mark.parametrize("row", OPTIONS, ids=[o.flag for o in OPTIONS])
@@ -107,10 +120,39 @@ def test_a_default_from_the_table_is_the_default_everywhere() -> None:
     """RunOptions() and RunOptions.build() agree with the table: one place says --timeout is 60 s."""
     built, bare = RunOptions.build(), RunOptions()
     for row in OPTIONS:
-        if row.target and "." not in row.target and row.env is None:
-            assert getattr(built, row.target) == getattr(bare, row.target) == row.default, row.flag
+        if row.target and row.env is None:
+            assert _at(built, row.target) == _at(bare, row.target) == row.default, row.flag
     assert option_name("timeout_s") == "timeout_s (--timeout)"
     assert option_name("flaky_window") == "flaky_window (--flaky)"
+
+
+def _at(options: RunOptions, dotted: str) -> object:
+    value: object = options
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def test_a_name_that_moved_into_a_part_says_where_it_is_now() -> None:
+    """Code written before the parts (a merge) fails with the new place in the message, not a bare AttributeError."""
+    with pytest.raises(AttributeError, match=r"options\.timeouts\.run_s"):
+        RunOptions().timeout_s  # noqa: B018
+    with pytest.raises(AttributeError, match=r"options\.probes\.mesh"):
+        RunOptions().mesh  # noqa: B018
+
+
+@pytest.mark.parametrize(("part", "fields", "says"), [
+    (Timeouts, {"run_s": "60"}, "timeout_s (--timeout) must be a number of seconds, not str"),
+    (Timeouts, {"probe_s": 0}, "probe_timeout_s (--probe-timeout)=0: must be above 0"),
+    (ProbeOptions, {"warmup": -1}, "warmup (--warmup)=-1: must be 0 to"),
+    (ProbeOptions, {"expect": {"ep": 1.0}, "world_size": 4}, "--expect ep=...: no mesh dimension 'ep'"),
+    (DeviceOptions, {"budget_s": True}, "device_budget_s (--device-budget) must be a number of seconds, not bool"),
+    (RunHistory, {"flaky_failures": 5, "flaky_window": 2}, "--flaky 5/2: K/N with 1 <= K <= N"),
+])
+def test_each_part_validates_itself_where_it_is_built(part: type, fields: dict, says: str) -> None:
+    """ParallelDims-style: a part built directly (not only through RunOptions.build) checks its rows."""
+    with pytest.raises(BadInput, match=re.escape(says)):
+        part(**fields)
 
 
 def test_docs_options_page_is_the_table() -> None:

@@ -15,7 +15,6 @@ from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode
 from preflight.options import RunOptions
 from preflight.reports.json import load as load_report
-from preflight.reports.targets import ReportTargets
 from preflight.runner import run
 from tests.helpers.ranks import free_port
 
@@ -48,10 +47,9 @@ def run_ranks(world_size: int, options: RunOptions, *, absent: tuple[int, ...] =
 
 def options(tmp_path: Path, **overrides: object) -> RunOptions:
     """Checks only (no probes: a process group is once per process), quiet, JSON to tmp_path/r.json."""
-    fields: dict[str, object] = {"skip": ["probe"], "timeout_s": 20.0,
-                                 "reports": ReportTargets(json=str(tmp_path / "r.json"), quiet=True)}
+    fields: dict[str, object] = {"skip": ["probe"], "timeout_s": 20.0, "json": str(tmp_path / "r.json"), "quiet": True}
     fields.update(overrides)
-    return RunOptions(**fields)  # type: ignore[arg-type]
+    return RunOptions.build(**fields)
 
 
 def test_clean_ranks_pass_and_every_rank_shares_the_verdict(tmp_path: Path) -> None:

@@ -13,9 +13,10 @@ import gc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes
+from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes, read_stamp, this_stamp
 from preflight.checks.run_findings import foreign_findings_dropped, rank_died, unreadable_payload
 from preflight.model import CheckOutcome, Finding, RankFacts
+from preflight.model.agreement import RankStamp
 from preflight.model.codec import BadPayload
 
 
@@ -37,6 +38,8 @@ class Collected:
     duplicates: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
     dead: dict[int, DeadRank] = field(default_factory=dict)  # joined, then died before publishing
     stale_files: list[str] = field(default_factory=list)  # --out-dir files of another run, ignored
+    # rank -> the stamp of its unreadable payload when another preflight wrote it: named by RUN011, not RUN002
+    stamps: dict[int, RankStamp] = field(default_factory=dict)
     shared: SharedSections = field(default_factory=SharedSections, repr=False)  # sections decoded once
 
     def heard(self, own_rank: int = 0) -> set[int]:
@@ -65,11 +68,21 @@ class Collected:
                 findings += own_findings_only(payload)
         outcomes = merged_outcomes(payload for payload in ordered if payload is not own)
         for rank, reason in sorted(self.bad_payloads.items()):
-            findings += unreadable_payload.report(rank=rank, reason=reason)
+            if rank not in self.stamps:
+                findings += unreadable_payload.report(rank=rank, reason=reason)
         for rank, dead in sorted(self.dead.items()):
             findings += rank_died.report(rank=rank, host=dead.host, how=dead.how,
                                          when="during the exchange, after it joined the store")
         return facts, findings, outcomes
+
+    def agreement(self, own: RankPayload) -> dict[int, tuple[RankStamp, dict[str, str] | None]]:
+        """Each rank's stamp and agreeing options (None: its payload did not decode), rank 0's own included,
+        for options/agreement.disagreements."""
+        found: dict[int, tuple[RankStamp, dict[str, str] | None]] = {
+            rank: (payload.stamp, payload.options) for rank, payload in self.payloads.items()}
+        found.update((rank, (stamp, None)) for rank, stamp in self.stamps.items())
+        found[own.rank] = (own.stamp, own.options)
+        return found
 
     def missing(self, world_size: int, own_rank: int = 0) -> list[int]:
         """Ranks that are not in the report (never the collecting rank itself, even when its store
@@ -127,5 +140,8 @@ def accept(collected: Collected, rank: int, raw: bytes) -> None:
             raise BadPayload(f"payload names rank {payload.rank}")
     except BadPayload as exc:
         collected.bad_payloads[rank] = str(exc)[:200]
+        stamp = read_stamp(raw)
+        if stamp is not None and stamp != this_stamp():  # another preflight's layout: named as such
+            collected.stamps[rank] = stamp
         return
     collected.payloads[rank] = payload

@@ -41,6 +41,7 @@ from typing import Any
 
 import msgspec
 
+from preflight import __version__
 from preflight.lib.env_drift import is_per_rank
 from preflight.model import (
     CheckOutcome,
@@ -53,6 +54,7 @@ from preflight.model import (
     Versions,
     World,
 )
+from preflight.model.agreement import WIRE_VERSION, RankStamp
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.placement_facts import PlacementFacts
 from preflight.model.rank_env import RankEnv
@@ -72,6 +74,11 @@ class RankPayload:
     # them (see the module docstring); as rank 0 reads them, `outcomes` is shared by the ranks that
     # sent the same list.
     outcome_us: list[int] = field(default_factory=list)
+    # Which preflight sent it, and the options every rank must agree on, by flag (options/agreement.py);
+    # rank 0 compares them before any collective. On the wire the stamp is in `_Own`, the options in
+    # `_Shared` (the same on every rank of a job: decoded once).
+    stamp: RankStamp = field(default_factory=RankStamp)
+    options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -108,6 +115,14 @@ class _Own:
     findings: list[Finding] = field(default_factory=list)
     own_env: dict[str, str] = field(default_factory=dict)
     outcome_us: list[int] = field(default_factory=list)
+    stamp: RankStamp = field(default_factory=RankStamp)
+
+
+@dataclass(slots=True)
+class _Stamped:
+    """The first document as read when it does not decode as `_Own`: its stamp alone (other fields ignored)."""
+
+    stamp: RankStamp | None = None  # None: no stamp at all (not a preflight payload, or a very old one)
 
 
 @dataclass
@@ -120,6 +135,7 @@ class _Shared:
     network: NetworkFacts
     gpus: list[GpuFacts]
     outcomes: list[CheckOutcome]  # durations zeroed: they travel in `_Own.outcome_us`
+    options: dict[str, str] = field(default_factory=dict)  # the agreeing options by flag
 
 
 @dataclass
@@ -132,11 +148,13 @@ class _SharedRaw:
     network: msgspec.Raw
     gpus: msgspec.Raw
     outcomes: msgspec.Raw
+    options: msgspec.Raw
 
 
 # The sections of `_Shared`, in its order, with their types.
 _SECTIONS: dict[str, Any] = {"env": dict[str, str], "world": World, "versions": Versions, "network": NetworkFacts,
-                             "gpus": list[GpuFacts], "outcomes": list[CheckOutcome]}
+                             "gpus": list[GpuFacts], "outcomes": list[CheckOutcome],
+                             "options": dict[str, str]}
 _SEPARATOR = b"\n"  # compact JSON holds no raw newline (one in a string is written \\n)
 
 
@@ -151,12 +169,13 @@ def to_wire(payload: RankPayload) -> bytes:
                           raw={k: v for k, v in world.raw.items() if is_per_rank(k)})
     shared_world = dataclasses.replace(world, rank=0, local_rank=0, node_rank=0, host="",
                                        raw=dict(sorted((k, v) for k, v in world.raw.items() if not is_per_rank(k))))
-    own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env,
+    own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env, stamp=payload.stamp,
                outcome_us=[round(o.duration_s * 1e6) for o in payload.outcomes],
                facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
                                health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors))
     shared = _Shared(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
-                     gpus=facts.gpus, outcomes=[dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes])
+                     gpus=facts.gpus, outcomes=[dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes],
+                     options=payload.options)
     return encode(own) + _SEPARATOR + encode(shared)
 
 
@@ -222,7 +241,7 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
     if cut < 0:
         raise BadPayload("not a payload: no shared sections after the rank's own")
     own = decode(data[:cut], _Own, max_bytes=MAX_PAYLOAD_BYTES)
-    env, world, versions, network, gpus, outcomes = shared.sections(data, cut + 1)
+    env, world, versions, network, gpus, outcomes, options = shared.sections(data, cut + 1)
     facts, mine = own.facts, own.facts.world
     try:
         if len(own.outcome_us) != len(outcomes):
@@ -237,10 +256,25 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
                             env=RankEnv(env, own.own_env),  # the shared part not copied per rank
                             versions=versions, system=facts.system, network=network, gpus=gpus,
                             health=facts.health, placement=facts.placement, gather_errors=facts.gather_errors),
-            findings=own.findings, outcomes=outcomes, outcome_us=own.outcome_us,
+            findings=own.findings, outcomes=outcomes, outcome_us=own.outcome_us, stamp=own.stamp, options=options,
         )
     except (TypeError, ValueError) as exc:
         raise BadPayload(str(exc)[:300]) from None
+
+
+def this_stamp() -> RankStamp:
+    """This process's stamp: the preflight it runs and the layout it writes."""
+    return RankStamp(preflight=__version__, wire=WIRE_VERSION)
+
+
+def read_stamp(data: Any) -> RankStamp | None:
+    """The stamp of a payload that did not decode (another preflight's layout), None when it has none."""
+    if not isinstance(data, bytes) or len(data) > MAX_PAYLOAD_BYTES:
+        return None
+    try:
+        return decode(data[:data.find(_SEPARATOR)] if _SEPARATOR in data else data, _Stamped).stamp
+    except (BadPayload, TypeError, ValueError):
+        return None
 
 
 def merged_outcomes(payloads: Iterable[RankPayload]) -> list[CheckOutcome]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from preflight.lib.hostlist import rank_ranges, ranks_text
 from preflight.model import Severity
 from preflight.registry import Problem, Tags, engine_check
 
@@ -172,6 +173,33 @@ def store_value_refused(key: str, reason: str) -> Iterable[Problem]:
     every rank leaves with rank 0's exit code, or exit 4 where rank 0's never arrived.
     """
     yield Problem(f"the value under {key!r} in the run's store was {reason}", data={"key": key})
+
+
+@engine_check(
+    "RUN011",
+    tag=Tags.RUN,
+    severity=Severity.ERROR,
+    hint="Start every rank with the same preflight command line (or preflight.check keywords) and the same "
+    "preflight version: the ranks named were started otherwise (a job script edited on one node, a stale "
+    "pod template or image). The finding names the option and each value with its ranks.",
+)
+def options_disagree(option: str, values: dict[str, list[int]]) -> Iterable[Problem]:
+    """The ranks were started with different values of an option every rank must agree on, or from different
+    preflight versions.
+
+    The probes' collectives need every rank to run the same steps: a rank with other sizes, ops,
+    iterations or mesh makes gloo abort or the groups hang, and other timeouts or selections make
+    the ranks wait for steps the others never take. Every rank sends the options marked "ranks
+    agree" (docs/options.md) and its preflight and wire versions with its payload; rank 0 compares
+    them before any collective, and on a difference no rank enters the probes. The ranks outside
+    the largest group (rank 0's on a tie) are named.
+    """
+    ordered = sorted(values.items(), key=lambda item: (-len(item[1]), 0 not in item[1], min(item[1])))
+    odd = sorted(rank for _, ranks in ordered[1:] for rank in ranks)
+    shown = "; ".join(f"{value or 'none'} on {ranks_text(ranks)}"
+                      for value, ranks in sorted(values.items(), key=lambda item: min(item[1])))
+    yield Problem(f"{option}: {shown}", ranks=odd,
+                  data={"option": option, "values": {value: rank_ranges(ranks) for value, ranks in values.items()}})
 
 
 @engine_check(

@@ -89,7 +89,7 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     args = _forwarded_args(argv)
-    if options.backend == "auto" and "--backend" not in " ".join(args):
+    if options.probes.backend == "auto" and "--backend" not in " ".join(args):
         args += ["--backend", "gloo"]  # the CPU smoke check: gloo unless asked otherwise
     _quiet_torch_loggers()
     _cheap_rendezvous_event_names()

@@ -6,14 +6,8 @@ that callers need not know which file of the package holds them.
 """
 
 from preflight.options.kinds import Kind
-from preflight.options.run import (
-    RunOptions,
-    bounded_seconds,
-    check_flaky,
-    check_history_url,
-    history_url,
-    validate_selection,
-)
+from preflight.options.parts import DeviceOptions, ProbeOptions, RunHistory, Timeouts, check_flaky, check_history_url
+from preflight.options.run import RunOptions, bounded_seconds, history_url, validate_selection
 from preflight.options.table import AGREEING, API_OPTIONS, BY_NAME, FLAGS, GROUPS, OPTIONS, Option, option_name
 from preflight.options.values import (
     BACKENDS,
@@ -47,10 +41,51 @@ from preflight.options.values import (
 from preflight.reports.targets import ReportTargets
 
 __all__ = [
-    "AGREEING", "API_OPTIONS", "BACKENDS", "BY_NAME", "CLOCK_SKEW_S", "DEVICE_FIGURES", "FLAGS", "GROUPS", "LOCALIZE",
-    "MAX_COUNT", "MAX_FLAKY_WINDOW", "MAX_LIST_CHARS", "MAX_RATE", "MAX_RATIO", "MAX_SECONDS", "MAX_SIZE", "MAX_TFLOPS",
-    "OPS", "OPTIONS", "STORAGE_FIGURES", "Kind", "Option", "ReportTargets", "RunOptions", "bounded_seconds",
-    "check_flaky", "check_history_url", "history_url", "option_name", "parse_count", "parse_expect", "parse_flaky",
-    "parse_flops", "parse_ops", "parse_rate", "parse_seconds", "parse_size", "parse_sizes", "split_clock_expect",
-    "split_device_expect", "split_storage_expect", "storage_options", "validate_selection",
+    "AGREEING",
+    "API_OPTIONS",
+    "BACKENDS",
+    "BY_NAME",
+    "CLOCK_SKEW_S",
+    "DEVICE_FIGURES",
+    "FLAGS",
+    "GROUPS",
+    "LOCALIZE",
+    "MAX_COUNT",
+    "MAX_FLAKY_WINDOW",
+    "MAX_LIST_CHARS",
+    "MAX_RATE",
+    "MAX_RATIO",
+    "MAX_SECONDS",
+    "MAX_SIZE",
+    "MAX_TFLOPS",
+    "OPS",
+    "OPTIONS",
+    "STORAGE_FIGURES",
+    "DeviceOptions",
+    "Kind",
+    "Option",
+    "ProbeOptions",
+    "ReportTargets",
+    "RunHistory",
+    "RunOptions",
+    "Timeouts",
+    "bounded_seconds",
+    "check_flaky",
+    "check_history_url",
+    "history_url",
+    "option_name",
+    "parse_count",
+    "parse_expect",
+    "parse_flaky",
+    "parse_flops",
+    "parse_ops",
+    "parse_rate",
+    "parse_seconds",
+    "parse_size",
+    "parse_sizes",
+    "split_clock_expect",
+    "split_device_expect",
+    "split_storage_expect",
+    "storage_options",
+    "validate_selection",
 ]

@@ -97,7 +97,7 @@ def path(label: str, value: Any) -> str | None:
 
 
 def _text(label: str, value: Any) -> str:
-    """Text as the command line writes it (`sizes="1M,64M"`): RunOptions.parse reads it."""
+    """Text as the command line writes it (`sizes="1M,64M"`): RunOptions.build parses it."""
     if not isinstance(value, str):
         raise BadOptionType(f"{label} must be a string as on the command line (e.g. sizes=\"1M,64M\"), "
                             f"not {type(value).__name__}")

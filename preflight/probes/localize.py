@@ -33,15 +33,15 @@ def lead(session: Any, slow: list[Any], results: list[ProbeResult], hosts: dict[
 
     ranks = localization_set(slow, results)
     sets = hosttest.host_sets({r for s in slow for r in s.ranks}, hosts, session.world.world_size) if slow else None
-    method = hosttest.choose(sets, len(ranks), options.localize) if sets else "pairwise"
-    group_test = sets is not None and hosttest.possible(sets) and options.localize != "pairwise"
+    method = hosttest.choose(sets, len(ranks), options.probes.localize) if sets else "pairwise"
+    group_test = sets is not None and hosttest.possible(sets) and options.probes.localize != "pairwise"
     # Followers learn what follows: the round robin over these ranks, and whether group testing may.
     session.board.put(keys.LOCALIZE.key, LocalizePlan(ranks if method == "pairwise" else [], group_test))
     if sets is None or not (ranks or group_test):
         return []
     from preflight.probes.judge import cross_dim_suspects
 
-    return _run(session, ranks if method == "pairwise" else [], sets, hosts, options.straggler_ratio, group_test,
+    return _run(session, ranks if method == "pairwise" else [], sets, hosts, options.probes.straggler_ratio, group_test,
                 slow_ranks=sorted(cross_dim_suspects(slow)))
 
 

@@ -51,7 +51,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
     from preflight.probes import session as ses
     from preflight.probes.plan import build_plan
 
-    timeout_s = options.probe_timeout_s
+    timeout_s = options.timeouts.probe_s
     if store is None:
         return _could_not_run(world, "the c10d store did not form, so no process group can")
     pstore = liveness.probe_store(world, store)  # its own connection (see liveness.probe_store)
@@ -62,7 +62,7 @@ def run_probes(world: World, options: RunOptions, store: Any, job: Any = None,
                 choice = ses.BackendChoice(job.backend, "the job's own process groups")
                 plan = build_plan(options, job.device)
             else:
-                choice = liveness.bounded(lambda: ses.decide_backend(options.backend, world, pstore, timeout_s),
+                choice = liveness.bounded(lambda: ses.decide_backend(options.probes.backend, world, pstore, timeout_s),
                                           timeout_s + 10, watch)
                 plan = build_plan(options, "cuda" if choice.backend == "nccl" else "cpu")
         except Exception as exc:  # no NCCL, no GPU, a rank that died: nothing to measure
@@ -182,10 +182,10 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     slow: list[Any] = []
     if hang is None:
         # Candidates, then only those a second measurement finds again (confirm.py).
-        slow = confirm.lead_groups(session, judge.stragglers(outcome.results, options.straggler_ratio),
-                                   options.straggler_ratio)
+        slow = confirm.lead_groups(session, judge.stragglers(outcome.results, options.probes.straggler_ratio),
+                                   options.probes.straggler_ratio)
         for s in slow:
-            outcome.findings += straggler_group.report(s, ratio=options.straggler_ratio)
+            outcome.findings += straggler_group.report(s, ratio=options.probes.straggler_ratio)
         for rank, dims in judge.cross_dim_suspects(slow).items():
             outcome.findings += cross_dim_suspect.report(rank=rank, host=hosts.get(rank, ""), dims=dims,
                                                          slow_groups=[s for s in slow if rank in s.ranks])

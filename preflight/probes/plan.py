@@ -80,16 +80,17 @@ class ProbePlan:
 def build_plan(options: RunOptions, device: str) -> ProbePlan:
     """The plan for the options' world (see RunOptions.for_world), what they leave open filled by their
     --level (probes/levels.py) per device (cpu / cuda)."""
-    if options.world_size is None:
+    probes = options.probes
+    if probes.world_size is None:
         raise ValueError("build_plan needs the options resolved for a world: options.for_world(world_size)")
-    dims = list(options.mesh) or [MeshDim(WORLD_DIM, options.world_size)]
-    level = LEVELS[options.level]  # what the options leave open, the level fills
+    dims = list(probes.mesh) or [MeshDim(WORLD_DIM, probes.world_size)]
+    level = LEVELS[probes.level]  # what the options leave open, the level fills
     return ProbePlan(
         dims=dims,
-        ops=options.ops or list(level.ops),
-        sizes=options.sizes or list(level.sizes[device]),
-        warmup=level.warmup[device] if options.warmup is None else options.warmup,
-        iters=max(1, level.iters[device] if options.iters is None else options.iters),
-        world_all_reduce=not options.ops and len(dims) > 1,
-        expect=dict(options.expect),
+        ops=probes.ops or list(level.ops),
+        sizes=probes.sizes or list(level.sizes[device]),
+        warmup=level.warmup[device] if probes.warmup is None else probes.warmup,
+        iters=max(1, level.iters[device] if probes.iters is None else probes.iters),
+        world_all_reduce=not probes.ops and len(dims) > 1,
+        expect=dict(probes.expect),
     )

@@ -31,20 +31,21 @@ GRACE_S = 2.0  # beyond the database's own timeouts, before the thread is given 
 def recall(record: RunRecord) -> list[Finding]:
     """HIS002 / HIS003 for this run from the history (HIS001 when it cannot be read); [] without --history."""
     options = record.options
-    if not options.history:
+    if not options.history.url:
         return []
     from preflight.history.record import figure_rows
 
     results = list(record.probes.results) if record.probes else []
     rows = figure_rows(results, record.probes.devices if record.probes else [], record.storage)
     hosts = sorted({f.host for f in record.all_facts})
-    outcome = call_with_deadline(_judge, options.history_timeout_s + GRACE_S, options, rows, hosts)
+    outcome = call_with_deadline(_judge, options.timeouts.history_s + GRACE_S, options, rows, hosts)
     if not outcome.ok:
-        return _unusable(options.history, outcome.error, outcome.reason(options.history_timeout_s), "read")
+        return _unusable(options.history.url, outcome.error, outcome.reason(options.timeouts.history_s), "read")
     drops, flaky, pasts = outcome.value
     _history_expectations(results, rows, pasts)
     found = [f for d in drops for f in below_own_history.report(d)]
-    return found + [f for h in flaky for f in flaky_host.report(h, options.flaky_failures, options.flaky_window)]
+    history = options.history
+    return found + [f for h in flaky for f in flaky_host.report(h, history.flaky_failures, history.flaky_window)]
 
 
 def _judge(options: RunOptions, rows: list[FigureRow],
@@ -52,13 +53,13 @@ def _judge(options: RunOptions, rows: list[FigureRow],
     from preflight.history import judge
     from preflight.history.store import missing_file, transaction
 
-    if missing_file(options.history):
+    if missing_file(options.history.url):
         return [], [], []  # the first run of a new history
-    with transaction(options.history, options.history_timeout_s, write=False) as conn:
+    with transaction(options.history.url, options.timeouts.history_s, write=False) as conn:
         if conn.info.get("preflight_empty"):
             return [], [], []
         drops, pasts = judge.drops(conn, rows)
-        flaky = judge.flaky_hosts(conn, hosts, options.flaky_failures, options.flaky_window)
+        flaky = judge.flaky_hosts(conn, hosts, options.history.flaky_failures, options.history.flaky_window)
     return drops, flaky, pasts
 
 
@@ -87,31 +88,31 @@ def remember(report: JobReport, options: RunOptions) -> tuple[list[str], list[Un
 
     unwritten: list[Unwritten] = []
     written: list[str] = []
-    if options.history:  # the database side only with --history (its import is not free: see above)
+    if options.history.url:  # the database side only with --history (its import is not free: see above)
         from preflight.history.store import shown_url
     recalled = not any(f.check_id == history_unusable.id for f in report.findings)
-    if options.history and not recalled:  # unreadable before the verdict: HIS001 says so already
-        unwritten.append(Unwritten("--history", shown_url(options.history), "not readable, so not recorded"))
-    if options.history and recalled:
-        outcome = call_with_deadline(_write, options.history_timeout_s + GRACE_S, options.history,
-                                     options.history_timeout_s, report)
+    if options.history.url and not recalled:  # unreadable before the verdict: HIS001 says so already
+        unwritten.append(Unwritten("--history", shown_url(options.history.url), "not readable, so not recorded"))
+    if options.history.url and recalled:
+        outcome = call_with_deadline(_write, options.timeouts.history_s + GRACE_S, options.history.url,
+                                     options.timeouts.history_s, report)
         if not outcome.ok:
-            report.findings += _unusable(options.history, outcome.error,
-                                         outcome.reason(options.history_timeout_s), "written")
-            unwritten.append(Unwritten("--history", shown_url(options.history),
-                                       outcome.reason(options.history_timeout_s)[:200]))
+            report.findings += _unusable(options.history.url, outcome.error,
+                                         outcome.reason(options.timeouts.history_s), "written")
+            unwritten.append(Unwritten("--history", shown_url(options.history.url),
+                                       outcome.reason(options.timeouts.history_s)[:200]))
         else:
-            written.append(history_line(options.history))
-    if options.metrics:
+            written.append(history_line(options.history.url))
+    if options.history.metrics:
         from preflight.reports.metrics import write_metrics
 
         try:
-            ensure_parent(Path(options.metrics))
-            write_metrics(report, options.metrics)
-            written.append(written_line("--metrics", options.metrics))
+            ensure_parent(Path(options.history.metrics))
+            write_metrics(report, options.history.metrics)
+            written.append(written_line("--metrics", options.history.metrics))
         except (OSError, ValueError) as exc:
-            report.findings += metrics_not_written.report(path=options.metrics, reason=str(exc)[:200])
-            unwritten.append(Unwritten("--metrics", options.metrics, str(exc)[:200]))
+            report.findings += metrics_not_written.report(path=options.history.metrics, reason=str(exc)[:200])
+            unwritten.append(Unwritten("--metrics", options.history.metrics, str(exc)[:200]))
     return written, unwritten
 
 

@@ -79,14 +79,14 @@ def lead(store: Any, own: RankFacts, all_facts: Sequence[RankFacts], options: Ru
     """Rank 0: publish its own second reads, wait for the others', report XIDs (GPU040) and increases (NIC001).
 
     Each only while its tag (gpu, nic) is selected by --only / --skip."""
-    publish_after(store, own, options.sysfs_root, options.check_timeout_s)
+    publish_after(store, own, options.sysfs_root, options.timeouts.check_s)
     if store is None:
         return []
     findings: list[Finding] = []
     if _selected(options, Tags.GPU):
-        findings += _xid_findings(store, all_facts, options.check_timeout_s)
+        findings += _xid_findings(store, all_facts, options.timeouts.check_s)
     if _selected(options, Tags.NIC):
-        findings += _counter_findings(store, all_facts, options.check_timeout_s)
+        findings += _counter_findings(store, all_facts, options.timeouts.check_s)
     return findings
 
 

@@ -95,7 +95,7 @@ def run_lead(store: Any, rank_hosts: dict[int, str], nonce: str, options: RunOpt
     # way this run's own, which no stale directory under PATH can carry.
     nonce = nonce or secrets.token_hex(8)
     try:
-        return lead(store, rank_hosts, nonce, options.storage, options.timeout_s)
+        return lead(store, rank_hosts, nonce, options.storage, options.timeouts.run_s)
     except Exception as exc:  # the store failed under rank 0: release the others, never a pass
         try:
             Board(store).put(keys.STORAGE_PLAN.key, StoragePlan(directory="", nonce=nonce, share_bytes=0))
@@ -103,6 +103,18 @@ def run_lead(store: Any, rank_hosts: dict[int, str], nonce: str, options: RunOpt
             pass
         return StorageOutcome(findings=storage_judge.could_not_start(options.storage.path, host,
                                                                     f"{type(exc).__name__}: {exc}"[:200]))
+
+
+def release(store: Any, nonce: str) -> None:
+    """Rank 0 leads no storage family this run (the ranks disagree on their options, RUN011): a rank
+    started with --storage stops waiting for the plan at once instead of at its deadline."""
+    if store is None:
+        return
+    try:
+        Board(store).put(keys.STORAGE_PLAN.key, StoragePlan(directory="", nonce=nonce or secrets.token_hex(8),
+                                                            share_bytes=0))
+    except Exception:  # the store is gone: the followers' waits end at their deadline
+        pass
 
 
 # -- what every rank does ------------------------------------------------------------------------

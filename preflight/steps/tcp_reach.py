@@ -268,12 +268,15 @@ class Reachability:
 
         def published() -> Any:
             try:
-                return board.read(keys.REACH_ROSTER.key, 0)
+                value = board.read(keys.REACH_ROSTER.key, 0)
             except Exception:
                 return gone  # the store went away (rank 0 exited): nothing more to do
+            # A roster, even the empty one rank 0 publishes when it leads no reachability (`release`), is
+            # the answer: boxed, because wait_until waits for a true value.
+            return (value,) if isinstance(value, list) else value
 
         value = wait_until(published, timeout_s)
-        return value if isinstance(value, list) else None
+        return value[0] if isinstance(value, tuple) else None
 
 
 def fetch_typed(board: Board | None, wanted: list[Key[Any]], final: bool = False) -> dict[str, Any]:
@@ -307,7 +310,7 @@ def reachability_for(store: Any, facts: RankFacts, options: RunOptions) -> Reach
     """This rank's part in the step; inert without a store or when network checks are off."""
     wanted = Tags.NETWORK not in options.skip and (not options.only or Tags.NETWORK in options.only)
     return Reachability(store if wanted else None, facts, seed=facts.world.run_id,
-                        connect_timeout_s=min(REACH_CONNECT_S, options.check_timeout_s))
+                        connect_timeout_s=min(REACH_CONNECT_S, options.timeouts.check_s))
 
 
 def take_part(reach: Reachability, timeout_s: float) -> None:
@@ -317,6 +320,19 @@ def take_part(reach: Reachability, timeout_s: float) -> None:
     """
     reach.probe_peers(timeout_s + REACH_WAIT_S)
     reach.finish(REACH_WAIT_S + reach.connect_timeout_s)
+
+
+def release(reach: Reachability, store: Any) -> None:
+    """Rank 0 leads no reachability this run (the ranks disagree on their options, RUN011, so a rank may have
+    network checks on where rank 0 has them off): its listener closes, and an empty roster ends every
+    rank's wait for one at once."""
+    reach.finish(0.0)
+    if store is None:
+        return
+    try:
+        Board(store).put(keys.REACH_ROSTER.key, [])
+    except (RuntimeError, OSError):  # the store is gone: the followers' waits end at their deadline
+        pass
 
 
 def lead(reach: Reachability, hosts: list[str]) -> ReachabilityOutcome | None:

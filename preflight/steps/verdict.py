@@ -82,10 +82,10 @@ def build_report(record: RunRecord) -> JobReport:
         master_addr=world.master_addr,
         master_port=world.master_port,
         restart_count=world.restart_count,
-        mesh=mesh_text(options.mesh),  # resolved, the derived dp included
+        mesh=mesh_text(options.probes.mesh),  # resolved, the derived dp included
         # the backend the probes used; one asked for by name when none was; never `auto`, which chose nothing
         backend=(record.probes.backend if record.probes and record.probes.backend
-                 else "" if options.backend == "auto" else options.backend),
+                 else "" if options.probes.backend == "auto" else options.probes.backend),
         backend_reason=record.probes.backend_reason if record.probes else "",
         command_line=options.command_line,
         started_at=_iso(record.started),
@@ -93,7 +93,7 @@ def build_report(record: RunRecord) -> JobReport:
         duration_s=round(finished - record.started, 3),
         versions=record.facts.versions.known() if record.facts else {},
         phases=dict(record.phases),
-        expected_busbw_gbps=dict(options.expect),
+        expected_busbw_gbps=dict(options.probes.expect),
         run_nonce=record.nonce,
         authenticated=record.authenticated,
     )
@@ -143,7 +143,7 @@ def _not_run(record: RunRecord) -> dict[str, str]:
         not_run = {Tags.PROBE: why, Tags.GPU_PROBE: why}
     elif not record.probes.results and record.world.rank == 0:
         not_run = {Tags.PROBE: "no collective was measured"}  # RUN012 or a probe finding says why
-    if not record.options.history:
+    if not record.options.history.url:
         not_run[Tags.HISTORY] = "no --history"
     if record.options.storage is None:
         not_run[Tags.STORAGE] = "no --storage"

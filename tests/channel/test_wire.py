@@ -100,3 +100,39 @@ def test_durations_travel_as_whole_microseconds_and_come_back_as_the_seconds_tha
     assert [o.duration_s for o in merged_outcomes([read])] == [0.000244, 1.234567]
     with pytest.raises(BadPayload):  # a duration that is not a whole number of microseconds
         from_wire(wire.replace(b'"outcome_us":[244,', b'"outcome_us":["x",'), SharedSections())
+
+
+def test_the_stamp_and_the_agreeing_options_travel_and_equal_options_are_one_object() -> None:
+    """The options every rank must agree on are in the shared part: ranks that sent the same share one dict."""
+    from preflight.channel.wire import this_stamp
+
+    sent = [_payload(rank, (0.1, 0.2)) for rank in range(3)]
+    for payload in sent:
+        payload.stamp, payload.options = this_stamp(), {"--sizes": "64K", "--ops": "all_reduce"}
+    sent[2].options = {"--sizes": "128K", "--ops": "all_reduce"}
+    shared = SharedSections()
+    read = [from_wire(to_wire(p), shared) for p in sent]
+    assert [r.stamp for r in read] == [this_stamp()] * 3 and [r.options for r in read] == [p.options for p in sent]
+    assert read[0].options is read[1].options and read[2].options is not read[0].options
+
+
+def test_a_payload_of_another_layout_is_named_by_its_stamp_not_as_unreadable() -> None:
+    """Another preflight's payload that does not decode: its stamp is read alone, and RUN011 names it
+    (with its version) where RUN002 would only say it could not be read."""
+    from preflight.channel.collected import Collected, accept
+    from preflight.channel.wire import this_stamp
+    from preflight.options.agreement import disagreements
+
+    future = b'{"rank":1,"layout":"new","stamp":{"preflight":"2.0.0","wire":7}}\n{"sections":[]}'
+    garbage = b'{"rank":2}\nnot json'
+    collected = Collected()
+    accept(collected, 1, future)
+    accept(collected, 2, garbage)
+    assert set(collected.bad_payloads) == {1, 2} and collected.stamps == {1: type(this_stamp())("2.0.0", 7)}
+    own = _payload(0, (0.1, 0.2))
+    own.stamp, own.options = this_stamp(), {"--sizes": "64K"}
+    _, findings, _ = collected.merged_with(own)
+    assert [f.ranks for f in findings if f.check_id == "RUN002"] == [[2]]  # the one with no stamp
+    found = dict(disagreements(collected.agreement(own)))
+    assert found == {"preflight version": {this_stamp().preflight: [0], "2.0.0": [1]},
+                     "wire version": {str(this_stamp().wire): [0], "7": [1]}}

@@ -86,10 +86,10 @@ def test_expect_clock_skew_is_parsed_apart_from_the_mesh_and_bad_values_are_one_
     from preflight.options import CLOCK_SKEW_S, RunOptions
     from tests.helpers.ranks import run_cli
 
-    assert RunOptions.parse(expect="clock_skew=250ms").clock_skew_s == 0.25
-    assert RunOptions.parse(expect="world=10GB/s,clock_skew=2s").clock_skew_s == 2.0
-    assert RunOptions.parse().clock_skew_s == CLOCK_SKEW_S
+    assert RunOptions.build(expect="clock_skew=250ms").clock_skew_s == 0.25
+    assert RunOptions.build(expect="world=10GB/s,clock_skew=2s").clock_skew_s == 2.0
+    assert RunOptions.build().clock_skew_s == CLOCK_SKEW_S
     with pytest.raises(BadInput, match="clock_skew"):
-        RunOptions.parse(expect="clock_skew=soon")
+        RunOptions.build(expect="clock_skew=soon")
     bad = run_cli(["run", "--expect", "clock_skew=-1s"])
     assert bad.returncode == 2 and "clock_skew" in bad.stderr and "Traceback" not in bad.stderr

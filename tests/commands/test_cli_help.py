@@ -156,7 +156,7 @@ def test_seconds_metavars_are_all_seconds() -> None:
 
 def test_straggler_ratio_bounds_are_as_the_help_says(capsys: pytest.CaptureFixture[str]) -> None:
     assert "0 < RATIO <= 1" in " ".join(_all_help()["run"].split())
-    assert RunOptions(straggler_ratio=1.0).straggler_ratio == 1.0
+    assert RunOptions.build(straggler_ratio=1.0).probes.straggler_ratio == 1.0
     for bad in ("1.5", "0", "-0.2"):
         assert main(["run", "--straggler-ratio", bad]) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1

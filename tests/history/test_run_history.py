@@ -131,4 +131,4 @@ def test_the_history_password_never_reaches_the_report(tmp_path: Path) -> None:
     argv = ["run", "--history", "postgresql://pf:s3cret@db.example/preflight", "--skip", "probe"]
     options = options_from_args(build_parser().parse_args(argv), argv)
     assert "s3cret" not in options.command_line and "postgresql://pf:***@db.example/preflight" in options.command_line
-    assert options.history.endswith("pf:s3cret@db.example/preflight")  # the connection still has it
+    assert options.history.url.endswith("pf:s3cret@db.example/preflight")  # the connection still has it

@@ -99,4 +99,4 @@ def test_a_bad_localize_value_is_one_clear_line() -> None:
     from preflight.options import RunOptions
 
     with pytest.raises(BadInput, match="--localize 'binary'"):
-        RunOptions(localize="binary")
+        RunOptions.build(localize="binary")

@@ -36,7 +36,7 @@ def test_long_adds_sustained_load_and_storage_and_needs_a_path(tmp_path: Path) -
     with pytest.raises(BadInput, match=r"--level long runs the storage family: .*--storage PATH"):
         RunOptions.build(level="long")
     options = RunOptions.build(level="long", storage=str(tmp_path))
-    assert options.device_sustain_s == 120.0 and options.storage is not None
+    assert options.device.sustain_s == 120.0 and options.storage is not None
     plan = build_plan(options.for_world(8), "cuda")
     assert len(plan.ops) == 5 and plan.sizes[-1] == 1024 * MIB and plan.iters == 50
     assert _budget(options, "cuda") == 10.0

@@ -41,12 +41,12 @@ def test_expect_units() -> None:
 
 def test_expect_must_name_a_dimension() -> None:
     with pytest.raises(BadInput, match="no mesh dimension 'ep'"):
-        RunOptions.parse(mesh="pp2,tp4", expect="ep=10GB/s").for_world(8)
-    RunOptions.parse(mesh="pp2,tp4", expect="dp=10GB/s").for_world(16)  # the remainder dim
+        RunOptions.build(mesh="pp2,tp4", expect="ep=10GB/s").for_world(8)
+    RunOptions.build(mesh="pp2,tp4", expect="dp=10GB/s").for_world(16)  # the remainder dim
 
 
 def test_default_plan_probes_every_dimension_and_the_world() -> None:
-    plan = build_plan(RunOptions.parse(mesh="pp2,tp2").for_world(4), "cpu")
+    plan = build_plan(RunOptions.build(mesh="pp2,tp2").for_world(4), "cpu")
     dims = {d for d, _, _ in plan.measured_steps()}
     ops = {o for _, o, _ in plan.measured_steps()}
     assert dims == {"pp", "tp", "world"} and ops == {"all_reduce", "all_to_all"}
@@ -54,40 +54,40 @@ def test_default_plan_probes_every_dimension_and_the_world() -> None:
 
 
 def test_every_dimensions_communicators_are_created_first_under_their_own_step() -> None:
-    plan = build_plan(RunOptions.parse(mesh="pp2,tp2").for_world(4), "cpu")
+    plan = build_plan(RunOptions.build(mesh="pp2,tp2").for_world(4), "cpu")
     steps = plan.steps()
     assert steps[:3] == [("pp", CONNECT, 0), ("tp", CONNECT, 0), ("world", CONNECT, 0)]
     assert steps[3:] == plan.measured_steps() and CONNECT not in {o for _, o, _ in steps[3:]}
 
 
 def test_send_recv_only_between_pipeline_stages() -> None:
-    plan = build_plan(RunOptions.parse(mesh="pp2,tp2", ops="send_recv,all_gather", sizes="1K").for_world(4), "cpu")
+    plan = build_plan(RunOptions.build(mesh="pp2,tp2", ops="send_recv,all_gather", sizes="1K").for_world(4), "cpu")
     assert [(d, o) for d, o, _ in plan.measured_steps()] == [("pp", "send_recv"), ("pp", "all_gather"),
                                                              ("tp", "all_gather")]
 
 
 def test_options_are_typed_and_the_mesh_resolved_once_the_world_is_known() -> None:
-    options = RunOptions.parse(mesh="pp2,tp4", sizes="1M,4KiB", ops="all-gather", expect="dp=400Gb/s",
+    options = RunOptions.build(mesh="pp2,tp4", sizes="1M,4KiB", ops="all-gather", expect="dp=400Gb/s",
                                silence=["bw003"])
-    assert options.mesh == [MeshDim("pp", 2), MeshDim("tp", 4)] and options.world_size is None
-    assert (options.sizes, options.ops, options.expect, options.silence) == (
+    assert options.probes.mesh == [MeshDim("pp", 2), MeshDim("tp", 4)] and options.probes.world_size is None
+    assert (options.probes.sizes, options.probes.ops, options.probes.expect, options.silence) == (
         [4096, 2**20], ["all_gather"], {"dp": 50.0}, ["BW003"])
     resolved = options.for_world(16)
-    assert mesh_text(resolved.mesh) == "pp2,dp2,tp4" and resolved.world_size == 16
-    assert resolved.for_world(16).mesh == resolved.mesh  # a resolved mesh resolves to itself
+    assert mesh_text(resolved.probes.mesh) == "pp2,dp2,tp4" and resolved.probes.world_size == 16
+    assert resolved.for_world(16).probes.mesh == resolved.probes.mesh  # a resolved mesh resolves to itself
     with pytest.raises(ValueError, match="for_world"):
         build_plan(options, "cpu")
 
 
 def test_a_plan_that_measures_nothing_says_why() -> None:
     """RUN012's reasons: asked for and not measured is never a pass (issue 45)."""
-    no_pp = build_plan(RunOptions.parse(mesh="tp2", ops="send_recv", sizes="1K").for_world(4), "cpu")
+    no_pp = build_plan(RunOptions.build(mesh="tp2", ops="send_recv", sizes="1K").for_world(4), "cpu")
     assert no_pp.measured_steps() == []
     assert no_pp.nothing_to_measure(4) == ["send_recv needs a pipeline dimension (--mesh pp2,... names one)"]
     # One op of two measured: the other is still named.
-    mixed = build_plan(RunOptions.parse(mesh="tp2", ops="send_recv,all_reduce", sizes="1K").for_world(4), "cpu")
+    mixed = build_plan(RunOptions.build(mesh="tp2", ops="send_recv,all_reduce", sizes="1K").for_world(4), "cpu")
     assert [r.split(" ")[0] for r in mixed.nothing_to_measure(4)] == ["send_recv"]
-    lone = build_plan(RunOptions.parse(sizes="1K").for_world(1), "cpu")
+    lone = build_plan(RunOptions.build(sizes="1K").for_world(1), "cpu")
     assert lone.nothing_to_measure(1)[0].startswith("one rank: no collective to measure")
-    whole = build_plan(RunOptions.parse(mesh="pp2,tp2", ops="send_recv,all_gather", sizes="1K").for_world(4), "cpu")
+    whole = build_plan(RunOptions.build(mesh="pp2,tp2", ops="send_recv,all_gather", sizes="1K").for_world(4), "cpu")
     assert whole.nothing_to_measure(4) == []

@@ -41,7 +41,7 @@ SMALL_FREE = 320 * 2**20
 
 def _options(*extra: str) -> RunOptions:
     typed: dict[str, Any] = {"only": [e.split("=")[1] for e in extra if e.startswith("only=")]}
-    return RunOptions.parse(ops="all_reduce", sizes="64KiB", warmup=1, iters=2, device_budget_s=0.5,
+    return RunOptions.build(ops="all_reduce", sizes="64KiB", warmup=1, iters=2, device_budget_s=0.5,
                             probe_timeout_s=30.0, **typed).for_world(1)
 
 

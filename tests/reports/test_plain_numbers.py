@@ -42,7 +42,7 @@ def test_an_interrupted_run_names_no_auto_backend() -> None:
 
     facts = host_facts(["n1", "n2"])
     record = RunRecord(World(launcher="slurm", rank=0, world_size=2, host="n1"),
-                       RunOptions.parse(mesh="tp2").for_world(2))
+                       RunOptions.build(mesh="tp2").for_world(2))
     record.facts, record.all_facts, record.interrupted = facts[0], facts, "SIGTERM"
     report = build_report(record)
     assert report.meta.backend == ""

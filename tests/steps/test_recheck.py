@@ -43,7 +43,7 @@ def test_increases_and_xids_reach_rank_0(monkeypatch: pytest.MonkeyPatch, tmp_pa
     server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=10), wait_for_workers=False)
     recheck.publish_after(server, follower, str(trees["n1"]))  # what rank 1 does after its probes
     findings = recheck.lead(server, lead, [lead, follower],
-                            RunOptions(sysfs_root=str(trees["n0"]), check_timeout_s=5, skip=skip))
+                            RunOptions.build(sysfs_root=str(trees["n0"]), check_timeout_s=5, skip=skip))
     got = {(f.check_id, tuple(f.ranks), tuple(f.hosts), f.message) for f in findings}
     want = {("GPU040", (1,), ("n1",), "GPU 3 of rank 1 on n1 raised XID 48 (double-bit ECC error); "
                                       "XID 74 (NVLink error) x2 during the run"),

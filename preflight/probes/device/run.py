@@ -53,9 +53,9 @@ def _software() -> str:
 
 
 def _budget(options: RunOptions, kind: str) -> float:
-    if options.device_budget_s is not None:
-        return options.device_budget_s
-    return LEVELS[options.level].device_budget_s.get(kind, DEFAULT_BUDGET_S.get(kind, 1.0))
+    if options.device.budget_s is not None:
+        return options.device.budget_s
+    return LEVELS[options.probes.level].device_budget_s.get(kind, DEFAULT_BUDGET_S.get(kind, 1.0))
 
 
 def elect(board: Any, rank: int, host: str, uuid: str) -> int:
@@ -92,7 +92,7 @@ def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any 
     else:
         report.name = cpu_model()
     budget = _budget(options, kind)
-    deadline_s = budget * 3 + options.device_sustain_s + GRACE_S
+    deadline_s = budget * 3 + options.device.sustain_s + GRACE_S
     began = time.monotonic()
     try:
         barrier(session.control, time.monotonic() + session.timeout_s)  # every device starts together
@@ -110,7 +110,7 @@ def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any 
                                            cuda=session.cuda, deadline_s=deadline_s, uuid=bound.uuid if bound else "",
                                            sysfs_root=options.sysfs_root, host=world.host)
             report.serial = opened.serial() if kind == "cuda" else ""
-            run_family(opened, report, budget, options.device_sustain_s)
+            run_family(opened, report, budget, options.device.sustain_s)
             return opened
 
         # The family's thread is done: its cached blocks and NVML go back.
@@ -132,10 +132,10 @@ def lead(session: Any, options: RunOptions, watch: RankLiveness,
     """Rank 0: every rank's report, judged; the rows for the report and the findings (outcomes() lists
     every device check for the JUnit report, passed or not)."""
     world = session.world
-    wait_s = session.timeout_s + _budget(options, session.kind) * 3 + options.device_sustain_s + GRACE_S
+    wait_s = session.timeout_s + _budget(options, session.kind) * 3 + options.device.sustain_s + GRACE_S
     reports, missing = device_store.gather(session.board, world.world_size, wait_s, dead=watch.dead)
     missing = {r: why for r, why in missing.items() if r not in watch.dead()}  # RUN008 names the dead
-    judged = device_judge.judge(reports, missing, hosts, options.device_expect)
+    judged = device_judge.judge(reports, missing, hosts, options.device.expect)
     return judged.rows, findings(judged)
 
 

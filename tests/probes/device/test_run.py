@@ -44,7 +44,7 @@ def session() -> Iterator[Any]:
 
 
 def test_a_rank_measures_publishes_and_rank_zero_judges(session: Any) -> None:
-    options = RunOptions(device_budget_s=1.0)
+    options = RunOptions.build(device_budget_s=1.0)
     report = device_probes.measure(session, options, WATCH, device=FakeDevice())
     assert report.serial == "1654922000001" and report.uuid == "GPU-0000-1111" and report.errors == {}
     rows, found = device_probes.lead(session, options, WATCH, hosts={0: "node7"})
@@ -63,10 +63,10 @@ def test_a_device_that_never_finishes_could_not_run(session: Any, monkeypatch: p
             stuck.wait(60)  # a kernel that never completes
             return 0.0
 
-    report = device_probes.measure(session, RunOptions(device_budget_s=0.1), WATCH, device=HungDevice())
+    report = device_probes.measure(session, RunOptions.build(device_budget_s=0.1), WATCH, device=HungDevice())
     stuck.set()
     assert "did not finish within" in report.errors["every figure"] and session.abandoned
-    _, found = device_probes.lead(session, RunOptions(device_budget_s=0.1), WATCH, hosts={0: "node7"})
+    _, found = device_probes.lead(session, RunOptions.build(device_budget_s=0.1), WATCH, hosts={0: "node7"})
     assert [(f.check_id, f.severity.value, f.ranks) for f in found] == [("DEV009", "could-not-run", [0])]
 
 
@@ -81,8 +81,8 @@ def test_ranks_sharing_one_gpu_elect_one_to_measure_it() -> None:
 def test_the_rank_that_shares_a_gpu_measures_nothing_and_is_blamed_for_nothing(session: Any) -> None:
     session.board.agree(keys.GPU_SEAT.at("node7", "GPU-0000-1111"), "3")  # rank 3, bound to the same GPU, asked first
     device = FakeDevice(rates={**FakeDevice().rates, "gemm_bf16": 100.0})  # would be slow and below peak
-    report = device_probes.measure(session, RunOptions(device_budget_s=1.0), WATCH, device=device)
+    report = device_probes.measure(session, RunOptions.build(device_budget_s=1.0), WATCH, device=device)
     assert report.shared_with == 3 and report.measured == [] and device.bursts == {}
     assert report.skipped == {"every figure": "shares GPU GPU-0000-1111 with rank 3, which measures it for both"}
-    rows, found = device_probes.lead(session, RunOptions(device_budget_s=1.0), WATCH, hosts={0: "node7"})
+    rows, found = device_probes.lead(session, RunOptions.build(device_budget_s=1.0), WATCH, hosts={0: "node7"})
     assert rows[0].shared_with == 3 and found == []  # no DEV003/DEV006, no could-not-run
