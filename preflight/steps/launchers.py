@@ -242,7 +242,8 @@ def _mpi_master_addr(reader: _EnvReader, world_size: int, local_world: int, deci
 def _from_hydra(reader: _EnvReader, host: str) -> World | None:
     if not reader.has("PMI_RANK"):
         return None
-    if reader.has("SLURM_PROCID") and reader.env["SLURM_PROCID"] == reader.env["PMI_RANK"]:
+    if (reader.has("SLURM_PROCID") and reader.env["SLURM_PROCID"] == reader.env["PMI_RANK"]
+            and not batch_step(reader.env)):  # in the batch script, mpiexec set it (its rank 0 inherits PROCID=0)
         return None  # srun's PMI plugin set it: the Slurm rule describes this better
     decisions = ["MPICH/Intel MPI (Hydra): PMI_RANK set"]
     world_size = reader.required_int("PMI_SIZE", minimum=1)

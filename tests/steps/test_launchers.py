@@ -158,3 +158,11 @@ def test_slurms_batch_step_is_refused_with_run_it_under_srun(step: dict[str, str
     assert resolve_world({**SLURM, "SLURM_PROCID": "0"}, host="x").launcher == "slurm"  # an srun step
     alone = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "x", **step}
     assert resolve_world(alone, host="x").world_size == 1  # a one-task batch step is the whole job
+
+
+def test_mpiexec_inside_a_batch_script_is_hydra_not_the_batch_step() -> None:
+    """Hydra's rank 0 in an sbatch script inherits the batch step's SLURM_PROCID=0: it is mpiexec's rank."""
+    batch = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "x"}
+    hydra = {"PMI_RANK": "0", "PMI_SIZE": "4", "MPI_LOCALNRANKS": "4"}
+    world = resolve_world({**batch, **hydra}, host="x")
+    assert (world.launcher, world.world_size) == ("mpich", 4)
