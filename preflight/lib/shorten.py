@@ -1,9 +1,11 @@
 """The one rule for shortening text a person reads: words go, numbers and units never.
 
 A headline cut at a character count read `busbw 0.983 GB/s is 1% of the expected 10…` for an
-expected 100 GB/s. Here text is shortened by whole words only: first the words after its last
-number, then other words from the right (each run of dropped words one `…`); a number and the
-unit after it stay whole. Only when the numbers alone do not fit does a whole number go (with
+expected 100 GB/s. Here text is shortened by whole words only: first whole trailing clauses (a
+parenthesis, what follows a `;`), as few as need go and never one that leaves less than half the
+room; then the words after its last number, then
+other words from the right (each run of dropped words one `…`); a number and the unit after it
+stay whole. Only when the numbers alone do not fit does a whole number go (with
 its unit), from the right; a single word longer than the room is the one thing cut inside.
 """
 
@@ -28,6 +30,15 @@ def shorten(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     words = text.split(" ")
+    # 0. whole trailing clauses first (a parenthesis, or what follows a `;`), as few as need go: what
+    # remains reads as a sentence, not as numbers between ellipses
+    for start in _clause_starts(words)[::-1]:
+        shorter = [*words[:start], ELLIPSIS]
+        if len(" ".join(shorter)) < limit // 2:
+            break  # that clause is the sentence itself: words go from here on, not it
+        words = shorter
+        if len(" ".join(words)) <= limit:
+            return " ".join(words)
     kept = [True] * len(words)
     numbers = _numbers(words)
     last_number = max((i for i, n in enumerate(numbers) if n), default=-1)
@@ -45,6 +56,12 @@ def shorten(text: str, limit: int) -> str:
     if len(shown) <= limit:
         return shown
     return shown[: max(0, limit - 1)] + ELLIPSIS  # one word longer than the room: nothing else to drop
+
+
+def _clause_starts(words: list[str]) -> list[int]:
+    """Where a trailing clause starts: a word opening a parenthesis, or the word after one ending in `;`
+    (never the first word)."""
+    return [i for i in range(1, len(words)) if words[i].startswith("(") or words[i - 1].endswith(";")]
 
 
 def _numbers(words: list[str]) -> list[bool]:

@@ -49,3 +49,13 @@ def test_every_number_shown_is_one_of_the_texts(words: list[str], limit: int) ->
     assert len(shown) <= limit
     if len(words[0]) < limit - 2:  # only a word longer than the room is cut inside
         assert set(shown.replace(ELLIPSIS, " ").split()) <= set(words), (text, shown)
+
+
+def test_whole_trailing_clauses_go_before_words() -> None:
+    """A parenthesis or what follows a `;` goes whole, so the rest reads as a sentence, not number soup."""
+    text = ("all_reduce on dp group 0 (ranks 0,1) at 4 KiB: busbw 0.000992 GB/s is 14% of its siblings' median "
+            "0.00709 GB/s (threshold 80%; its fastest iteration 0.00133 < their slowest 0.005); measured again: "
+            "0.001 GB/s, 12% of 0.008")
+    assert shorten(text, 130) == ("all_reduce on dp group 0 (ranks 0,1) at 4 KiB: busbw 0.000992 GB/s is 14% of its "
+                                  "siblings' median 0.00709 GB/s (threshold 80%; …")
+    assert shorten(text, 115).endswith("median 0.00709 GB/s …")
