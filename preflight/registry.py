@@ -124,6 +124,23 @@ class JobView(CheckContext):
 
 
 @dataclass(frozen=True)
+class Grade:
+    """A severity a check gives besides its own, and when: the one statement of its severity rule.
+
+    `as_check`: the finding is then reported under another check's id (BW011 below a hardware
+    profile is BW007, an error, under --strict-bandwidth)."""
+
+    severity: Severity
+    when: str
+    as_check: str = ""
+
+
+# How the flags change what any finding does to the exit code (the decision is steps/verdict.decide_exit_code).
+SEVERITY_FLAGS = ("an error exits 3, could-not-run 4; a warning exits 0, or 1 with --strict; "
+                  "--silence ID drops the check's findings")
+
+
+@dataclass(frozen=True)
 class CheckSpec:
     """A registered check."""
 
@@ -136,6 +153,25 @@ class CheckSpec:
     blames_host: bool = False  # an error names a faulty host (to exclude), not the job's configuration
     applies: Applicability | None = None  # None: always applies
     context_only: bool = False  # its hosts are where a problem showed, not its culprits (no exclusion)
+    grades: tuple[Grade, ...] = ()  # the other severities its findings may have, and when
+
+    @property
+    def severity_rule(self) -> str:
+        """`warn; error when confirmed twice below 50% of its siblings' median`: what explain, docs/checks.md,
+        the README's severity table and the help quote."""
+        graded = [f"{g.severity.value} when {g.when}" + (f" (as {g.as_check})" if g.as_check else "")
+                  for g in self.grades]
+        return "; ".join([self.severity.value, *graded])
+
+    @property
+    def severity_names(self) -> str:
+        """`warn or error`: every severity its findings may have, its own first (list, explain, docs/checks.md)."""
+        return " or ".join(dict.fromkeys(s.value for s in self.severities))
+
+    @property
+    def severities(self) -> list[Severity]:
+        """Every severity a finding of this check may have under its own id."""
+        return [self.severity, *(g.severity for g in self.grades if not g.as_check)]
 
     def skip_reason(self, *args: Any) -> str | None:
         """Why this check does not apply to these arguments, or None when it does."""
@@ -152,7 +188,12 @@ class CheckSpec:
         return inspect.cleandoc(self.func.__doc__ or "")
 
     def finding(self, problem: Problem) -> Finding:
-        """Turn one problem into a finding with this check's id, severity and hint."""
+        """Turn one problem into a finding with this check's id, severity and hint.
+
+        A problem's own severity must be one the check declares (`grades`): the rule is said once, in
+        the check, and every view quotes it."""
+        if problem.severity is not None and problem.severity not in self.severities:
+            raise ValueError(f"{self.id}: severity {problem.severity.value} is not in its rule ({self.severity_rule})")
         return Finding(
             check_id=self.id,
             severity=self.severity if problem.severity is None else problem.severity,
@@ -201,13 +242,13 @@ _REGISTRY: dict[str, CheckSpec] = {}
 
 def _register(check_id: str, tag: str, scope: str, severity: Severity, hint: str, blames_host: bool,
               func: Callable[..., Iterable[Problem]], applies: Applicability | None = None,
-              context_only: bool = False) -> CheckSpec:
+              context_only: bool = False, grades: Sequence[Grade] = ()) -> CheckSpec:
     if not func.__doc__:
         raise ValueError(f"check {check_id} needs a docstring: it is the explain text")
     existing = _REGISTRY.get(check_id)
     if existing is not None and existing.func.__qualname__ != func.__qualname__:
         raise ValueError(f"check id {check_id} registered twice")
-    spec = CheckSpec(check_id, tag, scope, severity, hint, func, blames_host, applies, context_only)
+    spec = CheckSpec(check_id, tag, scope, severity, hint, func, blames_host, applies, context_only, tuple(grades))
     _REGISTRY[check_id] = spec
     return spec
 
@@ -221,7 +262,7 @@ def _validate(check_id: str, tag: str) -> None:
 
 def check(
     check_id: str, *, tag: str, scope: str, severity: Severity, hint: str, blames_host: bool = False,
-    applies: Applicability | None = None,
+    applies: Applicability | None = None, grades: Sequence[Grade] = (),
 ) -> Callable[[Callable[..., Iterable[Problem]]], Callable[..., Iterable[Problem]]]:
     """Register a local or cross check under a stable id; the function is returned unchanged.
 
@@ -235,14 +276,15 @@ def check(
         raise ValueError(f"scope must be {LOCAL!r} or {CROSS!r}, not {scope!r} (engine checks use @engine_check)")
 
     def register(func: Callable[..., Iterable[Problem]]) -> Callable[..., Iterable[Problem]]:
-        _register(check_id, tag, scope, severity, hint, blames_host, func, applies)
+        _register(check_id, tag, scope, severity, hint, blames_host, func, applies, grades=grades)
         return func
 
     return register
 
 
 def engine_check(
-    check_id: str, *, tag: str, severity: Severity, hint: str, blames_host: bool = False, context_only: bool = False
+    check_id: str, *, tag: str, severity: Severity, hint: str, blames_host: bool = False, context_only: bool = False,
+    grades: Sequence[Grade] = (),
 ) -> Callable[[Callable[P, Iterable[Problem]]], EngineCheck[P]]:
     """Register an engine-scope check and return the `EngineCheck` the engine calls by reference.
 
@@ -262,7 +304,7 @@ def engine_check(
             if param.annotation is param.empty:
                 raise ValueError(f"engine check {check_id}: parameter {param.name!r} needs a type annotation")
         return EngineCheck(_register(check_id, tag, ENGINE, severity, hint, blames_host, func,
-                                     context_only=context_only))
+                                     context_only=context_only, grades=grades))
 
     return register
 

@@ -66,11 +66,15 @@ from preflight.steps.verdict import RunRecord, build_report, report_alone
 # Seconds a non-zero rank waits for rank 0 beyond rank 0's own deadlines (skew); rank 0's
 # heartbeat extends the wait while it works (channel/liveness.py).
 VERDICT_MARGIN_S = 30.0
+NO_LAUNCHER_LINE = ("preflight: no launcher found (no srun, torchrun, mpirun or RANK/WORLD_SIZE variables): "
+                    "checking this one process alone; run it under the job's launcher, or `preflight launch -n N`")
 
 
 def run(options: RunOptions, env: Mapping[str, str] | None = None) -> int:
     """Run preflight as this process's rank; return the exit code every rank shares."""
     world = resolve_world(env)  # 1. world; BadInput propagates to the CLI: one line, exit 2
+    if world.launcher == "single" and not options.reports.quiet:
+        print(NO_LAUNCHER_LINE, file=sys.stderr, flush=True)  # the run's first line: one process, said at once
     if options.probes.mesh and node_level(world):
         raise BadInput(f"--mesh describes the training's ranks, but {node_level(world)}: run preflight "
                        "under the trainer's torchrun to probe a mesh")
@@ -310,11 +314,12 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
         record.findings += store_value_refused.report(key=key, reason=why)
     record.findings += history.recall(record)  # this run against its past (docs/history.md)
     report = build_report(record)
-    unwritten = history.remember(report, record.options)  # after the verdict; a failure: not written
+    remembered, unwritten = history.remember(report, record.options)  # after the verdict; a failure: not written
     # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
     # agent stops the remaining workers, rank 0 included. An output not written makes a pass
     # exit 4 (reports/targets.py).
-    write_reports(report, record.options.reports, unwritten)
+    launch_folder = str(Path(record.options.verdict_file).parent) if record.options.verdict_file else ""
+    write_reports(report, record.options.reports, unwritten, also_written=remembered, unannounced=launch_folder)
     if record.options.verdict_file:
         Path(record.options.verdict_file).write_text(f"{report.exit_code}\n")
     record.report = report

@@ -47,6 +47,7 @@ DIFFERENT: dict[str, tuple[str | None, str]] = {
     "--storage": ("{tmp}/a", "{tmp}/b"),
     "--checkpoint-size": (None, "1G"),
     "--storage-budget": (None, "1M"),
+    "--level": (None, "quick"),
 }
 ODD_RANK = {flag: (1, 2, 3, 0)[i % WORLD] for i, flag in enumerate(DIFFERENT)}  # rank 0 is outvoted too
 # Rank 3 runs another preflight: its version and its payload layout are named the same way.

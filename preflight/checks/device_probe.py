@@ -11,7 +11,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from preflight.lib.hostlist import host_text
 from preflight.lib.numbers import json_number
+from preflight.lib.units import percent
 from preflight.model import Finding, Severity
 from preflight.model.device_probe import BelowPeak, DeviceRow, Differs, Slow, Throttled
 from preflight.registry import Problem, Tags, engine_check
@@ -19,7 +21,7 @@ from preflight.registry import Problem, Tags, engine_check
 
 def device_name(row: DeviceRow) -> str:
     """'rank 3 on node7 GPU 3 (NVIDIA H100 80GB HBM3, GPU-..., serial 1654...)', or '... CPU (model)'."""
-    where = f"rank {row.rank} on {row.host or '?'}"
+    where = f"rank {row.rank} on {host_text(row.host)}"
     if row.kind != "cuda":
         return f"{where} CPU ({row.name})" if row.name else f"{where} CPU"
     ids = ", ".join(x for x in (row.name, row.uuid, f"serial {row.serial}" if row.serial else "") if x)
@@ -35,8 +37,9 @@ def _slow_problem(slow: Slow) -> Problem:
     passes = ", ".join(f"{m:.3g} vs {t:.3g}" for m, t in zip(slow.passes, slow.siblings_passes))
     return Problem(
         f"{device_name(slow.row)}: {slow.figure} {slow.value:.3g} {slow.unit} is "
-        f"{slow.value / slow.siblings_median:.0%} of its {slow.siblings} siblings' median {slow.siblings_median:.3g} "
-        f"(threshold {slow.ratio:.0%}; below it in both passes: {passes})",
+        f"{percent(slow.value / slow.siblings_median)} of its {slow.siblings} siblings' median "
+        f"{slow.siblings_median:.3g} "
+        f"(threshold {percent(slow.ratio)}; below it in both passes: {passes})",
         ranks=[slow.row.rank], hosts=[slow.row.host] if slow.row.host else [],
         data={**_identity(slow.row), "figure": slow.figure, "unit": slow.unit, "value": slow.value,
               "siblings_median": slow.siblings_median, "passes": slow.passes,
@@ -170,9 +173,9 @@ host_link_slow.spec.func.__doc__ = (host_link_slow.spec.func.__doc__ or "") + SL
 
 def _below_problem(b: BelowPeak) -> Problem:
     f = b.figure
-    what = "--expect" if b.expected else f"{b.fraction:.0%} of its peak {f.peak:.4g} {f.unit} ({f.peak_source})"
+    what = "--expect" if b.expected else f"{percent(b.fraction)} of its peak {f.peak:.4g} {f.unit} ({f.peak_source})"
     target = f"{f.peak:.4g} {f.unit} (--expect)" if b.expected else what
-    return Problem(f"{device_name(b.row)}: {f.name} {f.value:.4g} {f.unit} is {f.pct_of_peak:.0%} of "
+    return Problem(f"{device_name(b.row)}: {f.name} {f.value:.4g} {f.unit} is {percent(f.pct_of_peak)} of "
                    f"{'the expected ' if b.expected else 'the peak, below '}{target}",
                    ranks=[b.row.rank], hosts=[b.row.host] if b.row.host else [],
                    data={**_identity(b.row), "figure": f.name, "unit": f.unit, "value": f.value, "peak": f.peak,
@@ -248,7 +251,7 @@ def throttled_under_load(throttled: Throttled) -> Iterable[Problem]:
 )
 def device_could_not_run(rank: int, host: str, figure: str, why: str) -> Iterable[Problem]:
     """A device figure could not be measured (the probe raised, or the rank's report never came)."""
-    yield Problem(f"rank {rank} on {host or '?'}: {figure} could not be measured: {why}", ranks=[rank],
+    yield Problem(f"rank {rank} on {host_text(host)}: {figure} could not be measured: {why}", ranks=[rank],
                   hosts=[host] if host else [], data={"figure": figure, "reason": why})
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from preflight.lib.numbers import json_number
-from preflight.lib.units import human_bytes
+from preflight.lib.units import human_bytes, percent
 from preflight.model import Finding, Severity
 from preflight.model.history_records import Drop, Flaky
 from preflight.registry import Problem, Tags, engine_check
@@ -63,8 +63,8 @@ def below_own_history(drop: Drop) -> Iterable[Problem]:
     what = f"{row.dim} {row.op} busbw" if row.kind == "collective" else f"{row.dim} {row.op}".strip()
     yield Problem(
         f"{who}: {what} {row.value:.3g} {row.unit} at {human_bytes(row.size_bytes)}, its last "
-        f"{len(past.values)} runs' median {past.median:.3g} {row.unit} ({row.value / past.median:.0%}; "
-        f"below {1 - drop.margin:.0%} of its p10 {past.p10:.3g})",
+        f"{len(past.values)} runs' median {past.median:.3g} {row.unit} ({percent(row.value / past.median)}; "
+        f"below {percent(1 - drop.margin)} of its p10 {past.p10:.3g})",
         hosts=[row.host] if row.host else [],
         data={"subject": row.subject, "kind": row.kind, "dim": row.dim, "op": row.op, "size_bytes": row.size_bytes,
               "value": row.value, "unit": row.unit, "median": past.median, "p10": past.p10,

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from preflight.lib.hostlist import ranks_text
 from preflight.lib.numbers import json_number, json_numbers
-from preflight.lib.units import human_bytes
+from preflight.lib.units import human_bytes, percent
 from preflight.model import Finding, ProbeResult, Severity
 from preflight.model.probe_faults import Confirmed, Hang, Straggler
-from preflight.registry import Problem, Tags, engine_check
+from preflight.registry import Grade, Problem, Tags, engine_check
 
 
 def _ranks(ranks: Iterable[int]) -> str:
@@ -102,11 +102,6 @@ def probe_hang(hang: Hang, hosts: dict[int, str], timeout_s: float, reported_aft
 SEVERE_FRACTION = 0.5
 
 
-def _share(fraction: float) -> str:
-    """A fraction as a percentage that never rounds a real slowdown to `0%`: 0.004 -> `0.4%`."""
-    return f"{fraction:.0%}" if fraction >= 0.1 or fraction <= 0 else f"{fraction * 100:.2g}%"
-
-
 def severe_straggler(s: Straggler) -> bool:
     """Confirmed by the second pass, and below SEVERE_FRACTION of its siblings in both passes."""
     if s.confirm_busbw_gbps is None or not s.confirm_siblings_median_gbps or not s.siblings_median_gbps:
@@ -119,6 +114,7 @@ def severe_straggler(s: Straggler) -> bool:
     "BW003",
     tag=Tags.PROBE,
     severity=Severity.WARN,
+    grades=(Grade(Severity.ERROR, "confirmed twice below 50% of its siblings' median"),),
     context_only=True,
     hint="Compare the named group's hosts with its siblings': a degraded link (PCIe/NVLink width, "
     "IB port speed), a busy or throttled GPU, or a wrong NIC; see the localization findings.",
@@ -151,14 +147,14 @@ def straggler_group(straggler: Straggler, ratio: float) -> Iterable[Problem]:
     severe = severe_straggler(s)
     again = ""
     if s.confirm_busbw_gbps is not None and s.confirm_siblings_median_gbps:
-        share = _share(s.confirm_busbw_gbps / s.confirm_siblings_median_gbps)
+        share = percent(s.confirm_busbw_gbps / s.confirm_siblings_median_gbps)
         again = f"; measured again: {s.confirm_busbw_gbps:.3g} GB/s, {share} of {s.confirm_siblings_median_gbps:.3g}"
     yield Problem(
         f"{s.op} on {s.dim} group {s.group_index} (ranks {_ranks(s.ranks)}) at {human_bytes(s.size_bytes)}: busbw "
-        f"{s.busbw_gbps:.3g} GB/s is {_share(s.busbw_gbps / s.siblings_median_gbps)} of its siblings' median "
-        f"{s.siblings_median_gbps:.3g} GB/s (threshold {ratio:.0%}; its fastest iteration {s.best_iter_gbps:.3g} "
+        f"{s.busbw_gbps:.3g} GB/s is {percent(s.busbw_gbps / s.siblings_median_gbps)} of its siblings' median "
+        f"{s.siblings_median_gbps:.3g} GB/s (threshold {percent(ratio)}; its fastest iteration {s.best_iter_gbps:.3g} "
         f"< their slowest {s.siblings_worst_iter_gbps:.3g}){again}"
-        + (f"; below {SEVERE_FRACTION:.0%} twice: an error" if severe else ""),
+        + (f"; below {percent(SEVERE_FRACTION)} twice: an error" if severe else ""),
         ranks=s.ranks, hosts=s.hosts, severity=Severity.ERROR if severe else None,
         data={"dim": s.dim, "op": s.op, "group_index": s.group_index, "busbw_gbps": s.busbw_gbps,
               "siblings_median_gbps": s.siblings_median_gbps, "best_iter_gbps": s.best_iter_gbps,
@@ -172,6 +168,7 @@ def straggler_group(straggler: Straggler, ratio: float) -> Iterable[Problem]:
     "BW004",
     tag=Tags.PROBE,
     severity=Severity.WARN,
+    grades=(Grade(Severity.ERROR, "one of its slow groups is confirmed twice below 50% of its siblings' median"),),
     hint="The rank sits in slow groups of several dimensions: suspect its GPU, its host or its NIC.",
 )
 def cross_dim_suspect(rank: int, host: str, dims: list[str], slow_groups: list[Straggler]) -> Iterable[Problem]:
@@ -182,8 +179,8 @@ def cross_dim_suspect(rank: int, host: str, dims: list[str], slow_groups: list[S
     """
     severe = [s for s in slow_groups if severe_straggler(s)]
     worst = min((s.busbw_gbps / s.siblings_median_gbps for s in slow_groups if s.siblings_median_gbps), default=1.0)
-    yield Problem(f"in slow groups of dimensions {', '.join(dims)}, down to {_share(worst)} of "
-                  f"their siblings" + (f" (below {SEVERE_FRACTION:.0%} twice)" if severe else ""),
+    yield Problem(f"in slow groups of dimensions {', '.join(dims)}, down to {percent(worst)} of "
+                  f"their siblings" + (f" (below {percent(SEVERE_FRACTION)} twice)" if severe else ""),
                   ranks=[rank], hosts=[host] if host else [], data={"dims": dims, "worst_fraction": round(worst, 4)},
                   severity=Severity.ERROR if severe else None)
 
@@ -222,9 +219,9 @@ def slow_host(rank: int, host: str, confirmed: Confirmed, partner: int, partner_
     """
     where = (f"over the intra-host path (NVLink/PCIe/shared memory) to rank {partner} on the same host"
              if host and host == partner_host else f"against rank {partner} ({partner_host})")
-    yield Problem(f"pairwise send/recv: rank {rank} ({host}) reaches {confirmed.first_fraction:.0%} of the median "
+    yield Problem(f"pairwise send/recv: rank {rank} ({host}) reaches {percent(confirmed.first_fraction)} of the median "
                   f"pair bandwidth {median_gbps:.3g} GB/s with every peer, and measured again alone {where} "
-                  f"{confirmed.fraction:.0%} of a known-good pair's {confirmed.reference_gbps:.3g} GB/s",
+                  f"{percent(confirmed.fraction)} of a known-good pair's {confirmed.reference_gbps:.3g} GB/s",
                   ranks=[rank], hosts=[host] if host else [],
                   data={"fraction": confirmed.first_fraction, "partner": partner, **_confirmation(confirmed)})
 
@@ -246,8 +243,9 @@ def slow_link(ranks: list[int], hosts: list[str], confirmed: Confirmed) -> Itera
     same_host = len(set(hosts)) == 1 and bool(hosts[0])
     what = (f"the intra-host path (NVLink/PCIe/shared memory) between ranks {_ranks(ranks)} on {hosts[0]}"
             if same_host else f"the link between ranks {_ranks(ranks)} ({' - '.join(hosts)})")
-    yield Problem(f"pairwise send/recv: {what} reaches {confirmed.first_fraction:.0%} of the median pair bandwidth, "
-                  f"and measured again alone {confirmed.fraction:.0%} of a known-good pair's "
+    yield Problem(f"pairwise send/recv: {what} reaches {percent(confirmed.first_fraction)} of the median pair "
+                  "bandwidth, "
+                  f"and measured again alone {percent(confirmed.fraction)} of a known-good pair's "
                   f"{confirmed.reference_gbps:.3g} GB/s", ranks=ranks, hosts=hosts,
                   data={"fraction": confirmed.first_fraction, "intra_host": same_host, **_confirmation(confirmed)},
                   hint=INTRA_HOST_LINK_HINT if same_host else None)
@@ -272,7 +270,8 @@ def below_expected(result: ProbeResult, expected_gbps: float, source: str = "--e
 def _short_of(r: ProbeResult, expected_gbps: float, source: str, expectation: str) -> Problem:
     """A group below what it should reach (BW007: --expect; BW011: its hardware profile), as both say it."""
     return Problem(f"{r.op} on {r.dim} group {r.group_index} (ranks {_ranks(r.ranks)}) at {human_bytes(r.size_bytes)}: "
-                   f"busbw {r.busbw_gbps:.3g} GB/s is {r.busbw_gbps / expected_gbps:.0%} of {expectation} ({source})",
+                   f"busbw {r.busbw_gbps:.3g} GB/s is {percent(r.busbw_gbps / expected_gbps)} of {expectation} "
+                   f"({source})",
                    ranks=r.ranks, hosts=r.hosts,
                    data={"dim": r.dim, "op": r.op, "busbw_gbps": r.busbw_gbps, "expected_busbw_gbps": expected_gbps,
                          "expected_source": source})
@@ -336,6 +335,7 @@ def gpu_job_probed_on_gloo(reason: str, gpu_hosts: list[str]) -> Iterable[Proble
     "BW011",
     tag=Tags.PROBE,
     severity=Severity.WARN,
+    grades=(Grade(Severity.ERROR, "--strict-bandwidth is given", as_check="BW007"),),
     hint="The group is below what its hardware delivers when healthy (docs/expectations.md): check "
     "NVLink state and width (nvidia-smi nvlink --status), the IB port rate (ibstat), NCCL's "
     "transport choice (NCCL_DEBUG=INFO); --strict-bandwidth makes this an error.",
@@ -375,7 +375,7 @@ def slow_host_group_tested(host: str, ranks: list[int], fractions: list[float], 
     is one (preflight/probes/hosttest.py). The finding says how many rounds and seconds the
     search took.
     """
-    shown = ", ".join(f"{f:.0%} with {p}" for f, p in zip(fractions, partners))
+    shown = ", ".join(f"{percent(f)} with {p}" for f, p in zip(fractions, partners))
     yield Problem(f"group testing: host {host} ({ranks_text(ranks)}) is slow against known-good hosts: "
                   f"{shown} of the known-good reference {reference_gbps:.3g} GB/s "
                   f"(found in {rounds} rounds, {seconds:.1f} s)",

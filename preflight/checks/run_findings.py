@@ -200,3 +200,23 @@ def options_disagree(option: str, values: dict[str, list[int]]) -> Iterable[Prob
                       for value, ranks in sorted(values.items(), key=lambda item: min(item[1])))
     yield Problem(f"{option}: {shown}", ranks=odd,
                   data={"option": option, "values": {value: rank_ranges(ranks) for value, ranks in values.items()}})
+
+
+@engine_check(
+    "RUN012",
+    tag=Tags.RUN,
+    severity=Severity.COULD_NOT_RUN,
+    hint="Give the run something to measure: a mesh with the dimension the op needs (--mesh pp2,tp2 for "
+    "send_recv), two or more ranks (preflight launch -n N, srun, torchrun), or only the families this "
+    "machine has (--only gpu needs an NVIDIA driver).",
+)
+def nothing_measured(reason: str, what: str = "") -> Iterable[Problem]:
+    """Something the run was asked for measured nothing: a probe plan or an `--only` family.
+
+    Asked for and not measured is never a pass, as in DCGM's and NHC's "could not run": an
+    `--ops send_recv` on a mesh without a pipeline dimension has no step to run, one rank has
+    no collective to measure (its bus bandwidth is 0 by definition), and `--only gpu` on a
+    machine without an NVIDIA driver checked nothing. Each is said with its reason and makes
+    the run incomplete (exit 4), never PASSED.
+    """
+    yield Problem(reason, data={"what": what} if what else {})

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from preflight.lib.hostlist import ranks_text
 from preflight.lib.numbers import json_numbers
-from preflight.lib.units import human_bytes
+from preflight.lib.storage_options import HEADROOM
+from preflight.lib.units import count, human_bytes, percent
 from preflight.model import Finding, Severity
 from preflight.model.storage import (
     BelowExpected,
@@ -25,7 +26,7 @@ from preflight.model.storage import (
     SlowStorage,
     StorageFailed,
 )
-from preflight.registry import Problem, Tags, engine_check
+from preflight.registry import Grade, Problem, Tags, engine_check
 
 
 @engine_check(
@@ -96,11 +97,11 @@ def slow_mount_options(slow: SlowOptions) -> Iterable[Problem]:
                   hosts=slow.hosts, data={"path": slow.path, "options": slow.options})
 
 
-def _room_problem(room: Room, unit: str, shown: str, needed: str, free: str) -> Problem:
+def _room_problem(room: Room, shown: str, needed: str, free: str) -> Problem:
     short = room.free < room.needed
     why = ("less than one checkpoint: the next save fails" if short
            else f"less than {room.headroom:g} checkpoints: the previous one cannot be kept while the next is written")
-    return Problem(f"{room.path}: {free} free {unit}, {why} ({needed} {shown}, headroom {room.headroom:g}x)",
+    return Problem(f"{room.path}: {free} free, {why} ({needed} {shown}, headroom {room.headroom:g}x)",
                    hosts=room.hosts, severity=Severity.ERROR if short else Severity.WARN,
                    data={"path": room.path, "free": room.free, "needed": room.needed, "headroom": room.headroom})
 
@@ -109,6 +110,8 @@ def _room_problem(room: Room, unit: str, shown: str, needed: str, free: str) -> 
     "STO004",
     tag=Tags.STORAGE,
     severity=Severity.ERROR,
+    grades=(Grade(Severity.WARN, f"there is room for one checkpoint but not for {HEADROOM:g} (--checkpoint-size "
+                  f"x {HEADROOM:g})"),),
     hint="Free space on the checkpoint filesystem (old checkpoints, other jobs' files) or point --storage and the "
     "training's checkpoint directory to a filesystem with room for two checkpoints.",
 )
@@ -120,13 +123,14 @@ def no_room(room: Room) -> Iterable[Problem]:
     keeps the previous checkpoint until the new one is complete) a warning. Judged only with
     --checkpoint-size.
     """
-    yield _room_problem(room, "bytes", "for one checkpoint", human_bytes(room.needed), human_bytes(room.free))
+    yield _room_problem(room, "for one checkpoint", human_bytes(room.needed), human_bytes(room.free))
 
 
 @engine_check(
     "STO005",
     tag=Tags.STORAGE,
     severity=Severity.ERROR,
+    grades=(Grade(Severity.WARN, f"there are inodes for one checkpoint but not for {HEADROOM:g}"),),
     hint="Free inodes on the checkpoint filesystem (remove old checkpoints' many small files) or use another one.",
 )
 def no_inodes(room: Room) -> Iterable[Problem]:
@@ -136,7 +140,8 @@ def no_inodes(room: Room) -> Iterable[Problem]:
     inodes per checkpoint. Below that is an error, below twice that a warning. A filesystem
     without an inode limit (statvfs reports none) is not judged.
     """
-    yield _room_problem(room, "inodes", "for one checkpoint of the world's files", str(room.needed), str(room.free))
+    yield _room_problem(room, "for one checkpoint of the world's files", f"{count(room.needed)} inodes",
+                        f"{count(room.free)} inodes")
 
 
 @engine_check(
@@ -188,7 +193,8 @@ def slow_storage(slow: SlowStorage) -> Iterable[Problem]:
     passes = ", ".join(f"{v:.3g} vs {s:.3g}" for v, s in zip(slow.passes, slow.siblings_passes))
     yield Problem(
         f"{slow.host}: {slow.figure} {slow.passes[-1]:.3g} GB/s on the checkpoint path, "
-        f"{slow.passes[0] / slow.siblings_passes[0]:.0%} of the other hosts' median (threshold {slow.ratio:.0%}; "
+        f"{percent(slow.passes[0] / slow.siblings_passes[0])} of the other hosts' median "
+        f"(threshold {percent(slow.ratio)}; "
         f"below it in both passes, GB/s: {passes})",
         hosts=[slow.host],
         data={"figure": slow.figure, "passes": slow.passes, "siblings_passes": slow.siblings_passes,

@@ -15,12 +15,15 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from preflight import __version__
+from preflight.commands.argv import attach_dashed_values, refuse_launch_flags_on_run
 from preflight.commands.run_flags import add_run_options, options_from_args, shown_argv
 from preflight.lib.errors import BadInput, Interrupted
 from preflight.lib.hostlist import MAX_HOSTS
 from preflight.lib.interrupts import exit_at_once, ignore_interrupts, interrupts_raised, leave_now
 from preflight.lib.numbers import ascii_int
 from preflight.model import ExitCode
+from preflight.options import OPTIONS
+from preflight.options.kinds import FLAG
 
 __all__ = ["add_run_options", "build_parser", "main", "options_from_args", "shown_argv"]
 
@@ -179,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
     try:
         argv = _with_default_command(raw)
+        refuse_launch_flags_on_run(argv)
+        argv = attach_dashed_values(argv, {o.flag for o in OPTIONS if o.kind is not FLAG}, {o.flag for o in OPTIONS})
     except BadInput as exc:
         print(f"preflight: error: {exc}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)

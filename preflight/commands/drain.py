@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from preflight.lib.errors import BadInput
 from preflight.lib.host_fault import retry_hosts
-from preflight.model import Finding, JobReport, Severity
+from preflight.model import ExitCode, Finding, JobReport, Severity
 from preflight.model.history_records import Flaky
 
 # Slurm keeps a node's reason as one string (`scontrol show node`'s Reason=, sinfo -R's REASON
@@ -101,10 +101,30 @@ def check_flags(args: argparse.Namespace) -> None:
             raise BadInput(f"--{flag.replace('_', '-')} needs --drain")
 
 
-def carry_out(drains: Sequence[Drain], yes: bool) -> int:
-    """Print every command; with `yes`, run them. The number that failed (at most MAX_EXIT)."""
+def none_from_report(report: JobReport, warnings: bool = False) -> str:
+    """Why a report names no node to drain, in words (from_report's rule, told back)."""
+    from preflight.lib.host_fault import job_error
+
+    errors = [f for f in report.findings if f.severity == Severity.ERROR]
+    warned = any(f.severity == Severity.WARN and f.hosts for f in report.findings)
+    if report.exit_code == int(ExitCode.INCOMPLETE):
+        return "the run is incomplete (exit 4): it proves nothing about a node"
+    if not errors:
+        verdict = "passed" if report.exit_code == 0 else f"ended with exit {report.exit_code}"
+        hint = "" if warnings or not warned else "; only warnings name nodes (--drain-warnings drains those too)"
+        return f"the run {verdict} with no error{hint}"
+    shared = job_error(report)
+    if shared is not None:
+        return (f"the error is the job's, not a node's ({shared.check_id} names no host or every host: "
+                f"fix the job, draining would not help)")
+    return "no error names a node"
+
+
+def carry_out(drains: Sequence[Drain], yes: bool, why_none: str = "") -> int:
+    """Print every command; with `yes`, run them. The number that failed (at most MAX_EXIT).
+    `why_none`: said when there is no node to drain (`none_from_report`)."""
     if not drains:
-        print("# preflight: no node to drain", file=sys.stderr)
+        print(f"# preflight: no node to drain{': ' + why_none if why_none else ''}", file=sys.stderr)
         return 0
     for drain in drains:
         print(drain.shown())

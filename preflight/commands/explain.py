@@ -8,7 +8,7 @@ from tabulate import tabulate
 
 from preflight import glossary
 from preflight.lib.errors import BadInput
-from preflight.registry import all_checks, get_check
+from preflight.registry import SEVERITY_FLAGS, all_checks, get_check
 
 
 def print_list(markdown: bool = False) -> int:
@@ -16,7 +16,7 @@ def print_list(markdown: bool = False) -> int:
     if markdown:
         print(checks_markdown(), end="")
         return 0
-    rows = [[s.id, s.tag, s.scope, s.severity.value, s.title] for s in all_checks()]
+    rows = [[s.id, s.tag, s.scope, s.severity_names, s.title] for s in all_checks()]
     print(tabulate(rows, headers=["id", "tag", "scope", "severity", "checks that"], tablefmt="simple"))
     return 0
 
@@ -35,10 +35,23 @@ def print_explanation(check_id: str) -> int:
     if spec is None:
         raise BadInput(f"no check with id or term {check_id[:40]!r} (see `preflight list`, `preflight explain "
                        f"glossary`)")
-    print(f"{spec.id} [{spec.tag}, {spec.scope}, {spec.severity.value}]\n")
+    print(f"{spec.id} [{spec.tag}, {spec.scope}, {spec.severity_names}]")
+    print(f"Severity: {spec.severity_rule}. {severity_flags()}.\n")
     print(spec.explanation)
     print(f"\nWhat to do: {spec.hint}")
     return 0
+
+
+def severity_table() -> str:
+    """The README's severity table: every check whose findings may have more than one severity, with its
+    rule as the check states it (a test keeps the README equal to this)."""
+    rows = [f"| {s.id} | {s.severity_rule} |" for s in all_checks() if s.grades]
+    return "\n".join(["| check | severity |", "|---|---|", *rows]) + "\n"
+
+
+def severity_flags() -> str:
+    """What the exit code makes of a finding, and the flags that change it (the same for every check)."""
+    return SEVERITY_FLAGS[0].upper() + SEVERITY_FLAGS[1:]
 
 
 MARKDOWN_COMMAND = "preflight list --markdown > docs/checks.md"
@@ -72,16 +85,17 @@ def checks_markdown() -> str:
         "",
         "Scopes: " + "; ".join(f"**{scope}**: {what}" for scope, what in SCOPES.items()) + ".",
         "Tags select checks with `--only TAG` / `--skip TAG`; `--silence ID` drops one check's findings.",
+        f"Severity: each entry's rule; then {_escape_prose(SEVERITY_FLAGS)}.",
         "",
         "| id | tag | scope | severity | checks that |",
         "|---|---|---|---|---|",
     ]
-    lines += [f"| [{s.id}](#{s.id.lower()}) | {s.tag} | {s.scope} | {s.severity.value} | {_escape_prose(s.title)} |"
+    lines += [f"| [{s.id}](#{s.id.lower()}) | {s.tag} | {s.scope} | {s.severity_names} | {_escape_prose(s.title)} |"
               for s in specs]
     for spec in specs:
         body = spec.explanation.split("\n", 1)[1].strip() if "\n" in spec.explanation else ""
         lines += ["", f"## {spec.id}", "", f"**{_escape_prose(spec.title)}**", "",
-                  f"Tag `{spec.tag}`, scope {spec.scope}, severity {spec.severity.value}.", ""]
+                  f"Tag `{spec.tag}`, scope {spec.scope}. Severity: {_escape_prose(spec.severity_rule)}.", ""]
         if body:
             lines += [_escape_prose(body), ""]
         lines.append(f"What to do: {_escape_prose(spec.hint)}")

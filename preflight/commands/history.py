@@ -128,7 +128,8 @@ def _exclude(options: HistoryOptions) -> int:
         print(f"{f.host}\t# failed {f.failed} of its last {f.runs} runs")
     if not flaky:
         print(f"# no host failed in {failures} of its last {window} runs", file=sys.stderr)
-    return drain.carry_out(drain.from_flaky(flaky), options.yes) if options.drain else 0
+    why = f"no host failed {failures} of its last {window} recorded runs" if not flaky else ""
+    return drain.carry_out(drain.from_flaky(flaky), options.yes, why) if options.drain else 0
 
 
 def _show(options: HistoryOptions) -> int:

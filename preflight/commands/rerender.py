@@ -47,11 +47,10 @@ def rerender(args: argparse.Namespace) -> int:
         if report.host_ranking is None:  # written before reports carried one: the same pure function
             report.host_ranking = rank_hosts(report)
         report.host_choice = report.keep_hosts(args.keep)
-    written = write_reports(report, targets)
-    for flag, path in written:
-        print(f"preflight: wrote {flag.lstrip('-')} report {path}", file=sys.stderr)
+    written = write_reports(report, targets, announce=True)  # each file announced, even under --keep
     if args.drain:  # the exit code is the drain's (commands/drain.py)
-        return drain.carry_out(drain.from_report(report, args.drain_warnings), args.yes)
+        return drain.carry_out(drain.from_report(report, args.drain_warnings), args.yes,
+                               drain.none_from_report(report, args.drain_warnings))
     if report.host_choice is None:
         return report.exit_code
     sys.stdout.write(host_choice.render(report))

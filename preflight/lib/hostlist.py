@@ -181,3 +181,11 @@ def host_ranges(hosts: Iterable[str], limit: int = 40) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit].rsplit(',', 1)[0]},... ({len(unique)} hosts)"
+
+
+UNKNOWN_HOST = "an unknown host"
+
+
+def host_text(host: str) -> str:
+    """A host as a message names it: `an unknown host` in words, never `?`, when nobody said which."""
+    return host or UNKNOWN_HOST

@@ -72,7 +72,7 @@ class ProbeDevice:
 
 @dataclass
 class ProbeSummary:
-    """One dimension x op x size over all its groups: busbw min/median/max and the slowest group."""
+    """One dimension x op x size over all its groups: busbw min/median/max, median algbw, the slowest group."""
 
     dim: str
     op: str
@@ -89,6 +89,8 @@ class ProbeSummary:
     nominal_gbps: float | None = None  # the slowest group's link rate, where readable
     expected_gbps: float | None = None  # the slowest group's expectation and where it came from
     expected_source: str = ""  # "--expect", "profile <name>", or "" (none)
+    # algbw (bytes / time, as nccl-tests prints beside busbw), median over the groups
+    algbw_median_gbps: float = 0.0
 
 
 def summarize_probes(results: list[ProbeResult]) -> list[ProbeSummary]:
@@ -103,5 +105,6 @@ def summarize_probes(results: list[ProbeResult]) -> list[ProbeSummary]:
         out.append(ProbeSummary(dim, op, size, len(members), min(figures), statistics.median(figures),
                                 max(figures), slowest.group_index, list(slowest.ranks), list(slowest.hosts),
                                 slowest.time_s, all(r.verified for r in members), slowest.nominal_gbps,
-                                slowest.expected_gbps, slowest.expected_source))
+                                slowest.expected_gbps, slowest.expected_source,
+                                statistics.median(r.algbw_gbps for r in members)))
     return out

@@ -60,6 +60,7 @@ class ProbeOptions:
     sizes: list[int] = field(default_factory=list)  # bytes, ascending; [] : the plan's defaults per device
     warmup: int | None = _DEFAULT["probes.warmup"]  # None: the plan's default per device
     iters: int | None = _DEFAULT["probes.iters"]
+    level: str = _DEFAULT["probes.level"]  # quick | standard | long (probes/levels.py): what the options leave open
     straggler_ratio: float = _DEFAULT["probes.straggler_ratio"]
     strict_bandwidth: bool = _DEFAULT["probes.strict_bandwidth"]  # below its profile: BW007 (error), not BW011
     localize: str = _DEFAULT["probes.localize"]  # auto | pairwise (never group testing) | grouptest (whenever)

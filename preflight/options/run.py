@@ -42,6 +42,7 @@ from preflight.options.values import (
     split_storage_expect,
     storage_options,
 )
+from preflight.probes.levels import LEVELS
 from preflight.registry import Tags, get_check
 from preflight.reports.targets import ReportTargets
 
@@ -95,6 +96,17 @@ class RunOptions:
         self.silence = [check_id.upper() for check_id in self.silence]
         self.reports = _report_targets(self.reports)
         validate_selection(self)
+        self._fill_from_level()
+
+    def _fill_from_level(self) -> None:
+        """--level long: its sustained load unless --device-sustain was given, and the storage family, whose
+        path only the user can name (probes/levels.py; the plan's part of a level is probes/plan.py's)."""
+        level = LEVELS[self.probes.level]
+        if level.device_sustain_s and not self.device.sustain_s:
+            self.device.sustain_s = level.device_sustain_s
+        if level.storage and self.storage is None:
+            raise BadInput(f"--level {level.name} runs the storage family: give it the checkpoint directory, "
+                           f"--storage PATH (or PREFLIGHT_STORAGE), or choose --level standard")
 
     def __getattr__(self, name: str) -> Any:
         """A name RunOptions once had itself: say where it lives now (code merged from before the parts)."""

@@ -34,6 +34,7 @@ from preflight.options.kinds import (
     choice,
 )
 from preflight.options.values import BACKENDS, LOCALIZE, OPS
+from preflight.probes.levels import DEFAULT_LEVEL, LEVELS, level_help
 
 # argparse groups of `preflight run --help`, in order: name -> title.
 GROUPS = {
@@ -155,16 +156,23 @@ OPTIONS: tuple[Option, ...] = (
     _row("backend", "--backend", choice("--backend", BACKENDS), "auto", "probes", "process group backend for the "
          "probes: auto (default: nccl when every rank has a GPU, else gloo), nccl, gloo",
          agree=True, api=False, field="probes.backend"),
-    _row("ops", "--ops", TEXT, "", "probes", "collectives to probe; valid: {ops} (default: {default_ops}; "
-         "send_recv pairs adjacent pp stages)", agree=True, field="", sets=("probes.ops",), metavar="OP[,OP]"),
+    _row("level", "--level", choice("--level", tuple(LEVELS)), DEFAULT_LEVEL, "probes", "how much to measure, as "
+         "DCGM's levels: {levels}; an option given explicitly wins over its level (default: standard)", agree=True,
+         field="probes.level"),
+    _row("ops", "--ops", TEXT, "", "probes", "collectives to probe; valid: {ops} (default: the level's; "
+         "{default_ops} at standard; send_recv pairs adjacent pp stages)", agree=True, field="",
+         sets=("probes.ops",), metavar="OP[,OP]"),
     _row("sizes", "--sizes", TEXT, "", "probes", "message sizes in bytes; K/M/G are binary as in nccl-tests "
-         "(1M = 1 MiB = 1,048,576), KiB/MiB/GiB too, KB/MB/GB are SI (1MB = 1,000,000) (default: {cpu_sizes} on "
-         "CPU, {gpu_sizes} on GPU)", agree=True, field="", sets=("probes.sizes",), metavar="SIZE[,SIZE]"),
-    _row("warmup", "--warmup", COUNT, None, "probes", "untimed iterations per step, 0 or more (default {cpu_warmup} "
-         "on CPU, {gpu_warmup} on GPU)", agree=True, api=False, metavar="N", field="probes.warmup"),
-    _row("iters", "--iters", COUNT, None, "probes", "timed iterations per step, 1 or more (default {cpu_iters} on "
-         "CPU, {gpu_iters} on GPU; with fewer than 5 no straggler can be named)", agree=True, api=False,
-         metavar="N", field="probes.iters"),
+         "(1M = 1 MiB = 1,048,576), KiB/MiB/GiB too, KB/MB/GB are SI (1MB = 1,000,000); a range as nccl-tests' "
+         "-b/-e/-f: 1M:64M doubles, 1M:64M:x4 multiplies by 4, 1M:4M:+1M adds 1M (default: the level's; "
+         "{cpu_sizes} on CPU, {gpu_sizes} on GPU at standard)", agree=True, field="", sets=("probes.sizes",),
+         metavar="SIZE[,SIZE|BEGIN:END[:xF]]"),
+    _row("warmup", "--warmup", COUNT, None, "probes", "untimed iterations per step, 0 or more (default: the level's; "
+         "{cpu_warmup} on CPU, {gpu_warmup} on GPU at standard)", agree=True, api=False, metavar="N",
+         field="probes.warmup"),
+    _row("iters", "--iters", COUNT, None, "probes", "timed iterations per step, 1 or more (default: the level's; "
+         "{cpu_iters} on CPU, {gpu_iters} on GPU at standard; with fewer than 5 no straggler can be named)",
+         agree=True, api=False, metavar="N", field="probes.iters"),
     _row("probe_timeout_s", "--probe-timeout", SECONDS, 30.0, "probes", "deadline of one collective (default 30)",
          agree=True, metavar="SECONDS", field="timeouts.probe_s"),
     _row("straggler_ratio", "--straggler-ratio", RATIO, 0.8, "probes", "a group below RATIO x its siblings' median "
@@ -180,9 +188,9 @@ OPTIONS: tuple[Option, ...] = (
     _row("localize", "--localize", choice("--localize", LOCALIZE), "auto", "probes", "how slow groups are localized "
          "(`preflight explain localize`): auto (default), pairwise (the round robin only), grouptest (group "
          "testing among hosts whenever it can run)", api=False, field="probes.localize"),
-    _row("strict_bandwidth", "--strict-bandwidth", FLAG, False, "probes", "a group below its expected busbw "
-         "(`preflight explain expectations`) is an error, not a warning (default: a warning)",
-         api=False, field="probes.strict_bandwidth"),
+    _row("strict_bandwidth", "--strict-bandwidth", FLAG, False, "probes", "a group below 0.9x its hardware "
+         "profile is an error (BW007), not a warning (BW011); below --expect it is an error either way (default: "
+         "off; `preflight explain expectations`)", api=False, field="probes.strict_bandwidth"),
     # -- device probes --
     _row("device_budget_s", "--device-budget", SECONDS_OR_NONE, None, "device", "seconds the device probes may "
          "take per device (default 4 on a GPU, 0.03 on CPU; `--skip gpu-probe` turns them off)", agree=True,
@@ -233,7 +241,8 @@ def help_values() -> dict[str, str]:
     return {"tags": ", ".join(Tags.all()), "ops": ", ".join(OPS), "default_ops": ",".join(DEFAULT_OPS),
             "cpu_sizes": sizes("cpu"), "gpu_sizes": sizes("cuda"), "cpu_warmup": str(DEFAULT_WARMUP["cpu"]),
             "gpu_warmup": str(DEFAULT_WARMUP["cuda"]), "cpu_iters": str(DEFAULT_ITERS["cpu"]),
-            "gpu_iters": str(DEFAULT_ITERS["cuda"]), "headroom": f"{HEADROOM:g}", "budget": human_bytes(DEFAULT_BUDGET)}
+            "gpu_iters": str(DEFAULT_ITERS["cuda"]), "levels": level_help(),
+            "headroom": f"{HEADROOM:g}", "budget": human_bytes(DEFAULT_BUDGET)}
 
 
 def markdown() -> str:

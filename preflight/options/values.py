@@ -13,6 +13,7 @@ from typing import Any
 from preflight.lib.errors import BadInput
 from preflight.lib.numbers import ascii_decimal, ascii_int, shown
 from preflight.lib.storage_options import MAX_CHECKPOINT, StorageOptions
+from preflight.lib.units import size_range
 from preflight.model.probe_results import MAX_MESSAGE_BYTES
 
 BACKENDS = ("auto", "nccl", "gloo")
@@ -61,6 +62,8 @@ def parse_count(text: str) -> int:
 def parse_size(text: str, flag: str = "--sizes", maximum: int = MAX_SIZE) -> int:
     """`64M` and `64MiB` -> 67_108_864, `64MB` -> 64_000_000, `4096` -> 4096 (K/M/G binary, as nccl-tests);
     T/TiB/TB too, for a checkpoint's size."""
+    if text.strip().startswith("-"):
+        raise BadInput(f"{flag}: {shown(text)} is negative: a size is positive (e.g. 1M, 64MiB, 4096)")
     match = _SIZE.fullmatch(text.strip())
     unit = match.group(2).upper() if match else ""
     if not match or unit not in _UNITS:
@@ -81,10 +84,14 @@ def _bounded_list(text: str, flag: str) -> list[str]:
 
 
 def parse_sizes(text: str) -> list[int]:
-    """A comma list of sizes, ascending, without duplicates; [] when empty (use the defaults)."""
+    """A comma list of sizes and ranges (`1M:64M`, `1M:64M:x4`: lib/units.size_range), ascending, without
+    duplicates; [] when empty (use the defaults)."""
     if not text.strip():
         return []
-    return sorted({parse_size(part) for part in _bounded_list(text, "--sizes")})
+    sizes: set[int] = set()
+    for part in _bounded_list(text, "--sizes"):
+        sizes.update(size_range(part, parse_size) if ":" in part else [parse_size(part)])
+    return sorted(sizes)
 
 
 def parse_ops(text: str) -> list[str]:

@@ -27,7 +27,7 @@ from preflight.checks.probe_findings import (
     wrong_result,
 )
 from preflight.checks.probe_memory import probe_steps_skipped
-from preflight.checks.run_findings import rank_died, unreadable_payload
+from preflight.checks.run_findings import nothing_measured, rank_died, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.nccl_summary import summarize
@@ -204,6 +204,9 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     groups = {**dim_groups(mesh_dims), WORLD_DIM: [list(range(world.world_size))]}
     outcome = ProbeOutcome(results=collect.results(got, hosts), devices=got.devices(), device_ids=got.device_ids())
     _take_nccl_accounts(outcome, session.board, got, groups)
+    if options.probes_enabled():  # asked for and not measured is never a pass
+        for reason in plan.nothing_to_measure(world.world_size):
+            outcome.findings += nothing_measured.report(reason=reason, what="probes")
     hang = collect.diagnose_hang(got, plan.steps(), groups, world.world_size)
     if hang is not None and hang.could_not_run:  # a step raised (an op this torch lacks): not the ranks' fault
         culprits = sorted(hang.culprits)

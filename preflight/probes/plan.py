@@ -6,13 +6,14 @@ from dataclasses import dataclass, field
 
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim
 from preflight.options import RunOptions
+from preflight.probes.levels import LEVELS, STANDARD
 
-DEFAULT_OPS = ("all_reduce", "all_to_all")
 CONNECT = "connect"  # the pseudo-op of a step that only creates a dimension's communicators
-# Sizes small enough for a 2-core CI box on CPU; the GPU defaults are nccl-tests-like.
-DEFAULT_SIZES = {"cpu": (1 << 20, 4 << 20), "cuda": (1 << 20, 64 << 20, 256 << 20)}
-DEFAULT_WARMUP = {"cpu": 2, "cuda": 5}
-DEFAULT_ITERS = {"cpu": 5, "cuda": 20}
+# The default level's plan (probes/levels.py): sizes small enough for a 2-core CI box on CPU, nccl-tests-like on GPU.
+DEFAULT_OPS = STANDARD.ops
+DEFAULT_SIZES = STANDARD.sizes
+DEFAULT_WARMUP = STANDARD.warmup
+DEFAULT_ITERS = STANDARD.iters
 
 
 @dataclass
@@ -42,6 +43,25 @@ class ProbePlan:
         dims = list(dict.fromkeys(dim for dim, _, _ in measured))
         return [(dim, CONNECT, 0) for dim in dims] + measured
 
+    def nothing_to_measure(self, world_size: int) -> list[str]:
+        """Why the plan, or an op it was asked for, measures nothing (RUN012's reasons); [] when all measure.
+
+        One rank still runs its steps (they verify the data path), but no collective moves data
+        between ranks: its bus bandwidth is 0 by definition, so that is no measurement either.
+        """
+        if world_size < 2:
+            return ["one rank: no collective to measure (start 2 or more: preflight launch -n N, srun, torchrun)"]
+        measured = {op for _, op, _ in self.measured_steps()}
+        reasons = []
+        for op in self.ops:
+            if op in measured:
+                continue
+            if op == "send_recv":
+                reasons.append("send_recv needs a pipeline dimension (--mesh pp2,... names one)")
+            else:
+                reasons.append(f"{op}: every dimension of the mesh has one rank, so nothing to measure")
+        return reasons
+
     def measured_steps(self) -> list[tuple[str, str, int]]:
         """The measured (dim, op, size) steps, without the CONNECT steps."""
         out = []
@@ -58,16 +78,19 @@ class ProbePlan:
 
 
 def build_plan(options: RunOptions, device: str) -> ProbePlan:
-    """The plan for the options' world (see RunOptions.for_world), defaults filled per device (cpu / cuda)."""
-    if options.probes.world_size is None:
+    """The plan for the options' world (see RunOptions.for_world), what they leave open filled by their
+    --level (probes/levels.py) per device (cpu / cuda)."""
+    probes = options.probes
+    if probes.world_size is None:
         raise ValueError("build_plan needs the options resolved for a world: options.for_world(world_size)")
-    dims = list(options.probes.mesh) or [MeshDim(WORLD_DIM, options.probes.world_size)]
+    dims = list(probes.mesh) or [MeshDim(WORLD_DIM, probes.world_size)]
+    level = LEVELS[probes.level]  # what the options leave open, the level fills
     return ProbePlan(
         dims=dims,
-        ops=options.probes.ops or list(DEFAULT_OPS),
-        sizes=options.probes.sizes or list(DEFAULT_SIZES[device]),
-        warmup=DEFAULT_WARMUP[device] if options.probes.warmup is None else options.probes.warmup,
-        iters=max(1, DEFAULT_ITERS[device] if options.probes.iters is None else options.probes.iters),
-        world_all_reduce=not options.probes.ops and len(dims) > 1,
-        expect=dict(options.probes.expect),
+        ops=probes.ops or list(level.ops),
+        sizes=probes.sizes or list(level.sizes[device]),
+        warmup=level.warmup[device] if probes.warmup is None else probes.warmup,
+        iters=max(1, level.iters[device] if probes.iters is None else probes.iters),
+        world_all_reduce=not probes.ops and len(dims) > 1,
+        expect=dict(probes.expect),
     )

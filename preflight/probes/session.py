@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from preflight.channel import keys
 from preflight.channel.board import BadValue, Board
 from preflight.lib.errors import one_line
+from preflight.lib.hostlist import host_text
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.waiting import wait_until
 from preflight.model import World
@@ -171,7 +172,7 @@ def bind_device(world: World, cuda: Any = None) -> BoundDevice:
     devices and LOCAL_RANK. set_device is called on the chosen ordinal.
     """
     cuda = cuda or _torch_cuda()
-    where = (f"rank {world.rank} on {world.host or '?'} (LOCAL_RANK={world.local_rank} of "
+    where = (f"rank {world.rank} on {host_text(world.host)} (LOCAL_RANK={world.local_rank} of "
              f"{world.local_world_size}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
     try:
         count = int(cuda.device_count()) if cuda.is_available() else 0
@@ -208,7 +209,7 @@ def decide_backend(requested: str, world: World, store: Any, timeout_s: float, c
     board = Board(store)
     try:
         if not nccl_available():
-            raise BindError(f"rank {world.rank} on {world.host or '?'}: this torch has no NCCL")
+            raise BindError(f"rank {world.rank} on {host_text(world.host)}: this torch has no NCCL")
         bind_device(world, cuda)
         board.count(keys.GPU_RANKS.key)
     except BindError as exc:

@@ -12,10 +12,14 @@ from preflight.model import JobReport
 from preflight.reports.targets import ReportTargets, Unwritten, mark_unwritten
 
 
-def write_reports(report: JobReport, targets: ReportTargets,
-                  unwritten: Sequence[Unwritten] = ()) -> list[tuple[str, str]]:
-    """Write every requested format, then the verdict to stdout (rich on a TTY, else text);
-    returns what was written, (flag, path) each.
+def write_reports(report: JobReport, targets: ReportTargets, unwritten: Sequence[Unwritten] = (),
+                  *, announce: bool | None = None, also_written: Sequence[str] = (),
+                  unannounced: str = "") -> list[tuple[str, str]]:
+    """Write every requested format, then the verdict to stdout (rich on a TTY, else text), then
+    announce each output written on stderr (reports/announce.py; `also_written`: the lines of the
+    outputs written before, the history and --metrics); returns what was written, (flag, path) each.
+    `announce` None: unless --quiet. `unannounced`: a folder whose files are not the user's (`preflight
+    launch`'s own copy of rank 0's JSON) and are not announced.
 
     One format failing to render must not cost the others (a report is always written):
     the failure is one line on stderr and the remaining formats are still written. Every
@@ -43,15 +47,20 @@ def write_reports(report: JobReport, targets: ReportTargets,
         except Exception as exc:  # one renderer's bug or a full disk must not lose the rest
             failed.append(Unwritten(flag, path, f"{type(exc).__name__}: {exc}"))
     mark_unwritten(report, failed)
-    if targets.quiet:
-        return written
-    from preflight.reports import terminal, text
+    if not targets.quiet:
+        from preflight.reports import terminal, text
 
-    if terminal.wants_rich(sys.stdout):
-        terminal.render(report, sys.stdout)
-    else:
-        sys.stdout.write(text.render(report))
-        sys.stdout.flush()
+        if terminal.wants_rich(sys.stdout):
+            terminal.render(report, sys.stdout)
+        else:
+            sys.stdout.write(text.render(report))
+            sys.stdout.flush()
+    if not targets.quiet if announce is None else announce:
+        from preflight.reports.announce import announce as say
+        from preflight.reports.announce import written_line
+
+        say([*also_written, *(written_line(flag, path) for flag, path in written
+                              if not unannounced or Path(path).parent != Path(unannounced))])
     return written
 
 

@@ -19,7 +19,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from preflight.lib.hostlist import compress_hostlist, ranks_text
-from preflight.lib.units import human_bytes
+from preflight.lib.shorten import shorten
+from preflight.lib.units import human_bytes, percent
 from preflight.model import Finding, JobReport, ProbeResult, Severity
 from preflight.reports.common import SEVERITY_LABEL
 from preflight.reports.probe_dims import by_op, largest_size
@@ -40,7 +41,7 @@ BAR_HEIGHT, LABEL_WIDTH = 18, 230
 
 
 def _esc(text: str, limit: int = 300) -> str:
-    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    text = shorten(text, limit)
     return html.escape(text, quote=True)
 
 
@@ -149,7 +150,7 @@ def groups_svg(dim: str, results: list[ProbeResult], expected: float | None) -> 
         top_y = upper + row * BAR_HEIGHT
         where = f"{ranks_text(r.ranks, limit=4)} on {compress_hostlist(r.hosts)}"
         label = (f"{op} " if multi_op else "") + where
-        share = f", {r.busbw_gbps / median:.0%} of the siblings' median {_gbps(median)}" if median > 0 else ""
+        share = f", {percent(r.busbw_gbps / median)} of the siblings' median {_gbps(median)}" if median > 0 else ""
         wrong = "; RESULT WRONG (verification failed)" if not r.verified else ""
         tip = _esc(f"{op} {human_bytes(r.size_bytes)}, group {r.group_index}: {_gbps(r.busbw_gbps)} GB/s{share}; "
                    f"{ranks_text(r.ranks)}; hosts {compress_hostlist(r.hosts)}{wrong}", 400)

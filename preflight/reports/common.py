@@ -51,6 +51,8 @@ def world_summary(report: JobReport) -> str:
     restart = f", restart #{meta.restart_count}" if meta.restart_count else ""
     # A Kubeflow init container: one preflight per pod, not the training's ranks (--mesh is refused).
     scope = " (node level: one preflight per pod, not the training's ranks)" if meta.launcher == "kubeflow" else ""
+    if meta.launcher == "single":  # no launcher: no master, no job to speak of
+        return f"no launcher: one process on {hosts}, {meta.duration_s:.1f}s"
     return (
         f"{meta.launcher}{scope}{job}: {meta.world_size} rank(s) on {count} host(s) "
         f"[{hosts}], master {meta.master_addr}:{meta.master_port}, "
@@ -66,11 +68,19 @@ def _hosts(ranks: Sequence[RankFacts]) -> tuple[int, str]:
     return len(hosts), compress_hostlist(hosts)
 
 
+def backend_text(report: JobReport) -> str:
+    """The backend the probes used, or why there is none (an interrupted run chose none: never `auto`)."""
+    return report.meta.backend or "none chosen (the probes did not run)"
+
+
 def authentication_text(report: JobReport) -> str:
     """Whether the run's store values were authenticated, for the text and HTML reports."""
     if report.meta.authenticated:
         return "yes (PREFLIGHT_SECRET: every payload and decision proven by the run's secret)"
-    return "no (no PREFLIGHT_SECRET: any process reaching MASTER_ADDR:MASTER_PORT could forge a report or the verdict)"
+    if report.meta.world_size <= 1:  # a laptop's single process: nobody else reports, nothing to prove
+        return "not needed (one process: no other rank sends it anything)"
+    return ("no (no PREFLIGHT_SECRET: another program that reaches MASTER_ADDR:MASTER_PORT could send a false report; "
+            "preflight launch and the sbatch scripts set one)")
 
 
 def exclude_text(report: JobReport) -> str:
@@ -87,11 +97,27 @@ def skip_reasons(report: JobReport) -> dict[str, int]:
     return dict(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
 
 
+def finding_counts(findings: Sequence[Finding]) -> list[str]:
+    """`1 error`, `2 could not run`, `3 warnings`: the one count of findings the verdict line and the
+    check summary both quote, so the two always agree (info findings are not in it)."""
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in (Severity.ERROR, Severity.COULD_NOT_RUN,
+                                                                        Severity.WARN)}
+    parts = []
+    if counts[Severity.ERROR]:
+        parts.append(f"{counts[Severity.ERROR]} error{'' if counts[Severity.ERROR] == 1 else 's'}")
+    if counts[Severity.COULD_NOT_RUN]:
+        parts.append(f"{counts[Severity.COULD_NOT_RUN]} could not run")
+    if counts[Severity.WARN]:
+        parts.append(f"{counts[Severity.WARN]} warning{'' if counts[Severity.WARN] == 1 else 's'}")
+    return parts
+
+
 def check_summary(report: JobReport) -> str:
-    """`48 passed, 23 skipped (no NVIDIA driver), 2 findings`: skipped is not passed.
+    """`48 passed, 23 skipped (no NVIDIA driver); 1 error, 1 info`: skipped is not passed.
 
     Passed: the check ran and found nothing above info. Skipped: it did not apply here, with the
-    reason. Checks with a warning, an error or that could not run are counted by the findings."""
+    reason. After the semicolon the findings, counted as the verdict line counts them
+    (finding_counts), then the info findings."""
     statuses = [outcome.status for outcome in report.checks]
     passed = sum(1 for status in statuses if status in (Severity.OK, Severity.INFO))
     parts = [f"{passed} passed"]
@@ -99,12 +125,11 @@ def check_summary(report: JobReport) -> str:
     if reasons:
         why = "; ".join(reason if len(reasons) == 1 else f"{count} {reason}" for reason, count in reasons.items())
         parts.append(f"{sum(reasons.values())} skipped ({why})")
-    not_run = sum(1 for status in statuses if status == Severity.COULD_NOT_RUN)
-    if not_run:
-        parts.append(f"{not_run} could not run")
-    findings = len(report.findings)
-    parts.append(f"{findings} finding{'' if findings == 1 else 's'}")
-    return ", ".join(parts)
+    found = finding_counts(report.findings)
+    info = sum(1 for f in report.findings if f.severity == Severity.INFO)
+    if info:
+        found.append(f"{info} info")
+    return ", ".join(parts) + "; " + (", ".join(found) or "no findings")
 
 
 def wants_rich(stream: TextIO) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from preflight.lib.units import percent
 from preflight.model import JobReport
 from preflight.model.device_probe import SLOW_RATIO, UNITS, DeviceFigure, DeviceRow
 
@@ -20,7 +21,7 @@ KEYS = ["rank", "figure"]  # repeated when a narrow terminal splits the table
 
 
 def _pct(value: float | None) -> str:
-    return f"{value:.0%}" if value is not None else "none"
+    return f"{percent(value)}" if value is not None else "none"
 
 
 def _device(row: DeviceRow) -> str:
@@ -42,7 +43,7 @@ def _link(row: DeviceRow) -> str:
 def _peak(figure: DeviceFigure) -> str:
     if figure.pct_of_peak is None:
         return "none"
-    return f"{figure.pct_of_peak:.0%} of {figure.peak:.4g} ({figure.peak_source})"
+    return f"{percent(figure.pct_of_peak)} of {figure.peak:.4g} ({figure.peak_source})"
 
 
 MAX_DEVICES = 32  # the text and terminal show the devices furthest below their siblings; the JSON has all
@@ -109,10 +110,10 @@ class Grid:
 
     def legend(self) -> list[tuple[str, str]]:
         """(colour, meaning) for the legend under the grid."""
-        return [(cell_colour(1.0, self.slow_ratio), f"{AMBER_BELOW:.0%} of the siblings' median or more"),
+        return [(cell_colour(1.0, self.slow_ratio), f"{percent(AMBER_BELOW)} of the siblings' median or more"),
                 (cell_colour(AMBER_BELOW - 0.01, self.slow_ratio),
-                 f"{self.slow_ratio:.0%} to {AMBER_BELOW:.0%}: slower, not a finding"),
-                (cell_colour(0.0, self.slow_ratio), f"below {self.slow_ratio:.0%}: slow (a device finding)"),
+                 f"{percent(self.slow_ratio)} to {percent(AMBER_BELOW)}: slower, not a finding"),
+                (cell_colour(0.0, self.slow_ratio), f"below {percent(self.slow_ratio)}: slow (a device finding)"),
                 (cell_colour(None, self.slow_ratio), "no siblings to compare with")]
 
 
@@ -130,7 +131,7 @@ def grids(report: JobReport) -> list[Grid]:
             cells[(row.host, column)] = (figure.value, figure.pct_of_siblings, row.rank)
             if figure.pct_of_siblings is not None and (worst is None or figure.pct_of_siblings < worst[0]):
                 worst = (figure.pct_of_siblings, f"rank {row.rank} on {row.host} {_device(row)}: "
-                                                 f"{figure.value:.4g} {figure.unit}, {figure.pct_of_siblings:.0%} "
+                                                 f"{figure.value:.4g} {figure.unit}, {percent(figure.pct_of_siblings)} "
                                                  "of its siblings' median")
         if not cells:
             continue

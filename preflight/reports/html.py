@@ -27,6 +27,7 @@ from preflight.reports import charts, device_table, fabric_table, host_choice, n
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
+    backend_text,
     check_summary,
     exclude_text,
     ordered_findings,
@@ -100,7 +101,7 @@ def _meta_rows(report: JobReport) -> list[tuple[str, str]]:
         ("launcher", meta.launcher), ("job id", meta.job_id), ("run id", meta.run_id),
         ("world", f"{meta.world_size} rank(s) on {meta.num_nodes} node(s); {len(report.ranks)} reported"),
         ("hosts", compress_hostlist(hosts)), ("master", f"{meta.master_addr}:{meta.master_port}"),
-        ("mesh", meta.mesh or "(none)"), ("backend", meta.backend),
+        ("mesh", meta.mesh or "(none)"), ("backend", backend_text(report)),
         ("authenticated", authentication_text(report)),
         ("started", meta.started_at), ("finished", meta.finished_at), ("duration", f"{meta.duration_s:.2f} s"),
         ("phases", ", ".join(f"{name} {seconds:.3f} s" for name, seconds in meta.phases.items())),

@@ -8,7 +8,7 @@ one save and one restore of --checkpoint-size projected at them.
 
 from __future__ import annotations
 
-from preflight.lib.units import human_bytes
+from preflight.lib.units import count, human_bytes
 from preflight.model import JobReport
 from preflight.model.storage import StorageHost, StorageSection
 
@@ -32,7 +32,7 @@ def host_row(host: StorageHost) -> list[str]:
         f"NO: rank(s) {_ranks(host.blind_ranks)}")
     return [host.host, _ranks(host.ranks), host.mount.where(), sees,
             _rate(host.write_gbps, host.write_again_gbps), _rate(host.read_gbps, host.read_again_gbps),
-            human_bytes(host.free_bytes), "no limit" if host.free_inodes < 0 else str(host.free_inodes)]
+            human_bytes(host.free_bytes), "no limit" if host.free_inodes < 0 else count(host.free_inodes)]
 
 
 def rows(report: JobReport) -> list[list[str]]:

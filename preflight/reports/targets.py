@@ -63,6 +63,9 @@ class Unwritten:
     reason: str
 
 
+WRITE_TEST = ".preflight-write-test-"  # the temporary file that proves a folder writable
+
+
 def unwritable_path(path: Path, directory: bool = False) -> str:
     """Why `path` (a file, or a directory to create) cannot be written; "" when it can.
 
@@ -78,15 +81,25 @@ def unwritable_path(path: Path, directory: bool = False) -> str:
             folder.mkdir(parents=True, exist_ok=True)  # --out-dir names the folder itself: asked for
         else:
             ensure_parent(path)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".preflight-write-test-"):
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=WRITE_TEST):
             pass
     except FileNotFoundError as exc:
-        return str(exc) if not exc.filename else f"{exc.strerror} ({exc.filename})"
+        if not exc.filename:  # ensure_parent's own sentence (a missing folder outside the current tree)
+            return str(exc)
+        return _refused(exc, folder)
     except OSError as exc:
-        return f"{exc.strerror or type(exc).__name__} ({exc.filename or folder})"
+        return _refused(exc, folder)
     if not directory and path.exists() and not os.access(path, os.W_OK):
         return "exists and is not writable by this user"
     return ""
+
+
+def _refused(exc: OSError, folder: Path) -> str:
+    """The OS's reason, naming what the user named: the probe file's own name means nothing to them."""
+    why = exc.strerror or type(exc).__name__
+    if not exc.filename or WRITE_TEST in str(exc.filename):
+        return f"cannot create a file in {folder} ({why})"
+    return f"{why} ({exc.filename})"
 
 
 def refuse_unwritable(targets: ReportTargets, out_dir: str | None, writes_reports: bool,

@@ -12,6 +12,7 @@ from preflight.reports import device_table, fabric_table, host_choice, nccl_tabl
 from preflight.reports.common import (
     SEVERITY_LABEL,
     authentication_text,
+    backend_text,
     check_summary,
     exclude_text,
     ordered_findings,
@@ -108,7 +109,7 @@ def run_lines(report: JobReport) -> list[str]:
     missing ranks, bad hosts."""
     lines = [world_summary(report)]
     if report.meta.mesh:
-        lines.append(f"mesh {report.meta.mesh}, backend {report.meta.backend}")
+        lines.append(f"mesh {report.meta.mesh}, backend {backend_text(report)}")
     lines.append(f"authenticated: {authentication_text(report)}")
     if report.missing_ranks:
         lines.append(f"missing ranks: {rank_ranges(report.missing_ranks, limit=50)}")

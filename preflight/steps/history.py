@@ -80,10 +80,14 @@ def _history_expectations(results: list[ProbeResult], rows: list[FigureRow], pas
             result.expected_source = f"{judge.HISTORY_SOURCE} (median of {lowest.subject}'s last {len(lowest.values)})"
 
 
-def remember(report: JobReport, options: RunOptions) -> list[Unwritten]:
-    """Write the run to --history and the figures to --metrics; what was not written, each also an
-    info finding on the report (the caller marks the verdict: reports/targets.mark_unwritten)."""
+def remember(report: JobReport, options: RunOptions) -> tuple[list[str], list[Unwritten]]:
+    """Write the run to --history and the figures to --metrics: the lines announcing what was written
+    (reports/announce.py), and what was not, each also an info finding on the report (the caller
+    marks the verdict: reports/targets.mark_unwritten)."""
+    from preflight.reports.announce import history_line, written_line
+
     unwritten: list[Unwritten] = []
+    written: list[str] = []
     if options.history.url:  # the database side only with --history (its import is not free: see above)
         from preflight.history.store import shown_url
     recalled = not any(f.check_id == history_unusable.id for f in report.findings)
@@ -97,16 +101,19 @@ def remember(report: JobReport, options: RunOptions) -> list[Unwritten]:
                                          outcome.reason(options.timeouts.history_s), "written")
             unwritten.append(Unwritten("--history", shown_url(options.history.url),
                                        outcome.reason(options.timeouts.history_s)[:200]))
+        else:
+            written.append(history_line(options.history.url))
     if options.history.metrics:
         from preflight.reports.metrics import write_metrics
 
         try:
             ensure_parent(Path(options.history.metrics))
             write_metrics(report, options.history.metrics)
+            written.append(written_line("--metrics", options.history.metrics))
         except (OSError, ValueError) as exc:
             report.findings += metrics_not_written.report(path=options.history.metrics, reason=str(exc)[:200])
             unwritten.append(Unwritten("--metrics", options.history.metrics, str(exc)[:200]))
-    return unwritten
+    return written, unwritten
 
 
 def _write(url: str, timeout_s: float, report: JobReport) -> int:

@@ -36,7 +36,8 @@ from typing import Any
 from preflight.checks import device_probe, history_findings, probe_findings, storage
 from preflight.lib.grouping import shared_host_names
 from preflight.lib.host_fault import job_error
-from preflight.lib.units import clip
+from preflight.lib.shorten import shorten
+from preflight.lib.units import percent
 from preflight.model import ExitCode, Finding, HostChoice, HostRanking, HostStanding, JobReport, Severity
 from preflight.model.host_choice import SLOW_GROUP, SLOW_LINK, SLOW_MEASURED, SLOW_NAMED, SLOW_NONE, SLOW_SUSPECT
 from preflight.registry import EngineCheck
@@ -62,7 +63,7 @@ def _findings_of(report: JobReport, *checks: EngineCheck[Any]) -> Iterator[Findi
 
 
 def _percent(fraction: float | None) -> str:
-    return "" if fraction is None else f" ({fraction:.0%} of its peers)"
+    return "" if fraction is None else f" ({percent(fraction)} of its peers)"
 
 
 def named_slow_hosts(report: JobReport) -> Iterator[Slowness]:
@@ -124,7 +125,7 @@ def measured_figures(report: JobReport) -> Iterator[Slowness]:
     for host, fractions in sorted(per_host.items()):
         fraction = statistics.geometric_mean(fractions)
         yield Slowness(host, SLOW_MEASURED, fraction,
-                       f"measured {fraction:.0%} of the fastest over {len(fractions)} probe group(s), no finding")
+                       f"measured {percent(fraction)} of the fastest over {len(fractions)} probe group(s), no finding")
 
 
 def slow_devices(report: JobReport) -> Iterator[Slowness]:
@@ -144,7 +145,7 @@ def history_drops(report: JobReport) -> Iterator[Slowness]:
     for finding in _findings_of(report, history_findings.below_own_history):
         fraction = history_findings.drop_fraction(finding)
         for host in finding.hosts:
-            share = "" if fraction is None else f" ({fraction:.0%} of its median)"
+            share = "" if fraction is None else f" ({percent(fraction)} of its median)"
             yield Slowness(host, SLOW_GROUP, fraction, f"{finding.check_id}: below its own history{share}")
 
 
@@ -191,7 +192,7 @@ def _faults(report: JobReport) -> dict[str, list[str]]:
         if finding.severity != Severity.ERROR:
             continue
         for host in sorted(bad.intersection(finding.hosts)):
-            faults[host].append(f"{finding.check_id}: {clip(finding.message, 160)}")
+            faults[host].append(f"{finding.check_id}: {shorten(finding.message, 160)}")
     return faults
 
 
@@ -202,7 +203,7 @@ def blocked_reason(report: JobReport) -> str:
     shared = job_error(report)
     if shared is not None:
         return (f"an error every host shares is the job's to fix, not a host's: {shared.check_id}: "
-                f"{clip(shared.message, 200)}")
+                f"{shorten(shared.message, 200)}")
     if not report.ranks:
         return "no rank reported"
     return ""

@@ -242,7 +242,8 @@ def _mpi_master_addr(reader: _EnvReader, world_size: int, local_world: int, deci
 def _from_hydra(reader: _EnvReader, host: str) -> World | None:
     if not reader.has("PMI_RANK"):
         return None
-    if reader.has("SLURM_PROCID") and reader.env["SLURM_PROCID"] == reader.env["PMI_RANK"]:
+    if (reader.has("SLURM_PROCID") and reader.env["SLURM_PROCID"] == reader.env["PMI_RANK"]
+            and not batch_step(reader.env)):  # in the batch script, mpiexec set it (its rank 0 inherits PROCID=0)
         return None  # srun's PMI plugin set it: the Slurm rule describes this better
     decisions = ["MPICH/Intel MPI (Hydra): PMI_RANK set"]
     world_size = reader.required_int("PMI_SIZE", minimum=1)
@@ -266,6 +267,20 @@ def _from_hydra(reader: _EnvReader, host: str) -> World | None:
     )
 
 
+BATCH_STEP_IDS = ("4294967294", "batch")  # SLURM_BATCH_SCRIPT, as a number or by name
+
+
+def batch_step(env: Mapping[str, str]) -> bool:
+    """True in an sbatch script outside srun: Slurm's batch step, which is one process of the job.
+
+    Its variables say SLURM_PROCID=0 and the job's SLURM_NTASKS, as rank 0 of an srun step would;
+    run there, preflight would wait for tasks that never start and blame rank 0's own host.
+    Slurm 22.05 sets no step id in the batch step (srun always does); others say 4294967294 or batch.
+    """
+    step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or ""
+    return step in BATCH_STEP_IDS or (not step and bool(env.get("SLURM_JOB_ID")))
+
+
 def _from_slurm(reader: _EnvReader, host: str) -> World | None:
     if not (reader.has("SLURM_PROCID") and (reader.has("SLURM_NTASKS") or reader.has("SLURM_NPROCS"))):
         return None
@@ -273,6 +288,9 @@ def _from_slurm(reader: _EnvReader, host: str) -> World | None:
     job_id = reader.text("SLURM_JOB_ID", "") or ""
     step_id = reader.text("SLURM_STEP_ID", "") or ""
     world_size = reader.first_int(("SLURM_NTASKS", "SLURM_NPROCS"), minimum=1) or 1
+    if world_size > 1 and batch_step(reader.env):
+        raise BadInput(f"run preflight under srun (this is the batch script's own step): it is one process, "
+                       f"not the job's {world_size} tasks; `srun preflight ...` starts them all")
     nodelist_text = reader.text("SLURM_STEP_NODELIST") or reader.text("SLURM_JOB_NODELIST") or ""
     nodes = expand_hostlist(nodelist_text)
     tasks_text = reader.text("SLURM_STEP_TASKS_PER_NODE") or reader.text("SLURM_TASKS_PER_NODE")

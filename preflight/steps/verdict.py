@@ -15,6 +15,7 @@ from pathlib import Path
 
 from preflight.checks.run_findings import rank_died, rank_zero_lost
 from preflight.lib.mesh_shape import mesh_text
+from preflight.lib.shorten import shorten
 from preflight.model import (
     CheckOutcome,
     ExitCode,
@@ -62,6 +63,11 @@ def build_report(record: RunRecord) -> JobReport:
     world, options = record.world, record.options
     silenced = set(options.silence)
     findings = [f for f in merge_findings(record.findings) if f.check_id not in silenced]
+    checks = every_selected_outcome(record.outcomes, findings, options.only, options.skip, _not_run(record))
+    unchecked = [f for f in families_unchecked(checks, options.only) if f.check_id not in silenced]
+    if unchecked:  # an --only family that checked nothing is could-not-run: the outcomes say so too
+        findings = merge_findings(findings + unchecked)
+        checks = every_selected_outcome(record.outcomes, findings, options.only, options.skip, _not_run(record))
     code = decide_exit_code(findings, strict=options.strict, interrupted=bool(record.interrupted))
     if record.missing and code != ExitCode.FAILED:
         code = ExitCode.FAILED  # a missing rank fails the run even when RANK001 is silenced
@@ -77,7 +83,9 @@ def build_report(record: RunRecord) -> JobReport:
         master_port=world.master_port,
         restart_count=world.restart_count,
         mesh=mesh_text(options.probes.mesh),  # resolved, the derived dp included
-        backend=record.probes.backend if record.probes and record.probes.backend else options.probes.backend,
+        # the backend the probes used; one asked for by name when none was; never `auto`, which chose nothing
+        backend=(record.probes.backend if record.probes and record.probes.backend
+                 else "" if options.probes.backend == "auto" else options.probes.backend),
         backend_reason=record.probes.backend_reason if record.probes else "",
         command_line=options.command_line,
         started_at=_iso(record.started),
@@ -89,7 +97,6 @@ def build_report(record: RunRecord) -> JobReport:
         run_nonce=record.nonce,
         authenticated=record.authenticated,
     )
-    checks = every_selected_outcome(record.outcomes, findings, options.only, options.skip, _not_run(record))
     report = JobReport(
         meta=meta,
         ranks=facts,
@@ -111,12 +118,32 @@ def build_report(record: RunRecord) -> JobReport:
     return report
 
 
+def families_unchecked(checks: Sequence[CheckOutcome], only: Sequence[str]) -> list[Finding]:
+    """RUN012 for each `--only` family whose every check was skipped: asked for, checked nothing.
+
+    `--only gpu` on a machine without an NVIDIA driver: `no NVIDIA driver: --only gpu checked
+    nothing`. The probe family speaks through its plan instead (probes/plan.py's reasons)."""
+    from preflight.checks.run_findings import nothing_measured
+
+    found = []
+    for tag in only:
+        tagged = [c for c in checks if c.tag == tag]
+        if tag == Tags.PROBE or any(c.status != Severity.SKIPPED for c in tagged):
+            continue
+        reasons = [c.reason for c in tagged if c.reason]
+        why = max(dict.fromkeys(reasons), key=reasons.count) if reasons else "no check of it applies here"
+        found += nothing_measured.report(reason=f"{why}: --only {tag} checked nothing", what=f"--only {tag}")
+    return found
+
+
 def _not_run(record: RunRecord) -> dict[str, str]:
     """Tags whose step did not run this time -> why: their engine checks are skipped, not passed."""
     not_run = {}
     if record.probes is None:
         why = "the probes did not run" + (f" ({record.interrupted})" if record.interrupted else "")
         not_run = {Tags.PROBE: why, Tags.GPU_PROBE: why}
+    elif not record.probes.results and record.world.rank == 0:
+        not_run = {Tags.PROBE: "no collective was measured"}  # RUN012 or a probe finding says why
     if not record.options.history.url:
         not_run[Tags.HISTORY] = "no --history"
     if record.options.storage is None:
@@ -170,14 +197,9 @@ def explain_verdict(code: ExitCode, findings: Sequence[Finding], outcomes: Seque
 
     `rank 3 on vm: BW004 in slow groups of dimensions dp, tp ... (2 errors, 1 warning)`, bounded to
     MAX_WHY_CHARS. Checks that did not apply are counted as skipped, never as passed."""
-    count = {s: sum(1 for f in findings if f.severity == s) for s in Severity}
-    parts = []
-    if count[Severity.ERROR]:
-        parts.append(_plural(count[Severity.ERROR], "error"))
-    if count[Severity.COULD_NOT_RUN]:
-        parts.append(f"{count[Severity.COULD_NOT_RUN]} could not run")
-    if count[Severity.WARN]:
-        parts.append(_plural(count[Severity.WARN], "warning"))
+    from preflight.reports.common import finding_counts, where
+
+    parts = finding_counts(findings)  # the check summary's last line quotes the same counts
     if not parts:
         skipped = [o for o in outcomes if o.status == Severity.SKIPPED]
         if not skipped:
@@ -185,18 +207,12 @@ def explain_verdict(code: ExitCode, findings: Sequence[Finding], outcomes: Seque
         reasons = sorted({o.reason for o in skipped if o.reason})
         return f"every check that applied passed; {len(skipped)} skipped ({'; '.join(reasons) or 'did not apply'})"
     first = culprit_first([f for f in findings if f.severity.rank >= Severity.WARN.rank]) or findings[0]
-    from preflight.reports.common import where
-
     place = where(first)
     tail = f" ({', '.join(parts)})"
     head = f"{place}: {first.check_id} " if place else f"{first.check_id} "
     room = max(20, MAX_WHY_CHARS - len(head) - len(tail))
-    message = first.message if len(first.message) <= room else first.message[: room - 1].rstrip() + "…"
+    message = shorten(first.message, room)  # words go, numbers and units never
     return head + message + tail
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def bad_hosts(findings: Sequence[Finding], all_hosts: Sequence[str]) -> list[str]:

@@ -16,7 +16,7 @@ def test_every_check_has_explain_text(check_id: str, capsys: pytest.CaptureFixtu
     assert print_explanation(check_id.lower()) == 0
     out = capsys.readouterr().out
     spec = next(s for s in all_checks() if s.id == check_id)
-    assert out.startswith(f"{check_id} [{spec.tag}, {spec.scope}, {spec.severity.value}]")
+    assert out.startswith(f"{check_id} [{spec.tag}, {spec.scope}, {spec.severity_names}]")
     assert len(spec.explanation.split()) >= 12, "explain text should say why, not only what"
     assert spec.hint and f"What to do: {spec.hint}" in out
 

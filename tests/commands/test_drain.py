@@ -63,3 +63,20 @@ def test_report_drain_is_a_dry_run_by_default_and_yes_needs_drain(tmp_path: Path
     assert missing.returncode == 1 and "scontrol not found" in missing.stderr and "Traceback" not in missing.stderr
     refused = run_cli(["report", str(path), "--yes"])
     assert refused.returncode == 2 and "--yes needs --drain" in refused.stderr
+
+
+def test_no_node_to_drain_says_why() -> None:
+    """Issue 45: `report --drain` said "no node to drain" without why."""
+    from preflight.commands.drain import none_from_report
+    from preflight.model import ExitCode
+
+    hosts = host_facts(["n1", "n2", "n3"])
+    passed = built_report(hosts, [_finding("BW003", Severity.WARN, ["n2"], "slow")])
+    assert none_from_report(passed) == ("the run passed with no error; only warnings name nodes "
+                                        "(--drain-warnings drains those too)")
+    everyone = _finding("ENV001", Severity.ERROR, ["n1", "n2", "n3"], "launchers differ", blames=False)
+    shared = built_report(hosts, [everyone])
+    assert shared.exit_code == int(ExitCode.FAILED)
+    assert none_from_report(shared).startswith("the error is the job's, not a node's (ENV001")
+    incomplete = built_report(hosts, [_finding("RUN012", Severity.COULD_NOT_RUN, [], "one rank")])
+    assert none_from_report(incomplete).startswith("the run is incomplete (exit 4)")

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from preflight.reports.json import load as load_report
 from tests.helpers.ranks import EXEC, base_env, free_port, launch_workers, plant_env, run_cli
@@ -122,6 +123,10 @@ def test_under_plain_torchrun_a_failing_verdict_is_every_workers_exit_code(tmp_p
     assert load_report(tmp_path / "r.json").exit_code == 3
     codes = re.findall(r"exitcode\s*:\s*(-?\d+)", result.stderr)  # the agent's summary of failed workers
     assert codes and set(codes) == {"3"}, result.stderr[-3000:]
+    # torch's agent exits 1 for a failed worker, whatever its code: the README's exit-code table says so.
+    assert result.returncode == 1
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "| `torchrun ... -m preflight` | **1** for any verdict but 0" in readme
 
 
 def test_two_torchrun_agents_on_one_host_are_two_nodes_with_a_warning(tmp_path) -> None:

@@ -81,3 +81,20 @@ def test_scancel_signal_term_mid_probes_ends_every_task_with_exit_4_and_rank_0s_
     assert "Traceback" not in err, err
     report = load_report(tmp_path / "r.json")
     assert report.exit_code == 4 and any(f.check_id == "RUN004" for f in report.findings)
+
+
+
+def test_preflight_in_the_batch_script_outside_srun_says_run_it_under_srun(slurm_cluster: SlurmCluster,
+                                                                           tmp_path: Path) -> None:
+    """Slurm's batch step is one process of the job's tasks: one line, exit 2, no host blamed (issue 45)."""
+    env = slurm_cluster.env({"PATH": f"{BIN}:{os.environ['PATH']}"})
+    out = tmp_path / "batch.out"
+    script = f"preflight --skip probe --timeout 10 --json {tmp_path}/r.json; echo exit=$?"
+    done = subprocess.run(["sbatch", "--wait", "-n", "3", "-o", str(out), "--wrap", script], env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = out.read_text().splitlines()
+    assert lines[-1] == "exit=2", lines
+    [said] = lines[:-1]
+    assert said.startswith("preflight: error: run preflight under srun (this is the batch script's own step)"), said
+    assert not (tmp_path / "r.json").exists()  # nothing ran, nothing blamed

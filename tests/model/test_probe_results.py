@@ -20,3 +20,4 @@ def test_probe_results_round_trip_and_summary() -> None:
     assert (summary["busbw_min_gbps"], summary["busbw_median_gbps"], summary["busbw_max_gbps"]) == (1.0, 2.0, 3.0)
     assert summary["slowest_group"] == 1 and summary["slowest_ranks"] == [2, 3] and summary["verified"] is False
     assert summarize_probes(probes)[0].time_s == 0.2
+    assert summary["algbw_median_gbps"] == 1.0 and raw["probes"][0]["algbw_gbps"] == 1.0  # beside busbw, as nccl-tests

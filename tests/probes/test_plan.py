@@ -77,3 +77,17 @@ def test_options_are_typed_and_the_mesh_resolved_once_the_world_is_known() -> No
     assert resolved.for_world(16).probes.mesh == resolved.probes.mesh  # a resolved mesh resolves to itself
     with pytest.raises(ValueError, match="for_world"):
         build_plan(options, "cpu")
+
+
+def test_a_plan_that_measures_nothing_says_why() -> None:
+    """RUN012's reasons: asked for and not measured is never a pass (issue 45)."""
+    no_pp = build_plan(RunOptions.build(mesh="tp2", ops="send_recv", sizes="1K").for_world(4), "cpu")
+    assert no_pp.measured_steps() == []
+    assert no_pp.nothing_to_measure(4) == ["send_recv needs a pipeline dimension (--mesh pp2,... names one)"]
+    # One op of two measured: the other is still named.
+    mixed = build_plan(RunOptions.build(mesh="tp2", ops="send_recv,all_reduce", sizes="1K").for_world(4), "cpu")
+    assert [r.split(" ")[0] for r in mixed.nothing_to_measure(4)] == ["send_recv"]
+    lone = build_plan(RunOptions.build(sizes="1K").for_world(1), "cpu")
+    assert lone.nothing_to_measure(1)[0].startswith("one rank: no collective to measure")
+    whole = build_plan(RunOptions.build(mesh="pp2,tp2", ops="send_recv,all_gather", sizes="1K").for_world(4), "cpu")
+    assert whole.nothing_to_measure(4) == []

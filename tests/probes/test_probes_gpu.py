@@ -44,7 +44,9 @@ def test_world_size_one_runs_on_nccl_and_verifies_every_op(tmp_path: Path) -> No
     out = tmp_path / "gpu.json"
     proc = run_cli(["run", "--backend", "nccl", "--ops", OPS, *SIZES, "--json", str(out)], timeout=300)
     report = read_json(out)
-    assert proc.returncode in (0, 1), report["why"]
+    # One rank verifies every op on the GPU, but moves nothing between ranks: RUN012, exit 4 (issue 45).
+    assert proc.returncode == 4, report["why"]
+    assert [f["check_id"] for f in report["findings"] if f["severity"] != "info"] == ["RUN012"], report["findings"]
     assert _probe_backend(report) == "nccl"
     _check_every_op_verified(report, 1)
 

@@ -32,6 +32,7 @@ def _one_line_exit_2(done: subprocess.CompletedProcess[str], flag: str) -> None:
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, (done.returncode, done.stderr)
     assert f"cannot write {flag} " in lines[0] and "Traceback" not in done.stderr, lines[0]
+    assert ".preflight-write-test" not in lines[0], lines[0]  # no internal temp name (issue 45)
 
 
 @pytest.mark.parametrize(("flag", "path"), RUN_OUTPUTS, ids=[flag for flag, _ in RUN_OUTPUTS])
@@ -109,3 +110,11 @@ def test_report_output_failing_while_written_exits_4_and_the_headline_says_so(fu
     assert done.stdout.startswith(f"preflight: INCOMPLETE (exit 4): NOT WRITTEN: --html {full_disk / 'r.html'}; ")
     assert f"could not write --html {full_disk / 'r.html'}" in done.stderr
     assert not (full_disk / "r.html").exists() and (saved_report.parent / "t").exists()
+
+
+def test_a_folder_that_refuses_files_is_named_without_the_probe_files_name() -> None:
+    """/proc exists but takes no new file: the user's folder and the OS's reason, no `.preflight-write-test-...`."""
+    from preflight.reports.targets import unwritable_path
+
+    why = unwritable_path(Path("/proc/r.json"))
+    assert why.startswith("cannot create a file in /proc (") and "write-test" not in why, why

@@ -146,3 +146,23 @@ def test_open_mpi_node_rank_is_derived_not_its_per_node_rank() -> None:
     world = resolve_world({**OMPI, "OMPI_COMM_WORLD_NODE_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
                            "OMPI_COMM_WORLD_RANK": "7", "MASTER_ADDR": "n1"}, host="h")
     assert world.node_rank == 1
+
+
+@pytest.mark.parametrize("step", [{"SLURM_STEP_ID": "4294967294"}, {"SLURM_STEP_ID": "batch"}, {}])
+def test_slurms_batch_step_is_refused_with_run_it_under_srun(step: dict[str, str]) -> None:
+    """In an sbatch script outside srun, SLURM_PROCID=0 and the job's SLURM_NTASKS look like rank 0 of
+    a step; waiting for the other tasks would blame rank 0's own host (issue 45)."""
+    batch = {k: v for k, v in SLURM.items() if k != "SLURM_STEP_ID"} | {"SLURM_PROCID": "0"} | step
+    with pytest.raises(BadInput, match=r"^run preflight under srun \(this is the batch script's own step\)"):
+        resolve_world(batch, host="x")
+    assert resolve_world({**SLURM, "SLURM_PROCID": "0"}, host="x").launcher == "slurm"  # an srun step
+    alone = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "x", **step}
+    assert resolve_world(alone, host="x").world_size == 1  # a one-task batch step is the whole job
+
+
+def test_mpiexec_inside_a_batch_script_is_hydra_not_the_batch_step() -> None:
+    """Hydra's rank 0 in an sbatch script inherits the batch step's SLURM_PROCID=0: it is mpiexec's rank."""
+    batch = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "x"}
+    hydra = {"PMI_RANK": "0", "PMI_SIZE": "4", "MPI_LOCALNRANKS": "4"}
+    world = resolve_world({**batch, **hydra}, host="x")
+    assert (world.launcher, world.world_size) == ("mpich", 4)

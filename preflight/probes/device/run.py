@@ -38,6 +38,7 @@ from preflight.probes.device import judge as device_judge
 from preflight.probes.device import store as device_store
 from preflight.probes.device.boundary import cpu_model, open_device
 from preflight.probes.device.family import DEFAULT_BUDGET_S, run_family
+from preflight.probes.levels import LEVELS
 from preflight.probes.timing import barrier
 
 # On top of three times the budget: allocations, pinning host memory, cuBLAS's first call. A device
@@ -53,7 +54,9 @@ def _software() -> str:
 
 
 def _budget(options: RunOptions, kind: str) -> float:
-    return options.device.budget_s if options.device.budget_s is not None else DEFAULT_BUDGET_S.get(kind, 1.0)
+    if options.device.budget_s is not None:
+        return options.device.budget_s
+    return LEVELS[options.probes.level].device_budget_s.get(kind, DEFAULT_BUDGET_S.get(kind, 1.0))
 
 
 def elect(board: Any, rank: int, host: str, uuid: str) -> int:
