@@ -29,6 +29,7 @@ from preflight.model import messages as m
 from preflight.model import storage as sm
 from preflight.model.codec import encode
 from preflight.model.device_probe import DeviceReport
+from preflight.model.nccl_account import NcclAccount
 from preflight.model.placement_facts import ClockStamp
 from preflight.model.reachability import ReachListener
 from preflight.steps.storage import _gather
@@ -41,6 +42,7 @@ FAMILIES: dict[str, Any] = {
     keys.POSITION.at(1): 3,
     keys.BOUND.at(1): m.BoundRecord("h", "nccl", m.BoundDevice(0, "H100", "00000000:18:00.0", "GPU-1")),
     keys.DEVICE.at(1): DeviceReport(1, "h", "cpu"),
+    keys.NCCL_ACCOUNT.at(1): NcclAccount(nccl_version="2.21.5", network="IB", gdr=True, intra={"P2P/CUMEM": 2}),
     keys.SETUP.at(1): m.SetupStage("done", "h"),
     keys.NO_GPU.at(1): m.NoGpu("no GPU"),
     keys.DEAD.key: m.DeadRanks({2: "its heartbeat stopped"}),

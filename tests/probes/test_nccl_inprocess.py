@@ -35,7 +35,7 @@ def probe_in_process(monkeypatch: pytest.MonkeyPatch, trainer_env: dict[str, str
     store = dist.TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False)
     world = World(launcher="env", rank=0, world_size=1, host="trainer-host", master_addr="127.0.0.1",
                   master_port=port)
-    options = RunOptions.parse(ops="all_reduce", sizes="64KiB", warmup=1, iters=2, probe_timeout_s=30.0,
+    options = RunOptions.build(ops="all_reduce", sizes="64KiB", warmup=1, iters=2, probe_timeout_s=30.0,
                                only=["probe"]).for_world(1)
     with model.install():
         model.set_device(1)
