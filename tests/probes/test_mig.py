@@ -1,0 +1,81 @@
+"""A rank bound to a MIG instance: the collectives are not attempted on NCCL (BW015), the device probes run.
+
+The CUDA model (tests/helpers/fake_cuda.py) stands in for torch.cuda and NCCL; the process group and its
+control group are real gloo groups under it. The model's NCCL would run the collectives (gloo underneath):
+the test shows preflight does not ask it to, and says why, naming the rank, host and instance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from preflight.channel.keys import BOUND
+from preflight.model.messages import BoundDevice, BoundRecord
+from preflight.probes import mig
+from preflight.probes.session import Session
+from tests.helpers.fake_cuda import FakeCuda, gpu
+from tests.probes.test_real_node import SMALL_FREE, _options, _run_one_rank
+
+INSTANCE = "MIG-7a1e0000-0000-4000-8000-000000000071"
+
+
+def _mig_node(local_rank: int) -> FakeCuda:
+    """Eight A100s; the one at `local_rank` is seen by CUDA as a MIG 3g.40gb instance (its own MIG- UUID)."""
+    devices = [gpu(i, name="NVIDIA A100-SXM4-80GB", free=SMALL_FREE) for i in range(8)]
+    devices[local_rank].update(name="NVIDIA A100-SXM4-80GB MIG 3g.40gb", uuid=INSTANCE)
+    return FakeCuda(devices, rates={"gemm": 0.002, "copy": 2.0, "host": 1.0})
+
+
+def test_a_rank_on_a_mig_instance_skips_the_collectives_on_nccl_with_the_reason_and_probes_its_device() -> None:
+    model = _mig_node(2)
+    outcome = _run_one_rank(model, 2, _options())
+    assert outcome.backend == "nccl"
+    assert outcome.results == []  # no collective was measured: none was attempted
+    (finding,) = [f for f in outcome.findings if f.check_id == "BW015"]
+    assert finding.severity.value == "could-not-run"  # asked for and not measured is never a pass
+    assert (finding.ranks, finding.hosts) == ([0], ["node3"])
+    assert f"rank 0 on node3 ({INSTANCE})" in finding.message and "CUDA IPC" in finding.message
+    assert finding.data["mig_instances"] == [{"rank": 0, "host": "node3", "instance": INSTANCE}]
+    # nothing of the collectives' size was allocated: 64 KiB buffers never made
+    assert not [c for c in model.calls if c.what == "alloc" and c.nbytes == 64 * 1024]
+    (row,) = outcome.device_rows  # the instance's own figures still measured; its host link skipped
+    assert row.uuid == INSTANCE
+    assert {f.name for f in row.figures} >= {"gemm_bf16", "copy"}
+
+
+def test_a_whole_gpu_still_measures_its_collectives() -> None:
+    """The same node with GPU 2 whole: the collective is measured and no BW015 (the rule keys on MIG only)."""
+    model = FakeCuda([gpu(i, name="NVIDIA A100-SXM4-80GB", free=SMALL_FREE) for i in range(8)],
+                     rates={"gemm": 0.002, "copy": 2.0, "host": 1.0})
+    outcome = _run_one_rank(model, 2, _options())
+    assert [(r.op, r.size_bytes) for r in outcome.results] == [("all_reduce", 64 * 1024)]
+    assert not [f for f in outcome.findings if f.check_id == "BW015"]
+
+
+class _Board:
+    """The store's records as mig_ranks reads them: rank -> BoundRecord."""
+
+    def __init__(self, records: dict[int, BoundRecord]) -> None:
+        self.records = records
+
+    def read(self, key: Any, rank: int) -> BoundRecord | None:
+        assert key == BOUND.at(rank)
+        return self.records.get(rank)
+
+
+def test_every_rank_names_the_same_mig_ranks_and_gloo_names_none(monkeypatch: Any) -> None:
+    """Ranks 1 and 3 of 4 on MIG instances (two hosts): every rank reads the same list; on gloo there is none."""
+    monkeypatch.setattr(mig, "barrier", lambda group, deadline: None)
+    records = {r: BoundRecord(f"node{r // 2}", "nccl", BoundDevice(0, uuid=f"MIG-{r}" if r % 2 else f"GPU-{r}"))
+               for r in range(4)}
+    lists = []
+    for rank in range(4):
+        session = Session.__new__(Session)
+        session.backend, session.control, session.store, session.bad_values = "nccl", None, None, {}
+        session.world = type("W", (), {"world_size": 4, "rank": rank})()
+        monkeypatch.setattr(Session, "board", property(lambda self: _Board(records)))
+        lists.append(mig.mig_ranks(session, 0.0))
+    assert lists[0] == [mig.MigRank(1, "node0", "MIG-1"), mig.MigRank(3, "node1", "MIG-3")]
+    assert all(found == lists[0] for found in lists)
+    session.backend = "gloo"
+    assert mig.mig_ranks(session, 0.0) == []
