@@ -284,9 +284,13 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
             cuda = cuda or _torch_cuda()
             bound = bind_device(world, cuda)  # BindError names rank, host, visible devices, LOCAL_RANK
             device = torch.device("cuda", bound.index)
+        # Rank 0 reads every rank's backend and bound device from the store (collect.devices); every rank
+        # reads them too, to make no NCCL communicator on a run with a MIG instance (mig.py).
+        Board(store).put(keys.BOUND.at(world.rank), BoundRecord(world.host, backend, bound))
+        eager = kind == "cuda" and mig.eager_nccl(Board(store), world.world_size, timeout_s)
         mark("process group")
         dist.init_process_group(backend, store=PrefixStore("pg", store), rank=world.rank, world_size=world.world_size,
-                                **init_kwargs(backend, bound, timeout_s))
+                                **init_kwargs(backend, bound if eager else None, timeout_s))
         mark("control group")
         control = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
         layout = {}
@@ -304,8 +308,6 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
             mark("world group")
             layout[WORLD_DIM] = (dist.new_group(backend=backend), list(range(world.world_size)), 0)
     dtype = torch.bfloat16 if kind == "cuda" else torch.float32
-    # Rank 0 reads every rank's backend and bound device from the store (collect.devices).
-    Board(store).put(keys.BOUND.at(world.rank), BoundRecord(world.host, backend, bound))
     return Session(world, plan, store, device, dtype, control, layout, timeout_s, backend, bound, cuda,
                    dist.group.WORLD)
 

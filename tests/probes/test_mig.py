@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch.distributed as dist
+
+from preflight.channel.board import Board
 from preflight.channel.keys import BOUND
 from preflight.model.messages import BoundDevice, BoundRecord
 from preflight.probes import mig
@@ -79,3 +82,20 @@ def test_every_rank_names_the_same_mig_ranks_and_gloo_names_none(monkeypatch: An
     assert all(found == lists[0] for found in lists)
     session.backend = "gloo"
     assert mig.mig_ranks(session, 0.0) == []
+
+
+def _board_with(records: dict[int, BoundRecord]) -> Board:
+    board = Board(dist.HashStore())
+    for rank, record in records.items():
+        board.put(BOUND.at(rank), record)
+    return board
+
+
+def test_no_nccl_communicator_is_made_eagerly_when_any_rank_is_on_a_mig_instance() -> None:
+    """Eager init (device_id) is a collective: every rank decides alike from every rank's bound device."""
+    whole = {r: BoundRecord("node0", "nccl", BoundDevice(r, uuid=f"GPU-{r}")) for r in range(2)}
+    assert mig.eager_nccl(_board_with(whole), 2, timeout_s=5.0)
+    one_mig = {**whole, 1: BoundRecord("node0", "nccl", BoundDevice(0, uuid=INSTANCE))}
+    assert not mig.eager_nccl(_board_with(one_mig), 2, timeout_s=5.0)
+    # a rank that never bound by the bound: eager as before (the set-up's deadline names it)
+    assert mig.eager_nccl(_board_with({0: one_mig[1]}), 2, timeout_s=0.2)
