@@ -7,8 +7,10 @@ the test shows preflight does not ask it to, and says why, naming the rank, host
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 import torch.distributed as dist
 
 from preflight.channel.board import Board
@@ -17,7 +19,8 @@ from preflight.model.messages import BoundDevice, BoundRecord
 from preflight.probes import mig
 from preflight.probes.session import Session
 from tests.helpers.fake_cuda import FakeCuda, gpu
-from tests.probes.test_real_node import SMALL_FREE, _options, _run_one_rank
+from tests.helpers.ranks import plant_env, read_json, spawn_env_ranks
+from tests.probes.test_real_node import MODEL, SMALL_FREE, _options, _run_one_rank, model_env
 
 INSTANCE = "MIG-7a1e0000-0000-4000-8000-000000000071"
 
@@ -99,3 +102,23 @@ def test_no_nccl_communicator_is_made_eagerly_when_any_rank_is_on_a_mig_instance
     assert not mig.eager_nccl(_board_with(one_mig), 2, timeout_s=5.0)
     # a rank that never bound by the bound: eager as before (the set-up's deadline names it)
     assert mig.eager_nccl(_board_with({0: one_mig[1]}), 2, timeout_s=0.2)
+
+
+@pytest.mark.timeout(600)  # two rank processes on shared cores; a does-not-hang bound
+def test_two_ranks_one_on_a_mig_instance_neither_attempts_the_collectives_and_both_probe_their_gpus(
+        tmp_path: Path) -> None:
+    """Rank 1 of 2 is on a MIG instance, rank 0 on a whole GPU: both skip every collective alike (no rank
+    left waiting in one), the run ends could-not-run (exit 4) with BW015 naming rank 1, and both devices
+    are measured."""
+    plants = {rank: MODEL for rank in range(2)}
+    env = {**plant_env(tmp_path, plants), **model_env(tmp_path, 0, mig={"1": INSTANCE})}
+    out = tmp_path / "report.json"
+    runs = spawn_env_ranks(2, ["--ops", "all_reduce", "--sizes", "64KiB", "--device-budget", "0.5",
+                               "--json", str(out)], common_env=env, timeout=480)
+    assert out.exists(), "\n".join(r.stdout + r.stderr for r in runs.values())
+    report = read_json(out)
+    assert {r.returncode for r in runs.values()} == {4}
+    (finding,) = [f for f in report["findings"] if f["check_id"] == "BW015"]
+    assert finding["ranks"] == [1] and INSTANCE in finding["message"]
+    assert report["meta"]["backend"] == "nccl" and report["probes"] == []  # no collective row
+    assert sorted(d["rank"] for d in report["device_probes"]) == [0, 1]
