@@ -173,7 +173,7 @@ PROBE_PREFIX = "probe"  # the probes' keys, under the run's prefix (probes/liven
 SECOND_PREFIX = "second"  # the second measuring pass's results, under the probes' (confirm.py)
 RESULT = Family[ProbeReport]("res/{rank}", ProbeReport, EVERY, RANK0 + " (collect.py)")
 POSITION = Family[int]("pos/{rank}", int, EVERY + " (each step it starts)", RANK0 + " (a hang's position)")
-BOUND = Family[BoundRecord]("dev/{rank}", BoundRecord, EVERY, RANK0)
+BOUND = Family[BoundRecord]("dev/{rank}", BoundRecord, EVERY, RANK0 + "; every rank before the steps (probes/mig.py)")
 # NCCL's account of a rank (probes/nccl_capture.py), without its rank, host and pid: ranks whose NCCL
 # said the same send the same bytes, which rank 0 decodes once (Board.fetch_interned)
 NCCL_ACCOUNT = Family[NcclAccount]("nccl/{rank}", NcclAccount, EVERY + " (before res/)", RANK0 + " (orchestrate.py)")

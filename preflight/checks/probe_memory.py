@@ -1,11 +1,14 @@
-"""Collective steps skipped because the ranks' devices had too little memory free (BW014)."""
+"""Collective steps skipped alike on every rank: too little device memory free (BW014), or a rank bound to
+a MIG instance where NCCL cannot run them (BW015)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from preflight.model import Severity
+from preflight.probes import mig
 from preflight.probes.memory_fit import Skipped
+from preflight.probes.mig import MigRank
 from preflight.registry import Problem, Tags, engine_check
 
 
@@ -30,3 +33,26 @@ def probe_steps_skipped(skipped: list[Skipped]) -> Iterable[Problem]:
     shown = "; ".join(s.reason for s in skipped[:4]) + (f"; and {len(skipped) - 4} more" if len(skipped) > 4 else "")
     yield Problem(f"{len(skipped)} collective step(s) skipped for lack of free device memory: {shown}",
                   data={"skipped": [{"dim": s.dim, "op": s.op, "size_bytes": s.size} for s in skipped]})
+
+
+@engine_check(
+    "BW015",
+    tag=Tags.PROBE,
+    severity=Severity.COULD_NOT_RUN,
+    hint="Collectives across GPUs need whole GPUs: run the job (and preflight) on GPUs with MIG disabled, or "
+    "pass --skip probe on MIG and keep the device probes (--only gpu-probe).",
+)
+def collectives_not_on_mig(found: list[MigRank]) -> Iterable[Problem]:
+    """The collectives were not attempted on NCCL because a rank's GPU is a MIG instance.
+
+    A MIG instance has no CUDA IPC, so no NVLink / NVSwitch peer-to-peer, and two instances of one GPU
+    share its PCI bus id: NCCL's collectives across MIG instances would fail, hang or time a path that is
+    not the job's. Every rank reads every rank's bound device before the first step and, when any is a MIG
+    instance, all skip every collective alike; the device probes still measure each instance. Nothing about
+    the collectives is known: this is could-not-run, never a pass.
+    """
+    if not found:
+        return
+    yield Problem(f"collectives not measured: {mig.reason(found)}", ranks=[m.rank for m in found],
+                  hosts=sorted({m.host for m in found}),
+                  data={"mig_instances": [{"rank": m.rank, "host": m.host, "instance": m.instance} for m in found]})

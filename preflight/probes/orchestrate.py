@@ -26,7 +26,7 @@ from preflight.checks.probe_findings import (
     straggler_group,
     wrong_result,
 )
-from preflight.checks.probe_memory import probe_steps_skipped
+from preflight.checks.probe_memory import collectives_not_on_mig, probe_steps_skipped
 from preflight.checks.run_findings import nothing_measured, rank_died, unreadable_payload
 from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
@@ -219,6 +219,7 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
             # rank 0's own time from the start of the step it stopped in to this finding
             reported_after_s=status.elapsed_s + time.monotonic() - stopped_at)
     outcome.findings += probe_steps_skipped.report(skipped=session.skipped)  # too big for the free memory
+    outcome.findings += collectives_not_on_mig.report(found=session.on_mig)  # NCCL not attempted on MIG (mig.py)
     for wrong in _wrong_by_group(outcome.results):
         outcome.findings += wrong_result.report(wrong)
     outcome.findings += _spans_hosts(mesh_dims, groups, hosts)

@@ -34,7 +34,7 @@ from preflight.model import World
 from preflight.model.job_groups import JobGroups
 from preflight.model.messages import BoundDevice, BoundRecord, NoGpu, ProbeReport, Status, StepRecord
 from preflight.model.nccl_account import NcclAccount
-from preflight.probes import memory_fit, ops
+from preflight.probes import memory_fit, mig, ops
 from preflight.probes.plan import CONNECT, ProbePlan
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
 
@@ -109,6 +109,7 @@ class Session:
     bad_values: dict[int, BadValue] = field(default_factory=dict)
     stopped_why: str = ""  # rank 0: why a localization step gave up (names the rank it was stuck with)
     skipped: list[memory_fit.Skipped] = field(default_factory=list)  # steps too big for the ranks' free memory
+    on_mig: list[mig.MigRank] = field(default_factory=list)  # ranks on a MIG instance: no collective on NCCL (mig.py)
 
     def kept(self, value: T | BadValue | None) -> T | None:
         """A value read from the store, or None: a bad one is set aside for rank 0's report."""
@@ -283,9 +284,13 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
             cuda = cuda or _torch_cuda()
             bound = bind_device(world, cuda)  # BindError names rank, host, visible devices, LOCAL_RANK
             device = torch.device("cuda", bound.index)
+        # Rank 0 reads every rank's backend and bound device from the store (collect.devices); every rank
+        # reads them too, to make no NCCL communicator on a run with a MIG instance (mig.py).
+        Board(store).put(keys.BOUND.at(world.rank), BoundRecord(world.host, backend, bound))
+        eager = kind == "cuda" and mig.eager_nccl(Board(store), world.world_size, timeout_s)
         mark("process group")
         dist.init_process_group(backend, store=PrefixStore("pg", store), rank=world.rank, world_size=world.world_size,
-                                **init_kwargs(backend, bound, timeout_s))
+                                **init_kwargs(backend, bound if eager else None, timeout_s))
         mark("control group")
         control = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
         layout = {}
@@ -303,8 +308,6 @@ def open_session(world: World, plan: ProbePlan, store: Any, backend: str, timeou
             mark("world group")
             layout[WORLD_DIM] = (dist.new_group(backend=backend), list(range(world.world_size)), 0)
     dtype = torch.bfloat16 if kind == "cuda" else torch.float32
-    # Rank 0 reads every rank's backend and bound device from the store (collect.devices).
-    Board(store).put(keys.BOUND.at(world.rank), BoundRecord(world.host, backend, bound))
     return Session(world, plan, store, device, dtype, control, layout, timeout_s, backend, bound, cuda,
                    dist.group.WORLD)
 
@@ -357,6 +360,10 @@ def run_steps(session: Session) -> tuple[list[StepRecord], Status]:
         deadline = started + session.timeout_s
         phase = "barrier"
         try:
+            if index == 0:  # a rank on a MIG instance: no step on NCCL, on any rank (mig.py)
+                session.on_mig = mig.mig_ranks(session, deadline)
+                if session.on_mig:
+                    return records, Status()
             if index == 0 and session.kind == "cuda":  # the buffers sized against the ranks' free memory
                 session.skipped = memory_fit.plan_skips(session, memory_fit.least_free(session, deadline))
                 skip = {s.index for s in session.skipped}

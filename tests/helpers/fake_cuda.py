@@ -628,7 +628,8 @@ def install_from_env() -> FakeCuda | None:
     installed for the process's life; at exit its calls go to `<record>/calls-<RANK>.json`.
 
     JSON: {"devices": N, "host": host tag for UUIDs, "free": bytes free per device, "rates": {...},
-    "slow": {ordinal: factor of its products' slowness}, "record": folder, "nccl": NcclHost's fields
+    "slow": {ordinal: factor of its products' slowness}, "mig": {ordinal: a MIG instance's UUID},
+    "record": folder, "nccl": NcclHost's fields
     (tests/helpers/fake_nccl.py: this host's NCCL, which then writes its log as communicators form)}.
     """
     import atexit
@@ -643,6 +644,8 @@ def install_from_env() -> FakeCuda | None:
                for i in range(int(spec.get("devices", 8)))]
     model = FakeCuda(devices, rates={**FakeCuda.__dataclass_fields__["rates"].default_factory(),  # type: ignore[misc]
                                      **spec.get("rates", {})})
+    for ordinal, instance in (spec.get("mig") or {}).items():  # CUDA sees a MIG instance there (its MIG- UUID)
+        model.devices[int(ordinal)].update(name=f"{model.devices[int(ordinal)]['name']} MIG 3g.40gb", uuid=instance)
     for ordinal, factor in (spec.get("slow") or {}).items():  # a GPU slow at matrix products
         model.device_rates[int(ordinal)] = {"gemm": model.rates["gemm"] / float(factor)}
     if spec.get("nccl") is not None:  # this host's NCCL (tests/helpers/fake_nccl.NcclHost's fields)
