@@ -19,7 +19,7 @@ from preflight.checks.gpu_health import bound_gpus, needs_nvml
 from preflight.lib.grouping import odd_ones
 from preflight.lib.nvml_fabric import health_faults
 from preflight.model import RankFacts, Severity
-from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check
+from preflight.registry import CROSS, LOCAL, CheckContext, Grade, JobView, Problem, Tags, check
 
 IMEX_CHANNEL = "/dev/nvidia-caps-imex-channels/channel0"
 
@@ -65,6 +65,7 @@ def _in_domains(job: JobView) -> list[RankFacts]:
 
 
 @check("GPU034", tag=Tags.GPU, scope=CROSS, applies=needs_nvml_somewhere, severity=Severity.ERROR, blames_host=True,
+       grades=(Grade(Severity.WARN, "hosts of one NVLink cluster registered in different cliques"),),
        hint="Drain the named host and restart its fabric manager (and IMEX), then check the partition "
        "configuration; a GPU in another domain than its siblings talks to them over the network, not NVLink.")
 def nvlink_domain_split(job: JobView) -> Iterable[Problem]:

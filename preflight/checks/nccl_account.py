@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from preflight.lib.nccl_log import network_reason
 from preflight.model import Severity
 from preflight.model.nccl_account import NcclAccount
-from preflight.registry import Problem, Tags, engine_check
+from preflight.registry import Grade, Problem, Tags, engine_check
 
 RDMA_NETWORKS_SOCKET = "Socket"
 # GPUs that do GPUDirect RDMA with a ConnectX/EFA NIC when nvidia-peermem or DMA-BUF is there.
@@ -153,6 +153,7 @@ def gdr_off(job: NcclJob) -> Iterable[Problem]:
     "NCCL022",
     tag=Tags.NCCL,
     severity=Severity.WARN,
+    grades=(Grade(Severity.ERROR, "--strict-bandwidth is given"),),
     blames_host=True,
     hint="Unset NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, disable PCIe ACS on the host, run the container with "
     "--ipc=host (CUDA IPC), and check `nvidia-smi topo -m`; --strict-bandwidth makes this an error.",
@@ -215,6 +216,7 @@ def nvls_unused(job: NcclJob) -> Iterable[Problem]:
     "NCCL024",
     tag=Tags.NCCL,
     severity=Severity.ERROR,
+    grades=(Grade(Severity.WARN, "the ranks differ in net plugin or network, not in NCCL version"),),
     hint="Run one container image on every host: the same NCCL (and net plugin) everywhere; a host whose NCCL "
     "differs is the one whose image or LD_LIBRARY_PATH differs.",
 )
