@@ -468,7 +468,7 @@ def _nccl_stage(path: str, size: int, facts):
     for rank, raw in _records(path):
         ranks.append(rank)
         raws.append(raw)
-    values = decode_interned(raws, [keys.NCCL_ACCOUNT.at(r) for r in ranks], ranks)
+    values = decode_interned(raws, keys.NCCL_ACCOUNT, ranks)
     accounts = {r: v for r, v in zip(ranks, values, strict=True) if isinstance(v, NcclAccount)}
     groups = {"tp": [list(range(h * PER_HOST, (h + 1) * PER_HOST)) for h in range(size // PER_HOST)],
               "world": [list(range(size))]}

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from preflight.channel.keys import Agreed, Counter, Key, RankList, Wire
+from preflight.channel.keys import Agreed, Counter, Family, Key, RankList, Wire
 from preflight.lib.waiting import wait_until
 from preflight.model.codec import BadPayload, decode, encode
 
@@ -58,22 +58,23 @@ def decode_value(raw: Any, into: type[T], key: str, rank: int, max_bytes: int = 
         return BadValue(key, rank, f"{type(exc).__name__}: {str(exc)[:160]}")
 
 
-def decode_interned(raws: Sequence[Any], keys: Sequence[Key[T]], ranks: Sequence[int]
-                    ) -> list[T | BadValue | None]:
-    """Each raw value as its key's type (None where absent), decoded once per distinct bytes."""
-    if not keys:
+def decode_interned(raws: Sequence[Any], family: Family[T], ranks: Sequence[int]) -> list[T | BadValue | None]:
+    """Each rank's raw value under `family` (keyed by rank: `nccl/{rank}`) as its type (None where
+    absent), decoded once per distinct bytes; a value that does not decode names its rank's key."""
+    if not ranks:
         return []
-    into, limit = _message(keys[0]).family.type, _limit(keys[0])
+    row = family.at(ranks[0])
+    into, limit = _message(row).family.type, _limit(row)
     seen: dict[bytes, Any] = {}
     out: list[Any] = []
-    for key, rank, raw in zip(keys, ranks, raws, strict=True):
+    for rank, raw in zip(ranks, raws, strict=True):
         if raw is None:
             out.append(None)
             continue
         data = bytes(raw)
         value = seen.get(data)
         if value is None:
-            value = decode_value(data, into, key, rank, limit)
+            value = decode_value(data, into, family.at(rank), rank, limit)
             if not isinstance(value, BadValue):
                 seen[data] = value
         out.append(value)
@@ -187,13 +188,14 @@ class Board:
         return [None if raw is None else decode_value(raw, into, key, rank, limit)
                 for key, rank, raw in zip(keys, ranks, fetch_raw(self.store, keys, partial), strict=True)]
 
-    def fetch_interned(self, keys: Sequence[Key[T]], ranks: Sequence[int]) -> list[T | BadValue | None]:
-        """fetch, decoding each distinct value once: ranks that sent the same bytes get the same object
-        (treat it as read-only). For values many ranks send alike (NCCL's account: a host's ranks, and
-        every healthy host, say the same): at 131,072 ranks a few hundred decodes, not 131,072."""
-        if not keys:
+    def fetch_interned(self, family: Family[T], ranks: Sequence[int]) -> list[T | BadValue | None]:
+        """Every rank's value under `family` (keyed by rank), each distinct value decoded once: ranks
+        that sent the same bytes get the same object (treat it as read-only). For values many ranks send
+        alike (NCCL's account: a host's ranks, and every healthy host, say the same): at 131,072 ranks a
+        few hundred decodes, not 131,072; the keys are fetched as plain text (Family.texts)."""
+        if not ranks:
             return []
-        return decode_interned(fetch_raw(self.store, keys), keys, ranks)
+        return decode_interned(fetch_raw(self.store, family.texts(ranks)), family, ranks)
 
     def agree(self, key: Key[str], proposal: str) -> bytes:
         """First writer wins: the value under `key` after proposing `proposal` (set only when absent)."""

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from preflight.lib.nccl_log import network_reason
+from preflight.lib.nccl_summary import by_host
 from preflight.model import Severity
 from preflight.model.nccl_account import NcclAccount
 from preflight.registry import Grade, Problem, Tags, engine_check
@@ -50,9 +51,7 @@ class NcclJob:
     def by_host(self) -> dict[str, list[tuple[int, NcclAccount]]]:
         """(rank, account) grouped by host, in rank order (made once: every check reads it)."""
         if self._hosts is None:
-            self._hosts = {}
-            for rank in sorted(self.accounts):
-                self._hosts.setdefault(self.host_of(rank), []).append((rank, self.accounts[rank]))
+            self._hosts = by_host(self.accounts, self.hosts)
         return self._hosts
 
 

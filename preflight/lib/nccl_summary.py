@@ -65,16 +65,30 @@ def _host(rank: int, accounts: Mapping[int, NcclAccount], hosts: Mapping[int, st
     return hosts.get(rank) or accounts[rank].host
 
 
+def by_host(accounts: Mapping[int, NcclAccount], hosts: Mapping[int, str] | None = None,
+            order: Iterable[int] | None = None) -> dict[str, list[tuple[int, NcclAccount]]]:
+    """(rank, account) per host (rank -> host from `hosts`, else the account's own), hosts in the order
+    they first appear among `order` (default: rank order). One pass, no call per rank: rank 0 does
+    it for every rank of the job (131,072)."""
+    host_of = (hosts or {}).get
+    grouped: dict[str, list[tuple[int, NcclAccount]]] = {}
+    for rank in sorted(accounts) if order is None else order:
+        account = accounts[rank]
+        host = host_of(rank) or account.host
+        members = grouped.get(host)
+        if members is None:
+            grouped[host] = [(rank, account)]
+        else:
+            members.append((rank, account))
+    return grouped
+
+
 def host_accounts(accounts: Mapping[int, NcclAccount], hosts: Mapping[int, str] | None = None,
                   order: Sequence[int] | None = None) -> list[NcclHostAccount]:
     """Per host (rank -> host from `hosts`, else the account's own), in the order hosts first appear
     among `order` (default: rank order)."""
-    hosts = hosts or {}
-    grouped: dict[str, list[tuple[int, NcclAccount]]] = {}
-    for rank in sorted(accounts) if order is None else order:
-        grouped.setdefault(_host(rank, accounts, hosts), []).append((rank, accounts[rank]))
     folded: dict[tuple[int, ...], NcclHostAccount] = {}
-    return [host_account(host, members, folded) for host, members in grouped.items()]
+    return [host_account(host, members, folded) for host, members in by_host(accounts, hosts, order).items()]
 
 
 def _shape(account: NcclHostAccount) -> tuple[object, ...]:
@@ -96,18 +110,34 @@ def profiles(hosts: Iterable[NcclHostAccount]) -> list[NcclProfile]:
     return sorted(groups.values(), key=lambda p: -len(p.hosts))
 
 
+def _per_host(ranks: Sequence[int], accounts: Mapping[int, NcclAccount],
+              hosts: Mapping[int, str]) -> dict[str, dict[int, NcclAccount]]:
+    """A group's distinct accounts (by object) per host."""
+    host_of = hosts.get
+    per_host: dict[str, dict[int, NcclAccount]] = {}
+    for rank in ranks:
+        account = accounts.get(rank)
+        if account is not None:
+            host = host_of(rank) or account.host
+            members = per_host.get(host)
+            if members is None:
+                per_host[host] = {id(account): account}
+            else:
+                members[id(account)] = account
+    return per_host
+
+
 def group_transport(ranks: Sequence[int], accounts: Mapping[int, NcclAccount],
                     hosts: Mapping[int, str] | None = None, said: dict[tuple[int, ...], str] | None = None) -> str:
     """What carried one group, in NCCL's words: `P2P/CUMEM`, `NET/IB/GDRDMA`, `NET/Socket on host b`; "" unknown.
 
     A group on one host used its intra-host transports; one across hosts used each member's
     network transport (named per host where the hosts differ)."""
-    hosts = hosts or {}
-    per_host: dict[str, dict[int, NcclAccount]] = {}
-    for rank in ranks:
-        account = accounts.get(rank)
-        if account is not None:
-            per_host.setdefault(_host(rank, accounts, hosts), {})[id(account)] = account
+    return _described(_per_host(ranks, accounts, hosts or {}), said)
+
+
+def _described(per_host: dict[str, dict[int, NcclAccount]], said: dict[tuple[int, ...], str] | None) -> str:
+    """group_transport's words for a group's accounts per host."""
     if not per_host:
         return ""
     if len(per_host) == 1:  # within one host: its accounts' own transports (said: cached by those accounts)
@@ -142,8 +172,9 @@ def dimensions(groups: Mapping[str, Sequence[Sequence[int]]], accounts: Mapping[
         seen: dict[str, int] = {}
         intra = 0
         for ranks in dim_groups:
-            intra += len({_host(r, accounts, hosts) for r in ranks if r in accounts}) == 1
-            text = group_transport(ranks, accounts, hosts, said)
+            per_host = _per_host(ranks, accounts, hosts)  # one pass over the group for both
+            intra += len(per_host) == 1
+            text = _described(per_host, said)
             if text:
                 seen[text] = seen.get(text, 0) + 1
         described = [f"{text} ({count} group{'s' if count > 1 else ''})" if len(seen) > 1 else text

@@ -249,7 +249,7 @@ def _take_nccl_accounts(outcome: ProbeOutcome, board: Board, got: Any, groups: d
     outcome.nccl_missing = {r: p.nccl_missing for r, p in got.payloads.items() if p.nccl_missing}
     ranks = sorted(r for r in got.payloads if r not in outcome.nccl_missing)
     hosts = got.hosts()
-    values = board.fetch_interned([keys.NCCL_ACCOUNT.at(r) for r in ranks], ranks)
+    values = board.fetch_interned(keys.NCCL_ACCOUNT, ranks)
     for rank, value in zip(ranks, values, strict=True):
         if isinstance(value, BadValue):
             outcome.nccl_missing[rank] = f"its NCCL account did not decode: {value.line()}"
