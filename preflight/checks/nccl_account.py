@@ -43,6 +43,7 @@ class NcclJob:
     peermem: dict[str, bool] = field(default_factory=dict)  # host -> nvidia_peermem loaded (sysfs), where known
     strict_bandwidth: bool = False
     _hosts: dict[str, list[tuple[int, NcclAccount]]] | None = field(default=None, repr=False)
+    _distinct: dict[str, list[NcclAccount]] | None = field(default=None, repr=False)
 
     def host_of(self, rank: int) -> str:
         """The rank's host."""
@@ -53,6 +54,14 @@ class NcclJob:
         if self._hosts is None:
             self._hosts = by_host(self.accounts, self.hosts)
         return self._hosts
+
+    def distinct_by_host(self) -> dict[str, list[NcclAccount]]:
+        """Each host's distinct account objects (its ranks share them), made once: a check asks these
+        before it looks at a host's ranks one by one, so a healthy host costs no pass over its ranks."""
+        if self._distinct is None:
+            self._distinct = {host: list({id(a): a for _, a in group}.values())
+                              for host, group in self.by_host().items()}
+        return self._distinct
 
 
 Member = tuple[int, NcclAccount]
@@ -89,9 +98,11 @@ def socket_despite_rdma(job: NcclJob) -> Iterable[Problem]:
     other hosts of the same job using an RDMA network. The finding quotes NCCL's reason: the
     plugin that did not load, `NET/IB : No device found.`, NCCL_IB_HCA, NCCL_IB_DISABLE.
     """
-    hosts = job.by_host()
-    rdma_elsewhere = sorted({a.network for group in hosts.values() for _, a in group if _rdma(a.network)})
+    hosts, distinct = job.by_host(), job.distinct_by_host()
+    rdma_elsewhere = sorted({a.network for said in distinct.values() for a in said if _rdma(a.network)})
     for host, group in hosts.items():
+        if not any(a.network == RDMA_NETWORKS_SOCKET and _on_network(a) for a in distinct[host]):
+            continue
         socket = [(r, a) for r, a in group if a.network == RDMA_NETWORKS_SOCKET and _on_network(a)]
         ports = job.rdma_ports.get(host, [])
         if not socket or not (ports or rdma_elsewhere):
@@ -125,9 +136,11 @@ def gdr_off(job: NcclJob) -> Iterable[Problem]:
     NCCL_NET_GDR_LEVEL that forbids it, or a GPU too far from its NIC on the PCIe tree. The
     reason is the one NCCL's log gives (its HCA line, its distance line, the variable it read).
     """
-    hosts = job.by_host()
-    on_somewhere = sorted(h for h, g in hosts.items() if any(a.gdr for _, a in g))
+    hosts, distinct = job.by_host(), job.distinct_by_host()
+    on_somewhere = sorted(h for h, said in distinct.items() if any(a.gdr for a in said))
     for host, group in hosts.items():
+        if not any(a.gdr is False and _rdma(a.network) and _on_network(a) for a in distinct[host]):
+            continue
         off = [(r, a) for r, a in group if a.gdr is False and _rdma(a.network) and _on_network(a)]
         if not off:
             continue
@@ -167,9 +180,11 @@ def intra_host_not_p2p(job: NcclJob) -> Iterable[Problem]:
     Evidence of NVLink: the GPUs' active NVLinks (NVML, in a run) or, reading logs alone,
     other hosts of the job connecting their GPUs over P2P.
     """
-    hosts = job.by_host()
-    p2p_elsewhere = any(n.startswith("P2P") for g in hosts.values() for _, a in g for n in a.intra)
+    hosts, distinct = job.by_host(), job.distinct_by_host()
+    p2p_elsewhere = any(n.startswith("P2P") for said in distinct.values() for a in said for n in a.intra)
     for host, group in hosts.items():
+        if not any(not n.startswith("P2P") for a in distinct[host] for n in a.intra):
+            continue
         slow = [(r, a) for r, a in group if any(not n.startswith("P2P") for n in a.intra)]
         if not slow or not (host in job.nvlink_hosts or p2p_elsewhere):
             continue
@@ -198,8 +213,9 @@ def nvls_unused(job: NcclJob) -> Iterable[Problem]:
     available` when the fabric manager is down, the driver lacks multicast or
     NCCL_NVLS_ENABLE=0; intra-host all-reduce then loses up to a third of its bandwidth.
     """
+    distinct = job.distinct_by_host()
     for host, group in job.by_host().items():
-        if host not in job.nvswitch_hosts:
+        if host not in job.nvswitch_hosts or all(a.nvls_used for a in distinct[host]):
             continue
         several = [(r, a) for r, a in group if a.local_ranks > 1 or len(group) > 1]
         unused = [(r, a) for r, a in several if not a.nvls_used]
@@ -240,13 +256,13 @@ def ranks_disagree(job: NcclJob) -> Iterable[Problem]:
                 seen[said[key]] += count
         if len(seen) < 2:
             continue
-        members = [(rank, job.accounts[rank]) for rank in sorted(job.accounts)]
         majority = seen.most_common(1)[0][0]
-        odd = [(r, a) for r, a in members if said[id(a)] and said[id(a)] != majority]
+        odd_ids = {key for key, text in said.items() if text and text != majority}
+        odd = [(r, a) for r, a in job.accounts.items() if id(a) in odd_ids]
         hosts = sorted({job.host_of(r) for r, _ in odd})
         yield Problem(f"ranks disagree on the {what}: {len(odd)} rank(s) on {', '.join(hosts[:4])}"
                       f"{' ...' if len(hosts) > 4 else ''} use {', '.join(sorted({said[id(a)] for _, a in odd}))}, "
-                      f"the other {len(members) - len(odd)} {majority}",
+                      f"the other {len(job.accounts) - len(odd)} {majority}",
                       ranks=_ranks(odd), hosts=hosts, severity=severity,
                       data={"what": what, "majority": majority, "values": dict(seen)})
 
