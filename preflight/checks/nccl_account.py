@@ -42,26 +42,29 @@ class NcclJob:
     gpu_models: dict[str, str] = field(default_factory=dict)  # host -> its GPU name
     peermem: dict[str, bool] = field(default_factory=dict)  # host -> nvidia_peermem loaded (sysfs), where known
     strict_bandwidth: bool = False
-    _hosts: dict[str, list[tuple[int, NcclAccount]]] | None = field(default=None, repr=False)
+    _hosts: dict[str, tuple[list[int], dict[int, NcclAccount]]] | None = field(default=None, repr=False)
     _distinct: dict[str, list[NcclAccount]] | None = field(default=None, repr=False)
 
     def host_of(self, rank: int) -> str:
         """The rank's host."""
         return self.hosts.get(rank) or self.accounts[rank].host
 
-    def by_host(self) -> dict[str, list[tuple[int, NcclAccount]]]:
-        """(rank, account) grouped by host, in rank order (made once: every check reads it)."""
+    def by_host(self) -> dict[str, list[NcclAccount]]:
+        """Each host's distinct account objects (its ranks share them), hosts in rank order, made once:
+        a check asks these before it looks at a host's ranks (`members`), so a host whose ranks all
+        said what the check accepts costs no pass over its ranks (131,072 on rank 0)."""
+        if self._distinct is None:
+            self._distinct = {host: list(distinct.values()) for host, (_, distinct) in self._grouped().items()}
+        return self._distinct
+
+    def members(self, host: str) -> list[tuple[int, NcclAccount]]:
+        """(rank, account) of one host, in rank order."""
+        return [(rank, self.accounts[rank]) for rank in self._grouped()[host][0]]
+
+    def _grouped(self) -> dict[str, tuple[list[int], dict[int, NcclAccount]]]:
         if self._hosts is None:
             self._hosts = by_host(self.accounts, self.hosts)
         return self._hosts
-
-    def distinct_by_host(self) -> dict[str, list[NcclAccount]]:
-        """Each host's distinct account objects (its ranks share them), made once: a check asks these
-        before it looks at a host's ranks one by one, so a healthy host costs no pass over its ranks."""
-        if self._distinct is None:
-            self._distinct = {host: list({id(a): a for _, a in group}.values())
-                              for host, group in self.by_host().items()}
-        return self._distinct
 
 
 Member = tuple[int, NcclAccount]
@@ -98,12 +101,12 @@ def socket_despite_rdma(job: NcclJob) -> Iterable[Problem]:
     other hosts of the same job using an RDMA network. The finding quotes NCCL's reason: the
     plugin that did not load, `NET/IB : No device found.`, NCCL_IB_HCA, NCCL_IB_DISABLE.
     """
-    hosts, distinct = job.by_host(), job.distinct_by_host()
+    distinct = job.by_host()
     rdma_elsewhere = sorted({a.network for said in distinct.values() for a in said if _rdma(a.network)})
-    for host, group in hosts.items():
-        if not any(a.network == RDMA_NETWORKS_SOCKET and _on_network(a) for a in distinct[host]):
+    for host, said in distinct.items():
+        if not any(a.network == RDMA_NETWORKS_SOCKET and _on_network(a) for a in said):
             continue
-        socket = [(r, a) for r, a in group if a.network == RDMA_NETWORKS_SOCKET and _on_network(a)]
+        socket = [(r, a) for r, a in job.members(host) if a.network == RDMA_NETWORKS_SOCKET and _on_network(a)]
         ports = job.rdma_ports.get(host, [])
         if not socket or not (ports or rdma_elsewhere):
             continue
@@ -136,12 +139,12 @@ def gdr_off(job: NcclJob) -> Iterable[Problem]:
     NCCL_NET_GDR_LEVEL that forbids it, or a GPU too far from its NIC on the PCIe tree. The
     reason is the one NCCL's log gives (its HCA line, its distance line, the variable it read).
     """
-    hosts, distinct = job.by_host(), job.distinct_by_host()
+    distinct = job.by_host()
     on_somewhere = sorted(h for h, said in distinct.items() if any(a.gdr for a in said))
-    for host, group in hosts.items():
-        if not any(a.gdr is False and _rdma(a.network) and _on_network(a) for a in distinct[host]):
+    for host, said in distinct.items():
+        if not any(a.gdr is False and _rdma(a.network) and _on_network(a) for a in said):
             continue
-        off = [(r, a) for r, a in group if a.gdr is False and _rdma(a.network) and _on_network(a)]
+        off = [(r, a) for r, a in job.members(host) if a.gdr is False and _rdma(a.network) and _on_network(a)]
         if not off:
             continue
         model = job.gpu_models.get(host, "")
@@ -180,12 +183,12 @@ def intra_host_not_p2p(job: NcclJob) -> Iterable[Problem]:
     Evidence of NVLink: the GPUs' active NVLinks (NVML, in a run) or, reading logs alone,
     other hosts of the job connecting their GPUs over P2P.
     """
-    hosts, distinct = job.by_host(), job.distinct_by_host()
+    distinct = job.by_host()
     p2p_elsewhere = any(n.startswith("P2P") for said in distinct.values() for a in said for n in a.intra)
-    for host, group in hosts.items():
-        if not any(not n.startswith("P2P") for a in distinct[host] for n in a.intra):
+    for host, said in distinct.items():
+        if not any(not n.startswith("P2P") for a in said for n in a.intra):
             continue
-        slow = [(r, a) for r, a in group if any(not n.startswith("P2P") for n in a.intra)]
+        slow = [(r, a) for r, a in job.members(host) if any(not n.startswith("P2P") for n in a.intra)]
         if not slow or not (host in job.nvlink_hosts or p2p_elsewhere):
             continue
         used = sorted({n for _, a in slow for n in a.intra_transports() if not n.startswith("P2P") and n != "NVLS"})
@@ -213,10 +216,10 @@ def nvls_unused(job: NcclJob) -> Iterable[Problem]:
     available` when the fabric manager is down, the driver lacks multicast or
     NCCL_NVLS_ENABLE=0; intra-host all-reduce then loses up to a third of its bandwidth.
     """
-    distinct = job.distinct_by_host()
-    for host, group in job.by_host().items():
-        if host not in job.nvswitch_hosts or all(a.nvls_used for a in distinct[host]):
+    for host, said in job.by_host().items():
+        if host not in job.nvswitch_hosts or all(a.nvls_used for a in said):
             continue
+        group = job.members(host)
         several = [(r, a) for r, a in group if a.local_ranks > 1 or len(group) > 1]
         unused = [(r, a) for r, a in several if not a.nvls_used]
         if not unused:

@@ -26,14 +26,14 @@ def _joined(values: Iterable[str]) -> str:
     return ", ".join(sorted({v for v in values if v}))
 
 
-def host_account(host: str, members: Sequence[tuple[int, NcclAccount]],
+def host_account(host: str, ranks: Sequence[int], distinct: Mapping[int, NcclAccount],
                  folded: dict[tuple[int, ...], NcclHostAccount] | None = None) -> NcclHostAccount:
-    """One host's ranks folded into one account (each distinct account object read once: ranks share them).
+    """One host's ranks folded into one account from its distinct account objects (by id: ranks share
+    them), each read once.
 
-    folded: hosts already folded, by their distinct accounts (the objects ranks share): a host whose
-    ranks said what another host's said reuses that fold, its own name and ranks put in."""
-    distinct = {id(a): a for _, a in members}
-    ranks = sorted(rank for rank, _ in members if rank >= 0)
+    folded: hosts already folded, by their distinct accounts: a host whose ranks said what another
+    host's said reuses that fold, its own name and ranks put in."""
+    ranks = sorted(rank for rank in ranks if rank >= 0)
     key = tuple(distinct)
     if folded is not None and key in folded:
         done = folded[key]
@@ -66,20 +66,21 @@ def _host(rank: int, accounts: Mapping[int, NcclAccount], hosts: Mapping[int, st
 
 
 def by_host(accounts: Mapping[int, NcclAccount], hosts: Mapping[int, str] | None = None,
-            order: Iterable[int] | None = None) -> dict[str, list[tuple[int, NcclAccount]]]:
-    """(rank, account) per host (rank -> host from `hosts`, else the account's own), hosts in the order
-    they first appear among `order` (default: rank order). One pass, no call per rank: rank 0 does
-    it for every rank of the job (131,072)."""
+            order: Iterable[int] | None = None) -> dict[str, tuple[list[int], dict[int, NcclAccount]]]:
+    """Per host (rank -> host from `hosts`, else the account's own): its ranks and its distinct account
+    objects (by id: ranks share them), hosts in the order they first appear among `order` (default:
+    rank order). One pass and no object per rank: rank 0 does it for every rank of the job (131,072)."""
     host_of = (hosts or {}).get
-    grouped: dict[str, list[tuple[int, NcclAccount]]] = {}
+    grouped: dict[str, tuple[list[int], dict[int, NcclAccount]]] = {}
     for rank in sorted(accounts) if order is None else order:
         account = accounts[rank]
         host = host_of(rank) or account.host
         members = grouped.get(host)
         if members is None:
-            grouped[host] = [(rank, account)]
+            grouped[host] = ([rank], {id(account): account})
         else:
-            members.append((rank, account))
+            members[0].append(rank)
+            members[1][id(account)] = account
     return grouped
 
 
@@ -88,7 +89,8 @@ def host_accounts(accounts: Mapping[int, NcclAccount], hosts: Mapping[int, str] 
     """Per host (rank -> host from `hosts`, else the account's own), in the order hosts first appear
     among `order` (default: rank order)."""
     folded: dict[tuple[int, ...], NcclHostAccount] = {}
-    return [host_account(host, members, folded) for host, members in by_host(accounts, hosts, order).items()]
+    return [host_account(host, ranks, distinct, folded)
+            for host, (ranks, distinct) in by_host(accounts, hosts, order).items()]
 
 
 def _shape(account: NcclHostAccount) -> tuple[object, ...]:
