@@ -315,3 +315,17 @@ def test_the_read_walker_sees_a_raw_dict_reading() -> None:
                "    code = int(verdict['exit_code'])\n    ok = board.read(k, 0).get('x')\n"
                "    fine = verdict.exit_code\n")
     assert [line for line, _ in loose_reads(planted)] == [3, 6, 6, 7]
+
+
+def test_registering_every_check_imports_no_torch() -> None:
+    """The checks register before preflight's own torch import, which defers SIGINT/SIGTERM until torch
+    is in (lib/torch_import.py): a check module that pulled torch in (probe_memory through memory_fit
+    and ops did) imports it where a signal is lost, and a rank told to stop runs to the end."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from preflight.registry import all_checks; assert all_checks(); "
+            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout

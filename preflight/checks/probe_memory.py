@@ -4,12 +4,16 @@ a MIG instance where NCCL cannot run them (BW015)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from preflight.model import Severity
-from preflight.probes import mig
-from preflight.probes.memory_fit import Skipped
-from preflight.probes.mig import MigRank
+from preflight.probes import mig  # torch-free: its reason() words the finding
 from preflight.registry import Problem, Tags, engine_check
+
+if TYPE_CHECKING:  # memory_fit imports probes/ops and so torch: never at the checks' registration, which
+    # runs before preflight's own, signal-safe torch import (lib/torch_import.py)
+    from preflight.probes.memory_fit import Skipped
+    from preflight.probes.mig import MigRank
 
 
 @engine_check(
