@@ -1,6 +1,6 @@
 """`preflight history`'s options as typed values, parsed once where they enter and validated there.
 
-The counterpart of RunOptions (preflight/options.py) for the `history` subcommand:
+The counterpart of RunOptions (preflight/options/run.py) for the `history` subcommand:
 `HistoryOptions.parse` turns the flags as written (--since 7d, --last 50, --flaky 3/10,
 --older-than 90d, --timeout 30) into typed values, and `__post_init__` validates every field,
 and what ties them together (prune needs --older-than, exclude needs --flaky), with the same

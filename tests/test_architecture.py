@@ -114,7 +114,7 @@ def reachable_from(start: str) -> set[str]:
 @pytest.mark.parametrize(("door", "other"), [("preflight.api", "preflight.commands"),
                                              ("preflight.commands.cli", "preflight.api")])
 def test_neither_front_door_imports_the_other(door: str, other: str) -> None:
-    """The CLI and preflight.check share RunOptions (preflight/options.py), never each other's code."""
+    """The CLI and preflight.check share RunOptions (preflight/options/run.py), never each other's code."""
     crossing = sorted(name for name in reachable_from(door) if within(name, other))
     assert not crossing, f"{door} imports {crossing}"
 

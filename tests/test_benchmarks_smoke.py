@@ -69,6 +69,7 @@ SMOKE: dict[str, Smoke] = {
 GPU_ONLY: dict[str, tuple[str, ...]] = {
     "gpu_session.sh": (),
     "inprocess_device.py": (),
+    "node_wave2.py": (),
     "device_fidelity.py": ("--device", "cuda"),
     "probe_fidelity.py": ("--backend", "nccl"),
 }

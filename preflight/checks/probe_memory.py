@@ -4,16 +4,10 @@ a MIG instance where NCCL cannot run them (BW015)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from preflight.model import Severity
-from preflight.probes import mig  # torch-free: its reason() words the finding
+from preflight.model.probe_skips import MigRank, Skipped
 from preflight.registry import Problem, Tags, engine_check
-
-if TYPE_CHECKING:  # memory_fit imports probes/ops and so torch: never at the checks' registration, which
-    # runs before preflight's own, signal-safe torch import (lib/torch_import.py)
-    from preflight.probes.memory_fit import Skipped
-    from preflight.probes.mig import MigRank
 
 
 @engine_check(
@@ -57,6 +51,14 @@ def collectives_not_on_mig(found: list[MigRank]) -> Iterable[Problem]:
     """
     if not found:
         return
-    yield Problem(f"collectives not measured: {mig.reason(found)}", ranks=[m.rank for m in found],
+    yield Problem(f"collectives not measured: {_mig_reason(found)}", ranks=[m.rank for m in found],
                   hosts=sorted({m.host for m in found}),
                   data={"mig_instances": [{"rank": m.rank, "host": m.host, "instance": m.instance} for m in found]})
+
+
+def _mig_reason(found: list[MigRank]) -> str:
+    """Why the collectives were not attempted, naming the ranks, hosts and instances."""
+    shown = ", ".join(f"rank {m.rank} on {m.host} ({m.instance})" for m in found[:4])
+    more = f" and {len(found) - 4} more" if len(found) > 4 else ""
+    return (f"{len(found)} rank(s) bound to a MIG instance: {shown}{more}; NCCL's peer transports need CUDA IPC, "
+            "which MIG instances do not have, so the collectives were not attempted on NCCL")

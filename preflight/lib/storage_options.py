@@ -1,6 +1,6 @@
 """The storage family's options (`--storage PATH`, `--checkpoint-size`, `--storage-budget`), validated where built.
 
-`StorageOptions` is one field of RunOptions (preflight/options.py parses the text; this
+`StorageOptions` is one field of RunOptions (preflight/options/values.py parses the text; this
 dataclass checks itself, ParallelDims-style, where the data enters): PATH must be a directory
 this rank can write into, else one line and exit 2 before the run (a path that goes away
 mid-run is the family's could-not-run, steps/storage.py). Every rank checks its own view

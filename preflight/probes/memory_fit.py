@@ -12,26 +12,15 @@ the same decision everywhere, so no rank waits in a collective its peers skipped
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from preflight.model.probe_skips import Skipped
 from preflight.probes import ops
 from preflight.probes.plan import CONNECT
 from preflight.probes.timing import wait_works
 
 MEMORY_SHARE = 0.5  # of the least free memory among the ranks: the rest stays the trainer's and NCCL's
 HEADROOM = 2  # the buffers, again: the check's expected values, masks, NCCL's staging of the same size
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A step no rank runs, and why."""
-
-    index: int
-    dim: str
-    op: str
-    size: int
-    reason: str
 
 
 def step_bytes(op: str, size: int, group_size: int, dtype: Any) -> int:

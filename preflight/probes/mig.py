@@ -25,23 +25,14 @@ another device and another path, which the user did not ask about.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from preflight.channel import keys
 from preflight.channel.board import BadValue
 from preflight.lib.waiting import wait_until
 from preflight.model.messages import BoundRecord
+from preflight.model.probe_skips import MigRank
 from preflight.probes.timing import barrier
-
-
-@dataclass(frozen=True)
-class MigRank:
-    """A rank whose probes' GPU is a MIG instance."""
-
-    rank: int
-    host: str
-    instance: str  # the instance's UUID, MIG-...
 
 
 def is_mig(uuid: str) -> bool:
@@ -81,9 +72,3 @@ def mig_ranks(session: Any, deadline: float) -> list[MigRank]:
     return on_mig(session.board, session.world.world_size, kept=session.kept)
 
 
-def reason(found: list[MigRank]) -> str:
-    """Why the collectives were not attempted, naming the ranks, hosts and instances."""
-    shown = ", ".join(f"rank {m.rank} on {m.host} ({m.instance})" for m in found[:4])
-    more = f" and {len(found) - 4} more" if len(found) > 4 else ""
-    return (f"{len(found)} rank(s) bound to a MIG instance: {shown}{more}; NCCL's peer transports need CUDA IPC, "
-            "which MIG instances do not have, so the collectives were not attempted on NCCL")

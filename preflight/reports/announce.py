@@ -19,13 +19,13 @@ def written_line(flag: str, path: str) -> str:
     return f"preflight: wrote {what} {os.path.abspath(path)}{_size(path)}"
 
 
-def history_line(url: str) -> str:
-    """`preflight: recorded the run in history /abs/h.db (sqlite, 96 kB)`; a server's URL without its password."""
-    from preflight.history.store import shown_url, sqlite_file
+def history_line(shown_url: str, path: str | None) -> str:
+    """`preflight: recorded the run in history /abs/h.db (sqlite, 96 kB)`; a server's URL without its password.
 
-    path = sqlite_file(url)
+    shown_url: the URL as the history shows it (password hidden); path: its sqlite file, None for a server
+    (both from history/store.py, read by the caller: reports/ does not import the history layer)."""
     if path is None:
-        return f"preflight: recorded the run in history {shown_url(url)}"
+        return f"preflight: recorded the run in history {shown_url}"
     size = _size(path).strip(" ()")
     line = f"preflight: recorded the run in history {os.path.abspath(path)} (sqlite{', ' + size if size else ''})"
     if not os.path.isabs(path):  # SQLAlchemy's three slashes: relative to the current folder, which surprises

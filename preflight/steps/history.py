@@ -89,7 +89,7 @@ def remember(report: JobReport, options: RunOptions) -> tuple[list[str], list[Un
     unwritten: list[Unwritten] = []
     written: list[str] = []
     if options.history.url:  # the database side only with --history (its import is not free: see above)
-        from preflight.history.store import shown_url
+        from preflight.history.store import shown_url, sqlite_file
     recalled = not any(f.check_id == history_unusable.id for f in report.findings)
     if options.history.url and not recalled:  # unreadable before the verdict: HIS001 says so already
         unwritten.append(Unwritten("--history", shown_url(options.history.url), "not readable, so not recorded"))
@@ -102,7 +102,7 @@ def remember(report: JobReport, options: RunOptions) -> tuple[list[str], list[Un
             unwritten.append(Unwritten("--history", shown_url(options.history.url),
                                        outcome.reason(options.timeouts.history_s)[:200]))
         else:
-            written.append(history_line(options.history.url))
+            written.append(history_line(shown_url(options.history.url), sqlite_file(options.history.url)))
     if options.history.metrics:
         from preflight.reports.metrics import write_metrics
 

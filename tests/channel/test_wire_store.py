@@ -87,8 +87,9 @@ def test_each_section_is_written_once_a_rank_sends_its_own_document_and_rank_0_r
     sent = [_payload(rank, env_drift=rank == 6) for rank in range(1, PER_HOST * HOSTS)]
     recording = _publish(store, sent)
     section_writes = [key for key, _ in recording.written if key.startswith("shared/")]
-    # env (the job's, and rank 6's own), world, versions, network x 2 hosts, GPUs x 2 hosts, outcomes
-    assert len(section_writes) == len(set(section_writes)) == 9
+    # env (the job's, and rank 6's own), world, versions, network x 2 hosts, GPUs x 2 hosts, outcomes, the
+    # agreeing options (issue 47)
+    assert len(section_writes) == len(set(section_writes)) == 10
     payloads = {key: value for key, value in recording.written if key.startswith("rank/")}
     assert len(payloads) == 7 and not [v for v in payloads.values() if b"interfaces" in v or b"mlx5" in v]
     collected = _collect(store)
@@ -108,7 +109,7 @@ def test_a_rank_whose_section_differs_from_its_hosts_first_rank_sends_it_and_is_
     sent[2].facts.gpus = sent[2].facts.gpus[:1]  # rank 3 sees one GPU where its host's first rank sees two
     recording = _publish(store, sent)
     written = [key for key, _ in recording.written if key.startswith("shared/")]
-    assert len(written) == 7  # rank 1's six sections and rank 3's own GPU list
+    assert len(written) == 8  # rank 1's seven sections and rank 3's own GPU list
     collected = _collect(store, PER_HOST)
     assert [len(collected.payloads[r].facts.gpus) for r in (1, 2, 3)] == [2, 2, 1]
 
@@ -137,7 +138,7 @@ def test_a_digest_that_is_not_one_and_an_unknown_digest_are_bad_payloads() -> No
     with pytest.raises(BadPayload, match="neither a value nor a digest"):
         from_wire(wire.replace(digest.encode(), b"../../etc/passwd"), shared)
     wanted = shared.missing([wire])
-    assert sorted(wanted.values()) == ["env", "gpus", "network", "outcomes", "versions", "world"]
+    assert sorted(wanted.values()) == ["env", "gpus", "network", "options", "outcomes", "versions", "world"]
     assert shared.learn(wanted, [sections[d] for d in wanted]) == list(wanted)
     assert from_wire(wire, shared).facts == _payload(1).facts
 

@@ -1,4 +1,5 @@
-"""The affinity gatherer places the GPU and its NICs by lib/pci_topology's one definition of a PCIe switch."""
+"""The affinity gatherer places the GPU and its NICs by preflight/lib/pci_topology.py's one definition of a
+PCIe switch."""
 
 from __future__ import annotations
 

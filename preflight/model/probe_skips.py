@@ -1,0 +1,26 @@
+"""Collective steps skipped alike on every rank, and why (probes/memory_fit.py, probes/mig.py decide;
+checks/probe_memory.py reports): plain data, so the checks read it without importing the probes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A step no rank runs, and why."""
+
+    index: int
+    dim: str
+    op: str
+    size: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class MigRank:
+    """A rank whose probes' GPU is a MIG instance."""
+
+    rank: int
+    host: str
+    instance: str  # the instance's UUID, MIG-...
