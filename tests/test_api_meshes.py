@@ -74,7 +74,10 @@ def assert_passed_then_trained(out: Path, ranks: dict[int, dict[str, Any]], case
         assert result["step"]["axes"] == {name: float(size) for name, size in sizes.items() if size > 1}
         assert result["step"]["world_sum"] == world_size * (world_size - 1) / 2
     report = json.loads((out / f"{case}.json").read_text())
-    assert report["verdict"] == "passed" and report["meta"]["mesh"] == mesh
+    findings = [(f["id"], f["severity"], f["message"][:200]) for f in report.get("findings", [])
+                if f["severity"] not in ("info", "pass")]
+    assert report["verdict"] == "passed", findings
+    assert report["meta"]["mesh"] == mesh
     assert report["meta"]["world_size"] == world_size
     return report
 
