@@ -22,9 +22,11 @@ from preflight.lib.mesh_shape import MeshDim, dim_groups
 from tests.helpers.ranks import spawn_env_ranks
 from tests.helpers.tools import require
 
-# The module's launched runs probe every mesh dimension down to 4 KiB and assert a healthy verdict:
-# under the other xdist worker's load a 4 KiB all_to_all group read 30% of its siblings (BW003)
-# once in CI. Quiet: the run has the machine's cores to itself (tests/helpers/quiet.py).
+# The module's launched runs probe every mesh dimension and assert a healthy verdict: under the other
+# xdist worker's load a 4 KiB all_to_all group read 30% of its siblings (BW003) once in CI, and the
+# 16-rank mesh gave "passed with warnings" once more while quiet. The trainer probes at 256 KiB, the
+# size test_no_false_alarms.py holds free of false alarms over repeated runs (at 4 KiB a group's time
+# is the scheduler's on 2 cores, not the link's). Quiet: the run has the cores to itself (tests/helpers/quiet.py).
 pytestmark = pytest.mark.quiet
 
 TRAINER = Path(__file__).resolve().parent / "helpers" / "mesh_trainer.py"
@@ -74,7 +76,7 @@ def assert_passed_then_trained(out: Path, ranks: dict[int, dict[str, Any]], case
         assert result["step"]["axes"] == {name: float(size) for name, size in sizes.items() if size > 1}
         assert result["step"]["world_sum"] == world_size * (world_size - 1) / 2
     report = json.loads((out / f"{case}.json").read_text())
-    findings = [(f["id"], f["severity"], f["message"][:200]) for f in report.get("findings", [])
+    findings = [(f["check_id"], f["severity"], f["message"][:200]) for f in report.get("findings", [])
                 if f["severity"] not in ("info", "pass")]
     assert report["verdict"] == "passed", findings
     assert report["meta"]["mesh"] == mesh

@@ -130,7 +130,7 @@ def check_then_train(mesh: DeviceMesh, out: Path, case: str) -> dict[str, Any]:
     """preflight.check on the mesh, then a training step on its groups; what happened."""
     result: dict[str, Any] = {"names": list(mesh.mesh_dim_names or ()), "shape": list(mesh.mesh.shape)}
     try:
-        report = preflight.check(mesh, json=str(out / f"{case}.json"), quiet=True, sizes="4KiB", timeout_s=120,
+        report = preflight.check(mesh, json=str(out / f"{case}.json"), quiet=True, sizes="256KiB", timeout_s=120,
                                  probe_timeout_s=60)
         result["outcome"] = "passed"
         result["exit_code"] = report.exit_code
