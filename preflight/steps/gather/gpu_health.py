@@ -60,7 +60,11 @@ def nvml_gpus(nvml: Nvml) -> list[cuda_visible.NvmlGpu]:
             migs = tuple(_text(m) for m in nvml.read(handle, "mig_uuids"))
         except (NvmlError, TypeError):
             migs = ()
-        found.append(cuda_visible.NvmlGpu(index, bus, uuid, capability, migs))
+        try:
+            name = _text(nvml.read(handle, "name"))
+        except NvmlError:
+            name = ""
+        found.append(cuda_visible.NvmlGpu(index, bus, uuid, capability, migs, name))
     return found
 
 
