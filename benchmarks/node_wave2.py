@@ -83,7 +83,9 @@ def libraries(torch: Any) -> None:
     cublas = found.get("cublas")
     nccl = found.get("nccl")
     torch_nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else ""
-    ok = cublas is not None and bool(cublas.version) and (nccl is None or nccl.version == torch_nccl)
+    cudnn, torch_cudnn = found.get("cudnn"), torch.backends.cudnn.version()  # the runtime cudnnGetVersion, an int
+    cudnn_ok = cudnn is None or torch_cudnn is None or cudnn.version == loaded_libraries.cudnn_version(torch_cudnn)
+    ok = cublas is not None and bool(cublas.version) and (nccl is None or nccl.version == torch_nccl) and cudnn_ok
     say("loaded libraries", ok, f"{ {k: (v.path, v.version) for k, v in found.items()} }; torch cuda "
         f"{torch.version.cuda}, nccl {torch_nccl}, cudnn {torch.backends.cudnn.version()}")
 

@@ -33,6 +33,7 @@ from typing import Any
 from preflight.channel import clock, keys, run_auth
 from preflight.channel.exchange import Exchange, RankPayload, agree_on_key
 from preflight.channel.wire import this_stamp
+from preflight.checks import mesh_order
 from preflight.checks.ports import foreign_store
 from preflight.checks.run_findings import (
     options_disagree,
@@ -253,6 +254,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         record.probes = outcome
         record.outcomes += outcome.device_outcomes
         nccl_findings = nccl_account.judge(outcome, record.all_facts, options.probes.strict_bandwidth)  # NCCL's own
+        outcome.findings = mesh_order.leave_to_layout(record.findings, outcome.findings, options.silence)
         record.findings += outcome.findings + nccl_findings + probes.backend_findings(outcome, options.probes.backend,
                                                                                       record.all_facts)
 

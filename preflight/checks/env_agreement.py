@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from preflight.checks.nic_fabric import roce_setting_reports
 from preflight.lib.env_drift import drifting, is_collective, is_per_rank, secret_numbers, value_label
 from preflight.lib.grouping import describe, minority, short
 from preflight.model import RankFacts, Severity
@@ -46,12 +47,14 @@ def collective_env_drift(job: JobView) -> Iterable[Problem]:
     the odd node only. Variables set per rank by the launcher (CUDA_VISIBLE_DEVICES, RANK, ...)
     are not compared. The finding shows each value with the hosts (and ranks) holding it and
     names the ranks outside the most common value. Secret-looking values are compared by a
-    keyed digest and shown as <redacted>.
+    keyed digest and shown as <redacted>. NCCL_IB_GID_INDEX, NCCL_IB_TC and
+    NCCL_IB_ROCE_VERSION_NUM differing between hosts with RoCE ports are NIC006's finding, with
+    the GID type each host ends up on, and not repeated here.
     """
     ranks = job.ranks
     for name, groups in drifting(ranks).items():
-        if not is_collective(name):
-            continue
+        if not is_collective(name) or roce_setting_reports(name, groups):
+            continue  # (RoCE's GID index and traffic class across RoCE hosts: NIC006 says it, with the GID type)
         odd = minority(groups)
         yield Problem(
             summary(name, groups, ranks),

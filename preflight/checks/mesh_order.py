@@ -22,7 +22,7 @@ from itertools import permutations
 
 from preflight.checks.fabric import nvlink_domain
 from preflight.lib.hostlist import rank_ranges
-from preflight.model import Severity
+from preflight.model import Finding, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
 
 # How much a dimension's collectives need NVLink: the higher, the more it must stay inside a domain.
@@ -134,3 +134,15 @@ def mesh_order_spans_domains(job: JobView) -> Iterable[Problem]:
                       ranks=group, hosts=sorted({by_rank[r].host for r in group}),
                       data={"dim": name, "mesh": mesh_text(mesh), "better_mesh": mesh_text(best), "span": kind,
                             "example_ranks": group})
+
+
+def leave_to_layout(before: Sequence[Finding], probes: Sequence[Finding], silenced: Iterable[str] = ()
+                    ) -> list[Finding]:
+    """The probes' findings less BW008 ("a tp group spans hosts") for each dimension LAYOUT006 already named
+    before the probes, with the mesh order that keeps it inside one host or NVLink domain: one cause, one
+    finding, the one that says the fix. BW008 stays where no order helps (tp8 on 4-GPU hosts), where
+    LAYOUT006 did not run, and where it was --silence'd (its finding would not be seen)."""
+    if "LAYOUT006" in {s.upper() for s in silenced}:
+        return list(probes)
+    named = {f.data.get("dim") for f in before if f.check_id == "LAYOUT006"}
+    return [f for f in probes if not (f.check_id == "BW008" and f.data.get("dim") in named)]

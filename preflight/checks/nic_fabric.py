@@ -13,7 +13,7 @@ class (NCCL_IB_TC) for the switches' lossless (PFC) queue to carry it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from preflight.checks.nic_health import has_rdma_ports, nccl_ib_ports, rdma_ports_somewhere
 from preflight.lib.grouping import first_per_host, odd_ones
@@ -113,6 +113,28 @@ def roce_settings_differ(job: JobView) -> Iterable[Problem]:
     for host, value in sorted(odd.items()):
         yield Problem(f"RoCE on {host}: {value}; most hosts: {majority}", hosts=[host], ranks=sorted(ranks_of[host]),
                       data={"setting": value, "majority": majority})
+
+
+# The variables whose differences across RoCE hosts NIC006 reports, with the GID type each host ends up on.
+ROCE_VARIABLES = frozenset({"NCCL_IB_GID_INDEX", "NCCL_IB_TC", "NCCL_IB_ROCE_VERSION_NUM"})
+
+
+def roce_setting_reports(name: str, groups: Mapping[str | None, Sequence[RankFacts]]) -> bool:
+    """Whether NIC006 reports the difference of variable `name` (ENV003 then leaves it: one finding per cause):
+    a RoCE variable, every rank holding it on a host with RoCE ports, each host of one value (a difference
+    between a host's own ranks is only ENV003's), and the hosts' RoCE settings not all alike."""
+    if name not in ROCE_VARIABLES:
+        return False
+    values: dict[str, set[str | None]] = defaultdict(set)
+    first: dict[str, RankFacts] = {}
+    for value, ranks in groups.items():
+        for facts in ranks:
+            values[facts.host].add(value)
+            first.setdefault(facts.host, facts)
+    if any(len(held) > 1 for held in values.values()):
+        return False
+    settings = {roce_setting(facts) for facts in first.values()}
+    return "" not in settings and len(settings) > 1
 
 
 def _devices(job: JobView) -> dict[str, dict[tuple[str, str], IbPort]]:

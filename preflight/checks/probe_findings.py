@@ -286,7 +286,12 @@ def _short_of(r: ProbeResult, expected_gbps: float, source: str, expectation: st
 )
 def dim_spans_hosts(dim: str, groups: int, total: int, example_ranks: list[int],
                     example_hosts: list[str]) -> Iterable[Problem]:
-    """A tp group (or the innermost dimension's) spans hosts: it will run over the network, not NVLink."""
+    """A tp group (or the innermost dimension's) spans hosts: it will run over the network, not NVLink.
+
+    Where another --mesh order keeps the dimension inside one host or NVLink domain, LAYOUT006
+    says so before the probes, with that order, and this finding is not repeated (runner.py,
+    checks/mesh_order.leave_to_layout); it remains where no order helps (tp8 on 4-GPU hosts).
+    """
     yield Problem(f"{groups} of {total} {dim} group(s) span hosts, e.g. ranks {_ranks(example_ranks)} on "
                   f"{', '.join(example_hosts)}", ranks=example_ranks, hosts=example_hosts,
                   data={"dim": dim, "groups": groups})

@@ -4,12 +4,16 @@ CUDA_VISIBLE_DEVICES lists CUDA ordinals, GPU UUIDs (or unique prefixes of them)
 UUIDs (`MIG-<uuid>`, or the pre-R470 `MIG-GPU-<gpu uuid>/<gi>/<ci>`); CUDA stops at the first
 entry it cannot resolve. An ordinal counts in CUDA's own enumeration of every GPU, whose order
 CUDA_DEVICE_ORDER sets: PCI_BUS_ID (NVML's order too: NVML enumerates by bus id) or, by default,
-FASTEST_FIRST, where CUDA's documentation promises only that device 0 is the fastest by its
-heuristic and leaves the rest unspecified. On a node of one GPU model the two agree (ties go by bus
-id); on a mixed node they do not, and NVML's index k is then not CUDA's ordinal k. So every entry is
-resolved here to a bus id, and NVML is asked about that bus id, never about an index taken from the
-variable. Where CUDA's order cannot be known from NVML alone (FASTEST_FIRST on a mixed node) the
-note says so and names the fix (CUDA_DEVICE_ORDER=PCI_BUS_ID), and the guess is compute capability,
+FASTEST_FIRST. CUDA's documentation gives no more than "FASTEST_FIRST causes CUDA to enumerate the
+available devices in fastest to slowest order using a simple heuristic" (CUDA Programming Guide,
+CUDA environment variables; older editions: "guess which device is fastest ... make that device
+0, leaving the order of the rest of the devices unspecified"); the heuristic itself is not
+documented. On a node of one GPU model every device is equally fast and the order is the bus
+order; on a mixed node it is not, and NVML's index k is then not CUDA's ordinal k. So every entry
+is resolved here to a bus id, and NVML is asked about that bus id, never about an index taken
+from the variable. Where CUDA's order cannot be known from NVML alone (FASTEST_FIRST and GPUs of
+more than one model, by name or by compute capability: an A100 beside an A30 share 8.0) the note
+says so and names the fix (CUDA_DEVICE_ORDER=PCI_BUS_ID), and the guess is compute capability,
 highest first, ties by bus id.
 
 A MIG instance is named as what it is (its `MIG-` UUID, never given a `GPU-` prefix) and carries its
@@ -27,13 +31,14 @@ FASTEST_FIRST = "FASTEST_FIRST"
 
 @dataclass(frozen=True)
 class NvmlGpu:
-    """One GPU as NVML sees it: its NVML index, PCI bus id, UUID, compute capability and MIG instances."""
+    """One GPU as NVML sees it: its NVML index, PCI bus id, UUID, compute capability, MIG instances and model."""
 
     index: int
     bus_id: str
     uuid: str
     capability: tuple[int, int] | None = None
     mig_uuids: tuple[str, ...] = ()
+    name: str = ""  # the model NVML names ("" unread): two models of one capability still differ in speed
 
 
 @dataclass(frozen=True)
@@ -55,9 +60,9 @@ def bus_key(bus_id: str) -> tuple[int, int, int, int]:
         return (1 << 32, 0, 0, 0)
 
 
-GUESSED = ("GPUs of different models under CUDA_DEVICE_ORDER=FASTEST_FIRST: CUDA promises only that ordinal 0 "
-           "is the fastest (taken here as the highest compute capability, ties by bus id); set "
-           "CUDA_DEVICE_ORDER=PCI_BUS_ID for an order every tool agrees on")
+GUESSED = ("GPUs of different models under CUDA_DEVICE_ORDER=FASTEST_FIRST: CUDA orders them fastest first by a "
+           "heuristic it does not document (taken here as the highest compute capability first, ties by bus id); "
+           "set CUDA_DEVICE_ORDER=PCI_BUS_ID for an order every tool agrees on")
 UNKNOWN = ("GPUs of different models under CUDA_DEVICE_ORDER=FASTEST_FIRST and a compute capability NVML does "
            "not give: CUDA ordinals taken in PCI order; set CUDA_DEVICE_ORDER=PCI_BUS_ID to be sure")
 
@@ -75,10 +80,11 @@ def cuda_order(gpus: Sequence[NvmlGpu], order: str | None) -> tuple[list[NvmlGpu
     if wanted == PCI_BUS_ID:
         return by_bus, ""
     note = "" if wanted == FASTEST_FIRST else f"CUDA_DEVICE_ORDER={wanted[:30]!r} is not one CUDA knows: FASTEST_FIRST"
-    if len({g.capability for g in by_bus}) <= 1:
+    if len({g.capability for g in by_bus}) <= 1 and len({g.name for g in by_bus if g.name}) <= 1:
         return by_bus, note  # one model (or nothing known to tell them apart): fastest first is bus order
     if any(g.capability is None for g in by_bus):
         return by_bus, _joined(note, UNKNOWN)
+    # Two models: CUDA's heuristic is undocumented, so whichever order is taken here is a guess, said as one.
     fastest = sorted(by_bus, key=lambda g: tuple(-v for v in (g.capability or (0, 0))))
     return fastest, _joined(note, GUESSED)
 

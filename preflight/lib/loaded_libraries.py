@@ -59,11 +59,24 @@ def _cublas(lib: ctypes.CDLL) -> str:
     return ".".join(parts)
 
 
-def _size_t_call(symbol: str) -> Callable[[ctypes.CDLL], str]:
+def dotted(code: int, minor_digits: int = 2) -> str:
+    """A version code as major.minor.patch: major * 10**(minor_digits + 2) + minor * 100 + patch."""
+    scale = 10 ** (minor_digits + 2)
+    return f"{code // scale}.{code % scale // 100}.{code % 100}"
+
+
+def cudnn_version(code: int) -> str:
+    """cudnnGetVersion's CUDNN_VERSION as major.minor.patch: cuDNN 9 and later encode it as
+    major * 10000 + minor * 100 + patch (9.10.2 is 91002), cuDNN 8 and earlier as major * 1000 +
+    minor * 100 + patch (8.9.7 is 8907)."""
+    return dotted(code) if code >= 90000 else dotted(code, minor_digits=1)
+
+
+def _size_t_call(symbol: str, decode: Callable[[int], str]) -> Callable[[ctypes.CDLL], str]:
     def call(lib: ctypes.CDLL) -> str:
         function = getattr(lib, symbol)
         function.restype = ctypes.c_size_t
-        return str(int(function()))
+        return decode(int(function()))
     return call
 
 
@@ -71,13 +84,13 @@ def _nccl(lib: ctypes.CDLL) -> str:
     value = ctypes.c_int(-1)
     if lib.ncclGetVersion(ctypes.byref(value)) != 0:
         return ""
-    code = value.value  # NCCL_VERSION_CODE: major*10000 + minor*100 + patch (2.9 and later)
-    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return dotted(value.value)  # NCCL_VERSION_CODE: major*10000 + minor*100 + patch (2.9 and later)
 
 
 _VERSION_CALLS: dict[str, Callable[[ctypes.CDLL], str]] = {
-    "cublas": _cublas, "cublasLt": _size_t_call("cublasLtGetVersion"),
-    "cudnn": _size_t_call("cudnnGetVersion"), "nccl": _nccl,
+    "cublas": _cublas,
+    "cublasLt": _size_t_call("cublasLtGetVersion", dotted),  # CUBLASLT_VERSION: major*10000 + minor*100 + patch
+    "cudnn": _size_t_call("cudnnGetVersion", cudnn_version), "nccl": _nccl,
 }
 
 

@@ -31,12 +31,16 @@ from preflight.lib.nvml_fabric import FabricReplay, read_fabric_info
 REPLAY_VARIABLE = "PREFLIGHT_NVML_REPLAY"
 
 # nvmlReturn_t codes (nvml.h; stable ABI)
-NOT_SUPPORTED, NO_PERMISSION, TIMEOUT, GPU_IS_LOST, UNKNOWN = 3, 4, 10, 15, 999
-ERROR_CODES = {"NOT_SUPPORTED": NOT_SUPPORTED, "NO_PERMISSION": NO_PERMISSION, "TIMEOUT": TIMEOUT,
-               "GPU_IS_LOST": GPU_IS_LOST, "UNKNOWN": UNKNOWN, "DRIVER_NOT_LOADED": 9, "LIB_NOT_FOUND": 12}
-_ERROR_TEXT = {NOT_SUPPORTED: "Not Supported", NO_PERMISSION: "Insufficient Permissions", TIMEOUT: "Timeout",
-               GPU_IS_LOST: "GPU is lost", UNKNOWN: "Unknown Error", 9: "Driver Not Loaded",
-               12: "NVML Shared Library Not Found"}
+INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION, TIMEOUT, GPU_IS_LOST, UNKNOWN = 2, 3, 4, 10, 15, 999
+ERROR_CODES = {"INVALID_ARGUMENT": INVALID_ARGUMENT, "NOT_SUPPORTED": NOT_SUPPORTED, "NO_PERMISSION": NO_PERMISSION,
+               "TIMEOUT": TIMEOUT, "GPU_IS_LOST": GPU_IS_LOST, "UNKNOWN": UNKNOWN, "DRIVER_NOT_LOADED": 9,
+               "LIB_NOT_FOUND": 12}
+_ERROR_TEXT = {INVALID_ARGUMENT: "Invalid Argument", NOT_SUPPORTED: "Not Supported",
+               NO_PERMISSION: "Insufficient Permissions", TIMEOUT: "Timeout", GPU_IS_LOST: "GPU is lost",
+               UNKNOWN: "Unknown Error", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found"}
+# Reads that take a link index: past the GPU's own links (an A100 has 12, indices 0-11; an H100 18) the driver
+# answers INVALID_ARGUMENT, not NOT_SUPPORTED (a GPU without NVLink answers NOT_SUPPORTED at link 0).
+PER_LINK = ("nvlink_state", "nvlink_version", "nvlink_errors")
 
 
 class NvmlError(Exception):
@@ -367,7 +371,9 @@ class _Replay(FabricReplay):
         for arg in args:
             try:
                 value = _expand(self._answer(value[arg] if isinstance(value, list) else value[str(arg)]))
-            except (IndexError, KeyError, TypeError):
+            except IndexError:  # a link index past the device's links: the driver's own answer
+                raise NvmlError(INVALID_ARGUMENT if what in PER_LINK else NOT_SUPPORTED) from None
+            except (KeyError, TypeError):
                 raise NvmlError(NOT_SUPPORTED) from None
         if what == "processes":  # [[pid, name, used], ...] -> tuples, as the real read gives
             return [tuple(p) for p in value]

@@ -51,9 +51,14 @@ class Versions:
     torch_cuda: str = ""
     gloo: str = ""  # "yes" / "no": torch.distributed built with gloo
     nccl_built: str = ""  # "yes" / "no"
-    nccl: str = ""
+    nccl: str = ""  # the NCCL torch was compiled against (its headers' version)
     driver: str = ""  # NVIDIA driver, from NVML
     cuda_driver: str = ""  # the CUDA version the driver supports, from NVML
+    # The libraries this process actually mapped, each by its own version call (lib/loaded_libraries.py):
+    # a pip wheel, a conda package or LD_LIBRARY_PATH may load another than torch was built with.
+    libnccl: str = ""  # ncclGetVersion of the mapped libnccl.so
+    libcudnn: str = ""  # cudnnGetVersion of the mapped libcudnn.so
+    libcublas: str = ""  # cublasGetProperty of the mapped libcublas.so (the digest's key names it too)
 
     def known(self) -> dict[str, str]:
         """The versions that were read, by name, for tables."""

@@ -121,13 +121,28 @@ def _run_send_recv(fns: Fns, b: Buffers, group: Any, ranks: list[int], me: int) 
 Verify = Callable[[Buffers, int, int], tuple[bool, list[int]]]
 
 
+VERIFY_SLICE = 1 << 20  # elements looked at at once: what a check of a wrong buffer allocates is bounded by it
+
+
 def _verify_ones(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
-    """all_reduce / reduce_scatter: every element 1; a wrong element names its owner."""
+    """all_reduce / reduce_scatter: every element 1; a wrong element names its owner.
+
+    A slice at a time, each owner's elements of it by a strided view: the extra device memory is one
+    slice's mask, never an index of every wrong element (int64, 4x an fp32 buffer when all of it is
+    wrong: an out-of-memory error on a GPU sized for the buffers, exactly when the data is corrupt)."""
     got = b.send if b.op == "all_reduce" else b.recv
     start = 0 if b.op == "all_reduce" else me * b.chunk
-    wrong = (got != 1).nonzero().flatten()
-    owners = sorted({int((-(start + int(j))) % n) for j in wrong[:4096].tolist()})
-    return not len(wrong), owners
+    owners: set[int] = set()
+    for first in range(0, got.numel(), VERIFY_SLICE):
+        wrong = got[first:first + VERIFY_SLICE] != 1
+        if not bool(wrong.any()):
+            continue
+        # element j (of the whole buffer) is owned by (-(start + j)) % n: owner o's are j = first + p with
+        # p = (-o - start - first) % n (mod n)
+        owners.update(o for o in range(n) if o not in owners and bool(wrong[(-o - start - first) % n::n].any()))
+        if len(owners) == n:
+            break
+    return not owners, sorted(owners)
 
 
 def _verify_send_recv(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:

@@ -71,7 +71,8 @@ class Judge:
         self.totals: list[dict[str, tuple[int, float]]] = []  # per pass: figure -> (bytes, longest seconds)
         self.passes = 0
         self.read_methods: set[str] = set()  # how the reads got past caches (storage.read_back)
-        self.read_across: set[bool] = set()  # whether each read's file was another host's
+        self.read_across: set[bool] = set()  # whether each read's file was another host's (pass 0)
+        self.alone_own = False  # a host measured again alone read its own host's files
         self.confirm: list[str] = []  # the reference host, then the suspects: measured alone, in this order
 
     def host_of(self, rank: int) -> str:
@@ -119,7 +120,10 @@ class Judge:
                                             w.digest[:16], r.digest[:16]))
         good_reads = {rank: r for rank, r in read.items() if not r.error}
         self.read_methods.update(r.method or "unknown" for r in good_reads.values())
-        self.read_across.update(self.host_of(r.writer) != self.host_of(rank) for rank, r in good_reads.items())
+        if index == 0:  # the pass every rank takes part in: the restart's own pattern (later passes: one host alone)
+            self.read_across.update(self.host_of(r.writer) != self.host_of(rank) for rank, r in good_reads.items())
+        else:
+            self.alone_own |= any(self.host_of(r.writer) == self.host_of(rank) for rank, r in good_reads.items())
         samples = {"write": [(rank, w.nbytes, w.seconds) for rank, w in wrote.items() if not w.error],
                    "read": [(rank, r.nbytes, r.seconds) for rank, r in good_reads.items()]}
         rates: dict[str, dict[str, float]] = {}
@@ -286,7 +290,7 @@ class Judge:
 
     def read_back(self) -> str:
         """How the reads got past caches, for the report ("" when nothing was read)."""
-        return _read_back_text(self.read_methods, self.read_across)
+        return _read_back_text(self.read_methods, self.read_across, self.alone_own)
 
     def section(self, seconds: float) -> StorageSection:
         """The report's section: a row per host, the job's aggregate, one save and one restore projected."""
@@ -321,13 +325,17 @@ class Judge:
         return out
 
 
-def _read_back_text(methods: set[str], across: set[bool]) -> str:
+def _read_back_text(methods: set[str], across: set[bool], alone_own: bool = False) -> str:
+    """How the reads got past caches, and whose files they read: in pass 0, where every rank reads (the
+    restart's pattern), and, said apart, in the passes that measure one host alone (no other host writes
+    then, so it reads its own)."""
     if not methods:
         return ""
     whose = ("each rank read a file another host wrote" if across == {True} else
              "one host: each rank read a file another rank of it wrote (a cache shared on the host may answer)"
              if across == {False} else "some ranks read another host's file, some their own host's")
-    return f"{' and '.join(sorted(methods))}; {whose}"
+    again = "; a host measured again alone read its own files" if alone_own and across == {True} else ""
+    return f"{' and '.join(sorted(methods))}; {whose}{again}"
 
 
 def could_not_start(path: str, host: str, why: str) -> list[Finding]:

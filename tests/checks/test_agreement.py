@@ -58,3 +58,24 @@ def test_software_mismatch_names_the_odd_hosts() -> None:
     assert found["nccl"].hosts == ["node004"] and found["nccl"].severity.value == "error"
     assert found["nccl"].message == "nccl version differs: `2.21.5` on 3 hosts, `2.20.5` on node004"
     assert found["python"].ranks == [0] and found["driver"].ranks == [2]
+
+
+def test_loaded_libraries_that_differ_are_named_nccl_as_an_error_cudnn_and_cublas_as_warnings() -> None:
+    """What a user sees when ranks mapped different libraries (steps/gather/versions.py reads them): a loaded
+    NCCL that differs may hang the first collective (error, the probes do not start); a loaded cuDNN or cuBLAS
+    gives other bits, not a hang (warning). A rank that loaded none (CPU, static build) is left out."""
+    ranks = cluster(4, 2, versions={"torch": "2.4.0+cu124", "nccl": "2.21.5", "libnccl": "2.27.3",
+                                    "libcudnn": "9.10.2", "libcublas": "12.8.4"})
+    for rank in (6, 7):  # node004's LD_LIBRARY_PATH found another NCCL and cuBLAS
+        ranks[rank].versions.libnccl, ranks[rank].versions.libcublas = "2.21.5", "12.4.5"
+    ranks[1].versions.libcudnn = "9.1.0"
+    ranks[2].versions.libnccl = ranks[3].versions.libnccl = ""  # node002 loaded no NCCL it could ask
+    found = {f.data["component"]: f for f in run("SW001", ranks)}
+    assert set(found) == {"libnccl", "libcudnn", "libcublas"}
+    assert found["libnccl"].severity.value == "error" and found["libnccl"].hosts == ["node004"]
+    assert found["libnccl"].message == "libnccl version differs: `2.27.3` on 2 hosts, `2.21.5` on node004"
+    assert found["libcublas"].severity.value == "warn" and found["libcublas"].ranks == [6, 7]
+    assert found["libcudnn"].severity.value == "warn" and found["libcudnn"].ranks == [1]
+    alone = cluster(2, 1, versions={"libnccl": "2.27.3"})
+    alone[1].versions.libnccl = ""
+    assert run("SW001", alone) == []  # unknown on one rank is no disagreement

@@ -76,6 +76,30 @@ def test_roce_settings_that_differ_across_hosts(monkeypatch: pytest.MonkeyPatch,
         "NCCL_IB_TC=106"]
 
 
+def test_a_roce_setting_differing_across_hosts_is_one_finding_not_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL_IB_TC (or the GID index) differing between RoCE hosts is NIC006's, with the GID type each host uses:
+    ENV003 does not say it again. A difference between ranks of one host, or on hosts without RoCE ports, stays
+    ENV003's (NIC006 compares hosts' RoCE settings only)."""
+    from preflight.checks.env_agreement import collective_env_drift
+    from preflight.registry import JobView
+
+    def env_findings(ranks: list[RankFacts]) -> list[str]:
+        return [p.message for p in collective_env_drift(JobView(world_size=len(ranks), ranks=ranks))]
+
+    tc = [gathered(monkeypatch, "roce_healthy", "r0", 0, NCCL_IB_TC="106"),
+          gathered(monkeypatch, "roce_healthy", "r1", 1, NCCL_IB_TC="106"),
+          gathered(monkeypatch, "roce_healthy", "r2", 2, NCCL_IB_TC="41")]
+    assert [m.split(";")[0] for m in found(tc)["NIC006"]] == [
+        "RoCE on r2: NCCL_IB_GID_INDEX=unset (RoCE v2), NCCL_IB_TC=41"]
+    assert env_findings(tc) == []
+    one_host = [gathered(monkeypatch, "roce_healthy", "r0", 0, NCCL_IB_TC="106"),
+                gathered(monkeypatch, "roce_healthy", "r0", 1, NCCL_IB_TC="41")]
+    assert "NIC006" not in found(one_host) and [m.split(":")[0] for m in env_findings(one_host)] == ["NCCL_IB_TC"]
+    ib = [gathered(monkeypatch, "ib_healthy", "n0", 0, NCCL_IB_TC="106"),
+          gathered(monkeypatch, "ib_healthy", "n1", 1, NCCL_IB_TC="41")]
+    assert "NIC006" not in found(ib) and [m.split(":")[0] for m in env_findings(ib)] == ["NCCL_IB_TC"]
+
+
 def test_nic_firmware_and_board_per_model_across_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     old = tree(tmp_path, "old", base="ib_healthy", **{"class/infiniband/mlx5_1/fw_ver": "28.36.1010",
                                                       "class/infiniband/mlx5_1/board_id": "DEL0000000036"})

@@ -14,7 +14,8 @@
   (a slurmd in each).
 - browser.py, synthetic.py: headless chromium, made-up probe results.
 - fake_cuda.py, fake_device.py: data-driven FAKES of the CUDA boundaries (the probe session's
-  `cuda=`, the device probes' `device=`), where no GPU exists.
+  `cuda=`, the device probes' `device=`), where no GPU exists; fake_cuda_tensors.py: the CUDA
+  model's tensors (every allocation an operation on them makes, counted on their device).
 - fake_nccl.py: a data-driven FAKE of NCCL's debug log (NCCL's own format strings, four
   releases, tests/fixtures/nccl_log/formats.json), written where NCCL would write it (fake_cuda's
   NCCL communicator) for a host's NICs, GPUDirect RDMA, plugin, NVLink and NVLS.

@@ -455,17 +455,6 @@ def _ordinal(device: Any) -> int | None:
     return place.index
 
 
-def _is_cuda(device: Any) -> bool:
-    import torch
-
-    if device is None or isinstance(device, torch.dtype):
-        return False
-    try:
-        return torch.device(device).type == "cuda"
-    except (RuntimeError, TypeError):
-        return False
-
-
 CONTEXT_CALLS = ("pin",)  # calls that act on the thread's current device by design
 FACTORIES = ("empty", "zeros", "ones", "randn", "rand", "arange", "full", "tensor", "empty_like", "zeros_like",
              "ones_like")
@@ -473,9 +462,13 @@ FACTORIES = ("empty", "zeros", "ones", "randn", "rand", "arange", "full", "tenso
 
 @contextlib.contextmanager
 def _installed(model: FakeCuda) -> Iterator[None]:
-    """torch.cuda's calls answered by `model`; tensor factories given a CUDA device allocate through it."""
+    """torch.cuda's calls answered by `model`; CUDA tensors held on the CPU as the model's OnDevice tensors,
+    every allocation counted (tests/helpers/fake_cuda_tensors.py): tensor factories and Tensor.to given a
+    CUDA device make them, and every operation on them makes its results on their device."""
     import torch
     import torch.distributed as dist
+
+    from tests.helpers.fake_cuda_tensors import Ledger, device_tensor_class, is_cuda
 
     saved: list[tuple[Any, str, Any]] = []
 
@@ -483,64 +476,26 @@ def _installed(model: FakeCuda) -> Iterator[None]:
         saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, value)
 
-    where: dict[int, int] = {}  # id of a tensor "on the GPU" -> its ordinal
-
-    def held(tensor: Any, device: Any) -> Any:
-        nbytes = tensor.numel() * tensor.element_size()
-        index = model.allocate(device, nbytes)
-        where[id(tensor)] = index
-        weakref.finalize(tensor, model.release, index, nbytes)
-        weakref.finalize(tensor, where.pop, id(tensor), None)
-        return tensor
-
-    def on(*tensors: Any) -> int | None:
-        places = {where[id(t)] for t in tensors if id(t) in where}
-        if len(places) > 1:
-            raise RuntimeError(f"Expected all tensors to be on the same device, but found cuda:{min(places)} "
-                               f"and cuda:{max(places)}")
-        return places.pop() if places else None
+    ledger = Ledger(model)
+    on_device = device_tensor_class(model, ledger, _ordinal)
+    held = on_device.held
 
     def factory(real: Any) -> Any:
         @functools.wraps(real)
         def make(*args: Any, device: Any = None, **kwargs: Any) -> Any:
-            if device is None and real.__name__.endswith("_like") and args and on(args[0]) is not None:
-                device = torch.device("cuda", on(args[0]))  # *_like: on the source's device, as torch does
-            if not _is_cuda(device):
+            if not is_cuda(device):  # (a *_like of a CUDA tensor is made on its device by its __torch_function__)
                 return real(*args, device=device, **kwargs)
-            return held(real(*args, device="cpu", **kwargs), device)
+            with torch._C.DisableTorchFunctionSubclass():  # a *_like given a device: from the values alone
+                plain = [a.as_subclass(torch.Tensor) if isinstance(a, on_device) else a for a in args]
+                return held(real(*plain, device="cpu", **kwargs), device)
         return make
-
-    real_matmul = torch.matmul
-
-    def matmul(a: Any, b: Any, **kwargs: Any) -> Any:
-        index = on(a, b)
-        if index is None:
-            return real_matmul(a, b, **kwargs)
-        # A half-precision product's values are never looked at (only its time, the model's): not computed,
-        # since the CPU holding the "GPU" tensors takes ~50 ms per 256^3 fp16 product.
-        half = a.dtype in (torch.float16, torch.bfloat16) and a.dim() == 2 and b.dim() == 2
-        out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype) if half else real_matmul(a, b, **kwargs)
-        model.kernel(index, "gemm", 2.0 * a.shape[0] * a.shape[1] * b.shape[-1])
-        return held(out, index)
-    put(torch, "matmul", matmul)
-    real_copy = torch.Tensor.copy_
-
-    def copy_(self: Any, src: Any, non_blocking: bool = False) -> Any:
-        mine, theirs = on(self), on(src)
-        real_copy(self, src, non_blocking=non_blocking)
-        if mine is not None or theirs is not None:
-            both = mine is not None and theirs is not None
-            model.kernel(mine if mine is not None else theirs, "copy" if both else "host",
-                         (2 if both else 1) * self.numel() * self.element_size())
-        return self
-    put(torch.Tensor, "copy_", copy_)
 
     for name in FACTORIES:
         put(torch, name, factory(getattr(torch, name)))
     real_generator = torch.Generator
 
     def generator(device: Any = "cpu") -> Any:
-        if _is_cuda(device):
+        if is_cuda(device):
             model._note("generator", device)
             return real_generator("cpu")
         return real_generator(device)
@@ -548,13 +503,14 @@ def _installed(model: FakeCuda) -> Iterator[None]:
     real_to = torch.Tensor.to
 
     def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        """A host tensor to a CUDA device (a CUDA tensor's .to is its __torch_function__'s)."""
+        if isinstance(self, on_device):
+            return real_to(self, *args, **kwargs)
         device = kwargs.pop("device", None)
         rest = list(args)
-        if rest and _is_cuda(rest[0]):
+        if rest and is_cuda(rest[0]):
             device = rest.pop(0)
-        if device is None and on(self) is not None:
-            device = torch.device("cuda", on(self))  # .to(dtype) of a GPU tensor stays on its GPU
-        if not _is_cuda(device):
+        if not is_cuda(device):
             return real_to(self, *rest, **({"device": device} if device is not None else {}), **kwargs)
         out = real_to(self, *rest, **kwargs) if rest or kwargs else self
         return held(out if out is not self else self.clone(), device)

@@ -28,6 +28,7 @@ PACKAGES = {
     "chromium": "chromium", "chromedriver": "chromium-driver", "srun": "slurm-wlm", "sbatch": "slurm-wlm",
     "slurmctld": "slurmctld", "slurmd": "slurmd", "munged": "munge",
     "initdb": "postgresql", "pg_ctl": "postgresql", "prometheus-node-exporter": "prometheus-node-exporter",
+    "sshfs": "sshfs", "sshd": "openssh-server", "ssh-keygen": "openssh-client",
 }
 
 

@@ -35,3 +35,33 @@ def test_uuids_and_mig_instances_are_named_as_what_they_are() -> None:
     assert chosen == [] and "names no single GPU" in note
     chosen, note = resolve("MIG-dddd", MIXED, "PCI_BUS_ID")
     assert chosen == [] and "'MIG-dddd' names no single GPU" in note  # never "GPU-MIG-..."
+
+
+def test_two_models_of_one_compute_capability_are_a_guess_under_fastest_first() -> None:
+    """CUDA documents FASTEST_FIRST only as "fastest to slowest order using a simple heuristic" (no rule given):
+    an A100 beside an A30 (both 8.0) is not one model, so their order is said to be a guess, and PCI_BUS_ID is
+    named as the fix; under PCI_BUS_ID (documented: ascending bus id) the order is certain."""
+    a30 = NvmlGpu(0, "00000000:18:00.0", "GPU-a30", (8, 0), name="NVIDIA A30")
+    a100 = NvmlGpu(1, "00000000:2A:00.0", "GPU-a100", (8, 0), name="NVIDIA A100-SXM4-80GB")
+    order, note = cuda_order([a100, a30], "FASTEST_FIRST")
+    assert [g.index for g in order] == [0, 1] and "heuristic it does not document" in note
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in note
+    assert cuda_order([a100, a30], "PCI_BUS_ID") == ([a30, a100], "")
+    twins = [NvmlGpu(i, f"0000:{0x18 + i:02x}:00.0", f"GPU-{i}", (8, 0), name="NVIDIA A100-SXM4-80GB") for i in (1, 0)]
+    assert cuda_order(twins, None) == (sorted(twins, key=lambda g: g.index), "")  # one model: certain
+    assert "not one CUDA knows" in cuda_order(twins, "SLOWEST_FIRST")[1]  # CUDA knows only the two values
+
+
+def test_the_gatherer_reads_each_gpus_model_for_the_order(monkeypatch) -> None:
+    """steps/gather/gpu_health.nvml_gpus gives cuda_visible the name NVML reads (the mixed T4/H100 replay)."""
+    from pathlib import Path
+
+    from preflight.lib import nvml_source
+    from preflight.steps.gather.gpu_health import nvml_gpus
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "nvml" / "mixed_t4_h100.json"
+    monkeypatch.setenv(nvml_source.REPLAY_VARIABLE, str(fixture))
+    nvml, why = nvml_source.open_nvml(10.0)
+    assert nvml is not None, why
+    gpus = nvml_gpus(nvml)
+    assert gpus[0].name == "Tesla T4" and gpus[1].name.startswith("NVIDIA H100")

@@ -109,3 +109,41 @@ def test_held_bytes_is_what_make_buffers_allocates(op: str, n: int) -> None:
     b = ops.make_buffers(op, 4 * 2**20 + 6, n - 1, n, torch.bfloat16, "cpu")
     real = b.send.numel() * 2 + (0 if b.recv is b.send else b.recv.numel() * 2)
     assert ops.held_bytes(op, 4 * 2**20 + 6, n, torch.bfloat16) == real
+
+
+@pytest.mark.parametrize("op", sorted(ops.HELD_ELEMENTS))
+def test_every_buffer_a_step_makes_is_counted_on_its_gpu_within_its_sizing(op: str) -> None:
+    """The CUDA model counts every allocation an operation on CUDA tensors makes (torch.cat, repeat, a
+    comparison's mask, ...; tests/helpers/fake_cuda_tensors.py), on the buffers' GPU: a step's send and receive
+    buffers are all in the account while they live (this fails if one were not counted), the peak of making
+    and verifying them stays within memory_fit.step_bytes (what a step is skipped by, BW014), and all of it
+    is given back when they are gone."""
+    import gc
+
+    from preflight.probes import memory_fit
+    from tests.helpers.fake_cuda import FakeCuda, gpu
+
+    n, size = 4, 4 * 2**20
+    model = FakeCuda([gpu(i) for i in range(4)])
+    with model.install():
+        b = ops.make_buffers(op, size, 1, n, torch.float32, "cuda:3")
+        storages = {b.send.untyped_storage().data_ptr(): b.send.untyped_storage().nbytes(),
+                    b.recv.untyped_storage().data_ptr(): b.recv.untyped_storage().nbytes()}
+        assert model.memory_allocated(3) >= sum(storages.values()) >= ops.held_bytes(op, size, n, torch.float32)
+        ops.verify(b, 1, n)
+        peak = model.memory_reserved(3)
+        del b
+        gc.collect()
+        assert model.memory_allocated(3) == 0
+    assert peak <= memory_fit.step_bytes(op, size, n, torch.float32), (peak, op)
+    assert model.on_other_devices(3) == [] and model.allocated[:3] == [0, 0, 0]
+
+
+def test_a_step_larger_than_the_gpus_free_memory_is_cudas_out_of_memory() -> None:
+    """all_to_all at 4 MiB in a group of 4 holds 8 MiB of buffers: on a GPU with 6 MiB free, making them raises
+    CUDA's out-of-memory error in the model as on a GPU (torch.cat's result and the receive buffer counted)."""
+    from tests.helpers.fake_cuda import FakeCuda, gpu
+
+    model = FakeCuda([gpu(0, free=6 * 2**20)])
+    with model.install(), pytest.raises(RuntimeError, match="CUDA out of memory"):
+        ops.make_buffers("all_to_all", 4 * 2**20, 1, 4, torch.float32, "cuda:0")

@@ -71,6 +71,9 @@ def test_a_slow_host_is_named_only_when_measured_alone_it_is_slow_again(tmp_path
     assert cleared.findings() == []
     section = cleared.section(1.0)
     assert [h.write_again_gbps is not None for h in section.hosts] == [True, False, True]
+    # pass 0 (every rank) read across hosts; the passes alone read the host's own files: said apart
+    assert section.read_back == "unknown; each rank read a file another host wrote; a host measured again alone " \
+        "read its own files"
 
 
 def test_a_checksum_mismatch_names_the_path_and_the_writers_host(tmp_path: Path) -> None:

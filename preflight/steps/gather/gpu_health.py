@@ -18,12 +18,12 @@ PREFLIGHT_DEV_ROOT (read here only) at a FAKE /dev, since no NVIDIA driver exist
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from preflight.lib import cuda_visible, nvml_fabric, nvml_source
-from preflight.lib.nvml_source import Nvml, NvmlError
+from preflight.lib.nvml_source import INVALID_ARGUMENT, NOT_SUPPORTED, Nvml, NvmlError
 from preflight.lib.settle import grace_within, settle
 from preflight.model import GpuFabric, GpuHealth, GpuProcess, NvLinkHealth, RankFacts
 
@@ -60,7 +60,11 @@ def nvml_gpus(nvml: Nvml) -> list[cuda_visible.NvmlGpu]:
             migs = tuple(_text(m) for m in nvml.read(handle, "mig_uuids"))
         except (NvmlError, TypeError):
             migs = ()
-        found.append(cuda_visible.NvmlGpu(index, bus, uuid, capability, migs))
+        try:
+            name = _text(nvml.read(handle, "name"))
+        except NvmlError:
+            name = ""
+        found.append(cuda_visible.NvmlGpu(index, bus, uuid, capability, migs, name))
     return found
 
 
@@ -94,12 +98,16 @@ class _Reader:
     def __init__(self, nvml: Nvml, handle: Any, health: GpuHealth) -> None:
         self.nvml, self.handle, self.health = nvml, handle, health
 
-    def __call__(self, what: str, *args: Any) -> Any:
+    def __call__(self, what: str, *args: Any, ends: Callable[[NvmlError], bool] = lambda exc: False) -> Any:
+        """The read's value; None when it failed, classified, unless `ends` says the failure is the end of a
+        series (a link past the GPU's last): then nothing is recorded."""
         if self.health.lost:
             return None
         try:
             return self.nvml.read(self.handle, what, *args)
         except NvmlError as exc:
+            if ends(exc):
+                return None
             label = what + (f"[{args[0]}]" if args else "")
             if exc.lost:
                 self.health.lost = True
@@ -112,13 +120,19 @@ class _Reader:
             return None
 
 
+def _past_last_link(exc: NvmlError) -> bool:
+    """Whether NVML's refusal of a link means this GPU's links end before it: NVML_NVLINK_MAX_LINKS bounds every
+    architecture, a GPU has fewer (an A100 12, indices 0-11; an H100 18), and past its own the driver answers
+    INVALID_ARGUMENT (NOT_SUPPORTED from some); a GPU without NVLink answers NOT_SUPPORTED at link 0. None of
+    these is a read missing or failed."""
+    return exc.code in (INVALID_ARGUMENT, NOT_SUPPORTED)
+
+
 def _nvlinks(read: _Reader) -> list[NvLinkHealth]:
     links = []
     for link in range(NVLINK_MAX_LINKS):
-        state = read("nvlink_state", link)
+        state = read("nvlink_state", link, ends=_past_last_link)
         if state is None:
-            if link == 0 and "nvlink_state" in read.health.unavailable:
-                read.health.unavailable.remove("nvlink_state")  # no NVLink on this GPU: nothing to report
             break
         counters = read("nvlink_errors", link) if state else None
         replay, recovery, crc_flit, crc_data = counters if counters else (None, None, None, None)

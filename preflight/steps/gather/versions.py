@@ -1,10 +1,12 @@
-"""Versions that must agree across ranks: Python, torch and its CUDA / NCCL build."""
+"""Versions that must agree across ranks: Python, torch and its CUDA / NCCL build, and the NCCL, cuDNN and
+cuBLAS libraries the process actually mapped (lib/loaded_libraries.py: each asked through its own call)."""
 
 from __future__ import annotations
 
 import platform
 from typing import TYPE_CHECKING
 
+from preflight.lib import loaded_libraries
 from preflight.model import RankFacts
 
 if TYPE_CHECKING:
@@ -12,7 +14,8 @@ if TYPE_CHECKING:
 
 
 def gather(facts: RankFacts, options: GatherOptions) -> None:
-    """Fill facts.versions with python, torch, cuda, nccl and gloo availability."""
+    """Fill facts.versions with python, torch, cuda, nccl and gloo availability, and the versions of the NCCL,
+    cuDNN and cuBLAS libraries mapped into this process ("" for one not loaded, or that would not say)."""
     import torch
     import torch.distributed as dist
 
@@ -28,3 +31,7 @@ def gather(facts: RankFacts, options: GatherOptions) -> None:
             versions.nccl = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
         except Exception as exc:  # a broken CUDA install is itself worth reporting
             versions.nccl = f"error: {exc}"
+    # After torch's import: a CUDA build's libtorch_cuda has mapped the NCCL, cuDNN and cuBLAS it found.
+    mapped = loaded_libraries.loaded()
+    versions.libnccl, versions.libcudnn, versions.libcublas = (
+        mapped[name].version if name in mapped else "" for name in ("nccl", "cudnn", "cublas"))

@@ -112,6 +112,21 @@ def test_pre_hopper_fabric_info_is_a_listed_fact(monkeypatch: pytest.MonkeyPatch
     assert gpu.fabric is None and "fabric_info" in gpu.unavailable and gpu.errors == []
 
 
+def test_an_a100s_twelve_nvlinks_end_at_link_12_with_nothing_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An A100 has 12 NVLinks (indices 0-11); NVML_NVLINK_MAX_LINKS bounds every architecture, and the driver
+    answers INVALID_ARGUMENT for a link past the GPU's own (as the replay does): the end of its links, neither
+    an unavailable read nor an error (a GPU without NVLink at all: test_not_supported_is_listed_never_a_value)."""
+    from preflight.lib import nvml_source
+
+    (gpu,) = gathered(monkeypatch, "a100_no_fabric", "0").health.gpus
+    assert (gpu.nvlinks_read, gpu.unavailable, gpu.errors) == (12, ["fabric_info"], [])
+    nvml, _ = nvml_source.open_nvml(10.0)
+    assert nvml is not None
+    with pytest.raises(nvml_source.NvmlError) as past:
+        nvml.read(nvml.handle(0), "nvlink_state", 12)
+    assert past.value.code == nvml_source.INVALID_ARGUMENT and not past.value.unavailable
+
+
 def test_a_transient_fabric_state_is_read_again_before_it_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """GPU 3 goes in progress -> route recovery -> healthy while it is read again: it settles.
     assorted_faults' GPU 5 stays in progress: kept as read, after the whole grace."""
