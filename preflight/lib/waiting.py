@@ -66,7 +66,7 @@ def wait_until(condition: Callable[[], T], timeout_s: float | Callable[[], float
             return deadline - time.monotonic()
 
     ceiling = _run_ceiling_s if max_poll_s is None else max_poll_s
-    poll = min(first_poll_s, ceiling)
+    poll = first_poll_s
     while True:
         value = condition()
         if value:
