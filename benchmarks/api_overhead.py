@@ -30,6 +30,7 @@ STARTED = time.perf_counter()  # before torch's import: a job pays that too
 
 import argparse  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -54,11 +55,14 @@ def worker(with_check: bool, skip_probe: bool) -> None:
     assert grad is not None
     dist.all_reduce(grad, group=mesh.get_group("dp"))
     dist.all_reduce(grad)
+    # One write per line (the ranks share torchrun's stdout: print's two writes could interleave).
     if dist.get_rank() == 0:
         # And rank 0's CPU seconds to that point: on a loaded machine the wall time also counts
         # waiting for a core, the CPU time much less.
-        print(f"first_step_s {time.perf_counter() - STARTED:.3f} cpu_s {time.process_time():.3f}", flush=True)
-    print(f"rank_cpu_s {time.process_time():.3f}", flush=True)  # every rank's, summed by the launch
+        sys.stdout.write(f"first_step_s {time.perf_counter() - STARTED:.3f} cpu_s {time.process_time():.3f}\n")
+        sys.stdout.flush()
+    sys.stdout.write(f"rank_cpu_s {time.process_time():.3f}\n")  # every rank's, summed by the launch
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
@@ -73,12 +77,11 @@ def launch(nproc: int, with_check: bool, skip_probe: bool, src: str = "") -> tup
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
-    lines = [line for line in done.stdout.splitlines() if line.startswith("first_step_s ")]
-    ranks = [float(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("rank_cpu_s ")]
-    if done.returncode != 0 or not lines or len(ranks) != nproc:
+    first = re.findall(r"first_step_s (\d+\.\d+) cpu_s (\d+\.\d+)", done.stdout)
+    ranks = [float(cpu) for cpu in re.findall(r"rank_cpu_s (\d+\.\d+)", done.stdout)]
+    if done.returncode != 0 or not first or len(ranks) != nproc:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
-    words = lines[0].split()
-    return float(words[1]), wall, float(words[3]), sum(ranks)
+    return float(first[0][0]), wall, float(first[0][1]), sum(ranks)
 
 
 def main() -> None:
