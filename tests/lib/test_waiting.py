@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 from preflight.channel.exchange import follower_poll_s
+from preflight.lib import waiting
 from preflight.lib.waiting import (
     LOOKS_PER_S,
     MAX_POLL_S,
@@ -85,8 +87,8 @@ def test_a_runs_waits_look_as_often_as_its_size_allows() -> None:
 
 
 def _sleeps_of_a_wait_that_never_holds(looks: int, **kwargs: float) -> list[float]:
-    """The pauses wait_until makes between `looks` looks at a condition that never holds (time.sleep recorded,
-    not slept: the deadline is far)."""
+    """The pauses wait_until makes between `looks` looks at a condition that never holds (its module's
+    time.sleep recorded, not slept: the deadline is far; no other thread's sleep is touched)."""
     sleeps: list[float] = []
     calls = iter(range(looks))
 
@@ -96,10 +98,10 @@ def _sleeps_of_a_wait_that_never_holds(looks: int, **kwargs: float) -> list[floa
     def stop() -> bool:
         return next(calls, None) is None
 
-    real = time.sleep
-    time.sleep = sleeps.append  # type: ignore[assignment]
+    real = waiting.time
+    waiting.time = SimpleNamespace(sleep=sleeps.append, monotonic=time.monotonic)  # type: ignore[assignment]
     try:
         assert wait_until(condition, 600.0, stop_if=stop, **kwargs) is None
     finally:
-        time.sleep = real
+        waiting.time = real
     return sleeps
