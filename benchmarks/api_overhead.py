@@ -6,8 +6,9 @@ between the mesh and the first step, alternating, several repetitions in one inv
 machine noise hits both alike. Each run's rank 0 prints its time to first step, from the
 worker's start (before `import torch`) to the end of the first step; we print min and median
 of that and of the whole launch's wall time, with and without, and the ratios of medians; and
-rank 0's CPU seconds to its first step (its process's, `import torch` included), the figure a
-loaded machine moves least.
+rank 0's CPU seconds to its first step (its process's, `import torch` included), and the sum of
+every rank's: the figures a loaded machine moves least (on 2 cores, 4 ranks' CPU is at least half
+its seconds of wall).
 
     python benchmarks/api_overhead.py --nproc 4 --repeat 5 [--skip-probe]
     python benchmarks/api_overhead.py --compare-src /tmp/old   # also preflight from another source tree
@@ -29,6 +30,7 @@ STARTED = time.perf_counter()  # before torch's import: a job pays that too
 
 import argparse  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -53,16 +55,20 @@ def worker(with_check: bool, skip_probe: bool) -> None:
     assert grad is not None
     dist.all_reduce(grad, group=mesh.get_group("dp"))
     dist.all_reduce(grad)
+    # One write per line (the ranks share torchrun's stdout: print's two writes could interleave).
     if dist.get_rank() == 0:
         # And rank 0's CPU seconds to that point: on a loaded machine the wall time also counts
         # waiting for a core, the CPU time much less.
-        print(f"first_step_s {time.perf_counter() - STARTED:.3f} cpu_s {time.process_time():.3f}", flush=True)
+        sys.stdout.write(f"first_step_s {time.perf_counter() - STARTED:.3f} cpu_s {time.process_time():.3f}\n")
+        sys.stdout.flush()
+    sys.stdout.write(f"rank_cpu_s {time.process_time():.3f}\n")  # every rank's, summed by the launch
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
-def launch(nproc: int, with_check: bool, skip_probe: bool, src: str = "") -> tuple[float, float, float]:
+def launch(nproc: int, with_check: bool, skip_probe: bool, src: str = "") -> tuple[float, float, float, float]:
     """(rank 0's time to first step, the whole launch's wall time, rank 0's CPU seconds to its first
-    step) of one torchrun; src: preflight from there."""
+    step, every rank's CPU seconds to its first step summed) of one torchrun; src: preflight from there."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                __file__, "worker", "with" if with_check else "without", *(["--skip-probe"] if skip_probe else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -71,11 +77,11 @@ def launch(nproc: int, with_check: bool, skip_probe: bool, src: str = "") -> tup
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
-    lines = [line for line in done.stdout.splitlines() if line.startswith("first_step_s ")]
-    if done.returncode != 0 or not lines:
+    first = re.findall(r"first_step_s (\d+\.\d+) cpu_s (\d+\.\d+)", done.stdout)
+    ranks = [float(cpu) for cpu in re.findall(r"rank_cpu_s (\d+\.\d+)", done.stdout)]
+    if done.returncode != 0 or not first or len(ranks) != nproc:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
-    words = lines[0].split()
-    return float(words[1]), wall, float(words[3])
+    return float(first[0][0]), wall, float(first[0][1]), sum(ranks)
 
 
 def main() -> None:
@@ -104,18 +110,20 @@ def main() -> None:
     variants = [("without", False, ""), ("with preflight.check", True, "")]
     if args.compare_src:
         variants.append((f"with check from {args.compare_src}", True, os.path.abspath(args.compare_src)))
-    runs: dict[str, list[tuple[float, float, float]]] = {label: [] for label, _, _ in variants}
+    runs: dict[str, list[tuple[float, float, float, float]]] = {label: [] for label, _, _ in variants}
     for _ in range(args.repeat):
         for label, with_check, src in variants:
             runs[label].append(launch(args.nproc, with_check, args.skip_probe, src))
     print(f"nproc={args.nproc} repeat={args.repeat} skip_probe={args.skip_probe} compiled={args.compiled} "
           f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
-    for index, figure in ((0, "time to first step"), (1, "launch wall"), (2, "rank 0 CPU to step")):
+    for index, figure in ((0, "time to first step"), (1, "launch wall"), (2, "rank 0 CPU to step"),
+                          (3, "all ranks' CPU")):
         medians = {}
         for label, _, _ in variants:
             values = [run[index] for run in runs[label]]
             medians[label] = statistics.median(values)
-            print(f"{figure:20s} {label:22s} min {min(values):.2f}s median {medians[label]:.2f}s")
+            print(f"{figure:20s} {label:22s} min {min(values):.2f}s median {medians[label]:.2f}s "
+                  f"max {max(values):.2f}s")
         base = medians["without"]
         for label, _, _ in variants[1:]:
             print(f"{figure:20s} {label} - without {medians[label] - base:+.2f}s, "

@@ -48,6 +48,7 @@ from preflight.channel.keys import (
     listed_ranks,
 )
 from preflight.lib.errors import one_line
+from preflight.lib.waiting import FIRST_POLL_S
 from preflight.model.messages import DeadRanks, RankLeft
 
 BEAT_S = 2.0  # rank 0 beats this often
@@ -385,6 +386,9 @@ class RankLiveness:
             return []
         cap_s = ACKNOWLEDGE_CAP_S if cap_s is None else cap_s
         started = time.monotonic()
+        # Backed off from 5 ms to poll_s: a small job's acknowledgements come within a few ms of the
+        # verdict, and preflight.check's rank 0 returns to the trainer then, not a whole poll_s later.
+        pause = min(FIRST_POLL_S, poll_s)
         while True:
             try:
                 with self._lock:
@@ -396,4 +400,5 @@ class RankLiveness:
                 return []  # the store is gone: nobody can read anything more
             if not unread - not_awaited or time.monotonic() - started >= cap_s:
                 return sorted(unread)
-            time.sleep(poll_s)
+            time.sleep(pause)
+            pause = min(2 * pause, poll_s)

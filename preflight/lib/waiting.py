@@ -3,32 +3,59 @@
 Every wait in preflight is for something another process does (a rank publishing, rank 0
 deciding, a listener opening), and every wait has a deadline. The interval starts short, so
 a quick answer is seen quickly, and doubles up to a ceiling, so thousands of ranks waiting on
-one c10d store do not hammer it.
+one c10d store do not hammer it. The ceiling is the run's (`ceiling_for`): a few ranks polling
+one store can afford to look every 20 ms, thousands cannot (a flat 0.2 s made a 4-rank
+`preflight.check` wait up to 0.2 s after each hand-off it was already due: the reachability
+roster, rank 0's collect, the probes' decisions).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 T = TypeVar("T")
 
 FIRST_POLL_S = 0.005
 MAX_POLL_S = 0.2
+MIN_CEILING_S = 0.02  # the smallest ceiling: a small job sees a peer's value within ~20 ms
+LOOKS_PER_S = 8192  # every rank of a run polling at its ceiling: at most this many looks a second in all
+_run_ceiling_s = MAX_POLL_S  # the ceiling of the run in progress (ceiling_for); MAX_POLL_S outside one
+
+
+def scaled_ceiling_s(world_size: int) -> float:
+    """The longest pause between two looks for a run of `world_size` ranks: N / 8192 s, between
+    20 ms and MAX_POLL_S. Below 1,638 ranks every rank of the run waiting at once makes at most
+    ~8,192 looks a second in all; from 1,638 ranks on it is MAX_POLL_S, as it always was."""
+    return min(MAX_POLL_S, max(MIN_CEILING_S, world_size / LOOKS_PER_S))
+
+
+@contextmanager
+def ceiling_for(world_size: int) -> Iterator[float]:
+    """Within the block, waits that name no ceiling of their own use `scaled_ceiling_s(world_size)`
+    (the run's steps, on every thread of it); the previous ceiling is back after it."""
+    global _run_ceiling_s
+    before, _run_ceiling_s = _run_ceiling_s, scaled_ceiling_s(world_size)
+    try:
+        yield _run_ceiling_s
+    finally:
+        _run_ceiling_s = before
 
 
 def wait_until(condition: Callable[[], T], timeout_s: float | Callable[[], float], *,
                stop_if: Callable[[], bool] | None = None, first_poll_s: float = FIRST_POLL_S,
-               max_poll_s: float = MAX_POLL_S) -> T | None:
+               max_poll_s: float | None = None) -> T | None:
     """Call `condition` until it returns a truthy value; that value, or None once `timeout_s` passed.
 
     The condition runs at least once, and once more at the deadline, so a value that arrived
     during the last sleep is not missed. It may do work on each call (fetch what arrived) and
     decide itself when it is done. `stop_if` ends the wait early (None) when nothing more can
     arrive, e.g. the channel is gone. `timeout_s` may be a function giving the seconds left, for
-    a deadline that moves (a heartbeat that extends it).
+    a deadline that moves (a heartbeat that extends it). `max_poll_s`: the ceiling of the
+    backoff; None, the run's (`ceiling_for`).
     """
     if callable(timeout_s):
         time_left = timeout_s
@@ -38,6 +65,7 @@ def wait_until(condition: Callable[[], T], timeout_s: float | Callable[[], float
         def time_left() -> float:
             return deadline - time.monotonic()
 
+    ceiling = _run_ceiling_s if max_poll_s is None else max_poll_s
     poll = first_poll_s
     while True:
         value = condition()
@@ -49,7 +77,7 @@ def wait_until(condition: Callable[[], T], timeout_s: float | Callable[[], float
         if left <= 0:
             return None
         time.sleep(min(poll, left))
-        poll = min(poll * 2, max_poll_s)
+        poll = min(poll * 2, ceiling)
 
 
 def join_until(thread: threading.Thread, timeout_s: float, *, stop_if: Callable[[], bool] | None = None,
