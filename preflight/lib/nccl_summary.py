@@ -89,6 +89,12 @@ def by_host(accounts: Mapping[int, NcclAccount], hosts: Mapping[int, str] | None
     return _by_host(accounts, hosts, order)
 
 
+def forget_grouping() -> None:
+    """Drop by_host's kept answer (its last user, the checks of steps/nccl_account.judge, is done:
+    at 131,072 ranks it is ~16 MB that would otherwise live to the end of the run)."""
+    _LAST.clear()
+
+
 def _by_host(accounts: Mapping[int, NcclAccount], hosts: Mapping[int, str] | None,
              order: Iterable[int] | None) -> Grouped:
     host_of = (hosts or {}).get

@@ -20,7 +20,7 @@ from preflight.checks.probe_findings import (
     slow_link,
     straggler_group,
 )
-from preflight.lib.nccl_summary import group_transport
+from preflight.lib.nccl_summary import forget_grouping, group_transport
 from preflight.model import Finding, RankFacts
 from preflight.model.nccl_account import NcclAccount
 from preflight.model.probe_outcome import ProbeOutcome
@@ -76,6 +76,7 @@ def judge(outcome: ProbeOutcome, facts: Sequence[RankFacts], strict_bandwidth: b
         job = job_from_facts(outcome.nccl_accounts, facts, strict_bandwidth, outcome.nccl_hosts)
         for check in ACCOUNT_CHECKS:
             found += check.report(job)
+        forget_grouping()  # the summary (made before) and the checks have read it
         name_transports(outcome.findings, outcome.nccl_accounts, job.hosts)
     return found
 
