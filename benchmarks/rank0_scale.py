@@ -472,7 +472,7 @@ def _nccl_stage(path: str, size: int, facts):
     accounts = {r: v for r, v in zip(ranks, values, strict=True) if isinstance(v, NcclAccount)}
     groups = {"tp": [list(range(h * PER_HOST, (h + 1) * PER_HOST)) for h in range(size // PER_HOST)],
               "world": [list(range(size))]}
-    outcome = ProbeOutcome(backend="nccl", nccl_accounts=accounts)
+    outcome = ProbeOutcome(backend="nccl", nccl_accounts=accounts, nccl_hosts=hosts)  # as probes/orchestrate.py
     outcome.nccl = summarize(accounts, 0, groups, hosts)
     return outcome, nccl_account.judge(outcome, facts)
 

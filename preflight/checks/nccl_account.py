@@ -11,7 +11,7 @@ Socket while others use IB).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from preflight.lib.nccl_log import network_reason
@@ -44,6 +44,7 @@ class NcclJob:
     strict_bandwidth: bool = False
     _hosts: dict[str, tuple[list[int], dict[int, NcclAccount]]] | None = field(default=None, repr=False)
     _distinct: dict[str, list[NcclAccount]] | None = field(default=None, repr=False)
+    _kinds: list[tuple[list[NcclAccount], list[str]]] | None = field(default=None, repr=False)
 
     def host_of(self, rank: int) -> str:
         """The rank's host."""
@@ -56,6 +57,29 @@ class NcclJob:
         if self._distinct is None:
             self._distinct = {host: list(distinct.values()) for host, (_, distinct) in self._grouped().items()}
         return self._distinct
+
+    def kinds(self) -> list[tuple[list[NcclAccount], list[str]]]:
+        """Each distinct set of account objects that hosts said, with its hosts (in host order), made once:
+        hosts whose ranks said the same share one (16,384 hosts, a handful of kinds), so a check judges
+        each kind once, not each host."""
+        if self._kinds is None:
+            kinds: dict[tuple[int, ...], tuple[list[NcclAccount], list[str]]] = {}
+            for host, (_, distinct) in self._grouped().items():
+                kind = kinds.get(key := tuple(distinct))
+                if kind is None:
+                    kinds[key] = (list(distinct.values()), [host])
+                else:
+                    kind[1].append(host)
+            self._kinds = list(kinds.values())
+        return self._kinds
+
+    def hosts_where(self, test: Callable[[list[NcclAccount]], bool]) -> list[str]:
+        """The hosts whose distinct accounts pass `test` (asked once per kind), in host order."""
+        chosen = [hosts for said, hosts in self.kinds() if test(said)]
+        if len(chosen) <= 1:
+            return list(chosen[0]) if chosen else []
+        picked = {host for hosts in chosen for host in hosts}
+        return [host for host in self._grouped() if host in picked]
 
     def members(self, host: str) -> list[tuple[int, NcclAccount]]:
         """(rank, account) of one host, in rank order."""
@@ -101,11 +125,9 @@ def socket_despite_rdma(job: NcclJob) -> Iterable[Problem]:
     other hosts of the same job using an RDMA network. The finding quotes NCCL's reason: the
     plugin that did not load, `NET/IB : No device found.`, NCCL_IB_HCA, NCCL_IB_DISABLE.
     """
-    distinct = job.by_host()
-    rdma_elsewhere = sorted({a.network for said in distinct.values() for a in said if _rdma(a.network)})
-    for host, said in distinct.items():
-        if not any(a.network == RDMA_NETWORKS_SOCKET and _on_network(a) for a in said):
-            continue
+    rdma_elsewhere = sorted({a.network for said, _ in job.kinds() for a in said if _rdma(a.network)})
+    for host in job.hosts_where(lambda said: any(a.network == RDMA_NETWORKS_SOCKET and _on_network(a)
+                                                 for a in said)):
         socket = [(r, a) for r, a in job.members(host) if a.network == RDMA_NETWORKS_SOCKET and _on_network(a)]
         ports = job.rdma_ports.get(host, [])
         if not socket or not (ports or rdma_elsewhere):
@@ -139,11 +161,9 @@ def gdr_off(job: NcclJob) -> Iterable[Problem]:
     NCCL_NET_GDR_LEVEL that forbids it, or a GPU too far from its NIC on the PCIe tree. The
     reason is the one NCCL's log gives (its HCA line, its distance line, the variable it read).
     """
-    distinct = job.by_host()
-    on_somewhere = sorted(h for h, said in distinct.items() if any(a.gdr for a in said))
-    for host, said in distinct.items():
-        if not any(a.gdr is False and _rdma(a.network) and _on_network(a) for a in said):
-            continue
+    on_somewhere = sorted(h for said, hosts in job.kinds() if any(a.gdr for a in said) for h in hosts)
+    for host in job.hosts_where(lambda said: any(a.gdr is False and _rdma(a.network) and _on_network(a)
+                                                 for a in said)):
         off = [(r, a) for r, a in job.members(host) if a.gdr is False and _rdma(a.network) and _on_network(a)]
         if not off:
             continue
@@ -183,11 +203,8 @@ def intra_host_not_p2p(job: NcclJob) -> Iterable[Problem]:
     Evidence of NVLink: the GPUs' active NVLinks (NVML, in a run) or, reading logs alone,
     other hosts of the job connecting their GPUs over P2P.
     """
-    distinct = job.by_host()
-    p2p_elsewhere = any(n.startswith("P2P") for said in distinct.values() for a in said for n in a.intra)
-    for host, said in distinct.items():
-        if not any(not n.startswith("P2P") for a in said for n in a.intra):
-            continue
+    p2p_elsewhere = any(n.startswith("P2P") for said, _ in job.kinds() for a in said for n in a.intra)
+    for host in job.hosts_where(lambda said: any(not n.startswith("P2P") for a in said for n in a.intra)):
         slow = [(r, a) for r, a in job.members(host) if any(not n.startswith("P2P") for n in a.intra)]
         if not slow or not (host in job.nvlink_hosts or p2p_elsewhere):
             continue
@@ -216,8 +233,8 @@ def nvls_unused(job: NcclJob) -> Iterable[Problem]:
     available` when the fabric manager is down, the driver lacks multicast or
     NCCL_NVLS_ENABLE=0; intra-host all-reduce then loses up to a third of its bandwidth.
     """
-    for host, said in job.by_host().items():
-        if host not in job.nvswitch_hosts or all(a.nvls_used for a in said):
+    for host in job.hosts_where(lambda said: not all(a.nvls_used for a in said)):
+        if host not in job.nvswitch_hosts:
             continue
         group = job.members(host)
         several = [(r, a) for r, a in group if a.local_ranks > 1 or len(group) > 1]
@@ -246,8 +263,9 @@ def ranks_disagree(job: NcclJob) -> Iterable[Problem]:
     with family 0`). A plugin or network that differs between hosts makes the whole job run at
     the slowest transport. The odd ones out are named against the majority.
     """
-    shared = Counter(id(a) for a in job.accounts.values())  # ranks share accounts: each read once
-    objects = {id(a): a for a in job.accounts.values()}
+    values = list(job.accounts.values())
+    shared = Counter(map(id, values))  # ranks share accounts: each read once
+    objects = dict(zip(map(id, values), values))
     for what, value, severity in (("NCCL version", lambda a: a.nccl_version, Severity.ERROR),
                                   ("net plugin", lambda a: a.plugin.name if a.plugin.loaded else "none",
                                    Severity.WARN),
@@ -261,8 +279,10 @@ def ranks_disagree(job: NcclJob) -> Iterable[Problem]:
             continue
         majority = seen.most_common(1)[0][0]
         odd_ids = {key for key, text in said.items() if text and text != majority}
-        odd = [(r, a) for r, a in job.accounts.items() if id(a) in odd_ids]
-        hosts = sorted({job.host_of(r) for r, _ in odd})
+        # the odd ranks of the hosts whose distinct accounts include an odd one (no pass over every rank)
+        odd_hosts = job.hosts_where(lambda said: any(id(a) in odd_ids for a in said))  # noqa: B023 (asked now)
+        odd = [(r, a) for host in odd_hosts for r, a in job.members(host) if id(a) in odd_ids]
+        hosts = sorted(odd_hosts)
         yield Problem(f"ranks disagree on the {what}: {len(odd)} rank(s) on {', '.join(hosts[:4])}"
                       f"{' ...' if len(hosts) > 4 else ''} use {', '.join(sorted({said[id(a)] for _, a in odd}))}, "
                       f"the other {len(job.accounts) - len(odd)} {majority}",

@@ -65,13 +65,40 @@ def _host(rank: int, accounts: Mapping[int, NcclAccount], hosts: Mapping[int, st
     return hosts.get(rank) or accounts[rank].host
 
 
+Grouped = dict[str, tuple[list[int], dict[int, NcclAccount]]]
+# by_host's last answer in rank order, for the same accounts and hosts (the same objects, the same
+# sizes): the report's summary and the checks (NcclJob) group the same job's accounts, 131,072 on
+# rank 0. Read-only to its callers.
+_LAST: list[tuple[Mapping[int, NcclAccount], Mapping[int, str] | None, int, int, Grouped]] = []
+
+
 def by_host(accounts: Mapping[int, NcclAccount], hosts: Mapping[int, str] | None = None,
-            order: Iterable[int] | None = None) -> dict[str, tuple[list[int], dict[int, NcclAccount]]]:
+            order: Iterable[int] | None = None) -> Grouped:
     """Per host (rank -> host from `hosts`, else the account's own): its ranks and its distinct account
     objects (by id: ranks share them), hosts in the order they first appear among `order` (default:
-    rank order). One pass and no object per rank: rank 0 does it for every rank of the job (131,072)."""
+    rank order). One pass and no object per rank: rank 0 does it for every rank of the job (131,072).
+    In rank order the last answer is kept for the same `accounts` and `hosts` (read-only)."""
+    if order is None:
+        sizes = (len(accounts), len(hosts) if hosts is not None else -1)
+        for kept in _LAST:
+            if kept[0] is accounts and kept[1] is hosts and kept[2:4] == sizes:
+                return kept[4]
+        grouped = _by_host(accounts, hosts, None)
+        _LAST[:] = [(accounts, hosts, *sizes, grouped)]
+        return grouped
+    return _by_host(accounts, hosts, order)
+
+
+def forget_grouping() -> None:
+    """Drop by_host's kept answer (its last user, the checks of steps/nccl_account.judge, is done:
+    at 131,072 ranks it is ~16 MB that would otherwise live to the end of the run)."""
+    _LAST.clear()
+
+
+def _by_host(accounts: Mapping[int, NcclAccount], hosts: Mapping[int, str] | None,
+             order: Iterable[int] | None) -> Grouped:
     host_of = (hosts or {}).get
-    grouped: dict[str, tuple[list[int], dict[int, NcclAccount]]] = {}
+    grouped: Grouped = {}
     for rank in sorted(accounts) if order is None else order:
         account = accounts[rank]
         host = host_of(rank) or account.host
@@ -167,6 +194,8 @@ def _described(per_host: dict[str, dict[int, NcclAccount]], said: dict[tuple[int
 def dimensions(groups: Mapping[str, Sequence[Sequence[int]]], accounts: Mapping[int, NcclAccount],
                hosts: Mapping[int, str] | None = None) -> list[NcclDimension]:
     """Each mesh dimension's transports over its groups (the distinct descriptions, most groups first)."""
+    grouped = by_host(accounts, hosts)  # the summary's own grouping (kept): a group that is a host's ranks, or
+    every: list[int] | None = None  # every rank's, is read from it, not grouped again
     hosts = hosts or {}
     out = []
     said: dict[tuple[int, ...], str] = {}
@@ -174,7 +203,18 @@ def dimensions(groups: Mapping[str, Sequence[Sequence[int]]], accounts: Mapping[
         seen: dict[str, int] = {}
         intra = 0
         for ranks in dim_groups:
-            per_host = _per_host(ranks, accounts, hosts)  # one pass over the group for both
+            per_host = None
+            if len(ranks) >= len(accounts):
+                every = sorted(accounts) if every is None else every
+                if list(filter(accounts.__contains__, ranks)) == every:  # every rank with an account, in order
+                    per_host = {host: distinct for host, (_, distinct) in grouped.items()}
+            elif ranks and (account := accounts.get(ranks[0])) is not None:
+                host = hosts.get(ranks[0]) or account.host
+                members = grouped.get(host)
+                if members is not None and members[0] == list(ranks):  # exactly one host's ranks
+                    per_host = {host: members[1]}
+            if per_host is None:
+                per_host = _per_host(ranks, accounts, hosts)  # one pass over the group for both
             intra += len(per_host) == 1
             text = _described(per_host, said)
             if text:

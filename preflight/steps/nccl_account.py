@@ -20,7 +20,7 @@ from preflight.checks.probe_findings import (
     slow_link,
     straggler_group,
 )
-from preflight.lib.nccl_summary import group_transport
+from preflight.lib.nccl_summary import forget_grouping, group_transport
 from preflight.model import Finding, RankFacts
 from preflight.model.nccl_account import NcclAccount
 from preflight.model.probe_outcome import ProbeOutcome
@@ -31,9 +31,18 @@ SLOW_FINDINGS = (straggler_group, cross_dim_suspect, slow_host, slow_link, slow_
 
 
 def job_from_facts(accounts: Mapping[int, NcclAccount], facts: Sequence[RankFacts],
-                   strict_bandwidth: bool = False) -> NcclJob:
-    """The accounts with what each host's facts say of its hardware."""
-    job = NcclJob(dict(accounts), {f.rank: f.host for f in facts}, strict_bandwidth=strict_bandwidth)
+                   strict_bandwidth: bool = False, hosts: dict[int, str] | None = None) -> NcclJob:
+    """The accounts with what each host's facts say of its hardware.
+
+    `hosts`: the rank -> host map the report's summary grouped the accounts by (ProbeOutcome.nccl_hosts);
+    where it says what the facts say, the job holds that map and the accounts themselves (not copies), so
+    the checks read the summary's grouping by host (lib/nccl_summary.by_host keeps it) instead of grouping
+    131,072 ranks again."""
+    of_facts = {f.rank: f.host for f in facts}
+    if hosts is not None and hosts == of_facts:
+        of_facts = hosts
+    job = NcclJob(accounts if type(accounts) is dict else dict(accounts), of_facts,  # read-only from here on
+                  strict_bandwidth=strict_bandwidth)
     seen: set[str] = set()
     for rank_facts in facts:  # a host's hardware as its first rank saw it (its ranks share the sections)
         host = rank_facts.host
@@ -64,9 +73,10 @@ def judge(outcome: ProbeOutcome, facts: Sequence[RankFacts], strict_bandwidth: b
         why = next(iter(sorted(outcome.nccl_missing.items())))[1]
         found += account_unavailable.report(why=why, ranks=sorted(outcome.nccl_missing))
     if outcome.nccl_accounts:
-        job = job_from_facts(outcome.nccl_accounts, facts, strict_bandwidth)
+        job = job_from_facts(outcome.nccl_accounts, facts, strict_bandwidth, outcome.nccl_hosts)
         for check in ACCOUNT_CHECKS:
             found += check.report(job)
+        forget_grouping()  # the summary (made before) and the checks have read it
         name_transports(outcome.findings, outcome.nccl_accounts, job.hosts)
     return found
 

@@ -3,9 +3,13 @@ against the hosts' facts: RDMA ports, NVLink, NVSwitch, the GPU model."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import io
+from collections import Counter
 
 from preflight.lib.nccl_log import parse_lines
+from preflight.lib.nccl_summary import group_transport, summarize
 from preflight.model import Finding, Severity
 from preflight.model.nccl_account import NcclAccount
 from preflight.model.probe_outcome import ProbeOutcome
@@ -92,3 +96,43 @@ def test_slow_group_findings_say_which_transport_carried_the_group():
     assert slow[0].message.endswith("; NCCL ran it over NET/IB/GDRDMA; NET/Socket on host b")
     assert slow[1].data["nccl_transport"] == "P2P/CUMEM"
     assert "nccl_transport" not in slow[2].data
+
+
+def _shared_job() -> tuple[list[str], dict[int, NcclAccount], dict[int, NcclAccount]]:
+    """Five hosts of two ranks; hosts whose NCCL said the same share account objects, as rank 0 holds them
+    (channel/board.fetch_interned), and the same accounts with every rank's its own copy."""
+    ib, socket = accounts()[0], accounts(env_of=lambda name: {"NCCL_IB_DISABLE": "1"})[0]
+    older = dataclasses.replace(socket, nccl_version="2.20.3")  # a second kind of host on sockets
+    hosts = ["h0", "h0", "h1", "h1", "h2", "h2", "h3", "h3", "h4", "h4"]
+    said = {"h0": ib, "h1": socket, "h2": ib, "h3": older, "h4": socket}
+    shared = {rank: said[host] for rank, host in enumerate(hosts)}
+    return hosts, shared, {rank: copy.deepcopy(account) for rank, account in shared.items()}
+
+
+def test_hosts_that_said_the_same_are_judged_as_if_each_rank_said_it_alone_in_host_order():
+    hosts, shared, alone = _shared_job()
+    fact_list = [rank_facts(r, h, world_size=len(hosts), network=PORTS) for r, h in enumerate(hosts)]
+    found = judged(shared, fact_list)
+    assert found == judged(alone, fact_list)
+    on_sockets = [f for f in found if f.check_id == "NCCL020"]  # two kinds of socket host, interleaved
+    assert [(f.hosts, f.ranks) for f in on_sockets] == [(["h1"], [2, 3]), (["h3"], [6, 7]), (["h4"], [8, 9])]
+    (version,) = [f for f in found if f.check_id == "NCCL024" and f.data["what"] == "NCCL version"]
+    assert (version.hosts, version.ranks) == (["h3"], [6, 7])
+
+
+def test_each_dimension_reads_a_group_of_one_host_or_of_every_rank_as_its_ranks_say():
+    hosts, shared, _ = _shared_job()
+    host_map = dict(enumerate(hosts))
+    groups = {"tp": [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]], "world": [list(range(len(hosts)))],
+              "pp": [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]}
+    summary = summarize(shared, 0, groups, host_map)
+    for dim in summary.dims:  # the same words as each group's own transport, counted per dimension
+        said = Counter(group_transport(ranks, shared, host_map) for ranks in groups[dim.dim])
+        assert dim.groups == len(groups[dim.dim])
+        assert sorted(dim.transports) == sorted(text if len(said) == 1 else f"{text} ({n} group{'s' if n > 1 else ''})"
+                                                for text, n in said.items())
+    assert [d.intra_host_groups for d in summary.dims] == [5, 0, 0]
+    # a rank without an account: the world group is read rank by rank, and says the same
+    fewer = {rank: account for rank, account in shared.items() if rank != 9}
+    world = summarize(fewer, 1, {"world": groups["world"]}, host_map).dims[0]
+    assert world.transports == [group_transport(groups["world"][0], fewer, host_map)]
