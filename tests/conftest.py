@@ -13,6 +13,12 @@ import pytest
 
 from tests.helpers.quiet import WorkerLocks, worker_locks
 
+# One OpenMP thread in pytest's own processes too, as tests/helpers/ranks.base_env gives every rank, set
+# before any test module imports torch: a test's in-process torch work (the fake CUDA's products, the
+# probes on gloo) otherwise runs on a pool of two threads on two cores the other workers' ranks hold, and
+# spins: a 64x64 product took 1.7 ms instead of 29 us on the loaded machine (issue 44).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # netns_hosts: fake hosts in real network namespaces (needs root; see tests/helpers/netns.py, hosts.py).
 pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helpers.node_exporter"]
 
@@ -34,8 +40,9 @@ pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helper
 # By module path, because the scheduler (in the controller, which collects nothing) sees only test
 # ids: xdist's own `xdist_group` marks cannot reach it under pytest 9 (xdist 3.8 writes the group
 # into `item._nodeid`, which pytest 9 no longer reads). Every collected test is checked against
-# the rules below (check_group), so a new lab module missing here fails collection (a new module
-# with a shared fixture only runs slower until it is added).
+# the rules below (check_group), so a new lab module missing here fails collection, and so does a
+# new module with a module- or session-scoped fixture of ours (its launched run would be made once
+# per worker that runs its tests) unless SHARED_PER_WORKER names it.
 QUIET_GROUP = "quiet"
 MODULE_GROUPS: dict[str, str] = {
     **dict.fromkeys(("tests/launchers/test_slurm.py", "tests/launchers/test_sbatch.py",
@@ -53,8 +60,15 @@ MODULE_GROUPS: dict[str, str] = {
                      "tests/reports/test_planted_run.py", "tests/reports/test_history_browser.py"), "browser"),
     **{path: f"module:{path}" for path in (
         "tests/checks/test_config_multirank.py", "tests/checks/test_health_multirank.py",
+        "tests/checks/test_fabric_multirank.py", "tests/probes/test_nccl_account_run.py",
+        "tests/reports/test_slow_rank_views.py",
         "tests/commands/test_history.py", "tests/history/test_run_history.py", "tests/test_api.py")},
 }
+# Modules whose module-scoped fixture is cheap to make once per worker (test_channel_fuzz's imports torch),
+# so their tests stay spread over the workers; any other module with a shared fixture must be in
+# MODULE_GROUPS (until issue 44 it was allowed out, and three modules' launched runs were each made on
+# two or three workers: test_nccl_account_run's three 4-rank runs twice, test_fabric_multirank's thrice).
+SHARED_PER_WORKER = frozenset({"tests/fuzz/test_channel_fuzz.py"})
 
 # What puts a test in a lab group: (group, its fixtures, its markers); "netns" is its module's own.
 LAB_GROUPS: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = (
@@ -108,9 +122,9 @@ def check_group(item: pytest.Item) -> str | None:
         return None
     if given == QUIET_GROUP and wanted.split(":")[0] in ("netns", "module"):
         return None  # one worker for the whole quiet group: its netns and shared fixtures are safe there
-    if wanted.startswith("module:"):
-        # A shared fixture outside the table is only made once per worker that runs its tests
-        # (slower, never wrong); a lab test outside its group would collide: that is refused.
+    if wanted.startswith("module:") and (given is not None or module in SHARED_PER_WORKER):
+        # Any group runs the whole module on one worker: its shared fixture is made once. Out of every
+        # group (SHARED_PER_WORKER), it is made once per worker that runs its tests, by choice.
         return None
     return f"{item.nodeid}: tests/conftest.py's MODULE_GROUPS must put its module in group {wanted!r} (has {given!r})"
 

@@ -29,7 +29,9 @@ def probe_in_process(monkeypatch: pytest.MonkeyPatch, trainer_env: dict[str, str
         monkeypatch.delenv(name, raising=False)
     for name, value in trainer_env.items():
         monkeypatch.setenv(name, value)
-    model = FakeCuda([gpu(i) for i in range(2)])
+    # Little free memory and slow rates, as test_real_node's: with 80 GiB free the device family sized its
+    # operands for an H100 (8192^2 products) and ran them on this CPU until its 32 s bound gave up (DEV009).
+    model = FakeCuda([gpu(i, free=320 * 2**20) for i in range(2)], rates={"gemm": 0.002, "copy": 2.0, "host": 1.0})
     model.nccl_log = NcclProcess(NcclHost(socket.gethostname(), gdr=False))
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False)
@@ -42,9 +44,12 @@ def probe_in_process(monkeypatch: pytest.MonkeyPatch, trainer_env: dict[str, str
         dist.init_process_group("nccl", store=store, rank=0, world_size=1, device_id=torch.device("cuda", 1))
         try:
             job = api._job_groups(None, [], "nccl", "cuda", 0, 1)
-            return orchestrate.run_probes(world, options, store, job, alive=RankLiveness(1, 0, store))
+            outcome = orchestrate.run_probes(world, options, store, job, alive=RankLiveness(1, 0, store))
         finally:
             dist.destroy_process_group()
+    # The device family ran to its end on the fake (an abandoned one burns this process's CPU after the test).
+    assert [row.errors for row in outcome.device_rows] == [{}]
+    return outcome
 
 
 def test_without_the_trainers_debug_file_the_account_is_unavailable_in_one_info_line(monkeypatch):
