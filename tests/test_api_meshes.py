@@ -74,7 +74,7 @@ def assert_passed_then_trained(out: Path, ranks: dict[int, dict[str, Any]], case
         assert result["step"]["axes"] == {name: float(size) for name, size in sizes.items() if size > 1}
         assert result["step"]["world_sum"] == world_size * (world_size - 1) / 2
     report = json.loads((out / f"{case}.json").read_text())
-    findings = [(f["id"], f["severity"], f["message"][:200]) for f in report.get("findings", [])
+    findings = [(f["check_id"], f["severity"], f["message"][:200]) for f in report.get("findings", [])
                 if f["severity"] not in ("info", "pass")]
     assert report["verdict"] == "passed", findings
     assert report["meta"]["mesh"] == mesh
