@@ -23,7 +23,11 @@ FIRST_POLL_S = 0.005
 MAX_POLL_S = 0.2
 MIN_CEILING_S = 0.02  # the smallest ceiling: a small job sees a peer's value within ~20 ms
 LOOKS_PER_S = 8192  # every rank of a run polling at its ceiling: at most this many looks a second in all
-_run_ceiling_s = MAX_POLL_S  # the ceiling of the run in progress (ceiling_for); MAX_POLL_S outside one
+# The ceilings of the runs in progress (ceiling_for), last entered last; MAX_POLL_S outside every run. A
+# list, not a saved-and-restored value: two runs in one process (threads) may end in either order, and
+# restoring what the other had set would leave its ceiling behind for good.
+_run_ceilings: list[list[float]] = []
+_ceilings_lock = threading.Lock()
 
 
 def scaled_ceiling_s(world_size: int) -> float:
@@ -37,12 +41,20 @@ def scaled_ceiling_s(world_size: int) -> float:
 def ceiling_for(world_size: int) -> Iterator[float]:
     """Within the block, waits that name no ceiling of their own use `scaled_ceiling_s(world_size)`
     (the run's steps, on every thread of it); the previous ceiling is back after it."""
-    global _run_ceiling_s
-    before, _run_ceiling_s = _run_ceiling_s, scaled_ceiling_s(world_size)
+    entry = [scaled_ceiling_s(world_size)]  # its own object: removed by identity, whichever ends first
+    with _ceilings_lock:
+        _run_ceilings.append(entry)
     try:
-        yield _run_ceiling_s
+        yield entry[0]
     finally:
-        _run_ceiling_s = before
+        with _ceilings_lock:
+            _run_ceilings[:] = [other for other in _run_ceilings if other is not entry]
+
+
+def run_ceiling_s() -> float:
+    """The ceiling of the run entered last and still in progress; MAX_POLL_S outside every run."""
+    ceilings = _run_ceilings[-1:]
+    return ceilings[0][0] if ceilings else MAX_POLL_S
 
 
 def wait_until(condition: Callable[[], T], timeout_s: float | Callable[[], float], *,
@@ -65,7 +77,7 @@ def wait_until(condition: Callable[[], T], timeout_s: float | Callable[[], float
         def time_left() -> float:
             return deadline - time.monotonic()
 
-    ceiling = _run_ceiling_s if max_poll_s is None else max_poll_s
+    ceiling = run_ceiling_s() if max_poll_s is None else max_poll_s
     poll = first_poll_s
     while True:
         value = condition()

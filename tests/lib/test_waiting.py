@@ -86,6 +86,18 @@ def test_a_runs_waits_look_as_often_as_its_size_allows() -> None:
     assert max(_sleeps_of_a_wait_that_never_holds(looks=12)) == MAX_POLL_S
 
 
+def test_two_runs_in_one_process_that_end_out_of_order_leave_no_ceiling_behind() -> None:
+    # Two in-process runs on two threads: the first to start ends first. Restoring "what was before" on
+    # exit left the second run's 20 ms ceiling in place for the rest of the process (seen in CI).
+    first, second = ceiling_for(4), ceiling_for(8)
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert max(_sleeps_of_a_wait_that_never_holds(looks=12)) == 0.02  # the second run goes on
+    second.__exit__(None, None, None)
+    assert max(_sleeps_of_a_wait_that_never_holds(looks=12)) == MAX_POLL_S
+
+
 def _sleeps_of_a_wait_that_never_holds(looks: int, **kwargs: float) -> list[float]:
     """The pauses wait_until makes between `looks` looks at a condition that never holds (its module's
     time.sleep recorded, not slept: the deadline is far; no other thread's sleep is touched)."""
