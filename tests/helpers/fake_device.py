@@ -139,6 +139,10 @@ class FakeDevice:
         self.turns += 1
         yield
 
+    def figure_turn(self, figure: str) -> contextlib.AbstractContextManager[None]:
+        """TorchDevice.figure_turn on a GPU: only the host copies take a turn."""
+        return self.link_turn() if figure in ("h2d", "d2h") else contextlib.nullcontext()
+
     @contextlib.contextmanager
     def sampling(self, report: DeviceReport, began: float, every_s: float = 0.0,
                  limit: int = 1 << 30) -> Iterator[None]:

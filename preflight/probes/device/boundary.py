@@ -155,6 +155,19 @@ class TorchDevice:
         by the family's deadline (a bounded thread)."""
         return host_turns.turn(host_turns.turn_path(self.host, self.place.switch or "host", self.job))
 
+    def figure_turn(self, figure: str) -> contextlib.AbstractContextManager[None]:
+        """What this rank must have alone while it measures `figure`: a GPU's host copies take the PCIe
+        uplink's turn (link_turn); on CPU every figure takes the host's CPU turn, because the ranks of a
+        host share one device there (its cores, caches and memory), and the ranks start each figure
+        together: two ranks copying at once each read a share of the memory bandwidth (DEV004 at 30% on a
+        healthy 4-rank run, 1 run in 8, thread CPU time notwithstanding). A turn is the figure's slot,
+        milliseconds on CPU. No job identity (a bare device): no turns."""
+        if figure in ("h2d", "d2h"):
+            return self.link_turn()
+        if self.kind != "cuda" and self.job:
+            return host_turns.turn(host_turns.turn_path(self.host, "cpu", self.job))
+        return contextlib.nullcontext()
+
     # ---- the calls measured ----
     def matmul(self, a: Any, b: Any, tf32: bool = False) -> Any:
         """a @ b through torch.matmul (tf32 allowed only for the tf32 figure)."""
@@ -316,7 +329,7 @@ def open_device(kind: str, index: int | None, pci_bus_id: str = "", cuda: Any = 
     bus id, or by UUID when torch gives no bus id (NVML indices are not CUDA ordinals); NVML is not
     called after deadline_s, and close() shuts it down."""
     if kind != "cuda":
-        return TorchDevice("cpu")
+        return TorchDevice("cpu", host=host, job=job)
     from preflight.lib import nvml_source
 
     nvml, _ = nvml_source.open_nvml(deadline_s=deadline_s)

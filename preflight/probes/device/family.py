@@ -161,9 +161,9 @@ def _pass(device: Any, prepared: dict[str, tuple[Measured, Callable[[], Any]]], 
     """One pass over every prepared figure; a figure that raises is dropped with its reason."""
     for name, (measured, call) in list(prepared.items()):
         try:
-            # The host copies of GPUs behind one PCIe switch take turns (Device.link_turn): all of a host's
-            # GPUs copy at once otherwise, and two sharing an uplink each read ~0.4 of it.
-            with device.link_turn() if name in ("h2d", "d2h") else contextlib.nullcontext():
+            # What a host's ranks share is measured in turns (Device.figure_turn): the host copies of GPUs
+            # behind one PCIe switch (two sharing an uplink each read ~0.4 of it), every figure of a CPU.
+            with device.figure_turn(name):
                 values = _bursts(device, call, slot_s, measured, report, began)
         except Exception as exc:
             report.errors[name] = f"{type(exc).__name__}: {one_line(exc)}"[:300]

@@ -63,3 +63,32 @@ def test_the_host_copies_pinned_memory_goes_back_when_the_device_closes() -> Non
     assert {"h2d", "d2h"} <= {m.name for m in report.measured} and report.errors == {}
     assert model.pinned_allocated == 0 and cached >= 2 * 2**20  # the tensors are gone, their pages cached
     assert model.pinned_reserved == 0 and model.reserved == [0]
+
+
+def test_the_ranks_of_a_host_measure_cpu_figures_in_turns(tmp_path) -> None:
+    """On CPU every figure takes the host's CPU turn (one device shared by the host's ranks): while one rank
+    holds it, another rank of the same job and host waits; another job's rank, or another host's, does not."""
+    def device(host: str, job: str):
+        return open_device("cpu", None, host=host, job=job)
+
+    holder, waiting = device("h1", "job-a"), device("h1", "job-a")
+    elsewhere, other_job = device("h2", "job-a"), device("h1", "job-b")
+    entered = threading.Event()
+    with holder.figure_turn("copy"):
+        def take() -> None:
+            with waiting.figure_turn("gemm_fp32"):
+                entered.set()
+        thread = threading.Thread(target=take, daemon=True)
+        thread.start()
+        assert not entered.wait(0.5)  # same job, same host: waits for the turn
+        for free in (elsewhere, other_job):
+            with free.figure_turn("copy"):  # would block (and hang the test) if it shared the turn
+                pass
+    assert entered.wait(60)  # a does-not-hang bound: the turn passed on when the holder's ended
+    thread.join(60)
+
+
+def test_a_cpu_device_without_a_job_takes_no_turn() -> None:
+    bare = open_device("cpu", None)
+    with bare.figure_turn("copy"), bare.figure_turn("copy"):  # no lock: the same thread twice does not block
+        pass
