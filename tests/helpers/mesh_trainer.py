@@ -129,13 +129,9 @@ def train_step(mesh: DeviceMesh) -> dict[str, Any]:
 def check_then_train(mesh: DeviceMesh, out: Path, case: str) -> dict[str, Any]:
     """preflight.check on the mesh, then a training step on its groups; what happened."""
     result: dict[str, Any] = {"names": list(mesh.mesh_dim_names or ()), "shape": list(mesh.mesh.shape)}
-    # The 8- and 16-rank meshes leave out the device family: 8 ranks to a core on this 2-core machine, a rank's
-    # CPU-time figures read its 15 neighbours' cache and memory traffic (DEV004 at 47% once in CI). The family
-    # in-process is the 4-rank cases' (and test_no_false_alarms' / test_run_gloo's); these cases are the mesh's.
-    skip = ["gpu-probe"] if case in ("mesh_3d", "mesh_4d") else []
     try:
         report = preflight.check(mesh, json=str(out / f"{case}.json"), quiet=True, sizes="256KiB", timeout_s=120,
-                                 probe_timeout_s=60, skip=skip)
+                                 probe_timeout_s=60)
         result["outcome"] = "passed"
         result["exit_code"] = report.exit_code
     except preflight.PreflightFailed as failed:
