@@ -17,6 +17,7 @@ from preflight.model import ProbeDevice, ProbeResult
 from preflight.model.messages import BoundRecord, ProbeReport, Status, StepRecord
 from preflight.model.probe_faults import Hang
 from preflight.probes import ops
+from preflight.probes.plan import CONNECT
 
 # Ranks of one step start it within a barrier of each other, so they reach its deadline within
 # about this long of the first rank that did.
@@ -131,7 +132,7 @@ def diagnose_hang(got: Gathered, steps: list[tuple[str, str, int]], groups: dict
     for rank in members:
         if rank in culprits:
             continue
-        where = _where(rank, got, first_step, bool(in_op))
+        where = _where(rank, got, first_step, bool(in_op), connecting=op == CONNECT)
         if where:
             culprits[rank] = where
     waiting = [r for r in members if r in stuck and r not in culprits]
@@ -144,8 +145,14 @@ def diagnose_hang(got: Gathered, steps: list[tuple[str, str, int]], groups: dict
                 could_not_run=bool(errors))
 
 
-def _where(rank: int, got: Gathered, step: int, in_op: bool) -> str:
-    """Why a rank was not waiting in `step` with its peers; empty when it was."""
+def _where(rank: int, got: Gathered, step: int, in_op: bool, *, connecting: bool = False) -> str:
+    """Why a rank was not waiting in `step` with its peers; empty when it was.
+
+    connecting: the step only creates its group's communicators. A rank that reached it and sent
+    nothing is then most likely inside that creation: ncclCommInitRank (NCCL creates a group's
+    communicators at its first op) blocks the calling thread, so the rank's own deadline cannot
+    fire and it cannot say where it is until the call returns.
+    """
     payload = got.payloads.get(rank)
     position = got.positions.get(rank)
     if payload is not None:
@@ -164,6 +171,8 @@ def _where(rank: int, got: Gathered, step: int, in_op: bool) -> str:
                f"{position if position is not None else 'none'})"
     if position > step:
         return "moved past this step without completing it with its group (skipped or returned early)"
+    if connecting:
+        return "sent no results while creating its communicators (stuck in that call, or crashed)"
     return "sent no results (crashed or hung outside the collective)"
 
 

@@ -83,6 +83,14 @@ def test_a_rank_stuck_creating_communicators_is_named_like_a_hung_collective() -
     hang = diagnose_hang(got, steps, GROUPS, 4)
     assert hang is not None and (hang.dim, hang.op, hang.group_index, hang.phase) == ("tp", "connect", 0, "connect")
     assert list(hang.culprits) == [1] and hang.waiting == [0]
+    # It sent nothing: blocked inside the creation (ncclCommInitRank holds its thread), so said so.
+    assert "creating its communicators" in hang.culprits[1]
+
+
+def test_a_silent_rank_at_a_measured_step_is_not_said_to_be_creating_communicators() -> None:
+    got = Gathered({0: _payload("timeout", 0, "op"), 2: _payload("done"), 3: _payload("done")}, positions={1: 0})
+    hang = diagnose_hang(got, STEPS, GROUPS, 4)
+    assert hang is not None and "communicators" not in hang.culprits[1] and "no results" in hang.culprits[1]
 
 
 def test_rank_zero_that_stopped_early_waits_a_grace_not_the_whole_timeout() -> None:
