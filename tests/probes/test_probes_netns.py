@@ -12,6 +12,7 @@ probes/confirm.py) are what keep scheduler noise from naming anyone.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ ARGS = ["--mesh", "dp2,tp2", "--sizes", "256KiB,1MiB", "--warmup", "1", "--iters
 SHAPED_ARGS = ["--mesh", "dp2,tp2", "--ops", "all_reduce", "--sizes", "1MiB", "--warmup", "1", "--iters", "5",
                "--probe-timeout", "60", "--skip", "gpu,nic"]
 RUNS = 10
+LOCALIZING = ("BW003", "BW005", "BW012", "BW013")  # their data says what localization measured and decided
 
 
 def _run_on_hosts(hosts: FakeNetwork, out: Path, args: list[str] = ARGS) -> dict:
@@ -34,6 +36,13 @@ def _run_on_hosts(hosts: FakeNetwork, out: Path, args: list[str] = ARGS) -> dict
                            master_addr=hosts[0].address, common_env={"GLOO_SOCKET_IFNAME": "ib0"}, timeout=240)
     assert out.exists(), "\n".join(run.stdout + run.stderr for run in runs.values())
     return read_json(out)
+
+
+def _why(attempt: int, report: dict) -> str:
+    """Every finding but BW008, whole (with the localization's data): a string, so pytest prints it uncut."""
+    return json.dumps({"attempt": attempt, "findings": [
+        {"id": f["check_id"], "message": f["message"], **({"data": f["data"]} if f["check_id"] in LOCALIZING else {})}
+        for f in report["findings"] if f["check_id"] != "BW008"]}, indent=1)
 
 
 def _ids(report: dict) -> dict[str, list[dict]]:
@@ -94,6 +103,10 @@ TWO_SHAPED_RUNS = 3
 
 
 @pytest.mark.timeout(600)  # TWO_SHAPED_RUNS whole runs of four ranks on 2 shared cores; a does-not-hang bound
+# Quiet, as the one-shaped test: group testing compares a pool's iterations with a reference pair's
+# measured between them, and the other workers' bursts (a run of 8 or 16 ranks starting) slowed the
+# reference to the shaped pools' pace once in CI (no host named; 0 in 12 runs at a steady load of 7).
+@pytest.mark.quiet
 def test_two_shaped_hosts_are_named_by_group_testing_and_no_other_host_is(netns_hosts, tmp_path: Path) -> None:
     # Hosts 3 and 4 (ranks 2 and 3, one tp group) shaped: their tp group is the straggler while both
     # dp groups are equally slow. The round robin over ranks 0-3 then judges every rank against a
@@ -113,7 +126,7 @@ def test_two_shaped_hosts_are_named_by_group_testing_and_no_other_host_is(netns_
         args = [*SHAPED_ARGS, "--localize", "grouptest"] if direct else SHAPED_ARGS
         report = _run_on_hosts(hosts, tmp_path / f"two-{attempt}.json", args)
         found = _ids(report)
-        why = (attempt, [(f["check_id"], f["message"]) for f in report["findings"] if f["check_id"] != "BW008"])
+        why = _why(attempt, report)
         assert {(f["data"]["dim"], tuple(f["ranks"])) for f in found.get("BW003", [])} == {("tp", (2, 3))}, why
         # Both shaped hosts named, each slow alone twice against a known-good partner.
         assert sorted(h for f in found.get("BW012", []) for h in f["hosts"]) == shaped, why
