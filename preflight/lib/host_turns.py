@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import os
 import tempfile
@@ -27,6 +28,18 @@ def job_identity(job_id: str, master_addr: str, master_port: int) -> str:
     """What every rank of one job shares and no other job running now does: the launcher's job id and the
     job's rendezvous address (two runs of one Slurm job step in turn; two jobs never share a rendezvous)."""
     return f"{job_id}|{master_addr}:{master_port}"
+
+
+@functools.cache
+def machine_id(proc_root: str = "/proc") -> str:
+    """The running kernel's boot id: the same for every process of one machine, whatever its hostname
+    (containers and network namespaces have their own), and different on every other machine; "" when
+    unreadable. What names one CPU, its cores, caches and memory, shared by everything on the machine."""
+    try:
+        with open(os.path.join(proc_root, "sys/kernel/random/boot_id"), encoding="ascii") as f:
+            return f.read(64).strip()
+    except (OSError, ValueError):
+        return ""
 
 
 def turn_path(host: str, resource: str, job: str, directory: str | None = None) -> str:

@@ -69,3 +69,13 @@ def test_a_symlink_or_another_users_file_under_the_name_is_refused_in_one_line(t
         with pytest.raises(PermissionError, match="belongs to uid 65534"):
             with turn(path):
                 pass
+
+
+def test_the_machine_is_the_kernels_boot_id_and_empty_when_unreadable(tmp_path) -> None:
+    from preflight.lib.host_turns import machine_id
+
+    (tmp_path / "sys/kernel/random").mkdir(parents=True)
+    (tmp_path / "sys/kernel/random/boot_id").write_text("3f1c2a9e-0000-4000-8000-000000000001\n")
+    assert machine_id(str(tmp_path)) == "3f1c2a9e-0000-4000-8000-000000000001"
+    assert machine_id(str(tmp_path / "absent")) == ""
+    assert len(machine_id()) == 36  # this machine's, one uuid

@@ -97,6 +97,7 @@ class TorchDevice:
         self.place = place or PciPlace()  # the PCIe switch it shares and its NUMA node (lib/pci_topology.py)
         self.sysfs_root, self.host = sysfs_root, host
         self.job = job  # the job's identity (lib/host_turns.job_identity): whose turns these are
+        self.machine = host_turns.machine_id()  # whose CPU this is (a hostname may be a container's)
         self.device = torch.device("cuda", index) if kind == "cuda" else torch.device("cpu")
 
     # ---- what the device can run ----
@@ -157,15 +158,17 @@ class TorchDevice:
 
     def figure_turn(self, figure: str) -> contextlib.AbstractContextManager[None]:
         """What this rank must have alone while it measures `figure`: a GPU's host copies take the PCIe
-        uplink's turn (link_turn); on CPU every figure takes the host's CPU turn, because the ranks of a
-        host share one device there (its cores, caches and memory), and the ranks start each figure
+        uplink's turn (link_turn); on CPU every figure takes the machine's CPU turn, because the ranks of a
+        machine share one device there (its cores, caches and memory), and the ranks start each figure
         together: two ranks copying at once each read a share of the memory bandwidth (DEV004 at 30% on a
-        healthy 4-rank run, 1 run in 8, thread CPU time notwithstanding). A turn is the figure's slot,
-        milliseconds on CPU. No job identity (a bare device): no turns."""
+        healthy 4-rank run, 1 run in 8, thread CPU time notwithstanding). The machine is the kernel's
+        (host_turns.machine_id), not the hostname: containers or network namespaces on one node have
+        hostnames of their own and still share its CPU. A turn is the figure's slot, milliseconds on CPU.
+        No job identity (a bare device): no turns."""
         if figure in ("h2d", "d2h"):
             return self.link_turn()
         if self.kind != "cuda" and self.job:
-            return host_turns.turn(host_turns.turn_path(self.host, "cpu", self.job))
+            return host_turns.turn(host_turns.turn_path(self.machine or self.host, "cpu", self.job))
         return contextlib.nullcontext()
 
     # ---- the calls measured ----

@@ -65,14 +65,17 @@ def test_the_host_copies_pinned_memory_goes_back_when_the_device_closes() -> Non
     assert model.pinned_reserved == 0 and model.reserved == [0]
 
 
-def test_the_ranks_of_a_host_measure_cpu_figures_in_turns(tmp_path) -> None:
-    """On CPU every figure takes the host's CPU turn (one device shared by the host's ranks): while one rank
-    holds it, another rank of the same job and host waits; another job's rank, or another host's, does not."""
+def test_the_ranks_of_a_machine_measure_cpu_figures_in_turns(tmp_path) -> None:
+    """On CPU every figure takes the machine's CPU turn (one device shared by its ranks): while one rank
+    holds it, another rank of the same job on the machine waits, under another hostname too (a container's,
+    a netns host's); another job's rank, or another machine's, does not."""
     def device(host: str, job: str):
         return open_device("cpu", None, host=host, job=job)
 
-    holder, waiting = device("h1", "job-a"), device("h1", "job-a")
-    elsewhere, other_job = device("h2", "job-a"), device("h1", "job-b")
+    holder, waiting = device("h1", "job-a"), device("h2", "job-a")  # two hostnames, one kernel
+    elsewhere, other_job = device("h3", "job-a"), device("h1", "job-b")
+    assert holder.machine and holder.machine == waiting.machine  # this kernel's boot id
+    elsewhere.machine = "another-boot-id"  # a device opened on another machine
     entered = threading.Event()
     with holder.figure_turn("copy"):
         def take() -> None:
@@ -80,7 +83,7 @@ def test_the_ranks_of_a_host_measure_cpu_figures_in_turns(tmp_path) -> None:
                 entered.set()
         thread = threading.Thread(target=take, daemon=True)
         thread.start()
-        assert not entered.wait(0.5)  # same job, same host: waits for the turn
+        assert not entered.wait(0.5)  # same job, same machine: waits for the turn
         for free in (elsewhere, other_job):
             with free.figure_turn("copy"):  # would block (and hang the test) if it shared the turn
                 pass
