@@ -50,11 +50,11 @@ MODULE_GROUPS: dict[str, str] = {
     **{path: f"netns:{path}" for path in (
         "tests/helpers/test_netns.py", "tests/checks/test_network_netns.py",
         "tests/launchers/test_kubeflow.py", "tests/launchers/test_mpich.py", "tests/launchers/test_mpirun.py",
-        "tests/probes/device/test_run_netns.py",
         "tests/checks/test_build_netns.py", "tests/probes/test_real_node.py", "tests/steps/test_storage_netns.py",
         "tests/steps/test_storage_sshfs.py")},
     **dict.fromkeys(("tests/history/test_history_netns.py", "tests/probes/test_probes_netns.py",
-                     "tests/test_api_meshes.py"), QUIET_GROUP),
+                     "tests/test_api_meshes.py", "tests/probes/device/test_run_netns.py",
+                     "tests/probes/device/test_run_gloo.py", "tests/probes/test_no_false_alarms.py"), QUIET_GROUP),
     "tests/history/test_store.py": "postgres",
     **dict.fromkeys(("tests/reports/test_html_browser.py", "tests/reports/test_html_size.py",
                      "tests/reports/test_planted_run.py", "tests/reports/test_history_browser.py"), "browser"),

@@ -35,10 +35,10 @@ def machine_id(proc_root: str = "/proc") -> str:
     """The running kernel's boot id: the same for every process of one machine, whatever its hostname
     (containers and network namespaces have their own), and different on every other machine; "" when
     unreadable. What names one CPU, its cores, caches and memory, shared by everything on the machine."""
-    try:
-        with open(os.path.join(proc_root, "sys/kernel/random/boot_id"), encoding="ascii") as f:
-            return f.read(64).strip()
-    except (OSError, ValueError):
+    try:  # bytes: no codec lookup (a process that became another uid may not be able to import one)
+        with open(os.path.join(proc_root, "sys/kernel/random/boot_id"), "rb") as f:
+            return f.read(64).decode("ascii", "replace").strip()
+    except OSError:
         return ""
 
 

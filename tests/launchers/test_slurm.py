@@ -39,8 +39,10 @@ def test_srun_two_nodes_four_tasks_passes(slurm_cluster: SlurmCluster, tmp_path:
 
 
 def test_srun_task_that_never_starts_is_named_with_its_node(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    # --timeout 20, not 6: every task is a fresh interpreter importing torch, and under the suite's load
+    # rank 0's store came up more than 6 s after rank 2 began to wait for it (rank 2: "cannot reach rank 0").
     script = (f'if [ "$SLURM_PROCID" = 3 ]; then exit 0; fi; '
-              f'exec preflight --skip probe --timeout 6 --json {tmp_path}/r.json')
+              f'exec preflight --skip probe --timeout 20 --json {tmp_path}/r.json')
     result = srun(slurm_cluster, ["-N", "2", "--ntasks-per-node=2", "sh", "-c", script])
     assert result.returncode == 3, result.stdout + result.stderr
     report = load_report(tmp_path / "r.json")

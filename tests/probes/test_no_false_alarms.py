@@ -1,7 +1,8 @@
 """No false alarms on healthy hardware: repeated healthy runs on this shared 2-core CPU name nothing slow.
 
 Each run is a real `preflight launch` (gloo process groups, 8 or 4 ranks on 2 shared cores:
-exactly the scheduler noise the straggler rule and the confirming pass must survive), with
+exactly the scheduler noise the straggler rule and the confirming pass must survive; a quiet
+test, so the noise is the job's own, as on a node that runs only the job), with
 the default --straggler-ratio. Over RUNS consecutive runs per mesh, no bandwidth warning
 (BW003-BW006, BW012) may appear. The cost is process start-up (torch imports), not the probes,
 so the probes are kept small; still, RUNS launches of 8 ranks on 2 cores take minutes, hence
@@ -23,6 +24,10 @@ DEVICE_FINDINGS = {f"DEV00{i}" for i in range(1, 10)}  # the device probes (prob
 SMALL = ["--sizes", "256KiB,1MiB", "--warmup", "1", "--iters", "5"]
 
 
+# Quiet: on CPU the device figures are the shared cores' and memory's; another worker's ranks on the same
+# two cores took a healthy rank's copy to 36-46% of its siblings' (DEV004) and hid a planted 3x-slow
+# rank (DEV003 at 51%) in the suite (1 run in 20 here); on a GPU node each figure is the rank's own GPU's.
+@pytest.mark.quiet
 @pytest.mark.timeout(1500)  # RUNS whole launches; a does-not-hang bound, not a speed claim
 @pytest.mark.parametrize(("n", "mesh"), [(8, "pp2,tp4"), (4, "dp2,tp2")])
 def test_healthy_runs_raise_no_bandwidth_or_device_warning(tmp_path: Path, n: int, mesh: str) -> None:
