@@ -62,7 +62,10 @@ def test_a_host_with_a_private_path_is_named_alone_and_a_healthy_run_names_nobod
         assert all(h["sees"] and h["write_gbps"] and h["read_gbps"] for h in healthy["storage"]["hosts"])
         # the restart's own pattern, past this host's caches: every read was of a file another host wrote, with
         # O_DIRECT on this ext4 (the report says which), and the checksums agreed
-        assert healthy["storage"]["read_back"] == "O_DIRECT; each rank read a file another host wrote"
+        # A host that read slow under load is measured again alone (the suffix says so), and names nobody.
+        assert healthy["storage"]["read_back"] in ("O_DIRECT; each rank read a file another host wrote",
+                                                   "O_DIRECT; each rank read a file another host wrote; "
+                                                   "a host measured again alone read its own files")
 
         _shared(hosts, shared, path, private={1: private})
         report = _run(hosts, tmp_path / f"private{attempt}.json", path, "--storage-budget", "4M")
