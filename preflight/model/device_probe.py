@@ -95,6 +95,7 @@ class DeviceReport:
     shared_with: int | None = None  # another rank bound to the same GPU (one UUID) measured it for both
     pcie_switch: str = ""  # the PCIe link the GPU shares on its way to the CPU ("" unknown; lib/pci_topology.uplink)
     numa_node: int | None = None  # the GPU's NUMA node, where its pinned buffers were made
+    machine: str = ""  # the kernel's boot id (lib/host_turns.machine_id): one machine's CPU ranks share its memory
     errors: dict[str, str] = field(default_factory=dict)  # figure -> why it failed (could not run)
     elapsed_s: float = 0.0
 

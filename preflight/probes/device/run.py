@@ -28,7 +28,7 @@ from preflight.checks.device_probe import (
     throttled_under_load,
 )
 from preflight.lib.errors import BadInput, one_line
-from preflight.lib.host_turns import job_identity
+from preflight.lib.host_turns import job_identity, machine_id
 from preflight.lib.numbers import ascii_int
 from preflight.model import CheckOutcome, Finding
 from preflight.model.device_probe import DeviceReport, DeviceRow
@@ -86,7 +86,7 @@ def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any 
     """
     world, bound = session.world, session.bound
     kind = session.kind
-    report = DeviceReport(world.rank, world.host, kind, software=_software())
+    report = DeviceReport(world.rank, world.host, kind, software=_software(), machine=machine_id())
     if bound is not None:
         report.name, report.index, report.uuid = bound.name, bound.index, bound.uuid
         report.pci_bus_id = bound.pci_bus_id

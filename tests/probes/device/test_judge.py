@@ -158,3 +158,31 @@ def test_the_sustained_load_is_sampled_while_the_gpu_works_never_between_bursts(
     run_family(device, report, budget_s=1.0, sustain_s=0.6)
     assert len(report.samples) > 3 * 2 * 5  # the sustained load's samples are there
     assert device.idle_samples == 0  # and every one of them was read during a burst
+
+
+def _cpu(rank: int, machine: str, copy: float, gemm: float = 0.06) -> DeviceReport:
+    """A CPU rank's report: both passes' bursts at these rates."""
+    from preflight.model.device_probe import Measured
+
+    report = DeviceReport(rank, f"host{rank}", "cpu", name="AMD EPYC", machine=machine)
+    report.measured = [Measured("gemm_fp32", bursts=[gemm] * 5, confirm=[gemm] * 5, size=192),
+                       Measured("copy", bursts=[copy] * 5, confirm=[copy] * 5, size=4 * 2**20)]
+    return report
+
+
+def test_cpu_copies_are_compared_across_machines_only_and_cpu_products_on_one_machine_too() -> None:
+    # Four ranks of one machine (one boot id; their hostnames may differ: containers, netns hosts): one
+    # memory system, so rank 3's copy at 30% is the moment it was read at, not its device. Its product at a
+    # third is its own cores' (the ranks run on their own), and is named.
+    one = {r: _cpu(r, "boot-a", copy=24.0 if r == 3 else 80.0, gemm=0.02 if r == 3 else 0.06) for r in range(4)}
+    judgement = device_judge.judge(one, {}, {r: f"host{r}" for r in one})
+    assert [(s.row.rank, s.figure) for s in judgement.slow] == [(3, "gemm_fp32")]
+    copy = next(f for f in judgement.rows[3].figures if f.name == "copy")
+    assert copy.siblings_median is None and copy.pct_of_siblings is None  # nobody to compare it with
+    # Four machines: four memory systems, and the slow one is named.
+    apart = {r: _cpu(r, f"boot-{r}", copy=24.0 if r == 3 else 80.0) for r in range(4)}
+    judgement = device_judge.judge(apart, {}, {r: f"host{r}" for r in apart})
+    assert [(s.row.rank, s.figure) for s in judgement.slow] == [(3, "copy")]
+    # Without a boot id (an older rank's report) the hostname stands for the machine.
+    legacy = {r: _cpu(r, "", copy=24.0 if r == 3 else 80.0) for r in range(4)}
+    assert [(s.row.rank, s.figure) for s in device_judge.judge(legacy, {}, {}).slow] == [(3, "copy")]

@@ -76,7 +76,9 @@ def test_healthy_ranks_are_measured_and_agree(tmp_path: Path) -> None:
         assert set(figures) == {"gemm_fp32", "copy"}
         # Every figure carries its bursts of both passes, its siblings' median and no invented peak.
         assert all(f["value"] > 0 and len(f["bursts"]) == 10 for f in figures.values())
-        assert all(f["siblings_median"] > 0 and f["peak"] is None for f in figures.values())
+        assert figures["gemm_fp32"]["siblings_median"] > 0 and all(f["peak"] is None for f in figures.values())
+        # One machine, one memory system: a CPU copy has no siblings here to be compared with (judge.one_memory).
+        assert figures["copy"]["siblings_median"] is None
     # A testcase per device check in the JUnit-feeding outcomes, all passed.
     outcomes = {c["check_id"]: c["status"] for c in report["checks"] if c["check_id"] in DEVICE_IDS}
     assert outcomes == {check: "ok" for check in DEVICE_IDS}
