@@ -111,11 +111,6 @@ def test_ranks_on_a_fake_host_are_forked_and_enter_its_namespaces_cgroup_and_lim
     assert all(isinstance(proc, ZygoteRank) for proc in procs)
     assert {psutil.Process(proc.pid).ppid() for proc in procs} == {zygote(ranks.base_env()).process.pid}
     anchor = host.entry()["anchor"]
-    for proc in procs:  # the anchor's namespaces (one set for the host's processes), not this machine's
-        for ns in ("net", "uts", "mnt"):
-            assert os.readlink(f"/proc/{proc.pid}/ns/{ns}") == os.readlink(f"/proc/{anchor}/ns/{ns}"), ns
-        assert os.readlink(f"/proc/{proc.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
-        assert psutil.Process(proc.pid).rlimit(psutil.RLIMIT_MEMLOCK) == (1024 * 1024, 1024 * 1024)
     runs = ranks.wait_for_ranks(dict(enumerate(procs)), time.monotonic(), timeout=240)
     assert [run.returncode for run in runs.values()] == [0, 0], [run.stdout[-1500:] for run in runs.values()]
     report = ranks.read_json(tmp_path / "r0.json")
@@ -128,6 +123,16 @@ def test_ranks_on_a_fake_host_are_forked_and_enter_its_namespaces_cgroup_and_lim
     # Killed with the host: the anchor and the ranks, whose end is still seen.
     straggler = ranks.start_rank(0, 2, ["run", "--skip", "probe", "--timeout", "600"],
                                  placement=ranks.Placement(host), port=ranks.free_port())
+    # While it waits for rank 1: the anchor's namespaces (one set for the host's processes), not this
+    # machine's, and the host's memlock limit (the child enters them right after its fork).
+    anchor = host.entry()["anchor"]
+    wanted = {ns: os.readlink(f"/proc/{anchor}/ns/{ns}") for ns in ("net", "uts", "mnt")}
+    deadline = time.monotonic() + 120  # a does-not-hang bound
+    while {ns: os.readlink(f"/proc/{straggler.pid}/ns/{ns}") for ns in wanted} != wanted:
+        assert time.monotonic() < deadline and straggler.poll() is None, "the rank never entered the host"
+        time.sleep(0.05)
+    assert wanted["mnt"] != os.readlink("/proc/self/ns/mnt") and wanted["uts"] != os.readlink("/proc/self/ns/uts")
+    assert psutil.Process(straggler.pid).rlimit(psutil.RLIMIT_MEMLOCK) == (2048 * 1024, 2048 * 1024)
     host.kill_started()
     assert straggler.wait(timeout=60) == -signal.SIGKILL
 

@@ -135,11 +135,14 @@ _NAMESPACES = {"net": 0x40000000, "uts": 0x04000000, "mnt": 0x00020000}
 
 
 def _enter(host: Mapping[str, Any]) -> None:
-    """In the forked child: join the host's cgroup, its anchor's namespaces (mount last: it moves the
-    root and cwd, and /sys/fs/cgroup is hidden inside), and its memlock limit."""
+    """In the forked child: take the host's memlock limit, join its cgroup, then its anchor's namespaces
+    (mount last: it moves the root and cwd; /sys/fs/cgroup is hidden inside)."""
     import ctypes
     import resource
 
+    if host.get("memlock_kib") is not None:  # what `ulimit -l` sets: soft and hard
+        limit = int(host["memlock_kib"]) * 1024
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, limit))
     if host.get("cgroup"):
         with open(os.path.join(host["cgroup"], "cgroup.procs"), "w") as procs:
             procs.write(str(os.getpid()))
@@ -152,9 +155,6 @@ def _enter(host: Mapping[str, Any]) -> None:
                 raise OSError(ctypes.get_errno(), f"setns into pid {anchor}'s {name} namespace")
         finally:
             os.close(fd)
-    if host.get("memlock_kib") is not None:  # what `ulimit -l` sets: soft and hard
-        limit = int(host["memlock_kib"]) * 1024
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, limit))
 
 
 def _child(conn: socket.socket, wakeup: int, request: dict[str, Any], fds: list[int]) -> None:
