@@ -33,6 +33,7 @@ import functools
 import os
 import shlex
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,8 +58,8 @@ class FakeHost:
     binds: Mapping[Path, Path] = field(default_factory=dict)  # source -> existing target
     cgroup: Path | None = None  # a cgroup directory every process started here joins (cgroup.procs)
     _procs: list[subprocess.Popen[Any]] = field(default_factory=list, repr=False)
-    # The interpreter that forks this host's ranks (tests/helpers/zygote.py), once one was asked for.
-    zygote: Any = field(default=None, repr=False, compare=False)
+    # A `sleep` started here, whose namespaces the ranks forked for this host enter (entry()).
+    _anchor: subprocess.Popen[Any] | None = field(default=None, repr=False, compare=False)
 
     def command(self, argv: Sequence[str]) -> list[str]:
         """argv wrapped so it runs on this host."""
@@ -78,6 +79,18 @@ class FakeHost:
         # Joined first, before `ip netns exec` hides /sys/fs/cgroup; children stay in it.
         join = f"echo $$ > {shlex.quote(str(self.cgroup / 'cgroup.procs'))}"
         return ["sh", "-c", join + ' && exec "$@"', "sh", *hosted]
+
+    def entry(self) -> dict[str, Any]:
+        """What a process forked elsewhere enters to run here (tests/helpers/zygote.py `_enter`): the pid of
+        the anchor that holds this host's namespaces (started on first use, and again when the host's
+        set-up changed: its command), this host's cgroup and `ulimit -l`."""
+        argv = ["sleep", "infinity"]
+        anchor = self._anchor
+        if anchor is None or anchor.poll() is not None or anchor.args != self.command(argv):
+            anchor = self._anchor = self.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+            _until_running(anchor, "sleep")
+        return {"anchor": anchor.pid, "cgroup": str(self.cgroup) if self.cgroup else None,
+                "memlock_kib": self.memlock_kib}
 
     def popen(self, argv: Sequence[str], env: Mapping[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[Any]:
         """Start argv on this host; kill_started() kills it if it is still running."""
@@ -131,6 +144,21 @@ def require_namespaces() -> None:
     require_tool("unshare", package="util-linux")
     works, error = _namespaces_work()
     require(works, f"{NAMESPACES_HELP} ({error})")
+
+
+def _until_running(proc: subprocess.Popen[Any], comm: str, timeout_s: float = 60) -> None:
+    """Wait until `proc` has exec'd `comm`: the namespaces, mounts and hostname set up before it are final."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"a fake host's anchor ended ({proc.returncode}) before it ran: {proc.args}")
+        try:
+            if Path(f"/proc/{proc.pid}/comm").read_text().strip() == comm:
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise RuntimeError(f"a fake host's anchor did not start within {timeout_s:g} s: {proc.args}")
 
 
 def _unshare() -> list[str]:

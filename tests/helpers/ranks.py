@@ -98,12 +98,14 @@ def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: 
 
 def _forked(argv: list[str], env: dict[str, str], host: FakeHost | None = None,
             cwd: str | None = None) -> ZygoteRank | None:
-    """`argv` in `env`, output piped, forked from the zygote (the host's, on a fake host: counted among
+    """`argv` in `env`, output piped, forked from the zygote (on a fake host: entering it, and counted among
     its processes) when it can be (tests/helpers/zygote.py); None when it must be exec'd."""
     if not (FORK_RANKS and forkable(argv, env, zygote_env := base_env())):
         return None
-    proc = ZygoteRank(argv, zygote=zygote(zygote_env, host), env=env, text=True, stdout=subprocess.PIPE,
-                      stderr=subprocess.PIPE, cwd=cwd)
+    if host is not None and os.geteuid() != 0:  # entering a mount namespace needs root: exec'd on the host
+        return None
+    proc = ZygoteRank(argv, zygote=zygote(zygote_env), host=host.entry() if host else None, env=env, text=True,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
     return host.adopt(proc) if host else proc
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from tests.helpers import ranks
 from tests.helpers.hosts import fake_host
+from tests.helpers.tools import require_root
 from tests.helpers.zygote import ZygoteRank, forkable, zygote
 
 pytestmark = pytest.mark.skipif(not ranks.FORK_RANKS, reason="PREFLIGHT_TEST_EXEC_RANKS=1: every rank is exec'd")
@@ -99,26 +101,38 @@ def test_a_rank_with_an_environment_larger_than_a_socket_message_is_forked_with_
     assert (tmp_path / "r.json").exists()
 
 
-def test_ranks_on_a_fake_host_are_forked_by_the_hosts_own_zygote_inside_its_namespaces(tmp_path) -> None:
+def test_ranks_on_a_fake_host_are_forked_and_enter_its_namespaces_cgroup_and_limits(tmp_path) -> None:
+    require_root()  # entering a mount namespace; elsewhere a fake host's ranks are exec'd on it
     host = fake_host(tmp_path, "pfz-host", memlock_kib=1024)
     port = ranks.free_port()
-    procs = [ranks.start_rank(rank, 2, ["run", "--skip", "probe", "--json", str(tmp_path / f"r{rank}.json")],
+    procs = [ranks.start_rank(rank, 2, ["run", "--skip", "probe", "--timeout", "120", "--json",
+                                        str(tmp_path / f"r{rank}.json")],
                               placement=ranks.Placement(host), port=port) for rank in range(2)]
     assert all(isinstance(proc, ZygoteRank) for proc in procs)
-    zygote_pid = host.zygote.process.pid
-    assert {psutil.Process(proc.pid).ppid() for proc in procs} != {psutil.Process().pid}
+    assert {psutil.Process(proc.pid).ppid() for proc in procs} == {zygote(ranks.base_env()).process.pid}
+    anchor = host.entry()["anchor"]
     runs = ranks.wait_for_ranks(dict(enumerate(procs)), time.monotonic(), timeout=240)
     assert [run.returncode for run in runs.values()] == [0, 0], [run.stdout[-1500:] for run in runs.values()]
     report = ranks.read_json(tmp_path / "r0.json")
     assert [h["host"] for h in report["host_ranking"]["hosts"]] == ["pfz-host"]  # its UTS namespace
-    # The host's set-up changed (another memlock): the next rank gets a zygote started anew there.
+    # The host's set-up changed (another memlock): the next rank enters an anchor started anew there.
     host.memlock_kib = 2048
     again = ranks.start_rank(0, 1, ["--version"], placement=ranks.Placement(host), port=ranks.free_port())
     again.communicate(timeout=120)
-    assert host.zygote.process.pid != zygote_pid
-    # Killed with the host: the zygote first, then its ranks, whose end is still seen.
+    assert host.entry()["anchor"] != anchor
+    # Killed with the host: the anchor and the ranks, whose end is still seen.
     straggler = ranks.start_rank(0, 2, ["run", "--skip", "probe", "--timeout", "600"],
                                  placement=ranks.Placement(host), port=ranks.free_port())
+    # While it waits for rank 1: the anchor's namespaces (one set for the host's processes), not this
+    # machine's, and the host's memlock limit (the child enters them right after its fork).
+    anchor = host.entry()["anchor"]
+    wanted = {ns: os.readlink(f"/proc/{anchor}/ns/{ns}") for ns in ("net", "uts", "mnt")}
+    deadline = time.monotonic() + 120  # a does-not-hang bound
+    while {ns: os.readlink(f"/proc/{straggler.pid}/ns/{ns}") for ns in wanted} != wanted:
+        assert time.monotonic() < deadline and straggler.poll() is None, "the rank never entered the host"
+        time.sleep(0.05)
+    assert wanted["mnt"] != os.readlink("/proc/self/ns/mnt") and wanted["uts"] != os.readlink("/proc/self/ns/uts")
+    assert psutil.Process(straggler.pid).rlimit(psutil.RLIMIT_MEMLOCK) == (2048 * 1024, 2048 * 1024)
     host.kill_started()
     assert straggler.wait(timeout=60) == -signal.SIGKILL
 

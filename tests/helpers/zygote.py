@@ -14,9 +14,12 @@ hooks, as an interpreter would. A real process: its own pid, signals, store conn
 process groups. The test holds a `subprocess.Popen` (ZygoteRank) whose wait and poll read the
 exit status the zygote reaped; everything else (communicate, kill, send_signal) is Popen's own.
 
-A rank on a fake host is forked by that host's own zygote, started on the host (its network,
-UTS and mount namespaces, its cgroup, its `ulimit -l`): the host's ranks share one set of
-namespaces, as a real host's processes do (before, each rank had a private copy of the same).
+A rank on a fake host is forked by the same zygote and then enters the host: its cgroup, then the
+network, UTS and mount namespaces of the host's anchor (a `sleep` started on the host, which holds
+them: tests/helpers/hosts.FakeHost.anchor), then its `ulimit -l`, before the rank's first line. The
+host's ranks share one set of namespaces, as a real host's processes do, and no host pays a torch
+import of its own (a zygote per fake host did: ~150 interpreters a suite run, ~400 CPU-s of 1,300).
+Entering a mount namespace needs root; elsewhere a fake host's ranks are exec'd on the host.
 
 A planted rank (tests/helpers/ranks.plant_env: a sitecustomize.py on PYTHONPATH) is forked too:
 its PYTHONPATH is the zygote's with entries in front, which the child puts on sys.path; it then
@@ -49,7 +52,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psutil
@@ -127,6 +130,33 @@ def _run_rank(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> int:
     return code
 
 
+# setns(2)/unshare(2) flags (linux/sched.h); Python 3.11's os has no setns.
+_NAMESPACES = {"net": 0x40000000, "uts": 0x04000000, "mnt": 0x00020000}
+
+
+def _enter(host: Mapping[str, Any]) -> None:
+    """In the forked child: take the host's memlock limit, join its cgroup, then its anchor's namespaces
+    (mount last: it moves the root and cwd; /sys/fs/cgroup is hidden inside)."""
+    import ctypes
+    import resource
+
+    if host.get("memlock_kib") is not None:  # what `ulimit -l` sets: soft and hard
+        limit = int(host["memlock_kib"]) * 1024
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, limit))
+    if host.get("cgroup"):
+        with open(os.path.join(host["cgroup"], "cgroup.procs"), "w") as procs:
+            procs.write(str(os.getpid()))
+    libc = ctypes.CDLL(None, use_errno=True)
+    anchor = int(host["anchor"])
+    for name, flag in _NAMESPACES.items():
+        fd = os.open(f"/proc/{anchor}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if libc.setns(fd, flag) != 0:
+                raise OSError(ctypes.get_errno(), f"setns into pid {anchor}'s {name} namespace")
+        finally:
+            os.close(fd)
+
+
 def _child(conn: socket.socket, wakeup: int, request: dict[str, Any], fds: list[int]) -> None:
     conn.close()
     os.close(wakeup)
@@ -139,6 +169,8 @@ def _child(conn: socket.socket, wakeup: int, request: dict[str, Any], fds: list[
         os.close(fd)
     code = 1
     try:
+        if request.get("host"):
+            _enter(request["host"])
         code = _run_rank(request["argv"], request["env"], request["cwd"])
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -211,20 +243,17 @@ def serve(fd: int) -> None:
 # -- the test process's side -------------------------------------------------------------------
 
 class Zygote:
-    """One zygote per test process (and one per fake host it places ranks on), started on first use;
-    its children's exits are collected as they come."""
+    """One zygote per test process, started on first use; its children's exits are collected as they come."""
 
-    def __init__(self, env: Mapping[str, str], start: Callable[..., subprocess.Popen[Any]] = subprocess.Popen,
-                 where: Sequence[str] = ()) -> None:
+    def __init__(self, env: Mapping[str, str]) -> None:
         self.env = dict(env)
-        self.where = list(where)  # for a host's zygote: the command prefix that put it there
         self.owner = os.getpid()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         code = (f"import sys; sys.path.insert(0, {root!r}); "
                 f"from tests.helpers.zygote import serve; serve({theirs.fileno()})")
-        self.process = start([sys.executable, "-c", code], env=self.env, pass_fds=[theirs.fileno()],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        self.process = subprocess.Popen([sys.executable, "-c", code], env=self.env, pass_fds=[theirs.fileno()],
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         theirs.close()
         self._conn = ours
         self._lock = threading.Lock()
@@ -259,11 +288,13 @@ class Zygote:
                 return message
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int,
-              cwd: str | None = None) -> int:
-        """Fork a rank running `argv` in `env` with these output fds, in `cwd` (None: this process's); its pid."""
+              cwd: str | None = None, host: Mapping[str, Any] | None = None) -> int:
+        """Fork a rank running `argv` in `env` with these output fds, in `cwd` (None: this process's), on
+        `host` (FakeHost.entry: the child enters it first; None: this machine as it is); its pid."""
         with tempfile.TemporaryFile() as request:
             where = os.fspath(cwd or os.getcwd())
-            request.write(json.dumps({"argv": list(argv), "env": dict(env), "cwd": where}).encode())
+            request.write(json.dumps({"argv": list(argv), "env": dict(env), "cwd": where,
+                                      "host": dict(host) if host else None}).encode())
             request.seek(0)
             with self._lock:
                 socket.send_fds(self._conn, [b"fork"], [request.fileno(), stdout, stderr])
@@ -301,37 +332,28 @@ class Zygote:
 _zygotes: dict[int, Zygote] = {}
 
 
-def zygote(env: Mapping[str, str], host: Any = None) -> Zygote:
-    """This test process's zygote (one per process; a fork of pytest gets its own), or, for a fake
-    host (tests/helpers/hosts.py), the host's own: started through `host.popen`, so it and every rank
-    it forks live in the host's namespaces, cgroup and limits, as the host's processes share them.
-    A host whose set-up changed since (its command prefix) gets a new one; `host.kill_started()`
-    ends it with the host's other processes."""
-    if host is None:
-        if os.getpid() not in _zygotes:
-            _zygotes[os.getpid()] = Zygote(env)
-        return _zygotes[os.getpid()]
-    where = host.command([])
-    born: Zygote | None = host.zygote
-    if born is None or born.where != where or born.owner != os.getpid() or born.gone or born.process.poll() is not None:
-        born = Zygote(env, start=host.popen, where=where)
-        host.zygote = born
-    return born
+def zygote(env: Mapping[str, str]) -> Zygote:
+    """This test process's zygote (one per process; a fork of pytest gets its own); a rank it forks for
+    a fake host enters the host itself (Zygote.start's `host`)."""
+    if os.getpid() not in _zygotes:
+        _zygotes[os.getpid()] = Zygote(env)
+    return _zygotes[os.getpid()]
 
 
 class ZygoteRank(subprocess.Popen):
     """A rank forked by the zygote, held as a Popen: the pipes and signals are Popen's; the exit
     status comes from the zygote, which is the rank's parent and reaps it."""
 
-    def __init__(self, argv: Sequence[str], *, zygote: Zygote, env: Mapping[str, str], **kwargs: Any) -> None:
-        self._zygote = zygote
+    def __init__(self, argv: Sequence[str], *, zygote: Zygote, env: Mapping[str, str],
+                 host: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self._zygote, self._host = zygote, host
         super().__init__(list(argv), env=dict(env), **kwargs)
 
     def _execute_child(self, args: Any, executable: Any, preexec_fn: Any, close_fds: Any, pass_fds: Any, cwd: Any,
                        env: Any, startupinfo: Any, creationflags: Any, shell: Any, p2cread: int, p2cwrite: int,
                        c2pread: int, c2pwrite: int, errread: int, errwrite: int, *rest: Any) -> None:
         try:
-            self.pid = self._zygote.start(args, env, c2pwrite, errwrite, cwd)
+            self.pid = self._zygote.start(args, env, c2pwrite, errwrite, cwd, self._host)
             self._child_created = True
         finally:
             for fd in (c2pwrite, errwrite, p2cread):
