@@ -14,9 +14,9 @@ hooks, as an interpreter would. A real process: its own pid, signals, store conn
 process groups. The test holds a `subprocess.Popen` (ZygoteRank) whose wait and poll read the
 exit status the zygote reaped; everything else (communicate, kill, send_signal) is Popen's own.
 
-A rank on a fake host is forked by the same zygote and then enters the host: its cgroup, then the
-network, UTS and mount namespaces of the host's anchor (a `sleep` started on the host, which holds
-them: tests/helpers/hosts.FakeHost.anchor), then its `ulimit -l`, before the rank's first line. The
+A rank on a fake host is forked by the same zygote and then enters the host: its `ulimit -l` and
+cgroup, then the network, UTS and mount namespaces of the host's anchor (a `sleep` started on the host,
+which holds them: `FakeHost.entry` in tests/helpers/hosts.py), before the rank's first line. The
 host's ranks share one set of namespaces, as a real host's processes do, and no host pays a torch
 import of its own (a zygote per fake host did: ~150 interpreters a suite run, ~400 CPU-s of 1,300).
 Entering a mount namespace needs root; elsewhere a fake host's ranks are exec'd on the host.
