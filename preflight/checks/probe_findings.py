@@ -76,6 +76,9 @@ def probe_hang(hang: Hang, hosts: dict[int, str], timeout_s: float, reported_aft
     store (never through the stuck communicator), where it stopped; rank 0 compares every
     rank's position and names the ranks that were not in the step with their group: ranks
     that moved past it (skipped the op or returned early) and ranks that never reached it.
+    A rank that reached a step that only creates its group's communicators and sent nothing is
+    named as stuck creating them: NCCL's creation holds the calling thread, so such a rank
+    cannot say where it is until the call returns.
     """
     group = f"{hang.dim} group {hang.group_index}" if hang.group_index >= 0 else "the control barrier"
     what = f"{hang.op} on {group} at {human_bytes(hang.size_bytes)}" if hang.op else "the probes"
