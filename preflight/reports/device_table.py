@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from preflight.lib.units import percent
 from preflight.model import JobReport
-from preflight.model.device_probe import SLOW_RATIO, UNITS, DeviceFigure, DeviceRow
+from preflight.model.device_probe import LINK_FIGURES, SLOW_RATIO, UNITS, DeviceFigure, DeviceRow
 
 TITLE = "device probes: each figure, % of its siblings' median (same model), % of its peak"
 HEADERS = ["rank", "host", "device", "uuid", "figure", "value", "of siblings", "of peak", "result", "link"]
@@ -84,7 +84,7 @@ def device_rows(report: JobReport, limit: int = MAX_DEVICES) -> list[list[str]]:
             out.append([*ident, name, "could not run", "", why[:60], "", ""])
             first = False
         for name, why in sorted(row.skipped.items()):
-            if name in ("h2d", "d2h") and row.kind == "cpu":
+            if name in LINK_FIGURES and row.kind == "cpu":
                 continue  # a CPU has no host link: nothing to say on every CPU row
             ident = [str(row.rank), row.host, _device(row), row.uuid] if first else ["", "", "", ""]
             out.append([*ident, name, "skipped", "", why[:60], "", ""])

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from preflight.lib.pci_topology import PciPlace
-from preflight.model.device_probe import DeviceReport, HostLink, NvmlSample
+from preflight.model.device_probe import LINK_FIGURES, DeviceReport, HostLink, NvmlSample
 from preflight.probes.device.family import run_family
 
 HEALTHY_H100 = {"gemm_bf16": 798.0, "gemm_fp16": 790.0, "gemm_tf32": 380.0, "copy": 3000.0, "h2d": 53.0, "d2h": 54.0}
@@ -141,7 +141,7 @@ class FakeDevice:
 
     def figure_turn(self, figure: str) -> contextlib.AbstractContextManager[None]:
         """TorchDevice.figure_turn on a GPU: only the host copies take a turn."""
-        return self.link_turn() if figure in ("h2d", "d2h") else contextlib.nullcontext()
+        return self.link_turn() if figure in LINK_FIGURES else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def sampling(self, report: DeviceReport, began: float, every_s: float = 0.0,
@@ -160,7 +160,7 @@ class FakeDevice:
             sample = self.sample(0.0)
             if sample is not None:
                 report.samples.append(sample)
-        elif self._current in ("h2d", "d2h") and report.link is None:
+        elif self._current in LINK_FIGURES and report.link is None:
             report.link = self.link()
 
     def synchronize(self) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from preflight.lib import host_turns, loaded_libraries, pci_topology
 from preflight.lib.pci_topology import PciPlace
-from preflight.model.device_probe import HostLink, NvmlSample
+from preflight.model.device_probe import LINK_FIGURES, HostLink, NvmlSample
 
 SDC_SEED = 1234
 SAMPLE_EVERY_S = 0.05  # NVML while the bursts run: ~20 samples a second
@@ -165,7 +165,7 @@ class TorchDevice:
         (host_turns.machine_id), not the hostname: containers or network namespaces on one node have
         hostnames of their own and still share its CPU. A turn is the figure's slot, milliseconds on CPU.
         No job identity (a bare device): no turns."""
-        if figure in ("h2d", "d2h"):
+        if figure in LINK_FIGURES:
             return self.link_turn()
         if self.kind != "cuda" and self.job:
             return host_turns.turn(host_turns.turn_path(self.machine or self.host, "cpu", self.job))
@@ -301,7 +301,7 @@ class TorchDevice:
                     sample = self.sample(time.monotonic() - began)
                     if sample is not None:
                         report.samples.append(sample)
-                elif figure in ("h2d", "d2h") and report.link is None:
+                elif figure in LINK_FIGURES and report.link is None:
                     report.link = self.link()
 
         thread = threading.Thread(target=loop, daemon=True, name="preflight-nvml-sampler")

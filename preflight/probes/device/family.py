@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from preflight.lib.errors import one_line
-from preflight.model.device_probe import DeviceReport, Measured
+from preflight.model.device_probe import LINK_FIGURES, DeviceReport, Measured
 from preflight.probes.device.boundary import SDC_SEED
 
 # The timed part: on a GPU 4 s, which with allocations, cuBLAS's first call and pinning keeps the
@@ -126,7 +126,7 @@ def run_family(device: Any, report: DeviceReport, budget_s: float | None = None,
     except Exception as exc:  # the device cannot say how much memory is free: measure at full size
         sizes, why = full, f"free memory unknown ({type(exc).__name__}: {one_line(exc)})"[:300]
     if sizes is None:
-        names = [*device.dtypes(), "copy", "sdc", *(("h2d", "d2h") if device.has_host_link() else ())]
+        names = [*device.dtypes(), "copy", "sdc", *(LINK_FIGURES if device.has_host_link() else ())]
         report.skipped.update({name: why for name in names})
         report.elapsed_s = time.monotonic() - began
         return report

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight.model.device_probe import LINK_FIGURES
+
 
 @dataclass(frozen=True)
 class Sku:
@@ -151,7 +153,7 @@ def find(name: str) -> Sku | None:
 def peak(figure: str, name: str, link_gen: int | None = None,
          link_width: int | None = None) -> tuple[float, str] | None:
     """(peak, source) of one figure on a device named `name`, or None when nothing is known."""
-    if figure in ("h2d", "d2h"):
+    if figure in LINK_FIGURES:
         if not link_gen or not link_width or link_gen not in PCIE_LANE_GBPS:
             return None
         return PCIE_LANE_GBPS[link_gen] * link_width, f"PCIe Gen{link_gen} x{link_width} (NVML)"

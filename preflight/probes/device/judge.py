@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from preflight.model.device_probe import (
+    LINK_FIGURES,
     SLOW_RATIO,
     UNITS,
     BelowPeak,
@@ -37,7 +38,6 @@ MIN_SIBLINGS = 2
 # thermal, power brake (nvmlClocksEventReason*: 0x4, 0x8, 0x20, 0x40, 0x80).
 SLOWDOWN_BITS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
                  0x40: "hardware thermal slowdown", 0x80: "power brake"}
-LINK_FIGURES = ("h2d", "d2h")
 CLOCK_RATIO = 0.85  # an SM clock under load below this share of its siblings' median is a collapse
 
 
