@@ -33,12 +33,12 @@ import functools
 import os
 import shlex
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from preflight.lib.waiting import wait_until
 from tests.helpers.tools import require, require_tool
 
 NAMESPACES_HELP = ("fake hosts need util-linux `unshare` with UTS and mount namespaces: run the tests as root "
@@ -148,17 +148,15 @@ def require_namespaces() -> None:
 
 def _until_running(proc: subprocess.Popen[Any], comm: str, timeout_s: float = 60) -> None:
     """Wait until `proc` has exec'd `comm`: the namespaces, mounts and hostname set up before it are final."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"a fake host's anchor ended ({proc.returncode}) before it ran: {proc.args}")
+    def running() -> bool:
         try:
-            if Path(f"/proc/{proc.pid}/comm").read_text().strip() == comm:
-                return
+            return Path(f"/proc/{proc.pid}/comm").read_text().strip() == comm
         except OSError:
-            pass
-        time.sleep(0.01)
-    raise RuntimeError(f"a fake host's anchor did not start within {timeout_s:g} s: {proc.args}")
+            return False
+
+    if not wait_until(running, timeout_s, stop_if=lambda: proc.poll() is not None):
+        raise RuntimeError(f"a fake host's anchor ended ({proc.poll()}) or did not start within {timeout_s:g} s: "
+                           f"{proc.args}")
 
 
 def _unshare() -> list[str]:

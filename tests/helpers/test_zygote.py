@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from preflight.lib.waiting import wait_until
 from tests.helpers import ranks
 from tests.helpers.hosts import fake_host
 from tests.helpers.tools import require_root
@@ -127,10 +128,9 @@ def test_ranks_on_a_fake_host_are_forked_and_enter_its_namespaces_cgroup_and_lim
     # machine's, and the host's memlock limit (the child enters them right after its fork).
     anchor = host.entry()["anchor"]
     wanted = {ns: os.readlink(f"/proc/{anchor}/ns/{ns}") for ns in ("net", "uts", "mnt")}
-    deadline = time.monotonic() + 120  # a does-not-hang bound
-    while {ns: os.readlink(f"/proc/{straggler.pid}/ns/{ns}") for ns in wanted} != wanted:
-        assert time.monotonic() < deadline and straggler.poll() is None, "the rank never entered the host"
-        time.sleep(0.05)
+    entered = wait_until(lambda: {ns: os.readlink(f"/proc/{straggler.pid}/ns/{ns}") for ns in wanted} == wanted,
+                         120, stop_if=lambda: straggler.poll() is not None)  # a does-not-hang bound
+    assert entered, "the rank never entered the host"
     assert wanted["mnt"] != os.readlink("/proc/self/ns/mnt") and wanted["uts"] != os.readlink("/proc/self/ns/uts")
     assert psutil.Process(straggler.pid).rlimit(psutil.RLIMIT_MEMLOCK) == (2048 * 1024, 2048 * 1024)
     host.kill_started()

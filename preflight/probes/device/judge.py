@@ -142,8 +142,8 @@ def _judge_figures(members: list[DeviceReport], rows: dict[int, DeviceRow], out:
 def one_memory(a: DeviceReport, b: DeviceReport, name: str) -> bool:
     """Two CPU ranks of one machine (one boot id; one host where unknown) copying: one memory system read at
     two moments, never two devices to compare. Whatever else ran on the machine at each moment decides the
-    gap (a healthy 4-rank run on 2 cores read one rank's copy at 30-46% of its siblings', in both passes, about
-    once in 40 runs); a GPU's copy is its own HBM's, and a CPU product runs on the rank's own cores."""
+    gap (healthy 4- and 8-rank runs on 2 cores read one rank's copy at 30-46% of its siblings', in both passes,
+    in 2 of 4 suite runs of 20 launches); a GPU's copy is its own HBM's, a CPU product the rank's own cores'."""
     return name == "copy" and a.kind == b.kind == "cpu" and (a.machine or a.host) == (b.machine or b.host)
 
 
