@@ -28,8 +28,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import importlib
 import re
-from collections.abc import Mapping, MutableMapping
+import sys
+import types
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
 
 REDACTED = "<redacted>"
 # A value longer than this is redacted without being scanned: bounded work per variable,
@@ -77,17 +81,47 @@ _DETECT_SECRETS_PLUGINS = (
 @functools.lru_cache(maxsize=1)
 def _detector_patterns() -> tuple[re.Pattern[str], ...]:
     """detect-secrets' token patterns; () where it is not installed (our own shapes still apply)."""
-    import importlib
-
     patterns: list[re.Pattern[str]] = []
-    for spec in _DETECT_SECRETS_PLUGINS:
-        module_name, class_name = spec.rsplit(".", 1)
-        try:
-            plugin = getattr(importlib.import_module(f"detect_secrets.plugins.{module_name}"), class_name)
-        except (ImportError, AttributeError):
-            continue
-        patterns.extend(p for p in getattr(plugin, "denylist", ()) if isinstance(p, re.Pattern))
+    with _unused_module_deferred("requests"):
+        for spec in _DETECT_SECRETS_PLUGINS:
+            module_name, class_name = spec.rsplit(".", 1)
+            try:
+                plugin = getattr(importlib.import_module(f"detect_secrets.plugins.{module_name}"), class_name)
+            except (ImportError, AttributeError):
+                continue
+            patterns.extend(p for p in getattr(plugin, "denylist", ()) if isinstance(p, re.Pattern))
     return tuple(patterns)
+
+
+@contextmanager
+def _unused_module_deferred(name: str) -> Iterator[None]:
+    """Within the block, `import <name>` gives a stand-in that imports the real module on first use.
+
+    detect-secrets' plugin modules import `requests` for their online verification, which preflight
+    never calls, and `requests` (urllib3, charset detection, http.client) was two thirds of the
+    plugins' import: ~0.11 CPU-s on every rank of every run (issue 44). The stand-in forwards any
+    attribute to the real module, imported then; unused, it leaves `sys.modules` with the block, so a
+    later `import requests` (the user's, in a trainer) is an ordinary import. A module already
+    imported is left as it is. (importlib's LazyLoader cannot do this before Python 3.12: the next
+    `import` statement reads the module's `__spec__`, which loads it.)
+    """
+    if name in sys.modules:
+        yield
+        return
+    stand_in = types.ModuleType(name, f"stands in for {name} until it is used (preflight.lib.secrets)")
+
+    def first_use(attribute: str) -> object:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        return getattr(importlib.import_module(name), attribute)
+
+    stand_in.__getattr__ = first_use  # type: ignore[method-assign]  # a module's own __getattr__ (PEP 562)
+    sys.modules[name] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
 
 
 def is_secret_name(name: str) -> bool:

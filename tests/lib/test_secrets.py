@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -67,3 +70,39 @@ def test_every_issue_17_shape_is_redacted_under_an_innocuous_name() -> None:
                                    "file:///data/train", "bypass=1"])
 def test_plain_values_are_kept(value: str) -> None:
     assert redact_environment({"SOME_SETTING": value}) == {"SOME_SETTING": value}
+
+
+# In a fresh interpreter (this one may have imported requests): detect-secrets' patterns, whether the
+# plugins' `requests` import left requests imported, and what a later `import requests` gives.
+_PATTERNS_AND_REQUESTS = """
+import json, sys
+{first}
+from preflight.lib import secrets
+patterns = [(p.pattern, p.flags) for p in secrets._detector_patterns()]
+imported_after = "requests" in sys.modules or "urllib3" in sys.modules
+import requests
+from detect_secrets.plugins import stripe
+print(json.dumps({{"patterns": patterns, "imported_after": imported_after, "same_module": requests is before,
+                  "ordinary": type(requests).__name__ == "module" and callable(requests.get),
+                  "plugin_sees_it": stripe.requests.exceptions.RequestException is requests.exceptions.RequestException,
+                  "stripe_key": secrets.is_secret_value("sk_live_" + "a1B2" * 6)}}))
+"""
+
+
+def _patterns_and_requests(first: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", _PATTERNS_AND_REQUESTS.format(first=first)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_detect_secrets_patterns_are_read_without_importing_requests_and_the_same_as_with_it() -> None:
+    """The plugins import `requests` only for online verification, never called here: it is not imported
+    for them (issue 44: two thirds of their import), yet the patterns are the same as where the process
+    had imported it already, and a later `import requests` is the ordinary, whole module."""
+    deferred = _patterns_and_requests("before = None")
+    already = _patterns_and_requests("import requests; before = requests")
+    assert deferred["patterns"] and deferred["patterns"] == already["patterns"]
+    assert not deferred["imported_after"] and already["imported_after"] and already["same_module"]
+    for run in (deferred, already):
+        assert run["ordinary"] and run["plugin_sees_it"] and run["stripe_key"], run
