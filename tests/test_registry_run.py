@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import time
 
-from preflight.model import CheckOutcome, Finding, RankFacts, Severity, World
+from preflight.model import RankFacts, Severity, World
 from preflight.registry import (
     LOCAL,
     CheckContext,
     CheckSpec,
     NotApplicable,
     Problem,
-    merge_findings,
-    merge_outcomes,
     run_checks,
 )
 
@@ -50,21 +48,6 @@ def test_raising_and_overrunning_checks_become_could_not_run() -> None:
                                             Severity.OK]
 
 
-def test_merge_folds_the_same_finding_from_many_ranks() -> None:
-    findings = [Finding("X001", Severity.WARN, "same", "h", [r], [f"n{r % 2}"]) for r in range(4)]
-    findings.append(Finding("X001", Severity.WARN, "other", "h", [9], ["n9"]))
-    merged = merge_findings(findings)
-    assert len(merged) == 2
-    same = next(f for f in merged if f.message == "same")
-    assert same.ranks == [0, 1, 2, 3] and same.hosts == ["n0", "n1"]
-
-
-def test_merge_outcomes_keeps_the_worst_status() -> None:
-    outcomes = [CheckOutcome("X001", "t", "local", "t", Severity.OK), CheckOutcome("X001", "t", "local", "t",
-                                                                                  Severity.ERROR)]
-    assert [o.status for o in merge_outcomes(outcomes)] == [Severity.ERROR]
-
-
 def test_a_check_that_does_not_apply_is_skipped_with_its_reason_never_passed() -> None:
     def gpu_only(facts, ctx):
         return [Problem("found on a GPU")]
@@ -81,11 +64,3 @@ def test_a_check_that_does_not_apply_is_skipped_with_its_reason_never_passed() -
     assert [(o.check_id, o.status, o.reason) for o in outcomes] == [
         ("TST010", Severity.SKIPPED, "no NVIDIA driver"), ("TST011", Severity.ERROR, ""),
         ("TST012", Severity.SKIPPED, "no RDMA NIC")]
-
-
-def test_merged_outcome_is_skipped_only_where_every_rank_skipped() -> None:
-    skipped = CheckOutcome("X001", "t", "local", "t", Severity.SKIPPED, reason="no NVIDIA driver")
-    ran = CheckOutcome("X001", "t", "local", "t", Severity.OK)
-    assert [(o.status, o.reason) for o in merge_outcomes([skipped, skipped])] == [(Severity.SKIPPED,
-                                                                                   "no NVIDIA driver")]
-    assert [(o.status, o.reason) for o in merge_outcomes([skipped, ran])] == [(Severity.OK, "")]

@@ -18,8 +18,9 @@ import pytest
 from preflight.model import Finding, JobReport, RankFacts, ReportMeta, Severity, SystemLimits, World
 from preflight.model.codec import BadPayload, encode
 from preflight.model.rank_table import _WORLD_SHARED, PackedRank, pack, unpack
-from preflight.registry import CROSS, JobView, merge_findings, select_checks
+from preflight.registry import CROSS, JobView, select_checks
 from preflight.reports import json as json_report
+from preflight.steps.check_results import merge_findings
 from preflight.steps.verdict import RunRecord, build_report
 from tests.helpers.facts import cluster
 

@@ -3,8 +3,9 @@
 The last module of launch.WORKER_PRELOAD. Without it each of N ranks imported the checks,
 the probes, the renderers (jinja2), psutil and detect-secrets' plugins, and compiled
 detect-secrets' patterns on its own, after its fork: ~0.1 s of CPU per rank, N times over on a
-node's cores, before the verdict (the plugins' `requests` is not imported at all: lib/secrets.py). Here it is paid once, while the
-launcher itself is still importing torch (launch starts the forkserver first).
+node's cores, before the verdict (the plugins' `requests` is not imported at all: lib/secrets.py).
+Here it is paid once, while the launcher itself is still importing torch (launch starts the
+forkserver first).
 """
 
 from __future__ import annotations

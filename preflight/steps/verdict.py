@@ -31,8 +31,9 @@ from preflight.model import (
 from preflight.model.probe_outcome import ProbeOutcome
 from preflight.model.storage import StorageSection
 from preflight.options import RunOptions
-from preflight.registry import Tags, every_selected_outcome, merge_findings
+from preflight.registry import Tags
 from preflight.reports import json as json_report
+from preflight.steps.check_results import every_selected_outcome, merge_findings
 from preflight.steps.host_choice import rank_hosts
 
 

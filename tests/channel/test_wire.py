@@ -8,7 +8,7 @@ import pytest
 from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes, to_wire
 from preflight.model import CheckOutcome, RankFacts, Severity, World
 from preflight.model.codec import BadPayload, encode
-from preflight.registry import merge_outcomes
+from preflight.steps.check_results import merge_outcomes
 
 
 def _payload(rank: int, durations: tuple[float, float], status: Severity = Severity.OK) -> RankPayload:
