@@ -163,6 +163,11 @@ def ranks_text(ranks: Iterable[int], limit: int = 12) -> str:
     return f"{'rank' if len(numbers) == 1 else 'ranks'} {rank_ranges(numbers, limit=limit)}"
 
 
+def rank_list(ranks: Iterable[int]) -> str:
+    """[5, 2] -> '5,2': every rank, in the order given (a message quoting the ranks it was handed)."""
+    return ",".join(str(r) for r in ranks)
+
+
 def rank_ranges(ranks: Iterable[int], limit: int = 12) -> str:
     """[0, 1, 2, 3, 7] -> '0-3,7' (long lists end with the total)."""
     numbers = sorted(set(ranks))

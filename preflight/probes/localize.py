@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from preflight.channel import keys
-from preflight.checks.probe_findings import localization_summary, slow_host, slow_host_group_tested, slow_link
+from preflight.checks.localization_findings import localization_summary, slow_host, slow_host_group_tested, slow_link
 from preflight.model import Finding, ProbeResult
 from preflight.model.messages import ConfirmPairs, LocalizePlan, PairTimes
 from preflight.options import RunOptions

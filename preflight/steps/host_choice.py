@@ -14,7 +14,8 @@ script's PREFLIGHT_SPARE=k, `JobReport.keep_hosts(n)`). The order, worst last:
 3. ties in the job's order: of equal hosts the later ones are dropped.
 
 Slowness is read from the findings' data through the typed readers beside the checks that
-write it (probe_findings.straggler_figures, device_probe.slow_device,
+write it (probe_findings.straggler_figures, localization_findings.slow_host_fraction,
+device_probe.slow_device,
 history_findings.drop_fraction, ...), the findings recognised by their check (by reference),
 never by their severity: a confirmed straggler is slow whether it is reported as a warning or
 an error. An error every host shares (`job_error`) blocks any choice: it is the job's to fix, and an
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.checks import device_probe, history_findings, probe_findings, storage
+from preflight.checks import device_probe, history_findings, localization_findings, probe_findings, storage
 from preflight.lib.grouping import shared_host_names
 from preflight.lib.host_fault import job_error
 from preflight.lib.shorten import shorten
@@ -68,8 +69,8 @@ def _percent(fraction: float | None) -> str:
 
 def named_slow_hosts(report: JobReport) -> Iterator[Slowness]:
     """Hosts localization named slow against known-good hosts (pairwise BW005, group testing BW012)."""
-    for finding in _findings_of(report, probe_findings.slow_host, probe_findings.slow_host_group_tested):
-        fraction = probe_findings.slow_host_fraction(finding)
+    for finding in _findings_of(report, localization_findings.slow_host, localization_findings.slow_host_group_tested):
+        fraction = localization_findings.slow_host_fraction(finding)
         for host in finding.hosts:
             yield Slowness(host, SLOW_NAMED, fraction, f"{finding.check_id} named it slow{_percent(fraction)}")
 
@@ -83,8 +84,8 @@ def cross_dim_suspects(report: JobReport) -> Iterator[Slowness]:
 
 def slow_link_ends(report: JobReport) -> Iterator[Slowness]:
     """Both ends of a confirmed slow link (BW006): dropping either one removes the link."""
-    for finding in _findings_of(report, probe_findings.slow_link):
-        fraction = probe_findings.slow_link_fraction(finding)
+    for finding in _findings_of(report, localization_findings.slow_link):
+        fraction = localization_findings.slow_link_fraction(finding)
         for host in sorted(set(finding.hosts)):
             yield Slowness(host, SLOW_LINK, fraction, f"{finding.check_id}: one end of a slow link{_percent(fraction)}")
 

@@ -10,16 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from preflight.checks.localization_findings import slow_host, slow_host_group_tested, slow_link
 from preflight.checks.nccl_account import ACCOUNT_CHECKS, NVSWITCH_LINKS, NcclJob, account_unavailable
-from preflight.checks.probe_findings import (
-    below_expected,
-    below_profile,
-    cross_dim_suspect,
-    slow_host,
-    slow_host_group_tested,
-    slow_link,
-    straggler_group,
-)
+from preflight.checks.probe_findings import below_expected, below_profile, cross_dim_suspect, straggler_group
 from preflight.lib.nccl_summary import forget_grouping, group_transport
 from preflight.model import Finding, RankFacts
 from preflight.model.nccl_account import NcclAccount

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.checks import device_probe, history_findings, probe_findings
+from preflight.checks import device_probe, history_findings, localization_findings, probe_findings
 from preflight.model import Finding, Severity
 from preflight.model.codec import decode, encode
 from preflight.model.device_probe import DeviceRow, Slow
@@ -29,18 +29,18 @@ def _confirmed(alone: float) -> Confirmed:
 
 
 def test_slow_host_readers_read_what_bw005_and_bw012_write() -> None:
-    bw005 = probe_findings.slow_host.report(rank=3, host="n2", confirmed=_confirmed(0.35), partner=0,
+    bw005 = localization_findings.slow_host.report(rank=3, host="n2", confirmed=_confirmed(0.35), partner=0,
                                             partner_host="n1", median_gbps=8.0)
-    assert probe_findings.slow_host_fraction(_through_json(bw005)) == pytest.approx(0.35)
-    bw012 = probe_findings.slow_host_group_tested.report(host="n2", ranks=[3], fractions=[0.5, 0.3],
+    assert localization_findings.slow_host_fraction(_through_json(bw005)) == pytest.approx(0.35)
+    bw012 = localization_findings.slow_host_group_tested.report(host="n2", ranks=[3], fractions=[0.5, 0.3],
                                                          partners=["n1", "n4"], reference_gbps=9.0, rounds=3,
                                                          seconds=1.5)
-    assert probe_findings.slow_host_fraction(_through_json(bw012)) == pytest.approx(0.3)  # the lowest
+    assert localization_findings.slow_host_fraction(_through_json(bw012)) == pytest.approx(0.3)  # the lowest
 
 
 def test_slow_link_reader_reads_what_bw006_writes() -> None:
-    bw006 = probe_findings.slow_link.report(ranks=[2, 5], hosts=["n1", "n3"], confirmed=_confirmed(0.45))
-    assert probe_findings.slow_link_fraction(_through_json(bw006)) == pytest.approx(0.45)
+    bw006 = localization_findings.slow_link.report(ranks=[2, 5], hosts=["n1", "n3"], confirmed=_confirmed(0.45))
+    assert localization_findings.slow_link_fraction(_through_json(bw006)) == pytest.approx(0.45)
 
 
 def test_straggler_reader_prefers_the_confirming_pass() -> None:
@@ -76,8 +76,8 @@ def test_drop_reader_reads_what_his002_writes() -> None:
                                    "confirm_busbw_gbps": {}, "dim": ["x" * 10_000]}])
 def test_unreadable_data_is_none_never_an_exception(data: dict) -> None:
     finding = Finding("BW003", Severity.WARN, "m", data=data)
-    assert probe_findings.slow_host_fraction(finding) is None
-    assert probe_findings.slow_link_fraction(finding) is None
+    assert localization_findings.slow_host_fraction(finding) is None
+    assert localization_findings.slow_link_fraction(finding) is None
     figures = probe_findings.straggler_figures(finding)
     assert figures.fraction is None and figures.group_index is None and len(figures.dim) <= 64
     assert device_probe.slow_device(finding).fraction is None

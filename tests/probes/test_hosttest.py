@@ -67,7 +67,7 @@ def test_a_pool_is_bounded_by_its_slowest_member_and_slow_only_when_every_iterat
 def test_the_rounds_and_seconds_are_in_the_findings_data_and_every_report_format() -> None:
     import json
 
-    from preflight.checks.probe_findings import localization_summary, slow_host_group_tested
+    from preflight.checks.localization_findings import localization_summary, slow_host_group_tested
     from preflight.model import JobReport, ReportMeta
     from preflight.reports import html, text
     from preflight.reports.json import dumps

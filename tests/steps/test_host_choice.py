@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.checks import probe_findings
+from preflight.checks import localization_findings, probe_findings
 from preflight.checks.rank_roster import missing_ranks
 from preflight.lib.hostlist import expand_hostlist
 from preflight.model import ExitCode, Finding, Severity
@@ -29,9 +29,9 @@ def _bad_ifname(*hosts: str) -> Finding:
 
 
 def _slow_host(rank: int, host: str, fraction: float) -> list[Finding]:
-    return probe_findings.slow_host.report(rank=rank, host=host, confirmed=Confirmed((rank, 0), fraction, fraction,
-                                                                                     1.0, 10.0, 1e-4),
-                                           partner=0, partner_host="n1", median_gbps=8.0)
+    confirmed = Confirmed((rank, 0), fraction, fraction, 1.0, 10.0, 1e-4)
+    return localization_findings.slow_host.report(rank=rank, host=host, confirmed=confirmed, partner=0,
+                                                  partner_host="n1", median_gbps=8.0)
 
 
 def _straggler(hosts: list[str], ranks: list[int], busbw: float, siblings: float, group: int = 1) -> list[Finding]:
@@ -87,7 +87,7 @@ def test_the_host_two_slow_groups_share_is_dropped_though_its_figure_is_not_the_
 def test_of_a_slow_links_two_ends_the_one_with_more_evidence_below_goes() -> None:
     # Both ends of one slow link are equally suspect at that level; n1, the earlier in the job (the
     # tie-break would keep it), is also in two slow groups.
-    link = probe_findings.slow_link.report(ranks=[0, 1], hosts=["n1", "n2"],
+    link = localization_findings.slow_link.report(ranks=[0, 1], hosts=["n1", "n2"],
                                            confirmed=Confirmed((0, 1), 0.2, 0.2, 1.0, 5.0, 1e-4))
     findings = [*link, *_straggler(["n1", "n3"], [0, 2], busbw=1.0, siblings=8.0, group=0),
                 *_straggler(["n1", "n4"], [0, 3], busbw=1.0, siblings=8.0, group=1)]
