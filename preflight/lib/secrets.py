@@ -103,7 +103,10 @@ def _unused_module_deferred(name: str) -> Iterator[None]:
     attribute to the real module, imported then; unused, it leaves `sys.modules` with the block, so a
     later `import requests` (the user's, in a trainer) is an ordinary import. A module already
     imported is left as it is. (importlib's LazyLoader cannot do this before Python 3.12: the next
-    `import` statement reads the module's `__spec__`, which loads it.)
+    `import` statement reads the module's `__spec__`, which loads it.) Its limit: the block lasts the
+    plugins' import (~20 ms, once per process); another thread of the process that imports a submodule
+    of `requests` (`requests.adapters`) within those milliseconds, the package never imported before,
+    gets that submodule executed twice (two module objects, classes that are not each other).
     """
     if name in sys.modules:
         yield
