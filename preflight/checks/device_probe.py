@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from preflight.lib.hostlist import host_text
+from preflight.lib.hostlist import host_text, rank_list
 from preflight.lib.numbers import json_number
 from preflight.lib.units import percent
 from preflight.model import Finding, Severity
@@ -85,7 +85,7 @@ def result_differs(differs: Differs) -> Iterable[Problem]:
     who = "; ".join(device_name(r) + (f" (checksum gap {d.max_rel_diff[r.rank]:.2g})"
                                       if not math.isnan(d.max_rel_diff.get(r.rank, math.nan)) else "")
                     for r in d.rows)
-    ref = ",".join(str(r) for r in d.reference_ranks)
+    ref = rank_list(d.reference_ranks)
     lead = (f"{d.model}: results split evenly, cannot tell which is right: " if d.tie
             else f"{d.model}: result differs from its siblings' (ranks {ref} agree): ")
     yield Problem(lead + who + f" [{d.method}]", ranks=[r.rank for r in d.rows],

@@ -15,8 +15,7 @@ script's PREFLIGHT_SPARE=k, `JobReport.keep_hosts(n)`). The order, worst last:
 
 Slowness is read from the findings' data through the typed readers beside the checks that
 write it (probe_findings.straggler_figures, localization_findings.slow_host_fraction,
-device_probe.slow_device,
-history_findings.drop_fraction, ...), the findings recognised by their check (by reference),
+device_probe.slow_device, history_findings.drop_fraction, ...), the findings recognised by their check (by reference),
 never by their severity: a confirmed straggler is slow whether it is reported as a warning or
 an error. An error every host shares (`job_error`) blocks any choice: it is the job's to fix, and an
 incomplete run (exit 4) proves nothing about a host.
