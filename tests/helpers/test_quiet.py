@@ -1,4 +1,5 @@
-"""A `quiet` test runs while every other xdist worker waits; ordinary tests run side by side."""
+"""A `quiet` test runs at raised priority beside the other workers' tests (root), or while every other
+xdist worker waits (the drain, elsewhere); ordinary tests run side by side."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from tests.helpers.quiet import WorkerLocks, worker_locks
+from tests.helpers.quiet import RAISED_NICE, WorkerLocks, can_raise_priority, raised_priority, worker_locks
+from tests.helpers.tools import require_root
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +28,7 @@ def _later(action, started: threading.Event) -> threading.Thread:
 
 def test_a_quiet_test_waits_for_the_running_ordinary_one_and_new_ones_wait_for_it(tmp_path: Path) -> None:
     # Three "workers" in one process: flock locks belong to each open file, so they contend.
-    first, quiet_worker, third = (WorkerLocks(tmp_path) for _ in range(3))
+    first, quiet_worker, third = (WorkerLocks(tmp_path, raise_priority=False) for _ in range(3))
     events: list[str] = []
     ordinary = first.held(quiet=False)
     ordinary.__enter__()
@@ -54,7 +56,7 @@ def test_a_quiet_test_waits_for_the_running_ordinary_one_and_new_ones_wait_for_i
 
 
 def test_ordinary_tests_hold_the_lock_together(tmp_path: Path) -> None:
-    one, two = WorkerLocks(tmp_path), WorkerLocks(tmp_path)
+    one, two = WorkerLocks(tmp_path, raise_priority=False), WorkerLocks(tmp_path, raise_priority=False)
     done = threading.Event()
 
     def second() -> None:
@@ -68,7 +70,7 @@ def test_ordinary_tests_hold_the_lock_together(tmp_path: Path) -> None:
 
 
 def test_quiet_tests_one_after_another_keep_the_lock_between_them(tmp_path: Path) -> None:
-    quiet_worker, other = WorkerLocks(tmp_path), WorkerLocks(tmp_path)
+    quiet_worker, other = WorkerLocks(tmp_path, raise_priority=False), WorkerLocks(tmp_path, raise_priority=False)
     started = threading.Event()
 
     def ordinary() -> None:
@@ -90,7 +92,7 @@ def test_no_locks_outside_an_xdist_worker(tmp_path: Path) -> None:
     assert isinstance(worker_locks(tmp_path / "popen-gw0", "gw0"), WorkerLocks)
 
 
-def test_under_two_workers_nothing_else_runs_during_a_quiet_test(tmp_path: Path) -> None:
+def test_under_two_workers_a_quiet_test_runs_raised_or_alone(tmp_path: Path) -> None:
     log = tmp_path / "cases.jsonl"
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "load", "-p", "no:randomly",
                           "--basetemp", str(tmp_path / "base"), "tests/helpers/quiet_cases.py"],
@@ -101,8 +103,29 @@ def test_under_two_workers_nothing_else_runs_during_a_quiet_test(tmp_path: Path)
     assert len(rows) == 9 and {row["worker"] for row in rows} == {"gw0", "gw1"}
     [quiet] = [row for row in rows if row["test"] == "quiet"]
     ordinary = [row for row in rows if row["test"] != "quiet"]
-    # Nothing overlaps the quiet test...
-    assert all(row["end"] <= quiet["start"] or row["start"] >= quiet["end"] for row in ordinary), rows
-    # ...while ordinary tests did run side by side (the two workers were really both busy).
+    overlapped = [row for row in ordinary if row["start"] < quiet["end"] and quiet["start"] < row["end"]]
+    if can_raise_priority():
+        # The quiet test, a process it started and one its worker started before it, all raised...
+        assert quiet["nice"] == [RAISED_NICE] * 3, quiet
+        # ...and set back: every ordinary test (the quiet one's worker's later ones too) ran at 0.
+        assert all(row["nice"] == [0, 0, 0] for row in ordinary), rows
+        assert overlapped, rows  # the other worker went on meanwhile
+    else:
+        assert quiet["nice"] == [0, 0, 0] and not overlapped, rows  # drained: nothing overlaps it
+    # Ordinary tests did run side by side (the two workers were really both busy).
     assert any(a["worker"] != b["worker"] and a["start"] < b["end"] and b["start"] < a["end"]
                for a in ordinary for b in ordinary), rows
+
+
+def test_raised_priority_reaches_every_process_under_this_one_and_is_set_back(tmp_path: Path) -> None:
+    require_root()
+    elder = subprocess.Popen(["sleep", "60"])
+    try:
+        with raised_priority():
+            young = subprocess.Popen(["sleep", "60"])
+            assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in (0, elder.pid, young.pid)] == [RAISED_NICE] * 3
+        # The one started inside is still running: it is set back with the rest.
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in (0, elder.pid, young.pid)] == [0, 0, 0]
+        young.kill()
+    finally:
+        elder.kill()
