@@ -80,10 +80,17 @@ def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 120,
             cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m preflight ARGS` as a process of its own, output captured; forked from this process's
-    zygote when it can be (tests/helpers/zygote.py), as start_rank's ranks are, else exec'd.
+    """`python -m preflight ARGS`: run_python's."""
+    return run_python(["-m", "preflight", *args], env, timeout, cwd)
+
+
+def run_python(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 120,
+               cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` (`-m preflight ...`, or a script: `SCRIPT.py ...`) as a process of its own in
+    base_env(env), output captured; forked from this process's zygote when it can be
+    (tests/helpers/zygote.py), as start_rank's ranks are, else exec'd.
     Killed, and TimeoutExpired raised, after `timeout` s (subprocess.run's contract)."""
-    argv, full_env = [PYTHON, "-m", "preflight", *args], base_env(env)
+    argv, full_env = [PYTHON, *args], base_env(env)
     proc = _forked(argv, full_env, cwd=cwd)
     if proc is None:
         return subprocess.run(argv, env=full_env, capture_output=True, text=True, timeout=timeout, cwd=cwd)

@@ -31,7 +31,9 @@ def test_only_a_plain_preflight_rank_in_the_zygotes_start_environment_is_forked(
     assert not forkable(argv, {**env, "PYTHONHASHSEED": "7"}, env)
     assert not forkable(argv, {**env, "OMP_NUM_THREADS": "4"}, env)
     assert not forkable(argv, {**env, "LD_PRELOAD": "/x.so"}, env)
-    assert not forkable([sys.executable, "train.py"], env, env)
+    assert not forkable([sys.executable, "train.py"], env, env)  # no such file: left to the interpreter
+    assert forkable([sys.executable, __file__, "x"], env, env)  # a script: run_path'd in the child
+    assert not forkable([sys.executable, "-m", "torch.distributed.run", __file__], env, env)
     assert not forkable(["taskset", "-c", "1", *argv], env, env)
 
 
@@ -53,6 +55,31 @@ def test_a_forked_rank_can_be_signalled_and_waited_for_with_a_timeout() -> None:
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
     proc.communicate(timeout=60)
+
+
+SCRIPT = """
+import atexit, json, sys
+atexit.register(lambda: print("atexit ran", flush=True))
+print(json.dumps({"name": __name__, "argv": sys.argv, "path": sys.path, "file": __file__}), flush=True)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_forked_script_sees_what_the_same_script_exec_d_sees(tmp_path) -> None:
+    script = tmp_path / "bin" / "train.py"
+    script.parent.mkdir()
+    script.write_text(SCRIPT)
+    env = ranks.plant_env(tmp_path, {})  # PYTHONPATH with an entry in front: after the script's folder
+    runs = {}
+    for fresh in (False, True):
+        proc = ranks.start_rank(0, 1, ["5", "--flag"], port=ranks.free_port(), common_env=env,
+                                program=[str(script)], fresh=fresh)
+        assert isinstance(proc, ZygoteRank) != fresh
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 5 and out.endswith("atexit ran\n"), (out, err)
+        runs[fresh] = out.splitlines()[0]
+    assert runs[False] == runs[True]
+    assert f'"path": ["{script.parent}", ' in runs[False] and '"name": "__main__"' in runs[False], runs
 
 
 # Run as sitecustomize: preflight must not be loaded yet (it is imported after the plant, as in an

@@ -29,8 +29,14 @@ that replaces a function (`dist.all_to_all_single`, a method of preflight's) is 
 any preflight module binds it. What differs from an exec'd rank is only that torch was imported
 before the plant ran, where a plant imports torch itself anyway.
 
+A Python script (`python SCRIPT.py ARGS`: a training script as env:// ranks, a test's forger of
+store values, a benchmark's smoke run) is forked the same way and run as `python SCRIPT.py` runs it:
+`runpy.run_path` as `__main__`, with its folder first on sys.path, then PYTHONPATH's entries (not
+the zygote's own first two), and `sys.argv` the script and its arguments.
+
 What it cannot be, and so `start_rank` execs a fresh interpreter instead (`forkable`): a rank
-under a wrapper (`taskset`), running another program (a training script), or whose environment
+under a wrapper (`taskset`), running a program that is not a Python script (`-m
+torch.distributed.run`, a shell script), or whose environment
 differs from the zygote's in anything else read when an interpreter or torch starts (PYTHON*
 other than entries added in front of PYTHONPATH, LD_*, malloc and OpenMP settings, torch's C++
 logging).
@@ -81,18 +87,28 @@ def _entries(path: str) -> list[str]:
 
 
 def forkable(argv: Sequence[str], env: Mapping[str, str], zygote_env: Mapping[str, str]) -> bool:
-    """Whether `argv` (`python -m preflight ...`) in `env` can be forked from a zygote started in `zygote_env`."""
-    return (len(argv) >= 3 and argv[0] == sys.executable and list(argv[1:3]) == ["-m", "preflight"]
+    """Whether `argv` (`python -m preflight ...` or `python SCRIPT.py ...`) in `env` can be forked from a
+    zygote started in `zygote_env`."""
+    return (len(argv) >= 2 and argv[0] == sys.executable and (_is_preflight(argv) or _script(argv) is not None)
             and _start_values(env) == _start_values(zygote_env) and added_path(env, zygote_env) is not None)
+
+
+def _is_preflight(argv: Sequence[str]) -> bool:
+    return list(argv[1:3]) == ["-m", "preflight"]
+
+
+def _script(argv: Sequence[str]) -> str | None:
+    """The Python script `argv` runs (`python SCRIPT.py ...`, the file there), or None."""
+    return argv[1] if argv[1].endswith(".py") and os.path.isfile(argv[1]) else None
 
 
 # -- the zygote (its own process) -------------------------------------------------------------
 
-def _start_as_planted(front: list[str]) -> None:
-    """In the child: PYTHONPATH's entries in front of the zygote's go on sys.path, preflight's modules
-    are dropped (imported afresh, after the plant), and a sitecustomize.py among them runs as an
-    interpreter runs it at start (an error in it is one line on stderr, and the rank goes on)."""
-    sys.path[0:0] = front
+def _start_as_planted(front: list[str], at: int) -> None:
+    """In the child: PYTHONPATH's entries in front of the zygote's go on sys.path (from index `at`),
+    preflight's modules are dropped (imported afresh, after the plant), and a sitecustomize.py among them
+    runs as an interpreter runs it at start (an error in it is one line on stderr, and the rank goes on)."""
+    sys.path[at:at] = front
     for name in [m for m in sys.modules if m == "preflight" or m.startswith("preflight.")]:
         del sys.modules[name]
     if not any(os.path.exists(os.path.join(entry, "sitecustomize.py")) for entry in front):
@@ -106,17 +122,28 @@ def _start_as_planted(front: list[str]) -> None:
 
 
 def _run_rank(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> int:
-    """In the forked child: become `python -m preflight ARGV[3:]` and return its exit code."""
+    """In the forked child: become `python -m preflight ARGV[3:]` (or `python SCRIPT ARGV[2:]`) and
+    return its exit code."""
     front = added_path(env, os.environ) or []  # os.environ is still the zygote's here
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    sys.argv = ["-m", *argv[3:]]
+    script = None if _is_preflight(argv) else _script(argv)
     code: int = 0
     try:
-        if front:
-            _start_as_planted(front)
-        runpy.run_module("preflight", run_name="__main__", alter_sys=True)
+        if script is None:
+            sys.argv = ["-m", *argv[3:]]
+            if front:
+                _start_as_planted(front, 0)
+            runpy.run_module("preflight", run_name="__main__", alter_sys=True)
+        else:
+            # What `python SCRIPT` has on sys.path: the script's folder first, then PYTHONPATH's entries;
+            # not the two the zygote's `-c` start put first (the repository's root and '').
+            sys.path[0:2] = [os.path.dirname(os.path.realpath(script))]
+            sys.argv = [script, *argv[2:]]
+            if front:
+                _start_as_planted(front, 1)
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
             code = stop.code or 0
