@@ -141,10 +141,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # Within the quiet group the quiet tests come first, one after another (one drain). Of the
         # ungrouped tests, those that start processes go out before the in-process ones, so that the
         # end of the run is many short tests spread over the workers, not a long one left alone.
+        # The tests that start processes are dealt round-robin over their modules (each module's first
+        # test, then each one's second, ...): a module's tests are alike, and a module of tests that
+        # mostly wait (test_keys' six runs each wait out a 15 s deadline, the probes' hang tests) dealt
+        # to all three workers at once left the two cores half idle for a minute at a time.
         spawns: dict[object, bool] = {}
         items.sort(key=lambda item: (group_of_test_id(item.nodeid) is None,
                                      item.get_closest_marker("quiet") is None,
                                      not starts_processes(getattr(item, "module", None), spawns)))
+        ungrouped = [i for i, item in enumerate(items) if group_of_test_id(item.nodeid) is None
+                     and starts_processes(getattr(item, "module", None), spawns)]
+        if ungrouped:
+            items[ungrouped[0]:ungrouped[-1] + 1] = dealt_by_module(items[ungrouped[0]:ungrouped[-1] + 1])
+
+
+def dealt_by_module(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` round-robin over their modules, in the order each module first comes: every module's
+    first test, then every module's second, ...; a module's own tests keep their order."""
+    seen: dict[str, int] = {}
+    turn = []
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        turn.append(seen.get(module, 0))
+        seen[module] = turn[-1] + 1
+    return [item for _, _, item in sorted(zip(turn, range(len(items)), items), key=lambda row: row[:2])]
 
 
 def starts_processes(module: object, seen: dict[object, bool]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import types
 
-from tests.conftest import QUIET_GROUP, SHARED_PER_WORKER, check_group, starts_processes
+from tests.conftest import QUIET_GROUP, SHARED_PER_WORKER, check_group, dealt_by_module, starts_processes
 from tests.helpers.ranks import run_cli
 
 
@@ -73,3 +73,9 @@ def test_a_module_fixture_outside_every_group_is_refused_unless_made_per_worker_
     # The cheap one, left to every worker by choice.
     assert SHARED_PER_WORKER and all(check_group(FakeItem(f"{path}::test_x", fixtures=("f",), scopes={"f": "module"}))
                                      is None for path in SHARED_PER_WORKER)
+
+
+def test_tests_that_start_processes_are_dealt_round_robin_over_their_modules() -> None:
+    ids = ["a.py::1", "a.py::2", "a.py::3", "b.py::1", "c.py::1", "c.py::2"]
+    dealt = dealt_by_module([FakeItem(nodeid) for nodeid in ids])
+    assert [item.nodeid for item in dealt] == ["a.py::1", "b.py::1", "c.py::1", "a.py::2", "c.py::2", "a.py::3"]
