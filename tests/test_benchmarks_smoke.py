@@ -56,7 +56,10 @@ SMOKE: dict[str, Smoke] = {
     "interrupt_exit.py": Smoke(("--runs", "1", "--scenario", "sigterm-all"), r'"summary"'),
     "killed_mid_collective.py": Smoke(("--runs", "1", "--config", "env:4"), r'"summary": \{"env:4": "1/1"\}'),
     "launch_overhead.py": Smoke(("--tiny",), r"preflight launch .* ratio of medians to the floor"),
-    "localization_netns.py": Smoke(("--runs", "1"), r"^run 0: .* named ", ("root",)),
+    # Its result line either way: whether two shaped hosts of four are localized is a timing, judged by the
+    # quiet tests/probes/test_probes_netns.py (here, beside the other workers, it once found no slow group).
+    "localization_netns.py": Smoke(("--runs", "1"), r"^run 0: (no localization|.* named ).*probes [0-9.]+ s",
+                                   ("root",)),
     "localization_sim.py": Smoke(("--hosts", "64", "--bad", "1", "--trials", "2"), r"round robin"),
     "nccl_log_parse.py": Smoke(("--lines", "2000", "--runs", "1"), r"2000 lines .* parse median .* ratio of medians"),
     "probe_fidelity.py": Smoke(("--tiny",), r"all_reduce .* ratio (.*\n)*.*all_to_all .* ratio"),
