@@ -34,8 +34,8 @@ pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helper
 # of ours (one launched run whose report several tests read) is its own group: the run is made once.
 # Quiet: every module with a `quiet` test (tests/helpers/quiet.py) is one group, in place of its
 # netns or module group (one worker, one module after another, is the safer of the two), and its
-# quiet tests run one after another: the other workers are drained once for all of them, not once
-# per module (three drains cost about 180 s of waiting workers a run).
+# quiet tests run one after another (at raised priority beside the other workers; unprivileged, the
+# others are drained once for all of them, not once per module: three drains cost ~180 s a run).
 #
 # By module path, because the scheduler (in the controller, which collects nothing) sees only test
 # ids: xdist's own `xdist_group` marks cannot reach it under pytest 9 (xdist 3.8 writes the group
@@ -200,7 +200,7 @@ TIMELINE = os.environ.get("PREFLIGHT_TEST_TIMELINE")
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the wait is not the test's own (pytest-timeout's)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Under xdist, a `quiet` test runs alone: see tests/helpers/quiet.py."""
+    """Under xdist, a `quiet` test runs at raised priority (or, unprivileged, alone): tests/helpers/quiet.py."""
     config = item.config
     if _LOCKS not in config.stash:
         worker = getattr(config, "workerinput", {}).get("workerid")
