@@ -8,7 +8,9 @@ Four hosts (tests/helpers/netns.py: real network namespaces on a bridge, ranks t
 ib0), the --shaped ones (1-based) limited to 400 Mbit/s with tbf (about a tenth of the
 unshaped veth here). Each run is a real env:// preflight of --per-host ranks per host with
 gloo; each line: the localization method, its rounds, tests and seconds (BW013's data, rank
-0's clock), the hosts named (BW005, BW006, BW012) and the whole probe phase's seconds.
+0's clock), the hosts named (BW005, BW006, BW012), the reachability phase's seconds (every host
+probing every other over ib0) and the whole probe phase's seconds.
+`--shaped "" --per-host 2` is tests/checks/test_network_netns.py's layout (4 hosts x 2 ranks, none shaped).
 Needs root; on a shared machine the seconds vary with the load, the rounds do not.
 """
 
@@ -45,23 +47,29 @@ def main(argv: list[str] | None = None) -> int:
               f"mesh {args.mesh}")
         for run in range(args.runs):
             out = folder / f"run-{run}.json"
-            spawn_env_ranks(4 * args.per_host, ["--mesh", args.mesh, "--ops", "all_reduce", "--sizes", "1MiB",
-                                                "--warmup", "1", "--iters", "5", "--probe-timeout", "60",
-                                                "--skip", "gpu,nic", "--json", str(out)],
-                            place=spread(hosts, args.per_host), master_addr=hosts[0].address,
-                            common_env={"GLOO_SOCKET_IFNAME": "ib0"}, timeout=300)
+            ranks = spawn_env_ranks(4 * args.per_host, ["--mesh", args.mesh, "--ops", "all_reduce", "--sizes",
+                                                        "1MiB", "--warmup", "1", "--iters", "5", "--probe-timeout",
+                                                        "60", "--skip", "gpu,nic", "--json", str(out)],
+                                    place=spread(hosts, args.per_host), master_addr=hosts[0].address,
+                                    common_env={"GLOO_SOCKET_IFNAME": "ib0"}, timeout=300)
+            if not out.exists():  # e.g. a --mesh that is not the world's shape: rank 0 says why
+                why = (ranks[0].stdout + ranks[0].stderr).strip().splitlines()
+                print(f"run {run}: rank 0 wrote no report (exit {ranks[0].returncode}): "
+                      f"{why[-1] if why else 'no output'}", file=sys.stderr)
+                return 2
             report = json.loads(out.read_text())
             summary = next((f["data"] for f in report["findings"] if f["check_id"] == "BW013"), None)
             named = sorted({h for f in report["findings"] if f["check_id"] in ("BW005", "BW006", "BW012")
                             for h in f["hosts"]})
             probes_s = report["meta"]["phases"].get("probes", 0.0)
+            reach = f"reachability {report['meta']['phases'].get('reachability', 0.0):.2f} s"
             if summary is None:
-                print(f"run {run}: no localization (no confirmed slow group); probes {probes_s:.2f} s")
+                print(f"run {run}: no localization (no confirmed slow group); {reach}; probes {probes_s:.2f} s")
                 continue
             parts = ", ".join(f"{k.replace('_', ' ')} {summary[k]}" for k in
                               ("round_robin_rounds", "grouptest_rounds", "grouptest_seconds") if k in summary)
             print(f"run {run}: {summary['method']}: {summary['rounds']} rounds ({parts}), {summary['tests']} tests, "
-                  f"{summary['seconds']:.2f} s; named {', '.join(named) or 'nobody'}; probes {probes_s:.2f} s")
+                  f"{summary['seconds']:.2f} s; named {', '.join(named) or 'nobody'}; {reach}; probes {probes_s:.2f} s")
     finally:
         hosts.close()
         shutil.rmtree(folder, ignore_errors=True)
