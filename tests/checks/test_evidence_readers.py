@@ -30,11 +30,11 @@ def _confirmed(alone: float) -> Confirmed:
 
 def test_slow_host_readers_read_what_bw005_and_bw012_write() -> None:
     bw005 = localization_findings.slow_host.report(rank=3, host="n2", confirmed=_confirmed(0.35), partner=0,
-                                            partner_host="n1", median_gbps=8.0)
+                                                   partner_host="n1", median_gbps=8.0)
     assert localization_findings.slow_host_fraction(_through_json(bw005)) == pytest.approx(0.35)
     bw012 = localization_findings.slow_host_group_tested.report(host="n2", ranks=[3], fractions=[0.5, 0.3],
-                                                         partners=["n1", "n4"], reference_gbps=9.0, rounds=3,
-                                                         seconds=1.5)
+                                                                partners=["n1", "n4"], reference_gbps=9.0,
+                                                                rounds=3, seconds=1.5)
     assert localization_findings.slow_host_fraction(_through_json(bw012)) == pytest.approx(0.3)  # the lowest
 
 

@@ -88,7 +88,7 @@ def test_of_a_slow_links_two_ends_the_one_with_more_evidence_below_goes() -> Non
     # Both ends of one slow link are equally suspect at that level; n1, the earlier in the job (the
     # tie-break would keep it), is also in two slow groups.
     link = localization_findings.slow_link.report(ranks=[0, 1], hosts=["n1", "n2"],
-                                           confirmed=Confirmed((0, 1), 0.2, 0.2, 1.0, 5.0, 1e-4))
+                                                  confirmed=Confirmed((0, 1), 0.2, 0.2, 1.0, 5.0, 1e-4))
     findings = [*link, *_straggler(["n1", "n3"], [0, 2], busbw=1.0, siblings=8.0, group=0),
                 *_straggler(["n1", "n4"], [0, 3], busbw=1.0, siblings=8.0, group=1)]
     report = built_report(host_facts(["n1", "n2", "n3", "n4"]), findings)
