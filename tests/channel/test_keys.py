@@ -70,7 +70,9 @@ def test_a_wrong_typed_value_under_go_verdict_and_owner_is_refused_named_and_eve
     # Rank 3 starts with the others (its imports take seconds), then waits for the forgery before it joins.
     # Rank 0 waits until the forger has imported torch: its --timeout (15 s) must cover the forgery and
     # rank 3's join, not the forger's imports too (on a loaded machine rank 0 once gave up before rank 3
-    # came, and rank 3 found no store: "cannot reach rank 0" instead of PORT004).
+    # came, and rank 3 found no store: "cannot reach rank 0" instead of PORT004). Rank 1 waits for it too:
+    # its own 15 s to reach rank 0's store ran out while rank 0 waited for the forger (CI, stop 50: rank 1
+    # left, nobody claimed rank 1, and the forger found rank 0's store closed).
     wait_for = """
         import pathlib, time
         import torch.distributed
@@ -78,7 +80,8 @@ def test_a_wrong_typed_value_under_go_verdict_and_owner_is_refused_named_and_eve
         while not pathlib.Path({flag!r}).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
     """
-    plant = plant_env(tmp_path, {0: wait_for.format(flag=str(ready_flag)), 3: wait_for.format(flag=str(forged_flag))})
+    ready, forged_plant = wait_for.format(flag=str(ready_flag)), wait_for.format(flag=str(forged_flag))
+    plant = plant_env(tmp_path, {0: ready, 1: ready, 3: forged_plant})
     common = {"PYTHONPATH": os.pathsep.join([plant["PYTHONPATH"], str(FORGER.parents[2])]),
               "FORGER_READY": str(ready_flag), **({"PREFLIGHT_SECRET": secret} if secret else {})}
     args = ["run", "--skip", "probe", "--timeout", "15", "--json", str(report_path)]
