@@ -165,7 +165,7 @@ class Exchange:
         from torch.distributed import PrefixStore
 
         try:
-            held = PrefixStore(self.prefix, join_store(self.world, HELD_PORT_JOIN_S))
+            held = PrefixStore(self.prefix, join_store(self.world, HELD_PORT_JOIN_S, HELD_PORT_JOIN_S))
             roster.claim(held, 0, self.world.host)
             owner = roster.claimants(held, 0)[:1]
         except Exception:  # not a store, another run's, or gone: nothing to tell

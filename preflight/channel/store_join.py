@@ -78,18 +78,24 @@ def wait_for_listener(addr: str, port: int, timeout_s: float) -> float:
     raise OSError(f"{addr}:{port} did not accept a connection within {timeout_s:g}s ({reason})")
 
 
-def join_store(world: World, timeout_s: float) -> Any:
-    """A TCPStore client of this run's store; OSError when unreachable, ForeignStore when not ours."""
+def join_store(world: World, timeout_s: float, least_handshake_s: float = HANDSHAKE_S) -> Any:
+    """A TCPStore client of this run's store; OSError when unreachable, ForeignStore when not ours.
+
+    `timeout_s` bounds the wait for the port to open; once it has, the store gets its handshake
+    (at least `least_handshake_s`) in full, however long the port took."""
     from torch.distributed import TCPStore
 
     addr, port = world.master_addr, world.master_port
     spent = wait_for_listener(addr, port, timeout_s)
-    remaining = max(1.0, timeout_s - spent)
     # A loaded store (thousands of joins, a slow reverse DNS lookup in the c10d server) answers
-    # late; a fixed 5 s made those a false "another program holds MASTER_PORT" (PORT004).
-    handshake = min(max(HANDSHAKE_S, timeout_s / 3), remaining)
+    # late; a fixed 5 s made those a false "another program holds MASTER_PORT" (PORT004). Nor is
+    # the handshake cut by the time rank 0 took to open its port: a follower that waited 4 of its
+    # 5 s for a rank 0 still importing torch gave that store 1 s, and called it foreign (CI, a
+    # loaded machine: test_rank_0_gone.py).
+    handshake = max(least_handshake_s, timeout_s / 3)
+    client_timeout = max(timeout_s - spent, handshake)
     outcome = call_with_deadline(
-        lambda: TCPStore(addr, port, None, False, timedelta(seconds=remaining)), handshake
+        lambda: TCPStore(addr, port, None, False, timedelta(seconds=client_timeout)), handshake
     )
     if outcome.timed_out:
         raise ForeignStore(
