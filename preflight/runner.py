@@ -284,7 +284,11 @@ def _follow(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_re
     if decision is not None and decision.go and options.any_probes():
         from preflight.probes import orchestrate as probes  # only a run that probes imports them (_lead)
 
-        record.probes = probes.run_probes(world, options, exchange.store, groups, alive=exchange.liveness)  # 8
+        try:
+            record.probes = probes.run_probes(world, options, exchange.store, groups, alive=exchange.liveness)  # 8
+        except RuntimeError as exc:  # torch's DistNetworkError / DistStoreError: a store call between collectives
+            if not exchange.lost_store(exc):
+                raise
     recheck.publish_after(exchange.store, record.facts, options.sysfs_root, options.timeouts.check_s)  # after step 8
     # This rank beats until here (channel/liveness.py): rank 0 waits for every rank that is alive.
     timeouts = options.timeouts

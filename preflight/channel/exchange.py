@@ -39,6 +39,7 @@ from preflight.channel.liveness import STORE_LOST_GRACE_S, RankLiveness
 from preflight.channel.sections import store_form
 from preflight.channel.store_join import ForeignStore, join_store, mark_store, own_client, read_mark, run_prefix
 from preflight.channel.wire import RankPayload, to_wire
+from preflight.lib.deadline import call_with_deadline
 from preflight.lib.errors import one_line
 from preflight.lib.files import atomic_write
 from preflight.lib.torch_import import quiet_cpp_logs
@@ -51,6 +52,7 @@ __all__ = ["Collected", "Exchange", "RankPayload", "agree_nonce", "own_findings_
 
 Decision = TypeVar("Decision", GoDecision, Verdict)
 HELD_PORT_JOIN_S = 2.0  # a rank 0 that could not host looks this long for another job's store on its port
+LOST_CHECK_S = 2.0  # a follower whose store call failed asks the store once more, this long, before calling it gone
 JOB_CLIENT_S = 10.0  # preflight.check: a second connection to the job's store (it is up; this bounds a sick one)
 
 
@@ -227,6 +229,19 @@ class Exchange:
         """A follower's call on the store failed: rank 0, its host, is gone (liveness keeps when and why)."""
         self.liveness.lead_lost(exc)
         self.store = None
+
+    def lost_store(self, exc: BaseException) -> bool:
+        """A follower's step raised `exc` from a call on rank 0's store: True, with the store counted lost,
+        where the store no longer answers (rank 0 is gone); False where it still does (not rank 0's doing).
+
+        The probes write into the store between collectives; rank 0 dying between two writes is a
+        broken pipe in whichever write comes next, and rank 0's departure, not this rank's failure."""
+        if self.world.rank == 0 or self.store is None:
+            return self.liveness.lost() is not None
+        if self.liveness.lost() is None and call_with_deadline(self.store.check, LOST_CHECK_S, [keys.GO.key]).ok:
+            return False
+        self._lost(exc)
+        return True
 
     def rank_0_gone(self) -> str:
         """A follower that had the store and lost it: one line saying rank 0 is gone ("" otherwise)."""

@@ -96,3 +96,37 @@ def test_rank_0_killed_while_the_others_wait_for_it(tmp_path: Path, out_dir: boo
 def test_rank_0_killed_inside_the_collectives(tmp_path: Path) -> None:
     gone, output = _kill_rank_0(tmp_path, PROBES, "cross checks done", {})
     _assert_out_saying_rank_0_is_gone(gone, output)
+
+
+# Rank 0 is held as the steps begin (and killed there); rank 2 writes its first step's position only once
+# rank 0's port refuses connections: its store write meets a store that is gone (a broken pipe), as a
+# follower's did in CI when rank 0 died between two of its writes. Ranks 1 and 3 wait in the first
+# barrier, which fails when rank 0 dies; they then publish their results into the same dead store.
+HELD_AT_THE_STEPS = """
+    import sys, time
+    from preflight.probes import session
+    def run_steps(session_):
+        print("PLANTED-steps", file=sys.stderr, flush=True)
+        time.sleep(600)
+    session.run_steps = run_steps
+"""
+WRITES_AFTER_RANK_0_DIED = """
+    import os, socket, time
+    from preflight.probes import session
+    _run_steps = session.run_steps
+    def run_steps(session_):
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])), 1).close()
+            except OSError:
+                break
+            time.sleep(0.05)
+        return _run_steps(session_)
+    session.run_steps = run_steps
+"""
+
+
+def test_rank_0_killed_between_a_followers_store_writes_in_the_probes(tmp_path: Path) -> None:
+    gone, output = _kill_rank_0(tmp_path, PROBES, "PLANTED-steps", {0: HELD_AT_THE_STEPS, 2: WRITES_AFTER_RANK_0_DIED})
+    _assert_out_saying_rank_0_is_gone(gone, output)
