@@ -44,7 +44,6 @@ pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helper
 # new module with a module- or session-scoped fixture of ours (its launched run would be made once
 # per worker that runs its tests) unless SHARED_PER_WORKER names it.
 QUIET_GROUP = "quiet"
-WAITS_GROUP = "waits"
 MODULE_GROUPS: dict[str, str] = {
     **dict.fromkeys(("tests/launchers/test_slurm.py", "tests/launchers/test_sbatch.py",
                      "tests/launchers/test_sbatch_spares.py", "tests/launchers/test_drain.py"), "slurm"),
@@ -57,14 +56,6 @@ MODULE_GROUPS: dict[str, str] = {
                      "tests/test_api_meshes.py", "tests/probes/device/test_run_netns.py",
                      "tests/probes/device/test_run_gloo.py", "tests/probes/test_no_false_alarms.py"), QUIET_GROUP),
     "tests/history/test_store.py": "postgres",
-    # Tests that mostly wait out a deadline on purpose (a rank held or killed, a forged store, a hang):
-    # one after another on one worker, so that no two wait at once while the other workers' CPU-bound
-    # tests fill the cores. Spread over the workers, two or three of them waited together and the two
-    # cores sat 60-90% idle for 5-35 s at a time (clean clone, 2026-12-02, `/proc/stat` beside the
-    # timeline: ~200 idle core-seconds in pytest's window).
-    **dict.fromkeys(("tests/channel/test_keys.py", "tests/probes/test_setup_clients.py",
-                     "tests/probes/test_probes_hang_exit.py", "tests/probes/test_probes_dead_rank.py",
-                     "tests/probes/test_killed_mid_collective.py", "tests/channel/test_rank_0_gone.py"), WAITS_GROUP),
     **dict.fromkeys(("tests/reports/test_html_browser.py", "tests/reports/test_html_size.py",
                      "tests/reports/test_planted_run.py", "tests/reports/test_history_browser.py"), "browser"),
     **{path: f"module:{path}" for path in (
