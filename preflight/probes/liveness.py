@@ -28,7 +28,9 @@ from preflight.probes import setup, timing
 
 T = TypeVar("T")
 PROBE_PREFIX = keys.PROBE_PREFIX  # the probes' keys, under the run's prefix (orchestrate.run_probes)
-SIDE_JOIN_S = 10.0  # joining the store a second time: it is up, this only bounds a sick one
+# Joining the store a second time: it is up, this only bounds a sick one, and a slow resolver's
+# lookups (store_join.HANDSHAKE_S): 10 s once left a run's probes unrun (BW009) in a loaded lab run.
+SIDE_JOIN_S = store_join.HANDSHAKE_S
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,20 @@ def test_a_store_whose_port_opened_late_still_gets_its_whole_handshake() -> None
     assert bytes(server.get("joined")) == b"yes"
 
 
+def test_a_store_slowed_by_one_resolver_timeout_is_joined_not_called_foreign() -> None:
+    """A store that answers 5.5 s after the connection (a c10d store waiting on its client's reverse lookup:
+    glibc's resolver timeout is 5 s; 24 joins at once in the lab, most answered at 5.01 s) is joined, not
+    named another program's, with a short --timeout (a 5 s handshake called it PORT004)."""
+    from torch.distributed import TCPStore
+
+    server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=30), wait_for_workers=False)
+    with late_relay(server.port, opens_after_s=0.0, answers_after_s=5.5) as port:
+        world = _world(port)
+        mark_store(server, world)
+        store = join_store(world, timeout_s=3.0)
+    assert store.check(["preflight/owner"])
+
+
 def test_a_listener_that_never_answers_is_foreign_after_the_least_handshake() -> None:
     """The other side of the same bound: a port that accepts and never answers as a store is refused once
     the least handshake has passed, however short the join's own deadline."""
