@@ -54,7 +54,8 @@ MODULE_GROUPS: dict[str, str] = {
         "tests/steps/test_storage_sshfs.py")},
     **dict.fromkeys(("tests/history/test_history_netns.py", "tests/probes/test_probes_netns.py",
                      "tests/test_api_meshes.py", "tests/probes/device/test_run_netns.py",
-                     "tests/probes/device/test_run_gloo.py", "tests/probes/test_no_false_alarms.py"), QUIET_GROUP),
+                     "tests/probes/device/test_run_gloo.py", "tests/probes/test_no_false_alarms.py",
+                     "tests/test_api.py"), QUIET_GROUP),
     "tests/history/test_store.py": "postgres",
     **dict.fromkeys(("tests/reports/test_html_browser.py", "tests/reports/test_html_size.py",
                      "tests/reports/test_planted_run.py", "tests/reports/test_history_browser.py"), "browser"),
@@ -62,7 +63,7 @@ MODULE_GROUPS: dict[str, str] = {
         "tests/checks/test_config_multirank.py", "tests/checks/test_health_multirank.py",
         "tests/checks/test_fabric_multirank.py", "tests/probes/test_nccl_account_run.py",
         "tests/reports/test_slow_rank_views.py",
-        "tests/commands/test_history.py", "tests/history/test_run_history.py", "tests/test_api.py")},
+        "tests/commands/test_history.py", "tests/history/test_run_history.py")},
 }
 # Modules whose module-scoped fixture is cheap to make once per worker (test_channel_fuzz's imports torch),
 # so their tests stay spread over the workers; any other module with a shared fixture must be in
