@@ -18,6 +18,12 @@ from tests.helpers.quiet import WorkerLocks, worker_locks
 # probes on gloo) otherwise runs on a pool of two threads on two cores the other workers' ranks hold, and
 # spins: a 64x64 product took 1.7 ms instead of 29 us on the loaded machine (issue 44).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The lab's DNS drops bursts of reverse lookups, and a c10d store answers a join only after its lookup of
+# the client gives up: glibc's 5 s x 2 by default (24 joins at once: most answered at 5.01 s; 1.0 s with
+# this). Dozens of joins at once across the suite's stores then outlast even the 15 s handshake and read as
+# "another program holds MASTER_PORT". Every process the tests start inherits this; a store slowed by one
+# resolver timeout is tests/channel/test_store_join.py's own case.
+os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
 
 # netns_hosts: fake hosts in real network namespaces (needs root; see tests/helpers/netns.py, hosts.py).
 pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helpers.node_exporter"]
