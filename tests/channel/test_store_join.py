@@ -17,6 +17,7 @@ from datetime import timedelta
 import pytest
 
 from preflight.channel.store_join import ForeignStore, join_store, mark_store
+from preflight.model import World
 from preflight.steps.launchers import resolve_world
 from tests.helpers.ranks import free_port
 
@@ -63,7 +64,7 @@ def late_relay(target_port: int, opens_after_s: float, answers_after_s: float) -
         server.join(5)
 
 
-def _world(port: int) -> object:
+def _world(port: int) -> World:
     return resolve_world({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                           "PREFLIGHT_RUN_ID": "join-test"})
 
