@@ -145,9 +145,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # Under xdist the grouped tests (the lab's, the longest chains) go out first, so that none is
         # left to run alone at the end; xdist then orders the groups by size (a stable sort), and the
         # ungrouped tests, one scope each, fill both workers after them.
-        # Within the quiet group the quiet tests come first, one after another (one drain). Of the
-        # ungrouped tests, those that start processes go out before the in-process ones, so that the
-        # end of the run is many short tests spread over the workers, not a long one left alone.
+        # Within the quiet group the quiet tests come first, one after another, and those that run
+        # alone first of all (one drain for them). Of the ungrouped tests, those that start processes
+        # go out before the in-process ones, so that the end of the run is many short tests spread
+        # over the workers, not a long one left alone.
         # The tests that start processes are dealt round-robin over their modules (each module's first
         # test, then each one's second, ...): a module's tests are alike, and a module of tests that
         # mostly wait (test_keys' six runs each wait out a 15 s deadline, the probes' hang tests) dealt
@@ -155,6 +156,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         spawns: dict[object, bool] = {}
         items.sort(key=lambda item: (group_of_test_id(item.nodeid) is None,
                                      item.get_closest_marker("quiet") is None,
+                                     not quiet_marks(item)[1],
                                      not starts_processes(getattr(item, "module", None), spawns)))
         ungrouped = [i for i, item in enumerate(items) if group_of_test_id(item.nodeid) is None
                      and starts_processes(getattr(item, "module", None), spawns)]
@@ -200,6 +202,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 
 _LOCKS = pytest.StashKey[WorkerLocks | None]()
+
+
+def quiet_marks(item: pytest.Item | None) -> tuple[bool, bool]:
+    """(quiet, alone) of a test's `quiet` mark (tests/helpers/quiet.py); (False, False) for none."""
+    mark = item.get_closest_marker("quiet") if item is not None else None
+    return mark is not None, mark is not None and bool(mark.kwargs.get("alone", False))
 # PREFLIGHT_TEST_TIMELINE=FILE: each xdist worker appends one JSON line a test (when it asked for the
 # quiet lock, started, ended), to see where the suite's wall time goes.
 TIMELINE = os.environ.get("PREFLIGHT_TEST_TIMELINE")
@@ -216,8 +224,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if locks is None:
         return (yield)
     asked = time.time()
-    with locks.held(item.get_closest_marker("quiet") is not None,
-                    nextitem is not None and nextitem.get_closest_marker("quiet") is not None):
+    with locks.held(*quiet_marks(item), *quiet_marks(nextitem)):
         started = time.time()
         try:
             return (yield)

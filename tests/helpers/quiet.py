@@ -25,6 +25,11 @@ one. Such a test is marked `@pytest.mark.quiet`; tests/conftest.py runs every te
   meanwhile. Both are `flock` locks on files in the directory every worker's basetemp lives in
   (the run's own, removed with it); a process that dies drops its locks with it.
 
+A quiet test whose claim is about the job's own noise only (no false alarm on a healthy run:
+tests/probes/test_no_false_alarms.py) is marked `@pytest.mark.quiet(alone=True)` and drains
+wherever it runs: at raised priority another worker's load still reached its ranks (a BW003 false
+alarm in CI, 2026-12-02; docs/testing.md, "Quiet tests").
+
 Without xdist (one process) there is nobody to wait for, nothing is locked and no priority moves.
 """
 
@@ -50,28 +55,35 @@ class WorkerLocks:
         self._tests = os.open(folder / "quiet-tests.lock", os.O_RDWR | os.O_CREAT, 0o600)
         self._exclusive = False  # still held from the quiet test before
 
+    def drains(self, quiet: bool, alone: bool = False) -> bool:
+        """Whether a test runs while every other worker waits: a quiet one where priorities cannot be
+        raised, and one marked `quiet(alone=True)` everywhere."""
+        return quiet and (alone or not self._raise)
+
     @contextmanager
-    def held(self, quiet: bool, next_quiet: bool = False) -> Iterator[None]:
-        """Hold the tests' lock, exclusively if `quiet`, for the body; a quiet test followed by another
-        on this worker (`next_quiet`) keeps it for that one (one wait for the others, not one a test).
-        Where priorities can be raised, a quiet test holds the shared lock as an ordinary one does, and
-        runs at raised priority instead."""
-        if quiet and self._raise:
+    def held(self, quiet: bool, next_quiet: bool = False, alone: bool = False,
+             next_alone: bool = False) -> Iterator[None]:
+        """Hold the tests' lock, exclusively if the test drains (`drains`), for the body; a draining
+        test followed by another on this worker (`next_quiet`, `next_alone`) keeps it for that one (one
+        wait for the others, not one a test). A quiet test that does not drain holds the shared lock as
+        an ordinary one does, and runs at raised priority instead."""
+        if quiet and not self.drains(quiet, alone):
             with self.held(quiet=False), raised_priority():
                 yield
             return
-        if not (quiet and self._exclusive):
+        drain, next_drains = self.drains(quiet, alone), self.drains(next_quiet, next_alone)
+        if not (drain and self._exclusive):
             fcntl.flock(self._turnstile, fcntl.LOCK_EX)
             try:
-                # A quiet test waits here, turnstile held, until every other worker's test has ended.
-                fcntl.flock(self._tests, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
+                # A draining test waits here, turnstile held, until every other worker's test has ended.
+                fcntl.flock(self._tests, fcntl.LOCK_EX if drain else fcntl.LOCK_SH)
             finally:
                 fcntl.flock(self._turnstile, fcntl.LOCK_UN)
-        self._exclusive = quiet
+        self._exclusive = drain
         try:
             yield
         finally:
-            if not (quiet and next_quiet):
+            if not (drain and next_drains):
                 fcntl.flock(self._tests, fcntl.LOCK_UN)
                 self._exclusive = False
 

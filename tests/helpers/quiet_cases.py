@@ -39,6 +39,11 @@ def test_quiet() -> None:
     _timed("quiet")
 
 
+@pytest.mark.quiet(alone=True)
+def test_quiet_alone() -> None:
+    _timed("alone")
+
+
 @pytest.mark.parametrize("n", range(4, 8))
 def test_ordinary_after(n: int) -> None:
     _timed(f"ordinary-{n}")

@@ -100,10 +100,13 @@ def test_under_two_workers_a_quiet_test_runs_raised_or_alone(tmp_path: Path) -> 
                          env={**os.environ, "QUIET_CASES_LOG": str(log)})
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(rows) == 9 and {row["worker"] for row in rows} == {"gw0", "gw1"}
+    assert len(rows) == 10 and {row["worker"] for row in rows} == {"gw0", "gw1"}
     [quiet] = [row for row in rows if row["test"] == "quiet"]
-    ordinary = [row for row in rows if row["test"] != "quiet"]
+    [alone] = [row for row in rows if row["test"] == "alone"]
+    ordinary = [row for row in rows if row["test"] not in ("quiet", "alone")]
     overlapped = [row for row in ordinary if row["start"] < quiet["end"] and quiet["start"] < row["end"]]
+    # Alone: drained wherever it runs, root or not; nothing overlaps it.
+    assert not [row for row in rows if row is not alone and row["start"] < alone["end"] and alone["start"] < row["end"]]
     if can_raise_priority():
         # The quiet test, a process it started and one its worker started before it, all raised...
         assert quiet["nice"] == [RAISED_NICE] * 3, quiet
@@ -115,6 +118,24 @@ def test_under_two_workers_a_quiet_test_runs_raised_or_alone(tmp_path: Path) -> 
     # Ordinary tests did run side by side (the two workers were really both busy).
     assert any(a["worker"] != b["worker"] and a["start"] < b["end"] and b["start"] < a["end"]
                for a in ordinary for b in ordinary), rows
+
+
+def test_alone_drains_even_where_priorities_can_be_raised(tmp_path: Path) -> None:
+    require_root()
+    locks = WorkerLocks(tmp_path)
+    assert not locks.drains(quiet=True) and locks.drains(quiet=True, alone=True) and not locks.drains(quiet=False)
+    quiet_worker, other = locks, WorkerLocks(tmp_path)
+    started = threading.Event()
+
+    def ordinary() -> None:
+        with other.held(quiet=False):
+            started.set()
+
+    with quiet_worker.held(quiet=True, alone=True):
+        thread = _later(ordinary, threading.Event())
+        assert not started.wait(0.5)  # the other worker waits for the one that runs alone
+    assert started.wait(30)
+    thread.join(30)
 
 
 def test_raised_priority_reaches_every_process_under_this_one_and_is_set_back(tmp_path: Path) -> None:
