@@ -224,7 +224,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if locks is None:
         return (yield)
     asked = time.time()
-    with locks.held(*quiet_marks(item), *quiet_marks(nextitem)):
+    (quiet, alone), (next_quiet, next_alone) = quiet_marks(item), quiet_marks(nextitem)
+    with locks.held(quiet, next_quiet, alone=alone, next_alone=next_alone):
         started = time.time()
         try:
             return (yield)

@@ -61,7 +61,7 @@ class WorkerLocks:
         return quiet and (alone or not self._raise)
 
     @contextmanager
-    def held(self, quiet: bool, next_quiet: bool = False, alone: bool = False,
+    def held(self, quiet: bool, next_quiet: bool = False, *, alone: bool = False,
              next_alone: bool = False) -> Iterator[None]:
         """Hold the tests' lock, exclusively if the test drains (`drains`), for the body; a draining
         test followed by another on this worker (`next_quiet`, `next_alone`) keeps it for that one (one

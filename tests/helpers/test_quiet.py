@@ -138,6 +138,22 @@ def test_alone_drains_even_where_priorities_can_be_raised(tmp_path: Path) -> Non
     thread.join(30)
 
 
+def test_quiet_tests_one_after_another_as_root_both_run_raised_beside_the_others(tmp_path: Path) -> None:
+    require_root()
+    quiet_worker, other = WorkerLocks(tmp_path), WorkerLocks(tmp_path)
+    for next_quiet in (True, False):  # the first followed by another quiet test, the second by none
+        started = threading.Event()
+
+        def ordinary(done: threading.Event = started) -> None:
+            with other.held(quiet=False):
+                done.set()
+
+        with quiet_worker.held(quiet=True, next_quiet=next_quiet):
+            thread = _later(ordinary, threading.Event())
+            assert started.wait(30)  # not drained: the other worker's test ran meanwhile
+        thread.join(30)
+
+
 def test_raised_priority_reaches_every_process_under_this_one_and_is_set_back(tmp_path: Path) -> None:
     require_root()
     elder = subprocess.Popen(["sleep", "60"])
