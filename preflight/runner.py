@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from preflight.channel import clock, keys, run_auth
-from preflight.channel.exchange import Exchange, RankPayload, agree_on_key
+from preflight.channel.exchange import Exchange, RankPayload
+from preflight.channel.store_open import agree_on_key
 from preflight.channel.wire import this_stamp
 from preflight.checks import mesh_order
 from preflight.checks.ports import foreign_store

@@ -10,37 +10,34 @@ Keys live under `preflight/<run id>/`, so a stale run's keys are never read. Eve
 a deadline; a rank that did not report is the caller's finding, never a hang.
 
 Run identity: a run id is not unique (two env:// jobs without a job id are both `env`), so
-the ranks also agree on a random nonce through the store, first writer wins (`agree_nonce`),
+the ranks also agree on a random nonce through the store, first writer wins (channel/store_open.py),
 which names their --out-dir files (channel/rank_files.py). And every rank claims its rank in
 the store as it joins (channel/roster.py): a rank claimed by two processes counts as neither,
 and a rank that joined and then stopped beating is dead, not waited for.
 
 The parts: this module is the channel and the hand-offs (open, publish, collect, announce,
-wait); channel/collected.py what rank 0 received and the payload's decode boundary;
+wait); channel/store_open.py hosting or joining the store and the agreements made through it;
+channel/collected.py what rank 0 received and the payload's decode boundary;
 channel/rank_files.py the --out-dir side; channel/roster.py claims and beats in the store.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import secrets
-import socket
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from preflight.channel import keys, rank_files, roster, run_auth
+from preflight.channel import keys, rank_files, roster, run_auth, store_open
 from preflight.channel.board import BadValue, Board, fetch_raw, put_absent, set_raw_many
 from preflight.channel.clock import ClockServer
 from preflight.channel.collected import Collected, accept_referenced, own_findings_only
 from preflight.channel.keys import Key, append_rank
 from preflight.channel.liveness import STORE_LOST_GRACE_S, RankLiveness
 from preflight.channel.sections import store_form
-from preflight.channel.store_join import ForeignStore, join_store, mark_store, own_client, read_mark, run_prefix
+from preflight.channel.store_join import own_client, read_mark, run_prefix
 from preflight.channel.wire import RankPayload, to_wire
 from preflight.lib.deadline import call_with_deadline
-from preflight.lib.errors import one_line
 from preflight.lib.files import atomic_write
 from preflight.lib.torch_import import quiet_cpp_logs
 from preflight.lib.waiting import wait_until
@@ -48,10 +45,9 @@ from preflight.model import JobReport, World
 from preflight.model.codec import encode
 from preflight.model.messages import GoDecision, OwnerMark, Verdict
 
-__all__ = ["Collected", "Exchange", "RankPayload", "agree_nonce", "own_findings_only"]
+__all__ = ["Collected", "Exchange", "RankPayload", "own_findings_only"]
 
 Decision = TypeVar("Decision", GoDecision, Verdict)
-HELD_PORT_JOIN_S = 2.0  # a rank 0 that could not host looks this long for another job's store on its port
 LOST_CHECK_S = 2.0  # a follower whose store call failed asks the store once more, this long, before calling it gone
 JOB_CLIENT_S = 10.0  # preflight.check: a second connection to the job's store (it is up; this bounds a sick one)
 
@@ -110,7 +106,9 @@ class Exchange:
         else:
             # c10d prints a C++ stack trace per failed connection attempt; the failure is one line here.
             with quiet_cpp_logs():
-                self._host_or_join()
+                formed = store_open.host_or_join(self.world, self.prefix, self.timeout_s, self.out_dir is not None)
+            self.store, self.nonce, self.store_error = formed.store, formed.nonce, formed.error
+            self.foreign, self._root, self._mark = formed.foreign, formed.root, formed.mark
         if self.store is not None:
             self._claim()
 
@@ -119,62 +117,11 @@ class Exchange:
         try:
             first = roster.claim(self.store, self.world.rank, self.world.host) == 1
         except Exception as exc:  # the store went away as this rank joined: the dir may still answer
-            self.store, self.store_error = None, _one_line(exc)
+            self.store, self.store_error = None, store_open.error_line(exc)
             return
         if not first:
             raise roster.taken(self.store, self.world)
         self.liveness.joined(self.store)  # every other rank shows it is alive until it leaves
-
-    def _host_or_join(self) -> None:
-        from torch.distributed import PrefixStore, TCPStore
-
-        hosting = self.world.rank == 0 and not self.world.use_agent_store
-        try:
-            if hosting:
-                # torch retries an unresolvable MASTER_ADDR for ~3x the timeout before it gives up.
-                socket.getaddrinfo(self.world.master_addr, self.world.master_port, type=socket.SOCK_STREAM)
-                store = TCPStore(
-                    self.world.master_addr,
-                    self.world.master_port,
-                    None,
-                    True,
-                    timedelta(seconds=self.timeout_s),
-                    wait_for_workers=False,
-                )
-                # Port 0 (single process) means "any free port": record the one we got.
-                self.world.master_port = store.port
-                self._root, self._mark = store, mark_store(store, self.world)  # clients refuse another run's mark
-            else:
-                # With a shared-dir fallback, give up on the store early enough that the dir
-                # still reaches rank 0 before its own deadline.
-                connect_s = self.timeout_s / 3 if self.out_dir is not None else self.timeout_s
-                # Bounded: a bare TCPStore client hangs on a listener that is not a store.
-                store = join_store(self.world, connect_s)
-                store.set_timeout(timedelta(seconds=self.timeout_s))
-            self.store = PrefixStore(self.prefix, store)
-            self.nonce = agree_nonce(self.store)
-        except Exception as exc:  # DistNetworkError, DistStoreError, RuntimeError: all mean "no store"
-            self.store_error = _one_line(exc)
-            self.foreign = isinstance(exc, ForeignStore)
-            if hosting and "EADDRINUSE" in self.store_error:
-                self.store_error += self._claim_in_held_store()
-            if self.out_dir is None:
-                self.store_error += " (no --out-dir fallback was given)"
-
-    def _claim_in_held_store(self) -> str:
-        """Rank 0 could not host: where a store with this run's mark holds the port (another job's
-        rank 0), claim rank 0 in it, so that job's report says two jobs share the port."""
-        from torch.distributed import PrefixStore
-
-        try:
-            held = PrefixStore(self.prefix, join_store(self.world, HELD_PORT_JOIN_S, HELD_PORT_JOIN_S))
-            roster.claim(held, 0, self.world.host)
-            owner = roster.claimants(held, 0)[:1]
-        except Exception:  # not a store, another run's, or gone: nothing to tell
-            return ""
-        who = f" (pid {owner[0][1]} on {owner[0][0]})" if owner else ""
-        return (f"; a preflight store of this run id and world size answers there{who}: another job's rank 0 "
-                "hosts it, and this job's ranks may have joined it (it was told rank 0 is claimed twice)")
 
     # -- every rank ----------------------------------------------------------------------
 
@@ -445,30 +392,3 @@ class Exchange:
             return []
         cap = max(1.0, 2 * follower_poll_s(self.world.world_size)) if interrupted else None
         return self.liveness.await_acknowledgements(cap)
-
-
-def agree_on_key(store: Any) -> bytes | None:
-    """The secrets' digest key every rank of this run gets from the store (first writer wins), or None.
-
-    compare_set with an empty expected value sets the key only when it is absent and returns
-    whatever the store holds, so no rank waits for another and all end with the same key
-    (lib/secrets.py seals each secret with it)."""
-    if store is None:
-        return None
-    try:
-        agreed = Board(store).agree(keys.SECRET_KEY.key, secrets.token_hex(32))
-    except Exception:  # a store that went away: no key, secrets stay bare
-        return None
-    return agreed or None
-
-
-def agree_nonce(store: Any) -> str:
-    """This run's random identity: the first rank to ask sets it, every other rank reads that one.
-
-    Only its letters and digits count (any client can set it first; it names --out-dir files)."""
-    agreed = Board(store).agree(keys.NONCE.key, secrets.token_hex(8)).decode(errors="replace")
-    return "".join(c for c in agreed if c.isascii() and c.isalnum())[:64]
-
-
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {one_line(exc, 400)}"

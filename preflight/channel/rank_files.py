@@ -1,7 +1,7 @@
 """Step 4's second channel: the shared `--out-dir` folder, for ranks that cannot reach the store.
 
 Every rank writes its payload there too (`rank-<r>.<nonce>.json`, named by the run's nonce,
-channel/exchange.py's `agree_nonce`); rank 0 publishes go and verdict there (the nonce inside).
+channel/store_open.py's `agree_nonce`); rank 0 publishes go and verdict there (the nonce inside).
 So a reused folder's files from an earlier run are never read as this run's: rank 0 ignores
 them and says so (RUN009). A rank that could not reach the store has no nonce and writes
 `rank-<r>.json`, which rank 0 accepts only when it was written after rank 0 itself started

@@ -16,7 +16,7 @@ in a report, and the keyed digest below still tells whether ranks agree on it).
 
 Ranks still need to tell whether they hold the *same* secret (a drifting HF_TOKEN is worth a
 finding), so once the c10d store has formed, every rank agrees on a random key through it
-(channel/exchange.agree_on_key: first writer wins, nobody waits) and `seal` appends an HMAC of each secret
+(channel/store_open.agree_on_key: first writer wins, nobody waits) and `seal` appends an HMAC of each secret
 value under that key: `<redacted>:<12 hex>`. The key lives only in the ranks' memory and the
 run's store, never in a report, so a digest in a report or --out-dir file cannot be
 brute-forced back to a weak secret. Without a store (the --out-dir fallback) there is no

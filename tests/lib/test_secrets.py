@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from preflight.channel.exchange import agree_on_key
+from preflight.channel.store_open import agree_on_key
 from preflight.lib.secrets import REDACTED, digest, is_secret, redact_environment, seal
 
 
