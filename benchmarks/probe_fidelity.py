@@ -39,7 +39,7 @@ import torch.multiprocessing as mp
 from preflight.lib.mesh_shape import MeshDim
 from preflight.model import World
 from preflight.options import parse_size
-from preflight.probes import collect, ops, session
+from preflight.probes import collect, ops, session, steps
 from preflight.probes.plan import ProbePlan
 
 
@@ -93,8 +93,8 @@ def _preflight(op: str, size: int, turn: str, dims: list[MeshDim], args: argpars
     # The plan a run uses (per-iteration figures: ProbePlan's default), one op at a time.
     ses.plan = ProbePlan(dims, [op], [size], args.warmup, args.iters, False)
     ses.store = dist.PrefixStore(f"{op}/{turn}", base)
-    records, status = session.run_steps(ses)
-    session.publish(ses.board, rank, ses.world.host, records, status)
+    records, status = steps.run_steps(ses)
+    steps.publish(ses.board, rank, ses.world.host, records, status)
     if rank != 0:
         return 0.0
     got = collect.gather(ses.board, n, 120.0)

@@ -135,7 +135,7 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bo
     accounts = open(path + ".nccl", "wb") if nccl else None
     with open(path, "wb") as out:
         for rank, payload in synthetic_payloads(world_kind, size, missing_hosts):
-            if accounts is not None:  # what session.publish sends: the account without rank, host, pid
+            if accounts is not None:  # what steps.publish sends: the account without rank, host, pid
                 node, local = divmod(rank, PER_HOST)
                 account = _nccl_account(rank, f"gpu{node + 1:05d}", node, local, size)
                 report = encode(dataclasses.replace(account, rank=None, host="", pid=0))

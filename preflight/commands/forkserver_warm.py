@@ -13,7 +13,7 @@ from __future__ import annotations
 import psutil  # noqa: F401  (the clock and process facts)
 
 from preflight.lib import secrets
-from preflight.probes import collect, confirm, grouptest, hosttest, pairwise, session  # noqa: F401
+from preflight.probes import collect, confirm, grouptest, hosttest, pairwise, session, steps  # noqa: F401
 from preflight.registry import load_builtin_checks
 from preflight.reports import exclude, html, junit  # noqa: F401
 

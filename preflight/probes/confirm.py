@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.channel import keys
-from preflight.model.messages import ConfirmPairs, PairSamples, RemeasureSteps
+from preflight.model.messages import ConfirmPairs, PairSamples, RemeasureSteps, Status
 from preflight.model.probe_faults import Confirmed, Straggler
 from preflight.probes import collect, judge, pairwise
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier
@@ -52,21 +52,21 @@ def _steps_of(session: Any, slow: list[Straggler]) -> list[int]:
 def _remeasure(session: Any, steps: list[int]) -> None:
     """Run the given plan steps again on this rank and publish them under the `second/` prefix."""
 
-    from preflight.probes import session as ses
+    from preflight.probes.steps import measure, publish
 
     plan_steps = session.plan.steps()
     records = []
-    status = ses.Status()
+    status = Status()
     try:
         for index in steps:
             dim, op, size = plan_steps[index]
             deadline = time.monotonic() + session.timeout_s
             barrier(session.control, deadline)
-            records.append(ses._measure(session, index, dim, op, size, deadline))
+            records.append(measure(session, index, dim, op, size, deadline))
     except Exception as exc:  # any failure of the second pass leaves the first pass's verdict unconfirmed
-        status = ses.Status("failed", -1, "op", str(exc)[:200])
+        status = Status("failed", -1, "op", str(exc)[:200])
         session.abandoned = True
-    ses.publish(session.board.under(SECOND), session.world.rank, session.world.host, records, status)
+    publish(session.board.under(SECOND), session.world.rank, session.world.host, records, status)
 
 
 def lead_groups(session: Any, slow: list[Straggler], ratio: float) -> list[Straggler]:

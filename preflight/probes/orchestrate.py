@@ -1,7 +1,7 @@
 """Step 8: collective probes on every DeviceMesh dimension.
 
 `run_probes` is called on every rank once rank 0 gave the go. Every rank builds the process
-group and DeviceMesh on the run's store and runs the plan's steps (session.py); rank 0
+group and DeviceMesh on the run's store and runs the plan's steps (session.py, steps.py); rank 0
 gathers the measurements through the store (collect.py), judges them (judge.py), has the
 slow groups localized (localize.py: a pairwise round robin, or group testing among hosts over
 sub-communicators), and returns the results and findings. Other ranks return an empty outcome.
@@ -32,7 +32,7 @@ from preflight.lib.errors import one_line
 from preflight.lib.mesh_shape import WORLD_DIM, dim_groups
 from preflight.lib.nccl_summary import summarize
 from preflight.model import Finding, ProbeResult, RankFacts, World
-from preflight.model.messages import RemeasureSteps
+from preflight.model.messages import RemeasureSteps, Status
 from preflight.model.nccl_account import NcclAccount
 from preflight.model.probe_faults import Hang
 from preflight.model.probe_outcome import ProbeOutcome
@@ -99,6 +99,7 @@ def _probe(world: World, options: RunOptions, stores: Any, job: Any, hosts: Mapp
     `torch` (the client torch's group set-up blocks in, used only by the set-up thread).
     """
     from preflight.probes import session as ses
+    from preflight.probes import steps
 
     timeout_s = options.timeouts.probe_s
     mark = setup.marker(Board(stores.board), world.rank, world.host)  # this thread's, on its client
@@ -138,12 +139,12 @@ def _probe(world: World, options: RunOptions, stores: Any, job: Any, hosts: Mapp
     if options.device_probes_enabled():
         device_probes.measure(session, options, watch)
     # --- end device probes ---
-    records, status = ses.run_steps(session) if options.probes_enabled() else ([], ses.Status())
+    records, status = steps.run_steps(session) if options.probes_enabled() else ([], Status())
     stopped_at = time.monotonic()
     account, missing = nccl_capture.read(capture, world.host) if capture is not None else (None, "")
     if capture is not None and job is None:
         nccl_capture.relay(capture)  # what the job's own NCCL_DEBUG would have printed
-    ses.publish(session.board, world.rank, world.host, records, status, account, missing)
+    steps.publish(session.board, world.rank, world.host, records, status, account, missing)
     if world.rank == 0:
         outcome = _judge_on_rank_zero(session, status, options, stopped_at, watch)
         if options.device_probes_enabled():  # after the collectives: every device report is in by now

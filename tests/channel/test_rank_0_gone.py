@@ -104,16 +104,16 @@ def test_rank_0_killed_inside_the_collectives(tmp_path: Path) -> None:
 # barrier, which fails when rank 0 dies; they then publish their results into the same dead store.
 HELD_AT_THE_STEPS = """
     import sys, time
-    from preflight.probes import session
+    from preflight.probes import steps
     def run_steps(session_):
         print("PLANTED-steps", file=sys.stderr, flush=True)
         time.sleep(600)
-    session.run_steps = run_steps
+    steps.run_steps = run_steps
 """
 WRITES_AFTER_RANK_0_DIED = """
     import os, socket, time
-    from preflight.probes import session
-    _run_steps = session.run_steps
+    from preflight.probes import steps
+    _run_steps = steps.run_steps
     def run_steps(session_):
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
@@ -123,7 +123,7 @@ WRITES_AFTER_RANK_0_DIED = """
                 break
             time.sleep(0.05)
         return _run_steps(session_)
-    session.run_steps = run_steps
+    steps.run_steps = run_steps
 """
 
 

@@ -1,4 +1,4 @@
-"""probes/session._measure: one buffer set per step, checked on its first call, then warm-up, barrier, timed loop."""
+"""probes/steps.measure: one buffer set per step, checked on its first call, then warm-up, barrier, timed loop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from preflight.lib.mesh_shape import MeshDim
-from preflight.probes import ops, session
+from preflight.probes import ops, steps
 from preflight.probes.plan import ProbePlan
 
 
@@ -36,12 +36,12 @@ def test_the_checked_call_comes_first_and_nothing_is_made_between_warm_up_and_cl
     monkeypatch.setattr(ops, "make_buffers", make_buffers)
     monkeypatch.setattr(ops, "launch", launch)
     monkeypatch.setattr(ops, "verify", verify)
-    monkeypatch.setattr(session, "barrier", lambda group, deadline: events.append("barrier"))
+    monkeypatch.setattr(steps, "barrier", lambda group, deadline: events.append("barrier"))
     plan = ProbePlan([MeshDim("world", 2)], ["all_reduce"], [1024], warmup=2, iters=3, world_all_reduce=False)
     fake = SimpleNamespace(groups={"world": (None, [0, 1], 0)}, world=SimpleNamespace(rank=0), plan=plan,
                            dtype=torch.float32, device=torch.device("cpu"), cuda=None, control=None)
 
-    record = session._measure(fake, 1, "world", "all_reduce", 1024, time.monotonic() + 60)
+    record = steps.measure(fake, 1, "world", "all_reduce", 1024, time.monotonic() + 60)
 
     assert events == ["make", "call", "verify", "call", "call", "barrier", "call", "call", "call"]
     assert record.output_ok and len(record.times_s) == 3 and record.size_bytes == 1024
