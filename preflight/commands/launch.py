@@ -84,6 +84,7 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
         with children_start_with_signals_held():  # no Ctrl-C inside the forkserver's interpreter start-up
             start_forkserver()
     with interrupts_end_at_once("loading torch"):  # not cut torch's import in half (lib/torch_import.py)
+        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -93,18 +94,21 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
         args += ["--backend", "gloo"]  # the CPU smoke check: gloo unless asked otherwise
     _quiet_torch_loggers()
     _cheap_rendezvous_event_names()
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=nproc,
-        run_id=f"preflight-{uuid.uuid4().hex[:12]}",
-        rdzv_backend="c10d",
-        rdzv_endpoint="localhost:0",
-        max_restarts=0,
-        monitor_interval=0.05,
-        start_method="forkserver",  # used only with a function entrypoint (run_worker)
-    )
     with tempfile.TemporaryDirectory(prefix="preflight-launch-") as folder:
+        config = LaunchConfig(
+            min_nodes=1,
+            max_nodes=1,
+            nproc_per_node=nproc,
+            run_id=f"preflight-{uuid.uuid4().hex[:12]}",
+            rdzv_backend="c10d",
+            rdzv_endpoint="localhost:0",
+            max_restarts=0,
+            monitor_interval=0.05,
+            start_method="forkserver",  # used only with a function entrypoint (run_worker)
+            # The agent's per-rank folders (each rank's error file) inside this launch's own folder,
+            # removed with it: by default torch makes a /tmp/torchelastic_* folder per launch, never removed.
+            logs_specs=DefaultLogsSpecs(log_dir=str(Path(folder, "elastic"))),
+        )
         verdict_file = Path(folder, "verdict")
         # Rank 0's JSON, always: a rank that dies makes the agent stop the others, and the
         # report is then amended here (_name_the_dead).

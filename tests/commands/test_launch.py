@@ -26,6 +26,18 @@ def test_launch_four_ranks_passes(tmp_path) -> None:
     assert {f.env.get("OMP_NUM_THREADS") for f in report.ranks} == {"1"}
 
 
+def test_launch_leaves_nothing_in_the_temporary_folder(tmp_path) -> None:
+    """torch's elastic agent makes a log folder per launch (`torchelastic_*`: one per rank and attempt)
+    and never removes it: a node that runs preflight before every job would collect thousands. Exec'd,
+    not forked, so that TMPDIR is read afresh (a forked child keeps its zygote's tempfile.tempdir)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = subprocess.run([sys.executable, "-m", "preflight", "launch", "-n", "2", "--skip", "probe"],
+                            env={**base_env(), "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(p.name for p in scratch.iterdir()) == []
+
+
 def test_launch_reads_abbreviations_of_its_own_flags(tmp_path) -> None:
     """`--npr 2 --start exec` are launch's -n and --start-method, as argparse reads them: never passed
     on to `run` (which knew neither, and every rank exited 2)."""
