@@ -4,7 +4,8 @@ Under `pytest -n 3` (.ci/run) the other workers' load takes what a test's ranks 
 two cores, unevenly: a test that compares bandwidths or times across ranks (a tbf-shaped host
 against its unshaped siblings) can then see a healthy group slow down by as much as the shaped
 one. Such a test is marked `@pytest.mark.quiet`; tests/conftest.py runs every test inside
-`WorkerLocks.held(quiet)`. Two ways, the first wherever the worker may raise priorities (root):
+`WorkerLocks.held(quiet)`. Two ways: the drain (below) by default, and raised priority where
+PREFLIGHT_TEST_QUIET=raised asks for it and the worker may raise priorities (root):
 
 - **Raised priority**: the quiet test's worker and every process under it (its zygote, which
   forks its ranks, and every process the test starts, which inherit it) run at nice -20 for the
@@ -44,6 +45,10 @@ from pathlib import Path
 import psutil
 
 RAISED_NICE = -20  # the highest priority a nice value gives (setpriority(2))
+# PREFLIGHT_TEST_QUIET=raised: quiet tests at raised priority beside the others (root only), not drained.
+# Off by default since 2026-12-02: at raised priority other workers' load still reached quiet tests in CI
+# (a false BW003 in test_no_false_alarms.py; a shaped host left unnamed in test_probes_netns.py).
+QUIET_MODE = "PREFLIGHT_TEST_QUIET"
 
 
 class WorkerLocks:
@@ -93,7 +98,7 @@ def worker_locks(basetemp: str | os.PathLike[str] | None, worker: str | None) ->
     if not worker or not basetemp:
         return None
     # xdist gives each worker `<the run's basetemp>/<worker id>`: the parent is shared by all.
-    return WorkerLocks(Path(basetemp).parent)
+    return WorkerLocks(Path(basetemp).parent, raise_priority=os.environ.get(QUIET_MODE) == "raised")
 
 
 def can_raise_priority() -> bool:

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.helpers.quiet import RAISED_NICE, WorkerLocks, can_raise_priority, raised_priority, worker_locks
+from tests.helpers.quiet import QUIET_MODE, RAISED_NICE, WorkerLocks, can_raise_priority, raised_priority, worker_locks
 from tests.helpers.tools import require_root
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,12 +92,22 @@ def test_no_locks_outside_an_xdist_worker(tmp_path: Path) -> None:
     assert isinstance(worker_locks(tmp_path / "popen-gw0", "gw0"), WorkerLocks)
 
 
+def test_a_worker_drains_for_every_quiet_test_unless_raised_priority_is_asked_for(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    monkeypatch.delenv(QUIET_MODE, raising=False)
+    locks = worker_locks(tmp_path / "popen-gw0", "gw0")
+    assert locks is not None and locks.drains(quiet=True) and not locks.drains(quiet=False)
+    monkeypatch.setenv(QUIET_MODE, "raised")
+    raised = worker_locks(tmp_path / "popen-gw1", "gw1")
+    assert raised is not None and raised.drains(quiet=True) == (not can_raise_priority())
+
+
 def test_under_two_workers_a_quiet_test_runs_raised_or_alone(tmp_path: Path) -> None:
     log = tmp_path / "cases.jsonl"
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "load", "-p", "no:randomly",
                           "--basetemp", str(tmp_path / "base"), "tests/helpers/quiet_cases.py"],
                          cwd=REPO, capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "QUIET_CASES_LOG": str(log)})
+                         env={**os.environ, "QUIET_CASES_LOG": str(log), QUIET_MODE: "raised"})
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(rows) == 10 and {row["worker"] for row in rows} == {"gw0", "gw1"}
