@@ -155,13 +155,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # to all three workers at once left the two cores half idle for a minute at a time.
         spawns: dict[object, bool] = {}
         items.sort(key=lambda item: (group_of_test_id(item.nodeid) is None,
-                                     item.get_closest_marker("quiet") is None,
-                                     not quiet_marks(item)[1],
+                                     tuple(not mark for mark in quiet_marks(item)),
                                      not starts_processes(getattr(item, "module", None), spawns)))
         ungrouped = [i for i, item in enumerate(items) if group_of_test_id(item.nodeid) is None
                      and starts_processes(getattr(item, "module", None), spawns)]
         if ungrouped:
             items[ungrouped[0]:ungrouped[-1] + 1] = dealt_by_module(items[ungrouped[0]:ungrouped[-1] + 1])
+
+
+def quiet_marks(item: pytest.Item | None) -> tuple[bool, bool]:
+    """(quiet, alone) of a test's `quiet` mark (tests/helpers/quiet.py); (False, False) for none."""
+    mark = item.get_closest_marker("quiet") if item is not None else None
+    return mark is not None, mark is not None and bool(mark.kwargs.get("alone", False))
 
 
 def dealt_by_module(items: list[pytest.Item]) -> list[pytest.Item]:
@@ -202,12 +207,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 
 _LOCKS = pytest.StashKey[WorkerLocks | None]()
-
-
-def quiet_marks(item: pytest.Item | None) -> tuple[bool, bool]:
-    """(quiet, alone) of a test's `quiet` mark (tests/helpers/quiet.py); (False, False) for none."""
-    mark = item.get_closest_marker("quiet") if item is not None else None
-    return mark is not None, mark is not None and bool(mark.kwargs.get("alone", False))
 # PREFLIGHT_TEST_TIMELINE=FILE: each xdist worker appends one JSON line a test (when it asked for the
 # quiet lock, started, ended), to see where the suite's wall time goes.
 TIMELINE = os.environ.get("PREFLIGHT_TEST_TIMELINE")

@@ -61,8 +61,8 @@ class WorkerLocks:
         self._exclusive = False  # still held from the quiet test before
 
     def drains(self, quiet: bool, alone: bool = False) -> bool:
-        """Whether a test runs while every other worker waits: a quiet one where priorities cannot be
-        raised, and one marked `quiet(alone=True)` everywhere."""
+        """Whether a test runs while every other worker waits: a quiet one unless this worker runs quiet
+        tests at raised priority (asked for and allowed), and one marked `quiet(alone=True)` always."""
         return quiet and (alone or not self._raise)
 
     @contextmanager

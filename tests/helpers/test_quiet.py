@@ -26,6 +26,17 @@ def _later(action, started: threading.Event) -> threading.Thread:
     return thread
 
 
+def _ordinary_test_on(worker: WorkerLocks) -> tuple[threading.Thread, threading.Event]:
+    """Another worker's ordinary test, in a thread; the event is set once it holds its lock."""
+    inside = threading.Event()
+
+    def ordinary() -> None:
+        with worker.held(quiet=False):
+            inside.set()
+
+    return _later(ordinary, threading.Event()), inside
+
+
 def test_a_quiet_test_waits_for_the_running_ordinary_one_and_new_ones_wait_for_it(tmp_path: Path) -> None:
     # Three "workers" in one process: flock locks belong to each open file, so they contend.
     first, quiet_worker, third = (WorkerLocks(tmp_path, raise_priority=False) for _ in range(3))
@@ -57,28 +68,16 @@ def test_a_quiet_test_waits_for_the_running_ordinary_one_and_new_ones_wait_for_i
 
 def test_ordinary_tests_hold_the_lock_together(tmp_path: Path) -> None:
     one, two = WorkerLocks(tmp_path, raise_priority=False), WorkerLocks(tmp_path, raise_priority=False)
-    done = threading.Event()
-
-    def second() -> None:
-        with two.held(quiet=False):
-            done.set()
-
     with one.held(quiet=False):
-        thread = _later(second, threading.Event())
+        thread, done = _ordinary_test_on(two)
         assert done.wait(30)  # the second started while the first still holds its share
     thread.join(30)
 
 
 def test_quiet_tests_one_after_another_keep_the_lock_between_them(tmp_path: Path) -> None:
     quiet_worker, other = WorkerLocks(tmp_path, raise_priority=False), WorkerLocks(tmp_path, raise_priority=False)
-    started = threading.Event()
-
-    def ordinary() -> None:
-        with other.held(quiet=False):
-            started.set()
-
     with quiet_worker.held(quiet=True, next_quiet=True):
-        thread = _later(ordinary, threading.Event())
+        thread, started = _ordinary_test_on(other)
     assert not started.wait(0.5)  # between the two quiet tests: the other worker still waits
     with quiet_worker.held(quiet=True):  # the next one does not wait for its own lock
         assert not started.is_set()
@@ -134,15 +133,8 @@ def test_alone_drains_even_where_priorities_can_be_raised(tmp_path: Path) -> Non
     require_root()
     locks = WorkerLocks(tmp_path)
     assert not locks.drains(quiet=True) and locks.drains(quiet=True, alone=True) and not locks.drains(quiet=False)
-    quiet_worker, other = locks, WorkerLocks(tmp_path)
-    started = threading.Event()
-
-    def ordinary() -> None:
-        with other.held(quiet=False):
-            started.set()
-
-    with quiet_worker.held(quiet=True, alone=True):
-        thread = _later(ordinary, threading.Event())
+    with locks.held(quiet=True, alone=True):
+        thread, started = _ordinary_test_on(WorkerLocks(tmp_path))
         assert not started.wait(0.5)  # the other worker waits for the one that runs alone
     assert started.wait(30)
     thread.join(30)
@@ -152,14 +144,8 @@ def test_quiet_tests_one_after_another_as_root_both_run_raised_beside_the_others
     require_root()
     quiet_worker, other = WorkerLocks(tmp_path), WorkerLocks(tmp_path)
     for next_quiet in (True, False):  # the first followed by another quiet test, the second by none
-        started = threading.Event()
-
-        def ordinary(done: threading.Event = started) -> None:
-            with other.held(quiet=False):
-                done.set()
-
         with quiet_worker.held(quiet=True, next_quiet=next_quiet):
-            thread = _later(ordinary, threading.Event())
+            thread, started = _ordinary_test_on(other)
             assert started.wait(30)  # not drained: the other worker's test ran meanwhile
         thread.join(30)
 
