@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.cpu_account import worker_cpu_s
 from tests.helpers.quiet import WorkerLocks, worker_locks
 
 # One OpenMP thread in pytest's own processes too, as tests/helpers/ranks.base_env gives every rank, set
@@ -208,7 +209,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 _LOCKS = pytest.StashKey[WorkerLocks | None]()
 # PREFLIGHT_TEST_TIMELINE=FILE: each xdist worker appends one JSON line a test (when it asked for the
-# quiet lock, started, ended), to see where the suite's wall time goes.
+# quiet lock, started, ended) and the CPU seconds it cost, its processes' too where the worker may join a
+# cgroup of its own (tests/helpers/cpu_account.py), to see where the suite's wall and CPU time go.
 TIMELINE = os.environ.get("PREFLIGHT_TEST_TIMELINE")
 
 
@@ -224,14 +226,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     asked = time.time()
     (quiet, alone), (next_quiet, next_alone) = quiet_marks(item), quiet_marks(nextitem)
+    worker = getattr(config, "workerinput", {}).get("workerid")
     with locks.held(quiet, next_quiet, alone=alone, next_alone=next_alone):
-        started = time.time()
+        started, cpu_started = time.time(), worker_cpu_s(worker) if TIMELINE else None
         try:
             return (yield)
         finally:
             if TIMELINE:  # where a worker's time went: waiting for a quiet test, or running this one
+                cpu_ended = worker_cpu_s(worker)
                 with open(TIMELINE, "a") as timeline:
-                    timeline.write(json.dumps({"worker": getattr(config, "workerinput", {}).get("workerid"),
-                                               "test": item.nodeid, "pid": os.getpid(), "asked": asked,
-                                               "started": started,
-                                               "ended": time.time()}) + "\n")
+                    timeline.write(json.dumps({"worker": worker, "test": item.nodeid, "pid": os.getpid(),
+                                               "asked": asked, "started": started, "ended": time.time(),
+                                               "cpu_s": None if cpu_started is None or cpu_ended is None
+                                               else cpu_ended - cpu_started}) + "\n")
