@@ -24,6 +24,7 @@ def worker_cpu_s(name: str) -> float | None:
         _tried = True
         group = CPUACCT / "preflight-tests" / f"{name}-{os.getpid()}"
         try:
+            _remove_left_behind(group.parent)
             group.mkdir(parents=True, exist_ok=True)
             (group / "cgroup.procs").write_text(str(os.getpid()))
             _group = group
@@ -32,3 +33,12 @@ def worker_cpu_s(name: str) -> float | None:
     if _group is None:
         return None
     return int((_group / "cpuacct.usage").read_text()) / 1e9
+
+
+def _remove_left_behind(parent: Path) -> None:
+    """Empty groups of earlier workers go (a group with a live process in it refuses rmdir: kept)."""
+    for old in parent.glob("*-*") if parent.is_dir() else ():
+        try:
+            old.rmdir()
+        except OSError:
+            pass

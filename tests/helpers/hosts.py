@@ -16,7 +16,8 @@ tests/helpers/ranks.spawn_env_ranks) runs under
   faults (link down, tbf shaping, nftables drops).
 
 `socket.getaddrinfo`, `statvfs('/dev/shm')`, `getrlimit`, /sys/class/net: preflight sees what
-the host says, exactly as on another machine. Everything dies with the process.
+the host says, exactly as on another machine. Everything dies with the process, the hosts' anchors
+(a `sleep` per host that holds its namespaces) when the process that started them exits.
 
 Needs util-linux `unshare` with UTS + mount namespaces: as root, or as any user where the
 kernel allows unprivileged user namespaces (then `unshare --user --map-root-user`). Without
@@ -29,6 +30,7 @@ plants code into chosen ranks); it never fakes a host.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shlex
@@ -44,6 +46,23 @@ from tests.helpers.tools import require, require_tool
 NAMESPACES_HELP = ("fake hosts need util-linux `unshare` with UTS and mount namespaces: run the tests as root "
                    "(in a container: --privileged or CAP_SYS_ADMIN), or enable unprivileged user namespaces "
                    "(sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces>0)")
+
+
+# Every anchor this process started. A `sleep infinity` outlives the test process that started it (one
+# clean clone's suite left 51 behind, each holding a host's mount namespace): the process kills them as it
+# exits, whichever test or fixture made the host.
+_ANCHORS: list[subprocess.Popen[Any]] = []
+
+
+@atexit.register
+def _kill_anchors() -> None:
+    for anchor in _ANCHORS:
+        if anchor.poll() is None:
+            anchor.kill()
+            try:
+                anchor.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 @dataclass
@@ -88,6 +107,7 @@ class FakeHost:
         anchor = self._anchor
         if anchor is None or anchor.poll() is not None or anchor.args != self.command(argv):
             anchor = self._anchor = self.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+            _ANCHORS[:] = [a for a in _ANCHORS if a.poll() is None] + [anchor]
             _until_running(anchor, "sleep")
         return {"anchor": anchor.pid, "cgroup": str(self.cgroup) if self.cgroup else None,
                 "memlock_kib": self.memlock_kib}

@@ -3,8 +3,10 @@ sitecustomize.py that runs each rank's plant in that rank only."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,23 @@ def test_a_process_on_a_fake_host_sees_its_name_hosts_shm_limit_and_binds(tmp_pa
     assert seen[:5] == ["pfx-b", "127.0.0.1", "127.0.0.2", "32", "512"]
     assert seen[5].strip() == "['marker']"
     assert list(target.iterdir()) == []  # the bind mount exists on the fake host only
+
+
+def test_a_hosts_anchor_ends_with_the_process_that_started_it_though_nobody_killed_it(tmp_path: Path) -> None:
+    """Most tests never call kill_started; their hosts' `sleep infinity` anchors once outlived the suite."""
+    started = textwrap.dedent(f"""
+        from pathlib import Path
+        from tests.helpers.hosts import fake_host
+        print(fake_host(Path({str(tmp_path)!r}), "pfx-anchor").entry()["anchor"])
+    """)
+    root = Path(__file__).parents[2]
+    # stderr not a pipe: an anchor left running holds what it inherited, and run() would wait for it.
+    anchor = int(subprocess.run([PYTHON, "-c", started], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, check=True, env={**base_env(), "PYTHONPATH": str(root)}).stdout)
+    alive = os.path.exists(f"/proc/{anchor}") and Path(f"/proc/{anchor}/stat").read_text().split()[2] != "Z"
+    if alive:
+        os.kill(anchor, 9)
+    assert not alive
 
 
 def test_plant_env_runs_each_plant_in_its_rank_only_and_refuses_a_second_hook(tmp_path: Path) -> None:
