@@ -72,7 +72,7 @@ from preflight.model.agreement import WIRE_VERSION, RankStamp
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.placement_facts import PlacementFacts
 from preflight.model.rank_env import RankEnv
-from preflight.model.rank_table import clone
+from preflight.model.section_copy import clone
 
 
 @dataclass(slots=True)  # rank 0 holds one per rank and reads them in passes over all of them

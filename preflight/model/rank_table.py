@@ -18,25 +18,23 @@ of numbers or strings decodes in C. `unpack` still reads schema 2's `ranks` rows
 from __future__ import annotations
 
 import dataclasses
-import functools
 import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
 from preflight.model.codec import encode
 from preflight.model.health_facts import HealthFacts
 from preflight.model.placement_facts import PlacementFacts
 from preflight.model.rank_env import RankEnv
 from preflight.model.rank_facts import GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
+from preflight.model.section_copy import clone
 
 # The World fields most ranks share (all but rank, local_rank, node_rank, host, raw, expected_hosts);
 # decisions last. A field added to World must be named here or in PackedRank (the round-trip test).
 _WORLD_SHARED = ("launcher", "world_size", "local_world_size", "num_nodes", "master_addr", "master_port", "job_id",
                  "run_id", "restart_count", "use_agent_store", "node_rank_given", "decisions")
 _LIMITS_SHARED = ("cpu_count", "memlock_bytes", "shm_bytes")  # SystemLimits but its pid (every rank's own)
-T = TypeVar("T")
 _SAMPLE = 64  # ranks sampled to choose the common values (only the table's size depends on them)
 
 
@@ -368,46 +366,6 @@ def _own_values(differing: dict[str, Column], rows: int) -> list[dict[str, str]]
             for row, value in _cells(column):
                 own[row][name] = value
     return own
-
-
-def clone(shared: T, **own: object) -> T:
-    """A copy of a shared section with this rank's own fields (dataclasses.replace, 3x faster: no
-    __init__ re-run; every field was validated when the table was decoded)."""
-    cls = type(shared)
-    slots = _slots(cls)
-    if slots and (copier := _slot_copier(cls, tuple(own))) is not None:
-        return copier(shared, **own)
-    copy = object.__new__(cls)
-    if not slots:
-        copy.__dict__.update(shared.__dict__)
-        copy.__dict__.update(own)
-        return copy
-    for name in slots:  # a frozen section with slots: no __dict__ to copy, no plain assignment
-        object.__setattr__(copy, name, own[name] if name in own else getattr(shared, name))
-    return copy
-
-
-@functools.cache
-def _slot_copier(cls: type, own: tuple[str, ...]) -> Any:
-    """For a class with slots (World, SystemLimits), a function that copies one with `own` fields
-    replaced: one assignment per slot, written out (rank 0 clones a World per rank: a loop of
-    setattr calls cost 10 us a rank, 1.3 s at 131,072 ranks). None for a frozen class."""
-    params = getattr(cls, "__dataclass_params__", None)
-    if params is not None and params.frozen:
-        return None
-    slots = _slots(cls)
-    if not all(name.isidentifier() for name in (*slots, *own)):
-        return None
-    lines = [f"def copy(shared, {', '.join(own)}):" if own else "def copy(shared):", "    made = new(cls)"]
-    lines += [f"    made.{name} = {name if name in own else 'shared.' + name}" for name in slots]
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    exec("\n".join([*lines, "    return made"]), namespace)  # names checked as identifiers above
-    return namespace["copy"]
-
-
-@functools.cache
-def _slots(cls: type) -> tuple[str, ...]:
-    return tuple(getattr(cls, "__slots__", ()))
 
 
 def _unpack_rows(table: RankTable) -> list[RankFacts]:
