@@ -96,7 +96,6 @@ def check(mesh: DeviceMesh | None = None, *, on_failure: OnFailure = "raise", **
     backend, device = _backend_and_device(mesh, dist.get_backend())
     try:
         # The keywords are validated where they enter, by RunOptions itself (as the CLI's flags are).
-        # The keywords are validated where they enter, by RunOptions itself (as the CLI's flags are).
         run_options = RunOptions.build(**options, backend=backend, command_line=f"preflight.check({_mesh_repr(dims)})")
         run_options = replace(run_options, probes=replace(run_options.probes, mesh=dims, world_size=world_size))
         world = resolve_world(os.environ)
