@@ -5,7 +5,8 @@ costs (most of a launcher test is waiting). A worker joins a cgroup v1 `cpuacct`
 (root only); its children inherit it, so the group's usage counts the ranks, launchers and tools a
 test starts, even those orphaned before they exit. Slurm's tasks run under slurmd and are not
 counted. Where no such controller is writable, the figure is None. The worker leaves its group as
-it exits and removes it (kept, as evidence, while a process it started still runs in it).
+it exits and removes it; one that still held a process then (an anchor or a zygote the worker's own
+exit hooks end after this one) is removed by the next worker that joins, once empty.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def worker_cpu_s(name: str) -> float | None:
         _tried = True
         group = CPUACCT / "preflight-tests" / f"{name}-{os.getpid()}"
         try:
+            _remove_left_behind(group.parent)
             group.mkdir(parents=True, exist_ok=True)
             (group / "cgroup.procs").write_text(str(os.getpid()))
         except OSError:
@@ -46,3 +48,12 @@ def _leave() -> None:
         _group.rmdir()
     except OSError:
         pass
+
+
+def _remove_left_behind(parent: Path) -> None:
+    """Earlier workers' groups that are empty now (one with a live process in it refuses rmdir: kept)."""
+    for old in parent.glob("*-*") if parent.is_dir() else ():
+        try:
+            old.rmdir()
+        except OSError:
+            pass

@@ -86,6 +86,9 @@ def test_shaped_host_is_named_in_every_run_and_no_other_host_is(netns_hosts, tmp
         assert set(report["bad_hosts"]) <= {hosts[3].hostname}, why
 
 
+# Quiet, as its shaped siblings: "no straggler on healthy hosts" holds for the job's own noise only. Beside
+# the other workers a healthy dp group was confirmed slow once in CI (BW003 + BW013, the eighth session's ci9).
+@pytest.mark.quiet
 def test_unshaped_hosts_have_no_straggler_over_repeated_runs(netns_hosts, tmp_path: Path) -> None:
     hosts: FakeNetwork = netns_hosts(4, prefix="pfv")
     for attempt in range(3):
