@@ -54,15 +54,18 @@ NAMESPACES_HELP = ("fake hosts need util-linux `unshare` with UTS and mount name
 _ANCHORS: list[subprocess.Popen[Any]] = []
 
 
-@atexit.register
-def _kill_anchors() -> None:
-    for anchor in _ANCHORS:
-        if anchor.poll() is None:
-            anchor.kill()
+def _kill_running(procs: Sequence[subprocess.Popen[Any]]) -> None:
+    """Kill each process that is still running, and reap it (waiting at most 10 s for each)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
             try:
-                anchor.wait(timeout=10)
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+
+
+atexit.register(_kill_running, _ANCHORS)
 
 
 @dataclass
@@ -130,13 +133,7 @@ class FakeHost:
 
     def kill_started(self) -> None:
         """Kill every process started here with popen() that is still running."""
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.kill()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
+        _kill_running(self._procs)
 
 
 def fake_host(folder: Path, hostname: str, *, hosts: Mapping[str, str] | None = None, **options: Any) -> FakeHost:
