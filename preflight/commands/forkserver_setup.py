@@ -10,6 +10,10 @@ A worker the agent was starting as the launch stopped cannot read its start-up d
 launcher already removed the semaphores it names: multiprocessing's SemLock FileNotFoundError).
 The forkserver reports that through sys.excepthook: one line here, not a traceback.
 
+No cyclic collection while the preload imports torch and preflight (lib/collector.py,
+`imports_frozen`): forkserver_warm, the preload's last module, freezes what it loaded and turns
+the collector back on, so the ranks forked from here collect only what they allocate themselves.
+
 And once the launch is gone, the forkserver leaves at once: its interpreter's shutdown with torch
 loaded took 1.5 s more on a loaded node (its forked ranks leave by os._exit and never run this).
 """
@@ -17,6 +21,7 @@ loaded took 1.5 s more on a loaded node (its forked ranks leave by os._exit and 
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import signal
 import sys
@@ -28,6 +33,7 @@ def _one_line(kind: type[BaseException], exc: BaseException, tb: TracebackType |
           file=sys.stderr)
 
 
+gc.disable()  # until forkserver_warm has imported the rest
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 # The launch started this interpreter with SIGINT / SIGTERM blocked (so that its own start-up could
 # not be cut short: lib/interrupts.children_start_with_signals_held); its workers fork from here

@@ -10,6 +10,8 @@ forkserver first).
 
 from __future__ import annotations
 
+import gc
+
 import psutil  # noqa: F401  (the clock and process facts)
 
 from preflight.lib import secrets
@@ -19,3 +21,7 @@ from preflight.reports import exclude, html, junit  # noqa: F401
 
 load_builtin_checks()
 secrets.is_secret_value("")  # compiles detect-secrets' token patterns (cached for the process's life)
+# The preload is in, imported with the collector off (forkserver_setup): out of its generations for good,
+# and collected from here on as in any process (lib/collector.py, `imports_frozen`).
+gc.freeze()
+gc.enable()

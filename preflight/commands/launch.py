@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight.channel.run_auth import SECRET_VAR
+from preflight.lib.collector import imports_frozen
 from preflight.lib.errors import BadInput
 from preflight.lib.interrupts import children_start_with_signals_held, exit_at_once, interrupts_end_at_once
 from preflight.model import ExitCode
@@ -83,7 +84,8 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
         multiprocessing.resource_tracker.ensure_running()
         with children_start_with_signals_held():  # no Ctrl-C inside the forkserver's interpreter start-up
             start_forkserver()
-    with interrupts_end_at_once("loading torch"):  # not cut torch's import in half (lib/torch_import.py)
+    # Not cut torch's import in half (lib/torch_import.py); not collected during it (lib/collector.py).
+    with interrupts_end_at_once("loading torch"), imports_frozen():
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from preflight.lib.collector import imports_frozen
 from preflight.lib.interrupts import interrupts_end_at_once
 
 FATAL = 3  # c10's levels: 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL
@@ -32,7 +33,7 @@ def import_torch_distributed() -> None:
     left an ImportError traceback."""
     if "torch.distributed" in sys.modules:
         return  # inside a job (preflight.check), or a forked rank: nothing to wait for
-    with interrupts_end_at_once("loading torch"):
+    with interrupts_end_at_once("loading torch"), imports_frozen():  # preflight's own process (lib/collector.py)
         import torch.distributed  # noqa: F401
 
 

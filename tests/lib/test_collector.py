@@ -1,4 +1,5 @@
-"""The garbage collector paused for preflight.check's import and call, and SQLAlchemy kept out of every run's import."""
+"""The garbage collector paused for preflight.check's import and call, preflight's own processes' torch import
+frozen, and SQLAlchemy kept out of every run's import."""
 
 from __future__ import annotations
 
@@ -61,3 +62,28 @@ def test_a_run_imports_no_sqlalchemy_without_history() -> None:
                            "preflight.commands.launch; print('sqlalchemy' in sys.modules)"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stdout + done.stderr
+
+
+# The collections seen while preflight's own process imports torch, then the collector's state after.
+OWN_IMPORT = """
+import gc, sys
+full = []
+gc.callbacks.append(lambda phase, info: full.append(1) if phase == "start" and info["generation"] == 2 else None)
+if sys.argv[1] == "run":  # `preflight run` (srun, torchrun, mpirun, launch --start-method exec)
+    from preflight.lib.torch_import import import_torch_distributed
+    import_torch_distributed()
+else:  # what `preflight launch`'s forkserver imports, in its order, before it forks the ranks
+    from preflight.commands.launch import WORKER_PRELOAD
+    for name in WORKER_PRELOAD:
+        __import__(name)
+print(len(full), gc.get_freeze_count() > 10_000, gc.isenabled(), "torch.distributed" in sys.modules, flush=True)
+"""
+
+
+@pytest.mark.parametrize("process", ["run", "forkserver"])
+def test_own_processes_import_torch_without_collecting_then_freeze_it(process: str) -> None:
+    """No full collection during preflight's own torch import (one cost 0.1 CPU-s; lib/collector.py), the
+    import frozen out of the collector's generations after it, and the collector on again."""
+    done = subprocess.run([sys.executable, "-c", OWN_IMPORT, process], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "True", "True", "True"]
