@@ -111,6 +111,9 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
     except (ProbeTimeout, ProbeFailed, RuntimeError) as exc:
         session.abandoned = True
         session.stopped_why = f"rank 0: {str(exc)[:200]}"
+        peer = getattr(exc, "peer", None)  # the exchange's other rank, where one was stuck (pairwise.py)
+        if peer is not None:
+            session.stuck_with[peer] = "its localization exchange with rank 0 did not complete"
         session.board.put(confirm.CONFIRM, ConfirmPairs([]))  # nothing to confirm: release the others
         return [], rounds, tests, True
     session.board.put(keys.PAIR.at(0), PairTimes(dict(mine)))

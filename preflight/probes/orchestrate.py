@@ -239,6 +239,7 @@ def _judge_on_rank_zero(session: Any, status: Any, options: RunOptions, stopped_
     else:
         session.board.put(confirm.AGAIN, RemeasureSteps([]))
     outcome.findings += localize.lead(session, slow, outcome.results, hosts, options)
+    watch.hung(session.stuck_with)  # still inside the exchange rank 0 gave up on: it will not read the verdict
     # A value under a probe key that did not decode: a finding naming the rank it came from.
     for rank, bad in sorted(session.bad_values.items()):
         outcome.findings += unreadable_payload.report(rank=rank, reason=bad.line())

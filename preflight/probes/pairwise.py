@@ -74,7 +74,9 @@ def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control
             times.setdefault(peer, []).extend(timed_loop(exchange, iters, deadline, device, cuda=cuda,
                                                          per_iteration=True))
         except (ProbeTimeout, ProbeFailed) as exc:  # name the peer this rank was stuck with
-            raise type(exc)(f"its exchange with rank {peer} did not complete: {exc}") from exc
+            stuck = type(exc)(f"its exchange with rank {peer} did not complete: {exc}")
+            stuck.peer = peer
+            raise stuck from exc
     barrier(control, time.monotonic() + timeout_s)
     return times
 

@@ -105,6 +105,9 @@ class Session:
     # Values under the probes' keys that did not decode (rank -> the first): rank 0 reports them, naming the rank.
     bad_values: dict[int, BadValue] = field(default_factory=dict)
     stopped_why: str = ""  # rank 0: why a localization step gave up (names the rank it was stuck with)
+    # Rank 0: the peer its own localization exchange gave up on (rank -> why). Alive maybe, but inside an
+    # exchange that outlived --probe-timeout: the verdict's hand-off does not wait for it (orchestrate.py).
+    stuck_with: dict[int, str] = field(default_factory=dict)
     skipped: list[memory_fit.Skipped] = field(default_factory=list)  # steps too big for the ranks' free memory
     on_mig: list[mig.MigRank] = field(default_factory=list)  # ranks on a MIG instance: no collective on NCCL (mig.py)
 

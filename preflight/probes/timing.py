@@ -27,10 +27,13 @@ class ProbeTimeout(Exception):
     """A collective or barrier did not finish before its deadline."""
 
     phase = "op"
+    peer: int | None = None  # a point-to-point exchange's other rank (pairwise.py): the one it waited on
 
 
 class ProbeFailed(Exception):
     """A collective raised (a peer closed the connection, the backend reported an error)."""
+
+    peer: int | None = None  # a point-to-point exchange's other rank (pairwise.py)
 
 
 class PeerDied(ProbeFailed):

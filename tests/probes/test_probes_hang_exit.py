@@ -86,3 +86,7 @@ def test_ranks_whose_localization_partner_is_stuck_for_good_still_exit(tmp_path:
     for rank in (0, 1, 2):
         assert "killed after timeout" not in runs[rank].stderr, (rank, runs[rank].elapsed_s, runs[rank].stderr[-1500:])
         assert runs[rank].returncode == report["exit_code"], (rank, runs[rank].stderr[-800:])
+    # Rank 3 beats on inside the exchange rank 0 gave up on: rank 0 does not keep the job waiting for its
+    # acknowledgement (the hand-off's 30 s cap), and says why.
+    assert ("rank 3 did not read the verdict (hung: its localization exchange with rank 0 did not complete"
+            in runs[0].stderr), runs[0].stderr[-1500:]
