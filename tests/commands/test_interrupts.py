@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.ranks import EXEC, base_env, free_port, plant_env, start_rank
+from tests.helpers.ranks import EXEC, base_env, exited, free_port, plant_env, start_rank
 
 BOUND_S = 60.0  # every rank gone this long after the signal: "does not hang" (2 s idle, see above)
 START_BOUND_S = 240.0  # for the run to reach the phase: ranks importing torch on two loaded cores
@@ -218,17 +218,10 @@ def _all_pids(procs: dict[str, subprocess.Popen[str]]) -> list[int]:
 
 def _wait_gone(pids: list[int], deadline: float) -> dict[int, float]:
     """When each process was gone (exited, or a zombie nobody reaped yet), looking at all of them at once."""
-    import psutil
-
     gone: dict[int, float] = {}
     while len(gone) < len(pids) and time.monotonic() < deadline:
         for pid in pids:
-            if pid in gone:
-                continue
-            try:
-                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                    gone[pid] = time.monotonic()
-            except psutil.NoSuchProcess:
+            if pid not in gone and exited(pid):
                 gone[pid] = time.monotonic()
         time.sleep(0.02)
     return {pid: gone.get(pid, time.monotonic()) for pid in pids}

@@ -211,6 +211,17 @@ def wait_for_ranks(procs: Mapping[int, subprocess.Popen[str]], started: float, t
     return results
 
 
+def exited(pid: int) -> bool:
+    """The process has exited: gone, or a zombie its parent has not reaped yet (a daemon's parent is init,
+    which reaps here up to ~2 s late; a rank's may be a launcher still busy)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def exit_times(procs: Mapping[int, subprocess.Popen[str]], since: float, bound_s: float) -> dict[int, float]:
     """Seconds after `since` at which each process was gone; one still running `bound_s` after is killed
     (and counted gone then)."""

@@ -24,9 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from tests.helpers.hosts import FakeHost
+from tests.helpers.ranks import exited
 
 CONF_TEMPLATE = """\
 ClusterName=pftest
@@ -202,15 +201,6 @@ def _wait_idle(cluster: SlurmCluster) -> SlurmCluster:
     raise RuntimeError(f"slurm did not become idle:\n{logs}")
 
 
-def _running(pid: int) -> bool:
-    """The daemon has not exited: a zombie has (the daemons are init's children here, and this machine's
-    init reaps them up to ~2 s later: waiting for the reaping was 2 s of every cluster's stop)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _terminate(pid_files: list[Path], wait_s: float = 10) -> None:
     pids = []
     for path in pid_files:
@@ -222,7 +212,8 @@ def _terminate(pid_files: list[Path], wait_s: float = 10) -> None:
             continue
     deadline = time.monotonic() + wait_s
     while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if _running(p)]
+        # A zombie has exited (waiting for init to reap it was 2 s of every cluster's stop).
+        pids = [p for p in pids if not exited(p)]
         time.sleep(0.1)
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
