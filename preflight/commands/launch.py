@@ -183,12 +183,38 @@ def start_forkserver() -> None:
     could shadow torch's or ours for every rank.
     """
     multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
-    here = os.getcwd()
+    here, temp_base = os.getcwd(), tempfile.tempdir
     os.chdir("/")
+    tempfile.tempdir = _socket_temp_base()  # where multiprocessing makes its folder for the socket
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
         os.chdir(here)
+        tempfile.tempdir = temp_base
+
+
+# Linux's sun_path holds 107 bytes and a NUL; the forkserver listens on
+# {temporary folder}/pymp-XXXXXXXX/listener-XXXXXXXX, this many bytes past the folder.
+_SOCKET_PATH_MAX = 107
+_FORKSERVER_SOCKET_TAIL = len("/pymp-12345678/listener-12345678")
+_SHORT_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _socket_temp_base() -> str:
+    """The temporary folder for the forkserver's socket: TMPDIR's, or a short one where TMPDIR's is too long.
+
+    A batch system's per-job TMPDIR (or pytest's) can be deep enough that the socket's path no longer
+    fits an AF_UNIX address, and the forkserver would fail to bind. Only the socket's folder moves
+    (multiprocessing removes it at exit); the ranks keep the user's TMPDIR.
+    """
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + _FORKSERVER_SOCKET_TAIL <= _SOCKET_PATH_MAX:
+        return base
+    for folder in _SHORT_TEMP_FOLDERS:
+        if os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
+            return folder
+    raise BadInput(f"TMPDIR {base} is too long for the forkserver's socket and none of "
+                   f"{', '.join(_SHORT_TEMP_FOLDERS)} is writable: set a shorter TMPDIR or use --start-method exec")
 
 
 def run_worker(argv: list[str], launch_env: dict[str, str], launch_cwd: str) -> None:

@@ -29,8 +29,10 @@ def test_launch_four_ranks_passes(tmp_path) -> None:
 def test_launch_leaves_nothing_in_the_temporary_folder(tmp_path) -> None:
     """torch's elastic agent makes a log folder per launch (`torchelastic_*`: one per rank and attempt)
     and never removes it: a node that runs preflight before every job would collect thousands. Exec'd,
-    not forked, so that TMPDIR is read afresh (a forked child keeps its zygote's tempfile.tempdir)."""
-    scratch = tmp_path / "tmp"
+    not forked, so that TMPDIR is read afresh (a forked child keeps its zygote's tempfile.tempdir).
+    A deep TMPDIR, as a batch system's per-job one can be: the forkserver's socket under it would not
+    fit an AF_UNIX address (107 bytes), and the launch failed to start."""
+    scratch = tmp_path / ("a-deep-per-job-temporary-folder" * 3)
     scratch.mkdir()
     result = subprocess.run([sys.executable, "-m", "preflight", "launch", "-n", "2", "--skip", "probe"],
                             env={**base_env(), "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=180)
