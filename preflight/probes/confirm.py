@@ -65,7 +65,7 @@ def _remeasure(session: Any, steps: list[int]) -> None:
             records.append(measure(session, index, dim, op, size, deadline))
     except Exception as exc:  # any failure of the second pass leaves the first pass's verdict unconfirmed
         status = Status("failed", -1, "op", str(exc)[:200])
-        session.abandoned = True
+        session.gave_up(exc, "second pass")
     publish(session.board.under(SECOND), session.world.rank, session.world.host, records, status)
 
 
@@ -219,7 +219,7 @@ def _run_serial(session: Any, pairs: list[tuple[int, int]]) -> dict[tuple[int, i
     try:
         times = pairwise.run_rounds(rank, [], size, session.plan.iters, session.control, session.timeout_s,
                                     rounds=[[tuple(p)] for p in pairs], **session.localization())
-    except ABORTS:
-        session.abandoned = True
+    except ABORTS as exc:
+        session.gave_up(exc, "confirming")
         return None
     return _gbps_samples(times, rank, size)

@@ -235,8 +235,8 @@ def lead(session: Any, sets: HostSets, ratio: float) -> GroupTestOutcome | None:
 
     try:
         found = grouptest.locate(sets.suspects, per_round, test, known_slow=True)
-    except ABORTS:
-        session.abandoned = True
+    except ABORTS as exc:
+        session.gave_up(exc, "group testing")
         return None
     finally:
         rounds.finish()
@@ -261,8 +261,8 @@ def follow(session: Any) -> None:
             return  # not rank 0's plan: ranks outside this world
         try:
             take_part(session, r, list(plan.reference), [list(p) for p in plan.pools], groups)
-        except ABORTS:
-            session.abandoned = True
+        except ABORTS as exc:
+            session.gave_up(exc, "group testing")
             return
         r += 1
 

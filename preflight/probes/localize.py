@@ -109,11 +109,8 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
         mine = pairwise.run_rounds(0, ranks, size, session.plan.iters, session.control, session.timeout_s,
                                    **session.localization())
     except (ProbeTimeout, ProbeFailed, RuntimeError) as exc:
-        session.abandoned = True
+        session.gave_up(exc, "localization")
         session.stopped_why = f"rank 0: {str(exc)[:200]}"
-        peer = getattr(exc, "peer", None)  # the exchange's other rank, where one was stuck (pairwise.py)
-        if peer is not None:
-            session.stuck_with[peer] = "its localization exchange with rank 0 did not complete"
         session.board.put(confirm.CONFIRM, ConfirmPairs([]))  # nothing to confirm: release the others
         return [], rounds, tests, True
     session.board.put(keys.PAIR.at(0), PairTimes(dict(mine)))
@@ -181,8 +178,8 @@ def _follow_round_robin(session: Any, ranks: list[int]) -> bool:
     try:
         mine = pairwise.run_rounds(rank, ranks, max(session.plan.sizes), session.plan.iters, session.control,
                                    session.timeout_s, **session.localization())
-    except (ProbeTimeout, ProbeFailed, RuntimeError):
-        session.abandoned = True
+    except (ProbeTimeout, ProbeFailed, RuntimeError) as exc:
+        session.gave_up(exc, "localization")
         return False
     if rank in ranks:
         session.board.put(keys.PAIR.at(rank), PairTimes(dict(mine)))

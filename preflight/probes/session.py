@@ -105,11 +105,21 @@ class Session:
     # Values under the probes' keys that did not decode (rank -> the first): rank 0 reports them, naming the rank.
     bad_values: dict[int, BadValue] = field(default_factory=dict)
     stopped_why: str = ""  # rank 0: why a localization step gave up (names the rank it was stuck with)
-    # Rank 0: the peer its own localization exchange gave up on (rank -> why). Alive maybe, but inside an
-    # exchange that outlived --probe-timeout: the verdict's hand-off does not wait for it (orchestrate.py).
+    # Rank 0: the peers its own localization exchanges gave up on (rank -> why; `gave_up`). Alive maybe, but
+    # inside an exchange that outlived --probe-timeout: the verdict's hand-off does not wait for them.
     stuck_with: dict[int, str] = field(default_factory=dict)
     skipped: list[memory_fit.Skipped] = field(default_factory=list)  # steps too big for the ranks' free memory
     on_mig: list[mig.MigRank] = field(default_factory=list)  # ranks on a MIG instance: no collective on NCCL (mig.py)
+
+    def gave_up(self, exc: BaseException, step: str) -> None:
+        """A localization step (`step`: "localization", "confirming", ...) broke off on `exc`: the groups
+        stay up (a collective may still be in flight), and rank 0 marks the peer its own exchange was
+        stuck with (`exc.peer`, set by pairwise.run_rounds): that rank, alive or not, is inside an
+        exchange that outlived --probe-timeout and will not read the verdict (orchestrate.py)."""
+        self.abandoned = True
+        peer = getattr(exc, "peer", None)
+        if self.world.rank == 0 and isinstance(peer, int):
+            self.stuck_with[peer] = f"its {step} exchange with rank 0 did not complete"
 
     def kept(self, value: T | BadValue | None) -> T | None:
         """A value read from the store, or None: a bad one is set aside for rank 0's report."""

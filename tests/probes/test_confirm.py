@@ -1,9 +1,17 @@
-"""Confirm before blaming: which pairs the second pass measures, and what it keeps (pure functions)."""
+"""Confirm before blaming: which pairs the second pass measures, and what it keeps (pure functions);
+and, with two real gloo ranks, what rank 0 makes of a partner stuck in the one-pair-at-a-time pass."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 from preflight.probes.confirm import judge_confirmed, plan_pairs
 from preflight.probes.pairwise import judge_pairs
+from tests.helpers.ranks import base_env
 
 FAST = [10.0, 10.2, 9.9, 10.1, 9.8]
 
@@ -57,3 +65,49 @@ def test_a_candidate_that_is_fast_when_measured_alone_is_dropped() -> None:
 def test_without_a_known_good_rank_nothing_is_measured_or_named() -> None:
     found = judge_pairs({(0, 1): 1.0, (0, 2): 10.0, (1, 2): 10.0}, 0.8)
     assert plan_pairs(found, {(0, 1): 1.0}, [0, 1]) == ([], [], {})
+
+
+# Rank 0 confirms the pair (0, 1) on a real Session; rank 1 passes the round's barrier, then never
+# exchanges (a wedged NIC driver): it stays alive, beating, inside the pass for good.
+STUCK_PARTNER = textwrap.dedent("""
+    import json, os, sys, time
+    from datetime import timedelta
+    import torch, torch.distributed as dist
+    from preflight.lib.mesh_shape import MeshDim
+    from preflight.model import World
+    from preflight.probes import confirm
+    from preflight.probes.plan import ProbePlan
+    from preflight.probes.session import Session
+    from preflight.probes.timing import barrier
+    rank, store_path = int(sys.argv[1]), sys.argv[2]
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2,
+                            timeout=timedelta(seconds=60))
+    control = dist.new_group(backend="gloo")
+    if rank == 1:
+        barrier(control, time.monotonic() + 60)
+        time.sleep(3600)
+    plan = ProbePlan([MeshDim("world", 2)], ["all_reduce"], [4096], warmup=1, iters=3, world_all_reduce=False)
+    session = Session(World("env", 0, 2), plan, None, torch.device("cpu"), torch.float32, control, {}, 2.0,
+                      world_group=dist.group.WORLD)
+    samples = confirm._run_serial(session, [(0, 1)])
+    print(json.dumps({"samples": samples, "abandoned": session.abandoned, "stuck_with": session.stuck_with}),
+          flush=True)
+    os._exit(0)  # the abandoned exchange's groups are never torn down (session.abandoned)
+""")
+
+
+def test_a_partner_stuck_in_the_confirming_pass_is_marked_by_rank_0(tmp_path: Path) -> None:
+    """Rank 0 gives up on the pass after --probe-timeout and marks the rank it was stuck with, as the
+    round robin does: the verdict's hand-off then does not wait the 30 s cap for it (orchestrate.py)."""
+    store = str(tmp_path / "store")
+    procs = [subprocess.Popen([sys.executable, "-c", STUCK_PARTNER, str(rank), store], env=base_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    try:
+        out, err = procs[0].communicate(timeout=120)
+    finally:
+        procs[1].kill()
+        procs[1].communicate()
+    assert procs[0].returncode == 0, err[-1500:]
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got == {"samples": None, "abandoned": True,
+                   "stuck_with": {"1": "its confirming exchange with rank 0 did not complete"}}, got
