@@ -36,8 +36,12 @@ def _one_line(kind: type[BaseException], exc: BaseException, tb: TracebackType |
 gc.disable()  # until forkserver_warm has imported the rest
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 # The launch started this interpreter with SIGINT / SIGTERM blocked (so that its own start-up could
-# not be cut short: lib/interrupts.children_start_with_signals_held); its workers fork from here
-# and must receive both again.
-signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
+# not be cut short: lib/interrupts.children_start_with_signals_held). SIGINT is ignored: unblocked.
+# SIGTERM stays blocked here for good: scancel's SIGTERM to the whole step used to end the forkserver
+# first, and the agent then read every worker it had forked as exited (their exit statuses come
+# through the forkserver) while rank 0 was still writing its partial report: the launcher removed its
+# folder under it. Blocked, not ignored: a worker forked from here keeps the mask, and a SIGTERM sent
+# before it unblocks it (launch.run_worker, first thing) waits and then ends it, never lost.
+signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT,))
 sys.excepthook = _one_line
 atexit.register(os._exit, 0)  # the first exit handler the forkserver runs: nothing after it is needed

@@ -10,12 +10,15 @@ that imported torch once (the per-rank `import torch` was most of a CPU launch's
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
+import multiprocessing.util
 import os
 import secrets
+import shutil
 import signal
 import sys
 import tempfile
@@ -28,7 +31,12 @@ from typing import Any
 from preflight.channel.run_auth import SECRET_VAR
 from preflight.lib.collector import imports_frozen
 from preflight.lib.errors import BadInput
-from preflight.lib.interrupts import children_start_with_signals_held, exit_at_once, interrupts_end_at_once
+from preflight.lib.interrupts import (
+    also_at_once,
+    children_start_with_signals_held,
+    exit_at_once,
+    interrupts_end_at_once,
+)
 from preflight.model import ExitCode
 from preflight.options import RunOptions
 from preflight.reports.targets import refuse_unwritable
@@ -191,6 +199,9 @@ def start_forkserver() -> None:
     finally:
         os.chdir(here)
         tempfile.tempdir = temp_base
+    # Its socket's folder (pymp-*), which multiprocessing's exit handler removes: a launch stopped by a
+    # signal leaves at once, without that handler, and one folder per cancelled job piled up in TMPDIR.
+    also_at_once(functools.partial(shutil.rmtree, multiprocessing.util.get_temp_dir(), ignore_errors=True))
 
 
 # Linux's sun_path holds 107 bytes and a NUL; the forkserver listens on
@@ -225,6 +236,7 @@ def run_worker(argv: list[str], launch_env: dict[str, str], launch_cwd: str) -> 
     MASTER_PORT, ...) were set on top of it just before this call. Keep those, take the rest
     from the launch.
     """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTERM,))  # blocked in the forkserver (forkserver_setup)
     from preflight.commands.cli import main
 
     from_agent = {k: v for k, v in os.environ.items() if _ENV_AT_IMPORT.get(k) != v}

@@ -25,6 +25,15 @@ from preflight.model import ExitCode
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 REPEAT_S = 1.0  # a signal this soon after the first is its forwarded copy (torch's agent, srun)
 INCOMPLETE = int(ExitCode.INCOMPLETE)
+# What even an exit at once does first (it skips the interpreter's exit handlers): each quick, waiting
+# on no other process, its failure ignored. `preflight launch` removes its forkserver's socket folder here.
+_AT_ONCE: list[Callable[[], object]] = []
+
+
+def also_at_once(cleanup: Callable[[], object]) -> None:
+    """Have `cleanup` run when this process leaves through exit_at_once (a signal, a second Ctrl-C, the
+    command line's exit after the verdict), where the exit handlers that would have done it do not run."""
+    _AT_ONCE.append(cleanup)
 
 
 @contextmanager
@@ -130,8 +139,14 @@ def leave_now(line: str) -> NoReturn:
 
 
 def exit_at_once(code: int) -> NoReturn:
-    """Leave the process with `code` now, output flushed, without interpreter shutdown."""
+    """Leave the process with `code` now, output flushed, without interpreter shutdown (`also_at_once`'s
+    cleanups run first)."""
     try:
+        for cleanup in _AT_ONCE:
+            try:
+                cleanup()
+            except Exception:  # a cleanup never keeps the process from leaving
+                pass
         sys.stdout.flush()
         sys.stderr.flush()
     finally:

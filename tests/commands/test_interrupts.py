@@ -123,6 +123,7 @@ class Interrupted:
     stderr: str
     report: dict | None = None
     pids: list[int] = field(default_factory=list)
+    left_in_tmp: list[str] | None = None  # what a launch left in its own TMPDIR (None: ranks without a launch)
 
 
 def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, second_after_s: float | None = None,
@@ -145,9 +146,12 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
                                                  fresh=True)  # its start-up and torch import are phases
     else:
         method = EXEC if launcher == "exec" else []
+        scratch = folder / "tmp"
+        scratch.mkdir()
         procs["launch"] = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", str(WORLD), *method,
-                                            *args], env=base_env(env), stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                            *args], env=base_env({**env, "TMPDIR": str(scratch)}),
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                           start_new_session=True)
 
     def read(proc: subprocess.Popen[str]) -> None:
         assert proc.stderr is not None
@@ -191,8 +195,9 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
         gone[f"pid {pid}"] = when - signalled
     for reader in readers:
         reader.join(timeout=10)
+    left = sorted(p.name for p in (folder / "tmp").iterdir()) if "launch" in procs else None
     return Interrupted(codes, gone, "".join(lines), json.loads(report.read_text()) if report.exists() else None,
-                       pids)
+                       pids, left)
 
 
 def _send(procs: dict[str, subprocess.Popen[str]], sig: signal.Signals) -> None:
@@ -232,6 +237,9 @@ def assert_clean_stop(run: Interrupted, phase: str) -> None:
     assert max(run.gone_after_s.values()) < BOUND_S, (run.gone_after_s, run.stderr[-3000:])
     assert "Traceback" not in run.stderr and "death signal" not in run.stderr, run.stderr[-3000:]
     assert set(run.codes.values()) == {4}, (run.codes, run.stderr[-3000:])
+    # Nothing left behind in a stopped launch's TMPDIR: not torch's torchelastic_* log folder, not the
+    # forkserver's socket folder (pymp-*), which the exit at once used to skip (one per cancelled job).
+    assert run.left_in_tmp in (None, []), run.left_in_tmp
     if phase not in ("start-up", "interpreter start", "torch import"):  # no rank has anything to report yet
         assert run.report is not None, run.stderr[-3000:]
         assert run.report["exit_code"] == 4
