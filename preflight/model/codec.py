@@ -41,8 +41,42 @@ class BadPayload(ValueError):
 
 
 def encode(value: Any) -> bytes:
-    """JSON bytes of a model object (dataclasses, enums, lists and dicts of them)."""
-    return _ENCODER.encode(value)
+    """JSON bytes of a model object (dataclasses, enums, lists and dicts of them).
+
+    A string that is not valid Unicode (os.environ, sys.argv and file names hold bytes that are not
+    UTF-8 as lone surrogates, Python's surrogateescape) is written with those bytes escaped, `\\xff`:
+    the same bytes give the same text on every rank, and a rank never fails to publish for it.
+    """
+    try:
+        return _ENCODER.encode(value)
+    except UnicodeEncodeError:
+        return _ENCODER.encode(_valid_unicode(msgspec.to_builtins(value, enc_hook=_enc_hook)))
+
+
+def valid_text(text: str) -> str:
+    """`text` as it crosses the wire: itself, or where the OS gave bytes that are not UTF-8 (lone
+    surrogates, Python's surrogateescape), those bytes escaped (`\\xff`). Where facts enter (the
+    environment, the launcher's variables), so that a rank's own facts read as the others' do."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        try:
+            raw = text.encode("utf-8", "surrogateescape")  # the bytes the OS gave
+        except UnicodeEncodeError:
+            raw = text.encode("utf-8", "backslashreplace")  # other lone surrogates: \udXXX
+        return raw.decode("utf-8", "backslashreplace")
+
+
+def _valid_unicode(value: Any) -> Any:
+    """`value` (builtins) with every string, keys included, made encodable (see `encode`)."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {_valid_unicode(k): _valid_unicode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_unicode(v) for v in value]
+    return value
 
 
 def decode(data: bytes | str, into: type[T], max_bytes: int = MAX_DECODE_BYTES) -> T:

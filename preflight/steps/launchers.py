@@ -34,6 +34,7 @@ from preflight.lib.hostlist import expand_hostlist
 from preflight.lib.numbers import ascii_int, is_ascii_int, shown
 from preflight.lib.slurm_layout import parse_tasks_per_node, slurm_rank_hosts
 from preflight.model import World
+from preflight.model.codec import valid_text
 
 DEFAULT_MASTER_PORT = 29500
 # Derived ports stay in 12000-31999: below Linux's default ephemeral range (32768-60999),
@@ -62,6 +63,7 @@ class _EnvReader:
         value = self.env.get(name)
         if value is None or value == "":
             return default
+        value = valid_text(value)  # bytes that are not UTF-8 escaped, as the other ranks' reach rank 0
         limit = MAX_ID_CHARS if name in _ID_NAMES else MAX_VALUE_CHARS
         if len(value) > limit:
             raise BadInput(f"{name}={shown(value)} is longer than {limit} characters")

@@ -40,6 +40,19 @@ def test_launch_leaves_nothing_in_the_temporary_folder(tmp_path) -> None:
     assert sorted(p.name for p in scratch.iterdir()) == []
 
 
+def test_a_variable_of_bytes_that_are_not_utf8_is_reported_escaped_and_agrees(tmp_path) -> None:
+    """An environment value that is not UTF-8 (a Latin-1 job name, a binary variable): every rank
+    failed to publish its facts (a UnicodeEncodeError traceback, exit 1); now it travels escaped, and
+    rank 0 compares its own escaped value with the others' (no ENV004 for a variable all ranks share)."""
+    env = {**base_env(), "PF_BINARY": os.fsdecode(b"caf\xe9 \xff")}
+    result = subprocess.run([sys.executable, "-m", "preflight", "launch", "-n", "2", "--skip", "probe", "--json",
+                             str(tmp_path / "r.json")], env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = load_report(tmp_path / "r.json")
+    assert [f.env.get("PF_BINARY") for f in report.ranks] == ["caf\\xe9 \\xff"] * 2
+    assert not [f for f in report.findings if "PF_BINARY" in f.message], report.findings
+
+
 def test_launch_reads_abbreviations_of_its_own_flags(tmp_path) -> None:
     """`--npr 2 --start exec` are launch's -n and --start-method, as argparse reads them: never passed
     on to `run` (which knew neither, and every rank exited 2)."""

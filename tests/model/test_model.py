@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from preflight.model import (
     CheckOutcome,
@@ -18,7 +19,7 @@ from preflight.model import (
     Versions,
     World,
 )
-from preflight.model.codec import decode, encode, from_builtins, to_builtins
+from preflight.model.codec import decode, encode, from_builtins, to_builtins, valid_text
 
 
 def sample_report() -> JobReport:
@@ -43,6 +44,18 @@ def test_json_round_trip_is_identity() -> None:
     text = json.dumps(to_builtins(report))
     assert from_builtins(json.loads(text), JobReport) == report
     assert decode(encode(report), JobReport) == report
+
+
+def test_text_the_os_gave_as_bytes_that_are_not_utf8_is_written_escaped() -> None:
+    """os.environ holds a value of bytes that are not UTF-8 (a Latin-1 job name, a binary variable) as
+    lone surrogates, which JSON cannot carry: written with those bytes escaped, keys too, never a failure."""
+    latin1, binary = os.fsdecode(b"caf\xe9"), os.fsdecode(b"\xff\xfe")
+    facts = sample_report().ranks[0]
+    facts.env = {"JOB": latin1, binary: "x", "LONE": "\ud800", "OK": "café"}
+    back = decode(encode(facts), RankFacts)
+    assert back.env == {"JOB": "caf\\xe9", "\\xff\\xfe": "x", "LONE": "\\ud800", "OK": "café"}
+    assert {valid_text(k): valid_text(v) for k, v in facts.env.items()} == back.env  # what the gatherers keep
+    assert valid_text("café") == "café"
 
 
 def test_severity_order_puts_could_not_run_between_warn_and_error() -> None:

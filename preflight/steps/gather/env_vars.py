@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from preflight.lib.secrets import REDACTED, is_secret, is_secret_name, redact_environment
 from preflight.model import RankFacts
+from preflight.model.codec import valid_text
 
 if TYPE_CHECKING:
     from preflight.steps.gather import GatherOptions
@@ -21,4 +22,5 @@ __all__ = ["REDACTED", "gather", "is_secret", "is_secret_name", "redact_environm
 
 def gather(facts: RankFacts, options: GatherOptions) -> None:
     """Fill facts.env with this process's environment, secrets as a bare `<redacted>`."""
-    facts.env = redact_environment(os.environ)
+    # As the other ranks' environments reach rank 0: a value of bytes that are not UTF-8 escaped (codec.valid_text).
+    facts.env = redact_environment({valid_text(name): valid_text(value) for name, value in os.environ.items()})
