@@ -226,6 +226,17 @@ def _reader_gone(command: str) -> int:
     return int(ExitCode.PASSED if command in ("list", "explain", "hardware") else ExitCode.INCOMPLETE)
 
 
+def _current_folder_exists() -> None:
+    """BadInput where this process's working folder was removed (a job's scratch folder cleaned under a
+    shell still in it): torch's import then died in MKL ("Cannot load libtorch_cpu.so") and `launch` with
+    a traceback; relative report paths could not be written either."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise BadInput("the current folder no longer exists (removed while this shell was in it): "
+                       "cd to one that does") from None
+
+
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "list":
         from preflight.commands.explain import print_list
@@ -235,14 +246,15 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from preflight.commands.explain import print_explanation
 
         return print_explanation(args.check_id)
-    if args.command == "report":
-        from preflight.commands.rerender import rerender
-
-        return rerender(args)
     if args.command == "hardware":
         from preflight.commands.hardware import print_match, print_table
 
         return print_match(args.match_name) if args.match_name is not None else print_table()
+    _current_folder_exists()  # every command below reads or writes files, relative ones too
+    if args.command == "report":
+        from preflight.commands.rerender import rerender
+
+        return rerender(args)
     if args.command == "history":
         from preflight.commands.history import run_history
 

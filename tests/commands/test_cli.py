@@ -58,3 +58,18 @@ def test_a_reader_that_leaves_early_gets_no_traceback(command: list[str]) -> Non
     proc.stdout.close()  # before the interpreter is even up: every write meets a closed pipe
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("command", [["launch", "-n", "2", "--skip", "probe"], ["run", "--skip", "probe"],
+                                     ["report", "r.json"]])
+def test_a_removed_current_folder_is_one_clear_line_and_exit_2(tmp_path, command: list[str]) -> None:
+    """A shell left in a folder that was removed (a job's scratch cleaned under it): `launch` died with a
+    FileNotFoundError traceback, a rank in torch's import with MKL's "Cannot load libtorch_cpu.so"."""
+    gone = tmp_path / "scratch"
+    gone.mkdir()
+    script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+    result = subprocess.run(["bash", "-c", script, "bash", str(gone), sys.executable, "-m", "preflight", *command],
+                            env=base_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip() == ("preflight: error: the current folder no longer exists (removed while this "
+                                     "shell was in it): cd to one that does"), result.stderr
