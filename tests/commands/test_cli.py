@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from preflight.reports.json import load as load_report
 from tests.helpers.ranks import base_env, run_cli
 
 
@@ -73,3 +74,18 @@ def test_a_removed_current_folder_is_one_clear_line_and_exit_2(tmp_path, command
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip() == ("preflight: error: the current folder no longer exists (removed while this "
                                      "shell was in it): cd to one that does"), result.stderr
+
+
+@pytest.mark.parametrize("command", [["launch", "-n", "2"], ["run"]])
+def test_a_run_started_with_its_standard_streams_closed_still_passes(tmp_path, command: list[str]) -> None:
+    """`preflight launch ... >&-` (a daemon or job wrapper that closed them): Python left sys.stdout None
+    and rank 0's report print was a traceback (exit 1, the verdict file never written); the forkserver
+    had no descriptor 1 at all, so the next file a rank opened would have taken the terminal's place."""
+    report = tmp_path / "r.json"
+    script = 'exec "$@" <&- >&-'
+    result = subprocess.run(["bash", "-c", script, "bash", sys.executable, "-m", "preflight", *command,
+                             "--skip", "probe", "--json", str(report)],
+                            env=base_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert load_report(report).exit_code == 0
