@@ -74,9 +74,9 @@ def unwritable_path(path: Path, directory: bool = False) -> str:
     alone do not tell (root, /proc).
     """
     folder = path if directory else path.parent
-    if not directory and path.is_dir():
-        return "is a folder"
     try:
+        if not directory and path.is_dir():  # OSError for a name the OS refuses to look up (too long)
+            return "is a folder"
         if directory:
             folder.mkdir(parents=True, exist_ok=True)  # --out-dir names the folder itself: asked for
         else:

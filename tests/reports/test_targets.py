@@ -15,6 +15,7 @@ from tests.helpers.ranks import free_port, run_cli
     ("--out-dir", "/proc/preflight-nope"),
     ("--html", "/etc/hostname/r.html"),
     ("--junit", "/tmp"),
+    ("--json", "/tmp/" + "a-file-name-longer-than-the-os-allows" * 8 + ".json"),  # was an OSError traceback
 ])
 def test_an_unwritable_output_is_one_line_and_exit_2_before_the_run(flag: str, path: str) -> None:
     env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
