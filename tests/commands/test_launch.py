@@ -141,6 +141,28 @@ def test_sigterm_to_launch_ends_in_exit_4_with_rank_0s_partial_report(tmp_path) 
     assert report.exit_code == 4 and any(f.check_id == "RUN004" for f in report.findings)
 
 
+def test_the_forkserver_outlives_a_sigterm_so_the_agent_still_sees_its_ranks(tmp_path) -> None:
+    """scancel's SIGTERM reaches every process of the step, the forkserver too. It used to end there first,
+    and the agent, which learns its ranks' exits through it, took them all for exited: the launcher removed
+    its folder while rank 0 was still writing into it. Now it keeps SIGTERM blocked and leaves with the
+    launch: sent to it alone, the run goes on to its verdict."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", "2", "--ops", "all_reduce",
+                             "--sizes", "4MiB", "--iters", "300", "--json", str(tmp_path / "r.json")],
+                            env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # rank 0's phase lines: the probes start after the cross checks
+        if "cross checks done" in line:
+            break
+    [server] = [c for c in psutil.Process(proc.pid).children() if "forkserver" in " ".join(c.cmdline())]
+    server.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stdout + stderr
+    report = load_report(tmp_path / "r.json")
+    assert report.exit_code == 0 and not [f for f in report.findings if f.check_id == "RUN004"], report.findings
+
+
 def test_under_plain_torchrun_a_failing_verdict_is_every_workers_exit_code(tmp_path) -> None:
     """torchrun's agent stops the other workers once one exits non-zero: none may end as -15 (SIGTERM)."""
     planted = plant_env(tmp_path, {1: 'os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"'})
