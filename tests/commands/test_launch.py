@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from preflight.reports.json import load as load_report
-from tests.helpers.ranks import EXEC, base_env, free_port, launch_workers, plant_env, run_cli
+from tests.helpers.ranks import EXEC, base_env, free_port, launch_forkserver, launch_workers, plant_env, run_cli
 
 
 def test_launch_four_ranks_passes(tmp_path) -> None:
@@ -146,8 +146,6 @@ def test_the_forkserver_outlives_a_sigterm_so_the_agent_still_sees_its_ranks(tmp
     and the agent, which learns its ranks' exits through it, took them all for exited: the launcher removed
     its folder while rank 0 was still writing into it. Now it keeps SIGTERM blocked and leaves with the
     launch: sent to it alone, the run goes on to its verdict."""
-    import psutil
-
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "launch", "-n", "2", "--ops", "all_reduce",
                              "--sizes", "4MiB", "--iters", "300", "--json", str(tmp_path / "r.json")],
                             env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -155,8 +153,7 @@ def test_the_forkserver_outlives_a_sigterm_so_the_agent_still_sees_its_ranks(tmp
     for line in proc.stderr:  # rank 0's phase lines: the probes start after the cross checks
         if "cross checks done" in line:
             break
-    [server] = [c for c in psutil.Process(proc.pid).children() if "forkserver" in " ".join(c.cmdline())]
-    server.send_signal(signal.SIGTERM)
+    launch_forkserver(proc.pid).send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stdout + stderr
     report = load_report(tmp_path / "r.json")

@@ -244,15 +244,27 @@ def exit_times(procs: Mapping[int, subprocess.Popen[str]], since: float, bound_s
 EXEC = ["--start-method", "exec"]
 
 
+def launch_forkserver(launcher_pid: int) -> Any:
+    """The forkserver `preflight launch` started (a psutil.Process): its ranks fork from it."""
+    import psutil
+
+    [server] = [c for c in psutil.Process(launcher_pid).children() if "forkserver" in " ".join(c.cmdline())]
+    return server
+
+
 def launch_workers(launcher_pid: int) -> list[Any]:
     """The ranks `preflight launch` forked (from its forkserver), in the order they were forked.
 
     Ordered by creation time, not pid: pids wrap (pid_max is 32,768 here), and the highest pid
     can then be the first worker forked, rank 0, which must live to write the report."""
-    import psutil
+    return sorted(launch_forkserver(launcher_pid).children(), key=lambda worker: (worker.create_time(), worker.pid))
 
-    [server] = [c for c in psutil.Process(launcher_pid).children() if "forkserver" in " ".join(c.cmdline())]
-    return sorted(server.children(), key=lambda worker: (worker.create_time(), worker.pid))
+
+def start_script_ranks(script: str, world: int, store: Path) -> list[subprocess.Popen[str]]:
+    """`python -c SCRIPT RANK STORE` for each rank, output piped: a script that forms its own process
+    group over a FileStore at `store` (a unit of the probes on real gloo ranks, without a launcher)."""
+    return [subprocess.Popen([sys.executable, "-c", script, str(rank), str(store)], env=base_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(world)]
 
 
 def plant_env(folder: Path, plants: Mapping[int, str]) -> dict[str, str]:

@@ -4,14 +4,12 @@ and, with two real gloo ranks, what rank 0 makes of a partner stuck in the one-p
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 from preflight.probes.confirm import judge_confirmed, plan_pairs
 from preflight.probes.pairwise import judge_pairs
-from tests.helpers.ranks import base_env
+from tests.helpers.ranks import start_script_ranks
 
 FAST = [10.0, 10.2, 9.9, 10.1, 9.8]
 
@@ -99,9 +97,7 @@ STUCK_PARTNER = textwrap.dedent("""
 def test_a_partner_stuck_in_the_confirming_pass_is_marked_by_rank_0(tmp_path: Path) -> None:
     """Rank 0 gives up on the pass after --probe-timeout and marks the rank it was stuck with, as the
     round robin does: the verdict's hand-off then does not wait the 30 s cap for it (orchestrate.py)."""
-    store = str(tmp_path / "store")
-    procs = [subprocess.Popen([sys.executable, "-c", STUCK_PARTNER, str(rank), store], env=base_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    procs = start_script_ranks(STUCK_PARTNER, 2, tmp_path / "store")
     try:
         out, err = procs[0].communicate(timeout=120)
     finally:

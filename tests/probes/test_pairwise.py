@@ -10,12 +10,10 @@ carried the exchange.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from tests.helpers.ranks import base_env
+from tests.helpers.ranks import start_script_ranks
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -33,9 +31,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_the_exchange_runs_on_the_group_handed_to_it_and_only_barriers_on_the_control_group(tmp_path: Path) -> None:
-    store = str(tmp_path / "store")
-    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(rank), store], env=base_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    procs = start_script_ranks(SCRIPT, 2, tmp_path / "store")
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-800:] for _, err in outs]
     for rank, (stdout, _) in enumerate(outs):
