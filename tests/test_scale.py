@@ -17,7 +17,7 @@ import pytest
 
 from preflight.model import Finding, JobReport, RankFacts, ReportMeta, Severity, SystemLimits, World
 from preflight.model.codec import BadPayload, encode
-from preflight.model.rank_table import _WORLD_SHARED, PackedRank, pack, unpack
+from preflight.model.rank_table import _WORLD_SHARED, PackedRank, pack, packed, unpack
 from preflight.registry import CROSS, JobView, select_checks
 from preflight.reports import json as json_report
 from preflight.steps.check_results import merge_findings
@@ -133,9 +133,15 @@ def test_a_variable_that_skips_rows_after_the_first_round_trips() -> None:
 
 def test_the_table_written_piece_by_piece_is_the_codec_s_bytes() -> None:
     """reports/json.py writes the rank table a column at a time (no whole copy at 131,072 ranks): the
-    same bytes as encoding it at once, so it loads back as any table."""
-    table = pack(_world(8))
-    assert b"".join(json_report._table_pieces(table)) == encode(table)
+    same bytes as encoding it at once, so it loads back as any table; its tables of distinct values are
+    written from the bytes `pack` encoded to find their twins."""
+    ranks = _world(8)
+    ranks[3].network = dataclasses.replace(ranks[3].network, loopback_scope="its own")  # one more distinct section
+    found = packed(ranks)
+    assert len(found.table.network) == 2
+    for name, encoded in found.encoded.items():
+        assert encoded == [encode(value) for value in getattr(found.table, name)], name
+    assert b"".join(json_report._table_pieces(found)) == encode(found.table)
 
 
 def test_a_schema_2_rank_table_a_row_per_rank_still_unpacks() -> None:

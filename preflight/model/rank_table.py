@@ -115,10 +115,13 @@ class RankTable:
 
 
 class _Interned:
-    """Distinct values by their encoded form, in first-seen order."""
+    """Distinct values by their encoded form, in first-seen order. The encoded forms are kept
+    (`encoded`, in the same order): the report's JSON writes them as they are, not encoding the
+    16,383 distinct network and GPU sections of a 131,072-rank job a second time."""
 
     def __init__(self, into: list) -> None:
         self.values = into
+        self.encoded: list[bytes] = []
         self.index: dict[bytes, int] = {}
         self.by_id: dict[int, int] = {}  # the same object again (rank 0 shares decoded sections)
 
@@ -131,6 +134,7 @@ class _Interned:
         if found is None:
             found = self.index[key] = len(self.values)
             self.values.append(value)
+            self.encoded.append(key)
         self.by_id[id(value)] = found  # `value` stays alive in the ranks being packed
         return found
 
@@ -147,8 +151,22 @@ def _common(dicts: Sequence[dict[str, str]]) -> dict[str, str]:
     return {name: value for name, (_, value) in sorted(best.items())}
 
 
+@dataclass
+class Packed:
+    """A packed table and, for each of its tables of distinct values, their encoded forms (`encode`
+    of each, in order): what `pack` encoded to find twins, which a writer need not encode again."""
+
+    table: RankTable
+    encoded: dict[str, list[bytes]]
+
+
 def pack(ranks: Sequence[RankFacts]) -> RankTable:
     """The table of `ranks`; O(N) in ranks (each section is encoded once to find its twin)."""
+    return packed(ranks).table
+
+
+def packed(ranks: Sequence[RankFacts]) -> Packed:
+    """`pack`, with the encoded forms of the distinct values it found (`Packed`)."""
     table = RankTable(env_common=_common([f.env for f in ranks]), raw_common=_common([f.world.raw for f in ranks]))
     worlds, versions = _Interned(table.worlds), _Interned(table.versions)
     limits_index: dict[tuple, int] = {}  # SystemLimits but its pid -> index in table.system
@@ -216,7 +234,9 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     rows = len(ranks)
     cols.env, cols.env_unset = {name: _column(*_cells_of(env, name), rows) for name in sorted(env)}, env_unset
     cols.raw, cols.raw_unset = {name: _column(*_cells_of(raw, name), rows) for name in sorted(raw)}, raw_unset
-    return table
+    interned = {"worlds": worlds, "versions": versions, "network": network, "gpus": gpus, "health": health,
+                 "placement": placement, "gather_errors": errors}
+    return Packed(table, {name: values.encoded for name, values in interned.items()})
 
 
 def _collect(row: int, values: Mapping[str, str], common: dict[str, str],

@@ -22,7 +22,7 @@ from preflight.lib.collector import collector_paused
 from preflight.lib.files import ensure_parent
 from preflight.model import JobReport, summarize_probes
 from preflight.model.codec import BadPayload, decode, encode
-from preflight.model.rank_table import RankTable, pack, unpack
+from preflight.model.rank_table import Packed, RankTable, packed, unpack
 
 SCHEMA = 3
 _TABLE_SLOT = b'\n "rank_table": null'  # a top-level key (indent 1): nothing nested or quoted matches
@@ -52,16 +52,22 @@ def _parts(report: JobReport) -> tuple[bytes, Iterator[bytes], bytes]:
     indented = msgspec.json.format(merged, indent=1)
     before, slot, after = indented.partition(_TABLE_SLOT)
     assert slot, "the rank table's place in the report"
-    return before + b'\n "rank_table": ', _table_pieces(pack(report.ranks)), after
+    return before + b'\n "rank_table": ', _table_pieces(packed(report.ranks)), after
 
 
-def _table_pieces(table: RankTable) -> Iterator[bytes]:
-    """`encode(table)`, field by field and column by column: the same bytes (the codec writes a
-    dataclass as its fields in order, compact), without one more copy of the whole table at once."""
+def _table_pieces(packed: Packed) -> Iterator[bytes]:
+    """`encode(packed.table)`, field by field and column by column: the same bytes (the codec writes a
+    dataclass as its fields in order, compact), without one more copy of the whole table at once; a
+    table of distinct values is written from the encoded forms `pack` made of them."""
+    table = packed.table
     yield b"{"
     for i, item in enumerate(dataclasses.fields(table)):
         yield (b"," if i else b"") + encode(item.name) + b":"
         value = getattr(table, item.name)
+        encoded = packed.encoded.get(item.name)
+        if encoded is not None and len(encoded) == len(value):
+            yield b"[" + b",".join(encoded) + b"]"  # the codec's compact list of those values
+            continue
         if item.name != "columns" or value is None:
             yield encode(value)
             continue
