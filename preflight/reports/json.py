@@ -65,8 +65,11 @@ def _table_pieces(packed: Packed) -> Iterator[bytes]:
         yield (b"," if i else b"") + encode(item.name) + b":"
         value = getattr(table, item.name)
         encoded = packed.encoded.get(item.name)
-        if encoded is not None and len(encoded) == len(value):
-            yield b"[" + b",".join(encoded) + b"]"  # the codec's compact list of those values
+        if encoded is not None and len(encoded) == len(value):  # the codec's compact list of those values
+            yield b"["
+            for j, element in enumerate(encoded):
+                yield b"," + element if j else element
+            yield b"]"
             continue
         if item.name != "columns" or value is None:
             yield encode(value)
