@@ -55,16 +55,16 @@ def _parts(report: JobReport) -> tuple[bytes, Iterator[bytes], bytes]:
     return before + b'\n "rank_table": ', _table_pieces(packed(report.ranks)), after
 
 
-def _table_pieces(packed: Packed) -> Iterator[bytes]:
-    """`encode(packed.table)`, field by field and column by column: the same bytes (the codec writes a
+def _table_pieces(source: Packed) -> Iterator[bytes]:
+    """`encode(source.table)`, field by field and column by column: the same bytes (the codec writes a
     dataclass as its fields in order, compact), without one more copy of the whole table at once; a
     table of distinct values is written from the encoded forms `pack` made of them."""
-    table = packed.table
+    table = source.table
     yield b"{"
     for i, item in enumerate(dataclasses.fields(table)):
         yield (b"," if i else b"") + encode(item.name) + b":"
         value = getattr(table, item.name)
-        encoded = packed.encoded.get(item.name)
+        encoded = source.encoded.get(item.name)
         if encoded is not None and len(encoded) == len(value):  # the codec's compact list of those values
             yield b"["
             for j, element in enumerate(encoded):
@@ -117,10 +117,10 @@ def _loads(data: bytes | str) -> JobReport:
         raise BadPayload(f"schema {added.schema}: this preflight reads report schemas 1 to {SCHEMA}"
                          + (" (written by a newer preflight: upgrade to read it)" if added.schema > SCHEMA else ""))
     report = decode(data, JobReport)
-    packed = added.rank_table
-    if packed is not None and not report.ranks:
+    table = added.rank_table
+    if table is not None and not report.ranks:
         try:
-            report.ranks = unpack(packed)
+            report.ranks = unpack(table)
         except (IndexError, ValueError) as exc:  # indices past their tables, columns of unequal length
             raise BadPayload(f"rank_table: {str(exc)[:200]}") from None
     return report
