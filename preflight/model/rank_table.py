@@ -115,14 +115,13 @@ class RankTable:
 
 
 class _Interned:
-    """Distinct values by their encoded form, in first-seen order. The encoded forms are kept
-    (`encoded`, in the same order): the report's JSON writes them as they are, not encoding the
+    """Distinct values by their encoded form, in first-seen order. `index`'s keys, in their insertion
+    order, are the values' encoded forms: the report's JSON writes them as they are, not encoding the
     16,383 distinct network and GPU sections of a 131,072-rank job a second time."""
 
     def __init__(self, into: list) -> None:
         self.values = into
-        self.encoded: list[bytes] = []
-        self.index: dict[bytes, int] = {}
+        self.index: dict[bytes, int] = {}  # encoded form -> its value's position in `values`
         self.by_id: dict[int, int] = {}  # the same object again (rank 0 shares decoded sections)
 
     def add(self, value: object) -> int:
@@ -134,7 +133,6 @@ class _Interned:
         if found is None:
             found = self.index[key] = len(self.values)
             self.values.append(value)
-            self.encoded.append(key)
         self.by_id[id(value)] = found  # `value` stays alive in the ranks being packed
         return found
 
@@ -236,7 +234,7 @@ def packed(ranks: Sequence[RankFacts]) -> Packed:
     cols.raw, cols.raw_unset = {name: _column(*_cells_of(raw, name), rows) for name in sorted(raw)}, raw_unset
     interned = {"worlds": worlds, "versions": versions, "network": network, "gpus": gpus, "health": health,
                  "placement": placement, "gather_errors": errors}
-    return Packed(table, {name: values.encoded for name, values in interned.items()})
+    return Packed(table, {name: list(values.index) for name, values in interned.items()})
 
 
 def _collect(row: int, values: Mapping[str, str], common: dict[str, str],
