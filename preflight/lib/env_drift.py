@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from preflight.lib.grouping import LastAnswerKept, grouped
 from preflight.lib.secrets import REDACTED, is_redacted
-from preflight.model import RankFacts
+from preflight.model import RankFacts, table_ranks
 from preflight.model.rank_env import shared_of
 
 COLLECTIVE_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_", "CUDA_", "NVIDIA_", "FI_", "UCX_")
@@ -70,14 +70,45 @@ def value_label(value: str | None, secret_numbers: dict[str, int]) -> str:
 
 @LastAnswerKept
 def drifting(ranks: Sequence[RankFacts]) -> dict[str, dict[str | None, list[RankFacts]]]:
-    """Every variable (not per-rank) whose value differs across ranks, with its groups.
+    """Every variable (not per-rank) whose value differs across ranks, with its groups of ranks
+    (drifting_rows' groups, each row its RankFacts). The last answer is kept (ENV003 and ENV004
+    ask about the same ranks)."""
+    return {name: {value: [ranks[row] for row in rows] for value, rows in groups.items()}
+            for name, groups in drifting_rows(ranks).items()}
+
+
+@LastAnswerKept
+def drifting_rows(ranks: Sequence[RankFacts]) -> dict[str, dict[str | None, list[int]]]:
+    """Every variable (not per-rank) whose value differs across ranks, with its groups: the rows
+    (positions in `ranks`) holding each value, largest group first.
 
     A bare `<redacted>` (no key: the --out-dir fallback) cannot be compared and is left out.
     O(N x variables) at C speed: each rank's environment is compared with the first rank's as
     sets of items (a RankEnv's shared part once, then its own variables), and only the variables
-    that differ somewhere are grouped in Python.
+    that differ somewhere are grouped in Python; a loaded report's ranks (model/table_ranks.py)
+    name those variables themselves (its columns), and no RankFacts is built.
     The last answer is kept (the checks and the renderers ask about the same ranks).
     """
+    candidates = table_ranks.env_differing(ranks)
+    if candidates is None:
+        candidates = _candidates(ranks)
+    result = {}
+    for name in sorted(n for n in candidates if not is_per_rank(n)):
+        values = table_ranks.env_values(ranks, name)  # each rank's value read once (a RankEnv's get is Python)
+        distinct = set(values)
+        distinct.discard(REDACTED)
+        if len(distinct) < 2:
+            continue
+        if REDACTED in values:
+            kept = [(row, v) for row, v in enumerate(values) if v != REDACTED]
+            result[name] = grouped([row for row, _ in kept], [v for _, v in kept])
+        else:
+            result[name] = grouped(range(len(values)), values)
+    return result
+
+
+def _candidates(ranks: Sequence[RankFacts]) -> set[str]:
+    """The variables whose value differs from the first rank's somewhere (a superset of the drifting)."""
     reference = dict(ranks[0].env).items() if ranks else {}.items()
     candidates: set[str] = set()
     seen: set[int] = set()  # the shared parts (model/rank_env.py) already compared with the reference
@@ -87,24 +118,12 @@ def drifting(ranks: Sequence[RankFacts]) -> dict[str, dict[str | None, list[Rank
             candidates.update(name for name, _ in own.items() ^ reference)
             continue
         # What differs from the reference is in the rank's own part or where the shared part
-        # differs (a superset: each candidate is judged below), the shared part compared once.
+        # differs (a superset: each candidate is judged), the shared part compared once.
         candidates.update(own)
         if id(shared) not in seen:
             seen.add(id(shared))
             candidates.update(name for name, _ in shared.items() ^ reference)
-    result = {}
-    for name in sorted(n for n in candidates if not is_per_rank(n)):
-        values = [f.env.get(name) for f in ranks]  # each rank's value read once (a RankEnv's get is Python)
-        distinct = set(values)
-        distinct.discard(REDACTED)
-        if len(distinct) < 2:
-            continue
-        if REDACTED in values:
-            kept = [(f, v) for f, v in zip(ranks, values) if v != REDACTED]
-            result[name] = grouped([f for f, _ in kept], [v for _, v in kept])
-        else:
-            result[name] = grouped(ranks, values)
-    return result
+    return candidates
 
 
 def secret_numbers(values: Sequence[str | None]) -> dict[str, int]:

@@ -28,10 +28,10 @@ def group_by(ranks: Iterable[RankFacts], key: Callable[[RankFacts], K]) -> dict[
     return grouped(ranks, map(key, ranks))
 
 
-def grouped(ranks: Iterable[RankFacts], keys: Iterable[K]) -> dict[K, list[RankFacts]]:
-    """Ranks grouped by their keys (given in the same order), largest group first (ties: by key text):
-    group_by for keys a caller already read."""
-    groups: dict[K, list[RankFacts]] = defaultdict(list)
+def grouped(ranks: Iterable[R], keys: Iterable[K]) -> dict[K, list[R]]:
+    """Ranks (or their rows) grouped by their keys (given in the same order), largest group first (ties:
+    by key text): group_by for keys a caller already read."""
+    groups: dict[K, list[R]] = defaultdict(list)
     for facts, value in zip(ranks, keys, strict=True):
         groups[value].append(facts)
     return dict(sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0]))))

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import gc
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -25,9 +25,12 @@ import msgspec
 T = TypeVar("T")
 
 def _enc_hook(value: Any) -> Any:
-    """A read-only mapping in the model (a RankEnv, model/rank_env.py) encodes as the dict it reads as."""
+    """A read-only mapping in the model (a RankEnv, model/rank_env.py) encodes as the dict it reads as; a
+    read-only sequence (a loaded report's ranks, model/table_ranks.py) as the list."""
     if isinstance(value, Mapping):
         return dict(value)
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return list(value)
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 

@@ -322,16 +322,43 @@ def _restore(common: dict[str, str], own: dict[str, str], unset: list[str]) -> d
     return values
 
 
-def unpack(table: RankTable) -> list[RankFacts]:
-    """The RankFacts `pack` was given, in the same order."""
-    if table.columns is None:
-        return _unpack_rows(table)
+def check_columns(table: RankTable) -> None:
+    """ValueError where a schema-3 table's columns do not fit its tables (a report edited or cut
+    short): `unpack` can then not fail, whenever it runs (model/table_ranks.py unpacks on first use)."""
     cols = table.columns
+    if cols is None:
+        return
     rows = len(cols.rank)
     if any(len(column) != rows for column in (cols.host, cols.world, cols.local_rank, cols.node_rank, cols.versions,
                                               cols.system, cols.network, cols.gpus, cols.health, cols.gather_errors,
                                               cols.pid)):
         raise ValueError("the rank table's columns differ in length")
+    if len(cols.placement) > rows:
+        raise ValueError("the rank table's placement column is longer than its rows")
+    for name in ("worlds", "versions", "system", "network", "gpus", "gather_errors"):
+        column = getattr(cols, "world" if name == "worlds" else name)
+        if column and not 0 <= min(column) <= max(column) < len(getattr(table, name)):
+            raise ValueError(f"the rank table's {name} index is out of range")
+    for name in ("health", "placement"):  # past its table: no section (the default one)
+        if getattr(cols, name) and min(getattr(cols, name)) < 0:
+            raise ValueError(f"the rank table's {name} index is out of range")
+    for differing, unset in ((cols.env, cols.env_unset), (cols.raw, cols.raw_unset)):
+        for column in differing.values():
+            at = column.keys() if isinstance(column, dict) else range(len(column))
+            if at and not 0 <= min(at) <= max(at) < rows:
+                raise ValueError("a rank table variable's rows are out of range")
+        for lacking in unset.values():
+            if lacking and not 0 <= min(lacking) <= max(lacking) < rows:
+                raise ValueError("a rank table variable's unset rows are out of range")
+
+
+def unpack(table: RankTable) -> list[RankFacts]:
+    """The RankFacts `pack` was given, in the same order."""
+    if table.columns is None:
+        return _unpack_rows(table)
+    check_columns(table)
+    cols = table.columns
+    rows = len(cols.rank)
     # A row's environment: env_common, shared by every row (a RankEnv: no copy of ~150 variables
     # per rank), and its own values; a row that lacks a common variable gets a dict of its own.
     # Its World's launcher variables the same way, against raw_common.

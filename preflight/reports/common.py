@@ -8,7 +8,7 @@ from typing import TextIO
 
 from preflight.lib.grouping import LastAnswerKept
 from preflight.lib.hostlist import compress_hostlist, host_ranges, rank_ranges
-from preflight.model import Finding, JobReport, RankFacts, Severity, culprit_order
+from preflight.model import Finding, JobReport, RankFacts, Severity, culprit_order, table_ranks
 
 SEVERITY_LABEL = {
     Severity.ERROR: "ERROR",
@@ -64,7 +64,7 @@ def world_summary(report: JobReport) -> str:
 def _hosts(ranks: Sequence[RankFacts]) -> tuple[int, str]:
     """How many hosts the ranks ran on, and their compressed hostlist (kept: the text, terminal and
     HTML views each show it; at 131,072 ranks each pass over them is ~40 ms)."""
-    hosts = {facts.host for facts in ranks}
+    hosts = set(table_ranks.hosts(ranks))
     return len(hosts), compress_hostlist(hosts)
 
 

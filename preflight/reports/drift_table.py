@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from preflight.lib.env_drift import drifting, secret_numbers, value_label
+from preflight.lib.env_drift import drifting_rows, secret_numbers, value_label
 from preflight.lib.grouping import LastAnswerKept
 from preflight.lib.hostlist import compress_hostlist
-from preflight.model import JobReport, RankFacts
+from preflight.model import JobReport, RankFacts, table_ranks
 from preflight.reports.common import rank_ranges
 
 UNSET = "(unset)"
@@ -53,15 +53,16 @@ def env_drift(report: JobReport, max_values: int = MAX_VALUES) -> list[DriftRow]
 def _rows(ranks: Sequence[RankFacts]) -> list[DriftRow]:
     """env_drift's rows with MAX_VALUES values each (read-only; kept: the text, terminal and HTML views
     each show the table, and each row's rank ranges and hosts are a pass over its ranks)."""
+    numbers, hosts = table_ranks.rank_numbers(ranks), table_ranks.hosts(ranks)
     rows = []
-    for name, groups in drifting(ranks).items():
-        numbers = secret_numbers(list(groups))
+    for name, groups in drifting_rows(ranks).items():
+        numbers_of_secrets = secret_numbers(list(groups))
         values = [
             DriftValue(
-                UNSET if value is None else value_label(value, numbers),
+                UNSET if value is None else value_label(value, numbers_of_secrets),
                 len(group),
-                rank_ranges(f.rank for f in group),
-                compress_hostlist(sorted({f.host for f in group})),
+                rank_ranges(numbers[row] for row in group),
+                compress_hostlist(sorted({hosts[row] for row in group})),
             )
             for value, group in list(groups.items())[:MAX_VALUES]
         ]

@@ -12,37 +12,37 @@ from collections import Counter, defaultdict
 
 from preflight.lib.hostlist import rank_ranges
 from preflight.lib.nvml_fabric import STATES, health_faults
-from preflight.model import JobReport, RankFacts
+from preflight.model import JobReport, table_ranks
+from preflight.model.health_facts import HealthFacts
 
 TITLE = "NVLink fabric: the domains the job's GPUs registered with (NVML fabric info)"
 HEADERS = ["NVLink domain (cluster/clique)", "hosts", "ranks", "fabric health", "IMEX channel"]
 MAX_HOSTS_SHOWN = 6
 
 
-def _key(facts: RankFacts) -> str:
-    """The rank's domain; `(in progress)` and kin where its GPU is on a fabric but not registered; ""
+def _key(health: HealthFacts) -> str:
+    """A rank's domain; `(in progress)` and kin where its GPU is on a fabric but not registered; ""
     where it has no fabric at all."""
-    for gpu in facts.health.gpus:
+    for gpu in health.gpus:
         fabric = gpu.fabric
         if fabric is not None and fabric.state:
             return fabric.domain or f"({STATES.get(fabric.state, str(fabric.state))})"
     return ""
 
 
-def _health(ranks: list[RankFacts]) -> str:
+def _health(sections: list[HealthFacts]) -> str:
     faults: Counter[str] = Counter()
-    for facts in ranks:
-        for gpu in facts.health.gpus:
+    for health in sections:
+        for gpu in health.gpus:
             if gpu.fabric is not None:
                 faults.update(health_faults(gpu.fabric))
     if not faults:
-        return f"healthy ({len(ranks)} GPU(s))"
+        return f"healthy ({len(sections)} GPU(s))"
     return "; ".join(f"{fault} on {count} GPU(s)" for fault, count in faults.most_common())
 
 
-def _imex(hosts: dict[str, RankFacts]) -> str:
-    read = {host: facts.health.imex_channels for host, facts in hosts.items()
-            if facts.health.imex_channels is not None}
+def _imex(hosts: dict[str, HealthFacts]) -> str:
+    read = {host: health.imex_channels for host, health in hosts.items() if health.imex_channels is not None}
     if not read:
         return "not read"
     having = sorted(host for host, channels in read.items() if channels)
@@ -53,18 +53,24 @@ def _imex(hosts: dict[str, RankFacts]) -> str:
 
 def rows(report: JobReport) -> list[list[str]]:
     """One row per domain, largest first; [] when no rank's GPU is on an NVLink fabric."""
-    domains: dict[str, list[RankFacts]] = defaultdict(list)
-    for facts in report.ranks:
-        key = _key(facts)
+    sections = table_ranks.health(report.ranks)
+    numbers, host_of = table_ranks.rank_numbers(report.ranks), table_ranks.hosts(report.ranks)
+    keys: dict[int, str] = {}  # by the section's id: a host's ranks share theirs
+    domains: dict[str, list[int]] = defaultdict(list)  # domain -> rows
+    for row, health in enumerate(sections):
+        key = keys.get(id(health))
+        if key is None:
+            key = keys[id(health)] = _key(health)
         if key:
-            domains[key].append(facts)
+            domains[key].append(row)
     found = []
-    for key, ranks in sorted(domains.items(), key=lambda item: (-len(item[1]), item[0])):
-        hosts: dict[str, RankFacts] = {}
-        for facts in sorted(ranks, key=lambda f: f.rank):
-            hosts.setdefault(facts.host, facts)
+    for key, in_domain in sorted(domains.items(), key=lambda item: (-len(item[1]), item[0])):
+        hosts: dict[str, HealthFacts] = {}
+        for row in sorted(in_domain, key=numbers.__getitem__):
+            hosts.setdefault(host_of[row], sections[row])
         names = sorted(hosts)
         shown = ", ".join(names[:MAX_HOSTS_SHOWN]) + (f" (+{len(names) - MAX_HOSTS_SHOWN})"
                                                        if len(names) > MAX_HOSTS_SHOWN else "")
-        found.append([key, shown, rank_ranges(f.rank for f in ranks), _health(ranks), _imex(hosts)])
+        found.append([key, shown, rank_ranges(numbers[row] for row in in_domain),
+                      _health([sections[row] for row in in_domain]), _imex(hosts)])
     return found

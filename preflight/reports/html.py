@@ -22,7 +22,7 @@ import markupsafe
 
 from preflight.lib.files import ensure_parent
 from preflight.lib.hostlist import compress_hostlist, ranks_text
-from preflight.model import JobReport, Severity
+from preflight.model import JobReport, Severity, table_ranks
 from preflight.reports import charts, device_table, fabric_table, host_choice, nccl_table, storage_table
 from preflight.reports.common import (
     SEVERITY_LABEL,
@@ -96,7 +96,7 @@ def _finding_rows(report: JobReport, rank_hosts: dict[int, str]) -> list[dict[st
 
 def _meta_rows(report: JobReport) -> list[tuple[str, str]]:
     meta = report.meta
-    hosts = sorted({r.host for r in report.ranks})
+    hosts = sorted(set(table_ranks.hosts(report.ranks)))
     rows = [
         ("launcher", meta.launcher), ("job id", meta.job_id), ("run id", meta.run_id),
         ("world", f"{meta.world_size} rank(s) on {meta.num_nodes} node(s); {len(report.ranks)} reported"),
@@ -152,7 +152,7 @@ def _csp_hash(script: str) -> str:
 def render(report: JobReport) -> str:
     """The whole report as one HTML document."""
     env = _environment()
-    rank_hosts = {facts.rank: facts.host for facts in report.ranks}
+    rank_hosts = dict(zip(table_ranks.rank_numbers(report.ranks), table_ranks.hosts(report.ranks)))
     dims = _dimensions(report)
     rows = _finding_rows(report, rank_hosts)
     page_js = (_TEMPLATES / "report.js").read_text()

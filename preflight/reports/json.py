@@ -23,6 +23,7 @@ from preflight.lib.files import ensure_parent
 from preflight.model import JobReport, summarize_probes
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.rank_table import Packed, RankTable, packed, unpack
+from preflight.model.table_ranks import TableRanks
 
 SCHEMA = 3
 _TABLE_SLOT = b'\n "rank_table": null'  # a top-level key (indent 1): nothing nested or quoted matches
@@ -119,8 +120,8 @@ def _loads(data: bytes | str) -> JobReport:
     report = decode(data, JobReport)
     table = added.rank_table
     if table is not None and not report.ranks:
-        try:
-            report.ranks = unpack(table)
+        try:  # schema 3's columns read by the renderers as they are (model/table_ranks.py); schema 2 unpacked
+            report.ranks = TableRanks(table) if table.columns is not None else unpack(table)
         except (IndexError, ValueError) as exc:  # indices past their tables, columns of unequal length
             raise BadPayload(f"rank_table: {str(exc)[:200]}") from None
     return report

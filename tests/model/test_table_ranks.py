@@ -1,0 +1,92 @@
+"""A loaded report's ranks (model/table_ranks.py): the RankFacts its table packs, read by the
+renderers from the table's columns without building them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from preflight.lib.env_drift import drifting_rows
+from preflight.lib.secrets import REDACTED
+from preflight.model import GpuFabric, GpuHealth, HealthFacts, RankFacts, table_ranks
+from preflight.model.codec import BadPayload, encode
+from preflight.model.table_ranks import TableRanks
+from preflight.reports import fabric_table, html, text
+from preflight.reports import json as json_report
+from preflight.reports.drift_table import env_drift
+from tests.helpers.facts import built_report, cluster
+
+PER_HOST = 4
+
+
+def _ranks() -> list[RankFacts]:
+    """4 hosts x 4 ranks: a per-rank variable (a dense column), drift on one host (sparse), a common
+    variable one rank lacks, a variable two ranks hold alone, a bare redaction; two NVLink domains."""
+    env = {f"APP_{i}": f"value-{i}" for i in range(6)} | {"NCCL_SOCKET_IFNAME": "ib"}
+    ranks = cluster(4, PER_HOST, env=env)
+    fabric = {"node001": "aaaa", "node002": "aaaa", "node003": "bbbb"}  # node004: no fabric
+    for facts in ranks:
+        facts.env["RANK"] = str(facts.rank)
+        if facts.host == "node002":
+            facts.env["NCCL_SOCKET_IFNAME"] = "eth"
+        if facts.host in fabric:
+            unhealthy = facts.host == "node003" and facts.rank % 2 == 0
+            gpu = GpuHealth(index=0, fabric=GpuFabric(state=3, cluster_uuid=fabric[facts.host], clique_id=1,
+                                                      health_mask=1 if unhealthy else 0))
+            facts.health = HealthFacts(nvml="ok", gpus=[gpu], imex_channels=["channel0"] if facts.rank < 8 else [])
+    del ranks[6].env["APP_3"]
+    ranks[9].env["ODD"] = ranks[13].env["ODD"] = "x"
+    ranks[11].env["APP_5"] = REDACTED  # no key: left out of the drift, never compared
+    return ranks
+
+
+def _loaded(tmp_path, ranks: list[RankFacts]):
+    report = built_report(ranks)
+    path = tmp_path / "run.json"
+    json_report.write(report, path)
+    return report, json_report.load(path)
+
+
+def test_loaded_ranks_are_the_packed_rankfacts_and_render_without_being_built(tmp_path) -> None:
+    report, again = _loaded(tmp_path, _ranks())
+    loaded = again.ranks
+    assert isinstance(loaded, TableRanks) and len(loaded) == len(report.ranks)
+    # What the renderers read, from the columns: what each RankFacts holds.
+    assert list(table_ranks.rank_numbers(loaded)) == [f.rank for f in report.ranks]
+    assert list(table_ranks.hosts(loaded)) == [f.host for f in report.ranks]
+    assert table_ranks.health(loaded) == [f.health for f in report.ranks]
+    names = {name for facts in report.ranks for name in facts.env}
+    assert table_ranks.env_differing(loaded) == {"RANK", "NCCL_SOCKET_IFNAME", "APP_3", "ODD", "APP_5"}
+    for name in names:
+        assert table_ranks.env_values(loaded, name) == [f.env.get(name) for f in report.ranks], name
+    assert drifting_rows(loaded) == drifting_rows(report.ranks)
+    assert set(drifting_rows(loaded)) == {"APP_3", "NCCL_SOCKET_IFNAME", "ODD"}
+    assert env_drift(again) == env_drift(report) and fabric_table.rows(again) == fabric_table.rows(report)
+    assert [row[0] for row in fabric_table.rows(again)] == ["aaaa/1", "bbbb/1"]  # domain/clique
+    assert text.render(again) == text.render(report) and html.render(again) == html.render(report)
+    assert loaded._facts is None  # none of that built a RankFacts
+    assert loaded == report.ranks and report.ranks == loaded  # built when asked for, equal both ways
+    assert loaded[6].env == report.ranks[6].env and "APP_3" not in loaded[6].env
+    # The codec writes it as the list it reads as (each environment in its table's order).
+    assert json.loads(encode(loaded)) == json.loads(encode(report.ranks))
+
+
+@pytest.mark.parametrize("spoil", ["negative index", "env row past the rows", "unset row past the rows",
+                                   "dense column longer than the rows"])
+def test_a_table_that_unpack_could_not_read_is_refused_when_loaded(tmp_path, spoil: str) -> None:
+    """The RankFacts are built later (on first use), so every table they could not be built from is
+    refused where the report is loaded: a BadPayload, never an IndexError in a renderer."""
+    report = built_report(_ranks())
+    document = json.loads(json_report.dumps_bytes(report))
+    columns = document["rank_table"]["columns"]
+    if spoil == "negative index":
+        columns["network"][2] = -1
+    elif spoil == "env row past the rows":
+        columns["env"]["ODD"]["99"] = "x"
+    elif spoil == "unset row past the rows":
+        columns["env_unset"]["APP_3"].append(16)
+    else:
+        columns["env"]["RANK"].append("16")
+    with pytest.raises(BadPayload, match="rank_table"):
+        json_report.loads(json.dumps(document))
