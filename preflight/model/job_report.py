@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from preflight.model.device_probe import DeviceRow
@@ -47,7 +48,8 @@ class JobReport:
     """The one source every renderer reads: the whole run, on rank 0."""
 
     meta: ReportMeta
-    ranks: list[RankFacts] = field(default_factory=list)
+    # A list on rank 0; a loaded report's is read from its rank table (model/table_ranks.py): read-only.
+    ranks: Sequence[RankFacts] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     checks: list[CheckOutcome] = field(default_factory=list)
     probes: list[ProbeResult] = field(default_factory=list)
