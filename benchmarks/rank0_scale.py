@@ -24,6 +24,11 @@ shared by the ranks that sent it, folded per host and dimension, judged
 (NCCL020-NCCL024) and rendered: stage `nccl`, and every later stage with the report's NCCL section.
 Compare `total_s` / `total_cpu_s` with and without it.
 
+`--gpu-node` gives each rank the health and placement sections of a rank on an 8-GPU node (its bound
+GPU's NVML reads, its CPUs and PCIe place, its host's clock offset and build fingerprint on local rank 0:
+gpu_node_facts.py), each rank's own, where the default ranks send the empty ones of a CPU rank: what
+rank 0 holds, writes and reloads at that scale on GPU hosts. This tree only (not with --compare-src).
+
 The payloads are written as rank 0 reads them from the store: each rank's payload and, before
 the first payload that names it, each distinct shared section once (channel/sections.py, issue
 44); `payload_kb_per_rank` is all of that per reporting rank, the bytes that reach rank 0.
@@ -118,9 +123,10 @@ def _nccl_account(rank: int, host: str, node: int, local: int, size: int):
         nvls_used=True, communicators=3, channels=16, lines=400, nccl_lines=400)
 
 
-def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bool = False) -> None:
+def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bool = False,
+             gpu_node: bool = False) -> None:
     """Write every reporting rank's encoded RankPayload to `path` (length-prefixed); with `nccl`, its
-    probe report carrying its NCCL account to `path`.nccl."""
+    probe report carrying its NCCL account to `path`.nccl; `gpu_node`: see synthetic_payloads."""
     from preflight.model.codec import encode
 
     try:  # what Exchange.publish sends
@@ -134,7 +140,7 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bo
     written: set[str] = set()  # the sections in the store so far
     accounts = open(path + ".nccl", "wb") if nccl else None
     with open(path, "wb") as out:
-        for rank, payload in synthetic_payloads(world_kind, size, missing_hosts):
+        for rank, payload in synthetic_payloads(world_kind, size, missing_hosts, gpu_node=gpu_node):
             if accounts is not None:  # what steps.publish sends: the account without rank, host, pid
                 node, local = divmod(rank, PER_HOST)
                 account = _nccl_account(rank, f"gpu{node + 1:05d}", node, local, size)
@@ -153,12 +159,14 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bo
         accounts.close()
 
 
-def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=None, light: bool = False):
+def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=None, light: bool = False,
+                       gpu_node: bool = False):
     """(rank, RankPayload) of every reporting rank (of `ranks` only, if given), as each rank
     would publish it. `light`: the payloads share what they can (one environment dict for the
     job, with each rank's launcher variables beside it; a host's network and GPU objects), for a
     process that holds tens of thousands of them at once (benchmarks/store_scale.py); they encode
-    to the same facts."""
+    to the same facts. `gpu_node`: each rank's health and placement as on an 8-GPU node, its own
+    (gpu_node_facts.py), not the empty sections of a CPU rank."""
     from preflight.channel.exchange import RankPayload
     from preflight.model import (
         RankFacts,
@@ -220,6 +228,10 @@ def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=Non
                                 memlock_bytes=-1 if node != 12 else 65536, shm_bytes=1 << 39),
             network=network, gpus=gpus,
         )
+        if gpu_node:
+            from gpu_node_facts import rank_health, rank_placement
+
+            facts.health, facts.placement = rank_health(node, local), rank_placement(node, local)
         # The local checks once per kind of host (each planted fault, and a healthy one): hosts of a
         # kind differ only in names and addresses (and checks cost ~20 ms a host, 16,384 hosts here).
         kind = node if node in (0, 5, 9, 12) else "healthy"
@@ -318,27 +330,29 @@ def _payloads(path: str):
 
 # -- measurement (a fresh process per N) ---------------------------------------------------
 
-def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None, nccl: bool = False) -> dict[str, object]:
+def measure(world_kind: str, size: int, missing_hosts: int, keep: str | None, nccl: bool = False,
+            gpu_node: bool = False) -> dict[str, object]:
     """Generate in a child, then time rank 0's stages here; the payloads and reports (hundreds of MB
     at 131,072 ranks) are removed after, unless kept (--keep DIR)."""
     folder = Path(keep or tempfile.mkdtemp(prefix="pf-scale-"))
     try:
-        return _measure(folder, world_kind, size, missing_hosts, keep, nccl)
+        return _measure(folder, world_kind, size, missing_hosts, keep, nccl, gpu_node)
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
 
 
 def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep: str | None,
-             nccl: bool = False) -> dict[str, object]:
+             nccl: bool = False, gpu_node: bool = False) -> dict[str, object]:
     folder.mkdir(parents=True, exist_ok=True)
     data = str(folder / "payloads.bin")
     made = folder / "payloads.args"  # what generated payloads.bin: --keep DIR reuses it for the same arguments
     # the NCCL accounts are generated beside the payloads (the same payloads with or without them)
-    wanted = f"{world_kind} {size} {missing_hosts} nccl\n"
+    wanted = f"{world_kind} {size} {missing_hosts} nccl{' gpu-node' if gpu_node else ''}\n"
     if not (keep and made.exists() and made.read_text() == wanted and os.path.exists(data)):
         subprocess.run([sys.executable, __file__, "--generate", data, "--ranks", str(size), "--world", world_kind,
-                        "--missing-hosts", str(missing_hosts), "--nccl"], check=True)
+                        "--missing-hosts", str(missing_hosts), "--nccl", *(["--gpu-node"] if gpu_node else [])],
+                       check=True)
         made.write_text(wanted)
     payload_bytes = os.path.getsize(data)
 
@@ -581,15 +595,20 @@ def main() -> None:
                         help="keep the payloads and reports here (reused by a later run with the same arguments)")
     parser.add_argument("--nccl", action="store_true",
                         help="include NCCL's account (each rank's NcclAccount: decode, summary, checks, report)")
+    parser.add_argument("--gpu-node", action="store_true",
+                        help="each rank's health and placement as on an 8-GPU node, its own (this tree only: "
+                             "not with --compare-src)")
     args = parser.parse_args()
+    if args.gpu_node and args.compare_src:  # the other tree's copy of this benchmark has no such ranks
+        parser.error("--gpu-node measures this tree only: not with --compare-src")
     if args.reload:
         print(json.dumps(reload(args.reload)))
     elif args.generate:
-        generate(args.world, args.ranks, args.missing_hosts, args.generate, args.nccl)
+        generate(args.world, args.ranks, args.missing_hosts, args.generate, args.nccl, args.gpu_node)
     elif args.compare_src:
         compare(args.compare_src, args.world or "slurm", args.ranks or 16384, args.missing_hosts, args.repeat)
     elif args.ranks and args.world:
-        print(json.dumps(measure(args.world, args.ranks, args.missing_hosts, args.keep, args.nccl)))
+        print(json.dumps(measure(args.world, args.ranks, args.missing_hosts, args.keep, args.nccl, args.gpu_node)))
     else:
         sweep([args.world] if args.world else ["torchrun", "slurm"], [args.ranks] if args.ranks else list(SIZES),
               args.missing_hosts)

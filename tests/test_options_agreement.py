@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from preflight.lib.hostlist import rank_ranges
+from preflight.model.agreement import WIRE_VERSION
 from preflight.options import AGREEING, RunOptions
 from preflight.options.agreement import agreed_values, disagreements
 from tests.helpers.ranks import Placement, free_port, plant_env, read_json, start_rank, wait_for_ranks
@@ -54,7 +55,7 @@ ODD_RANK = {flag: (1, 2, 3, 0)[i % WORLD] for i, flag in enumerate(DIFFERENT)}  
 OTHER_PREFLIGHT = """
 import preflight, preflight.model.agreement as agreement
 preflight.__version__ = "0.0.9"
-agreement.WIRE_VERSION = 2
+agreement.WIRE_VERSION += 1
 """
 
 
@@ -95,7 +96,7 @@ def test_ranks_started_otherwise_are_named_and_all_exit_3_without_probing(tmp_pa
         assert f" on rank {rank}" in named[flag]["message"], named[flag]["message"]
         assert f" on ranks {others}" in named[flag]["message"], named[flag]["message"]
     assert named["--sizes"]["message"] == "--sizes: 64K on ranks 0-1,3; 128K on rank 2"  # the issue's case
-    for stamped, value in (("preflight version", "0.0.9"), ("wire version", "2")):
+    for stamped, value in (("preflight version", "0.0.9"), ("wire version", str(WIRE_VERSION + 1))):
         assert named[stamped]["ranks"] == [3] and f"{value} on rank 3" in named[stamped]["message"]
     assert set(named) == {*DIFFERENT, "preflight version", "wire version"}
     # No rank entered the probes: no result, and rank 0 says why.

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
-from preflight.model import CheckOutcome, GpuFacts, NetworkFacts, Versions, World
+from preflight.model import CheckOutcome, GpuFacts, IbCounters, NetworkFacts, Versions, World
 from preflight.model.codec import BadPayload, decode, encode
+from preflight.model.placement_facts import BuildFacts
 
 
 @dataclass
@@ -33,6 +34,12 @@ class SharedDocument:
     gpus: list[GpuFacts]
     outcomes: list[CheckOutcome]  # durations zeroed: they travel in `_Own.outcome_us`
     options: dict[str, str] = field(default_factory=dict)  # the agreeing options by flag (model/agreement.py)
+    # The parts of a rank's health and placement its host's ranks read alike (on an 8-GPU node 2-3 kB of a
+    # rank's ~5 kB, and the build fingerprint ~9 kB on local rank 0): the RDMA ports' error counters, the
+    # NUMA nodes' CPUs, the host's build fingerprint (empty but on the rank that takes it).
+    ib_counters: list[IbCounters] = field(default_factory=list)
+    numa_cpus: dict[int, list[int]] = field(default_factory=dict)
+    build: BuildFacts = field(default_factory=BuildFacts)
 
 
 @dataclass
@@ -46,6 +53,9 @@ class _SharedRaw:
     gpus: msgspec.Raw
     outcomes: msgspec.Raw
     options: msgspec.Raw
+    ib_counters: msgspec.Raw
+    numa_cpus: msgspec.Raw
+    build: msgspec.Raw
 
 
 @dataclass
@@ -59,12 +69,17 @@ class _SharedRefs:
     gpus: str
     outcomes: str
     options: str
+    ib_counters: str
+    numa_cpus: str
+    build: str
 
 
 # The sections of `SharedDocument`, in its order, with their types.
 _SECTIONS: dict[str, Any] = {"env": dict[str, str], "world": World, "versions": Versions, "network": NetworkFacts,
                              "gpus": list[GpuFacts], "outcomes": list[CheckOutcome],
-                             "options": dict[str, str]}
+                             "options": dict[str, str], "ib_counters": list[IbCounters],
+                             "numa_cpus": dict[int, list[int]], "build": BuildFacts}
+T = TypeVar("T")
 SEPARATOR = b"\n"  # compact JSON holds no raw newline (one in a string is written \\n)
 
 
@@ -113,6 +128,7 @@ class SharedSections:
         # the digests whose bytes were refused (absent, not matching, not decoding), with why.
         self.by_digest: dict[str, Any] = {}
         self.own: dict[tuple[str, bytes], Any] = {}  # own_part's recent values
+        self.joins: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}  # joined's recent values
         self.refused: dict[str, str] = {}
 
     def missing(self, payloads: Iterable[bytes]) -> dict[str, str]:
@@ -170,6 +186,18 @@ class SharedSections:
             found = self.own[(name, data)] = decode(data, into, max_bytes=MAX_PAYLOAD_BYTES)
         self.last[name] = (data, found)
         return found
+
+    def joined(self, parts: tuple[Any, ...], join: Callable[..., T]) -> T:
+        """join(*parts), the same object again for the same parts (a rank's own health and its host's
+        counters: one object for the ranks that sent both alike, as own_part gives one for the same bytes).
+        Bounded as own_part is; each entry holds its parts, so no id in a key is reused while it is kept."""
+        key = tuple(map(id, parts))
+        found = self.joins.get(key)
+        if found is None or any(kept is not part for kept, part in zip(found[0], parts, strict=True)):
+            if len(self.joins) >= _OWN_KEPT:
+                self.joins.clear()
+            found = self.joins[key] = (parts, join(*parts))
+        return found[1]
 
     def _section(self, name: str, raw: msgspec.Raw) -> Any:
         """A shared document's section: inline (a --out-dir file), or by a digest rank 0 has learned."""

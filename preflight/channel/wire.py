@@ -20,8 +20,9 @@ the exchange linear and rank 0's decode fast:
   host, its place in the World and per-rank launcher variables, limits, health, placement,
   findings, per-rank variables, check durations), then the sections the ranks of a host send
   alike (`SharedDocument`: the environment, the rest of the World, versions, network, GPUs and check
-  outcomes: 90% of the bytes). Compact JSON holds no raw newline, so the first
-  one is the cut.
+  outcomes: 90% of the bytes; and the parts of health and placement a host's ranks read alike, its
+  ports' error counters, its NUMA nodes' CPUs, its build fingerprint, which rank 0 joins back to each
+  rank's own part). Compact JSON holds no raw newline, so the first one is the cut.
 
 Through the store the shared document travels by reference (channel/sections.py's `store_form`, issue 44): each
 section is replaced by its digest (BLAKE2b of the section's name and bytes) and its bytes go
@@ -65,12 +66,13 @@ from preflight.model import (
     CheckOutcome,
     Finding,
     HealthFacts,
+    IbCounters,
     RankFacts,
     SystemLimits,
 )
 from preflight.model.agreement import WIRE_VERSION, RankStamp
 from preflight.model.codec import BadPayload, decode, encode
-from preflight.model.placement_facts import PlacementFacts
+from preflight.model.placement_facts import BuildFacts, PlacementFacts
 from preflight.model.rank_env import RankEnv
 from preflight.model.section_copy import clone
 
@@ -146,6 +148,7 @@ class _Stamped:
 def to_wire(payload: RankPayload) -> bytes:
     """The bytes a rank publishes: its own document, a newline, the shared document."""
     facts, world = payload.facts, payload.facts.world
+    health, placement = facts.health, facts.placement
     if payload.rank != 0 and world.expected_hosts:
         world = dataclasses.replace(world, expected_hosts={})
     shared_env = dict(sorted((k, v) for k, v in facts.env.items() if not is_per_rank(k)))
@@ -157,11 +160,16 @@ def to_wire(payload: RankPayload) -> bytes:
     own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env, stamp=payload.stamp,
                outcome_us=[round(o.duration_s * 1e6) for o in payload.outcomes],
                facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
-                               health=msgspec.Raw(encode(facts.health)), placement=msgspec.Raw(encode(facts.placement)),
+                               health=msgspec.Raw(encode(dataclasses.replace(health, ib_counters=[]))),
+                               placement=msgspec.Raw(encode(dataclasses.replace(
+                                   placement, build=BuildFacts(),
+                                   affinity=dataclasses.replace(placement.affinity, numa_cpus={})))),
                                gather_errors=facts.gather_errors))
     outcomes = [dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes]
     shared = SharedDocument(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
-                            gpus=facts.gpus, outcomes=outcomes, options=payload.options)
+                            gpus=facts.gpus, outcomes=outcomes, options=payload.options,
+                            ib_counters=health.ib_counters, numa_cpus=placement.affinity.numa_cpus,
+                            build=placement.build)
     return encode(own) + SEPARATOR + encode(shared)
 
 
@@ -177,10 +185,11 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
     if cut < 0:
         raise BadPayload("not a payload: no shared sections after the rank's own")
     own = decode(data[:cut], _Own, max_bytes=MAX_PAYLOAD_BYTES)
-    env, world, versions, network, gpus, outcomes, options = shared.sections(data, cut + 1)
+    env, world, versions, network, gpus, outcomes, options, counters, numa_cpus, build = shared.sections(data, cut + 1)
     facts, mine = own.facts, own.facts.world
-    health = shared.own_part("health", facts.health, HealthFacts)
-    placement = shared.own_part("placement", facts.placement, PlacementFacts)
+    health = shared.joined((shared.own_part("health", facts.health, HealthFacts), counters), _with_counters)
+    placement = shared.joined((shared.own_part("placement", facts.placement, PlacementFacts), numa_cpus, build),
+                              _with_host_placement)
     try:
         if len(own.outcome_us) != len(outcomes):
             raise BadPayload(f"{len(own.outcome_us)} check durations for {len(outcomes)} check outcomes")
@@ -198,6 +207,23 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
         )
     except (TypeError, ValueError) as exc:
         raise BadPayload(str(exc)[:300]) from None
+
+
+def _with_counters(health: HealthFacts, counters: list[IbCounters]) -> HealthFacts:
+    """A rank's own health with its host's port counters (they travel in the shared document)."""
+    return dataclasses.replace(health, ib_counters=counters) if counters else health
+
+
+def _with_host_placement(placement: PlacementFacts, numa_cpus: dict[int, list[int]],
+                         build: BuildFacts) -> PlacementFacts:
+    """A rank's own placement with its host's NUMA CPUs and build fingerprint (they travel in the shared document)."""
+    if not numa_cpus and build == _NO_BUILD:
+        return placement
+    return dataclasses.replace(placement, build=build,
+                               affinity=dataclasses.replace(placement.affinity, numa_cpus=numa_cpus))
+
+
+_NO_BUILD = BuildFacts()
 
 
 def this_stamp() -> RankStamp:

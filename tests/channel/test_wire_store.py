@@ -18,8 +18,20 @@ from preflight.channel import keys
 from preflight.channel.exchange import Exchange
 from preflight.channel.sections import store_form
 from preflight.channel.wire import RankPayload, SharedSections, from_wire, to_wire
-from preflight.model import CheckOutcome, GpuFacts, Interface, NetworkFacts, RankFacts, Severity, World
+from preflight.model import (
+    CheckOutcome,
+    GpuFacts,
+    GpuHealth,
+    HealthFacts,
+    IbCounters,
+    Interface,
+    NetworkFacts,
+    RankFacts,
+    Severity,
+    World,
+)
 from preflight.model.codec import BadPayload
+from preflight.model.placement_facts import AffinityFacts, BuildFacts, DistBuild, PlacementFacts
 
 PER_HOST, HOSTS = 4, 2
 
@@ -55,7 +67,15 @@ def _payload(rank: int, env_drift: bool = False) -> RankPayload:
                            loopback_scope=f"boot-{node}")
     gpus = [GpuFacts(index=i, name="H100", uuid=f"GPU-{node}-{i}") for i in range(2)]
     env = {"NCCL_IB_HCA": "mlx5_9" if env_drift else "mlx5", "HOME": "/root", "RANK": str(rank)}
-    facts = RankFacts(rank=rank, host=host, world=world, env=env, network=network, gpus=gpus)
+    # As on a GPU node: each rank's own bound GPU; its host's port counters and NUMA CPUs; the build
+    # fingerprint on the host's local rank 0 (the one that takes it).
+    health = HealthFacts(nvml="ok", bound_index=local, gpus=[GpuHealth(index=local, temperature_c=30 + rank)],
+                         ib_counters=[IbCounters("mlx5_0", 1, {"symbol_error": node, "link_downed": 0})])
+    build = BuildFacts(taken=True, dists=[DistBuild(name="torch", version="2.13.0", digest="ab12")]) if not local \
+        else BuildFacts()
+    placement = PlacementFacts(build=build, affinity=AffinityFacts(cpus=[local], numa_cpus={0: [0, 1], 1: [2, 3]}))
+    facts = RankFacts(rank=rank, host=host, world=world, env=env, network=network, gpus=gpus, health=health,
+                      placement=placement)
     outcomes = [CheckOutcome("ENV001", "env", "local", "one", Severity.OK, 0.000125 * (rank + 1))]
     return RankPayload(rank, facts, outcomes=outcomes)
 
@@ -88,10 +108,12 @@ def test_each_section_is_written_once_a_rank_sends_its_own_document_and_rank_0_r
     recording = _publish(store, sent)
     section_writes = [key for key, _ in recording.written if key.startswith("shared/")]
     # env (the job's, and rank 6's own), world, versions, network x 2 hosts, GPUs x 2 hosts, outcomes, the
-    # agreeing options (issue 47)
-    assert len(section_writes) == len(set(section_writes)) == 10
+    # agreeing options (issue 47), the port counters x 2 hosts, the NUMA CPUs (alike on both), the build
+    # fingerprint (rank 4's, the only local rank 0 here) and the empty one of the others
+    assert len(section_writes) == len(set(section_writes)) == 15
     payloads = {key: value for key, value in recording.written if key.startswith("rank/")}
-    assert len(payloads) == 7 and not [v for v in payloads.values() if b"interfaces" in v or b"mlx5" in v]
+    host_bytes = (b"interfaces", b"mlx5", b'numa_cpus":{"', b'"torch"')  # sent once per host or job, not per rank
+    assert len(payloads) == 7 and not [v for v in payloads.values() if any(part in v for part in host_bytes)]
     collected = _collect(store)
     assert not collected.bad_payloads
     assert [collected.payloads[p.rank].facts for p in sent] == [p.facts for p in sent]
@@ -99,6 +121,8 @@ def test_each_section_is_written_once_a_rank_sends_its_own_document_and_rank_0_r
     assert got[6].facts.env["NCCL_IB_HCA"] == "mlx5_9" and got[5].facts.env["NCCL_IB_HCA"] == "mlx5"
     assert got[5].facts.env.shared is got[7].facts.env.shared is not got[6].facts.env.shared
     assert got[1].facts.network is got[3].facts.network is not got[4].facts.network
+    assert got[1].facts.health.ib_counters is got[3].facts.health.ib_counters  # the host's, once
+    assert got[4].facts.placement.build.dists and not got[5].facts.placement.build.dists
     assert [got[r].outcome_us for r in (1, 2)] == [[250], [375]]
     # What rank 0 read is emptied: the store no longer holds the payloads or the sections.
     assert {bytes(store.get(key)) for key, _ in recording.written if key.startswith(("rank/", "shared/"))} == {b""}
@@ -109,7 +133,7 @@ def test_a_rank_whose_section_differs_from_its_hosts_first_rank_sends_it_and_is_
     sent[2].facts.gpus = sent[2].facts.gpus[:1]  # rank 3 sees one GPU where its host's first rank sees two
     recording = _publish(store, sent)
     written = [key for key, _ in recording.written if key.startswith("shared/")]
-    assert len(written) == 8  # rank 1's seven sections and rank 3's own GPU list
+    assert len(written) == 11  # rank 1's ten sections and rank 3's own GPU list
     collected = _collect(store, PER_HOST)
     assert [len(collected.payloads[r].facts.gpus) for r in (1, 2, 3)] == [2, 2, 1]
 
@@ -138,7 +162,8 @@ def test_a_digest_that_is_not_one_and_an_unknown_digest_are_bad_payloads() -> No
     with pytest.raises(BadPayload, match="neither a value nor a digest"):
         from_wire(wire.replace(digest.encode(), b"../../etc/passwd"), shared)
     wanted = shared.missing([wire])
-    assert sorted(wanted.values()) == ["env", "gpus", "network", "options", "outcomes", "versions", "world"]
+    assert sorted(wanted.values()) == ["build", "env", "gpus", "ib_counters", "network", "numa_cpus", "options",
+                                       "outcomes", "versions", "world"]
     assert shared.learn(wanted, [sections[d] for d in wanted]) == list(wanted)
     assert from_wire(wire, shared).facts == _payload(1).facts
 
