@@ -26,6 +26,10 @@ from preflight.model.rank_table import Packed, RankTable, packed, unpack
 from preflight.model.table_ranks import TableRanks
 
 SCHEMA = 3
+# The largest report `load` reads. A 131,072-rank job on GPU hosts writes ~520 MB (each rank's bound GPU's
+# health and its placement are its own: benchmarks/rank0_scale.py --gpu-node), past the codec's 256 MiB
+# for any other document; still bounded, for a file that is not one preflight wrote.
+MAX_REPORT_BYTES = 1 << 30
 _TABLE_SLOT = b'\n "rank_table": null'  # a top-level key (indent 1): nothing nested or quoted matches
 
 
@@ -122,7 +126,7 @@ def loads(data: bytes | str) -> JobReport:
 
 def _loads(data: bytes | str) -> JobReport:
     try:
-        document = decode(data, _Document)
+        document = decode(data, _Document, max_bytes=MAX_REPORT_BYTES)
     except BadPayload as exc:
         _check_schema(_schema_of(data))  # a newer preflight's report: say that, not which field did not fit
         raise exc from None
@@ -140,7 +144,7 @@ def _loads(data: bytes | str) -> JobReport:
 def _schema_of(data: bytes | str) -> int:
     """The schema a report says it has; 1 (one this preflight reads) where not even that decodes."""
     try:
-        return decode(data, _Schema).schema
+        return decode(data, _Schema, max_bytes=MAX_REPORT_BYTES).schema
     except BadPayload:
         return 1
 
@@ -153,4 +157,7 @@ def _check_schema(schema: int) -> None:
 
 def load(path: str | Path) -> JobReport:
     """Read a report written by `write` (raises OSError, or BadPayload when it is not one)."""
+    size = Path(path).stat().st_size
+    if size > MAX_REPORT_BYTES:  # refused before it is read into memory
+        raise BadPayload(f"{size} bytes is more than the maximum {MAX_REPORT_BYTES}")
     return loads(Path(path).read_bytes())

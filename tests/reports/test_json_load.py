@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from preflight.model import JobReport, ReportMeta
+from preflight.model import JobReport, ReportMeta, codec
 from preflight.model.codec import BadPayload
 from preflight.reports import json as json_report
 from tests.helpers.synthetic import big_report
@@ -36,7 +36,7 @@ def test_a_report_is_parsed_once_and_equals_the_one_written(monkeypatch: pytest.
     data = json_report.dumps_bytes(report)
     parses = []
     real = json_report.decode
-    monkeypatch.setattr(json_report, "decode", lambda raw, into: parses.append(into) or real(raw, into))
+    monkeypatch.setattr(json_report, "decode", lambda raw, into, **kw: parses.append(into) or real(raw, into, **kw))
     again = json_report.loads(data)
     assert len(parses) == 1 and type(again) is JobReport and again == report
 
@@ -52,3 +52,21 @@ def test_a_newer_report_that_does_not_decode_is_refused_for_its_schema() -> None
     document["schema"] = json_report.SCHEMA
     with pytest.raises(BadPayload, match="findings"):
         json_report.loads(json.dumps(document))
+
+
+def test_a_report_is_bounded_by_its_own_maximum_larger_than_any_other_document_s(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A report may be larger than any other document (a 131,072-rank job on GPU hosts: ~520 MB, past the
+    codec's 256 MiB); past MAX_REPORT_BYTES it is one BadPayload (the bound scaled down here: a small file)."""
+    assert json_report.MAX_REPORT_BYTES >= 2 * codec.MAX_DECODE_BYTES
+    data = json_report.dumps_bytes(big_report(world_size=16, ranks_per_host=8, mesh="dp2,tp8", env_size=4))
+    monkeypatch.setattr(json_report, "MAX_REPORT_BYTES", len(data))
+    assert len(json_report.loads(data).ranks) == 16
+    monkeypatch.setattr(json_report, "MAX_REPORT_BYTES", len(data) - 1)
+    with pytest.raises(BadPayload, match="more than the maximum"):
+        json_report.loads(data)
+    path = tmp_path / "run.json"
+    path.write_bytes(data)
+    monkeypatch.setattr(json_report, "loads", lambda _: pytest.fail("read into memory"))  # refused by its size
+    with pytest.raises(BadPayload, match=f"{len(data)} bytes is more than the maximum"):
+        json_report.load(path)
