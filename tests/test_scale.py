@@ -17,7 +17,8 @@ import pytest
 
 from preflight.model import Finding, JobReport, RankFacts, ReportMeta, Severity, SystemLimits, World
 from preflight.model.codec import BadPayload, encode
-from preflight.model.rank_table import _WORLD_SHARED, PackedRank, pack, packed, unpack
+from preflight.model.rank_table import _WORLD_SHARED, PackedRank, pack, packed
+from preflight.model.rank_unpack import unpack
 from preflight.registry import CROSS, JobView, select_checks
 from preflight.reports import json as json_report
 from preflight.steps.check_results import merge_findings

@@ -66,13 +66,13 @@ from preflight.model import (
     CheckOutcome,
     Finding,
     HealthFacts,
-    IbCounters,
     RankFacts,
     SystemLimits,
 )
 from preflight.model.agreement import WIRE_VERSION, RankStamp
 from preflight.model.codec import BadPayload, decode, encode
-from preflight.model.placement_facts import BuildFacts, PlacementFacts
+from preflight.model.host_parts import join_health, join_placement, split_health, split_placement
+from preflight.model.placement_facts import PlacementFacts
 from preflight.model.rank_env import RankEnv
 from preflight.model.section_copy import clone
 
@@ -148,7 +148,8 @@ class _Stamped:
 def to_wire(payload: RankPayload) -> bytes:
     """The bytes a rank publishes: its own document, a newline, the shared document."""
     facts, world = payload.facts, payload.facts.world
-    health, placement = facts.health, facts.placement
+    health, counters = split_health(facts.health)
+    placement, numa_cpus, build = split_placement(facts.placement)
     if payload.rank != 0 and world.expected_hosts:
         world = dataclasses.replace(world, expected_hosts={})
     shared_env = dict(sorted((k, v) for k, v in facts.env.items() if not is_per_rank(k)))
@@ -160,16 +161,12 @@ def to_wire(payload: RankPayload) -> bytes:
     own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env, stamp=payload.stamp,
                outcome_us=[round(o.duration_s * 1e6) for o in payload.outcomes],
                facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
-                               health=msgspec.Raw(encode(dataclasses.replace(health, ib_counters=[]))),
-                               placement=msgspec.Raw(encode(dataclasses.replace(
-                                   placement, build=BuildFacts(),
-                                   affinity=dataclasses.replace(placement.affinity, numa_cpus={})))),
+                               health=msgspec.Raw(encode(health)), placement=msgspec.Raw(encode(placement)),
                                gather_errors=facts.gather_errors))
     outcomes = [dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes]
     shared = SharedDocument(env=shared_env, world=shared_world, versions=facts.versions, network=facts.network,
                             gpus=facts.gpus, outcomes=outcomes, options=payload.options,
-                            ib_counters=health.ib_counters, numa_cpus=placement.affinity.numa_cpus,
-                            build=placement.build)
+                            ib_counters=counters, numa_cpus=numa_cpus, build=build)
     return encode(own) + SEPARATOR + encode(shared)
 
 
@@ -187,9 +184,9 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
     own = decode(data[:cut], _Own, max_bytes=MAX_PAYLOAD_BYTES)
     env, world, versions, network, gpus, outcomes, options, counters, numa_cpus, build = shared.sections(data, cut + 1)
     facts, mine = own.facts, own.facts.world
-    health = shared.joined((shared.own_part("health", facts.health, HealthFacts), counters), _with_counters)
+    health = shared.joined((shared.own_part("health", facts.health, HealthFacts), counters), join_health)
     placement = shared.joined((shared.own_part("placement", facts.placement, PlacementFacts), numa_cpus, build),
-                              _with_host_placement)
+                              join_placement)
     try:
         if len(own.outcome_us) != len(outcomes):
             raise BadPayload(f"{len(own.outcome_us)} check durations for {len(outcomes)} check outcomes")
@@ -207,23 +204,6 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
         )
     except (TypeError, ValueError) as exc:
         raise BadPayload(str(exc)[:300]) from None
-
-
-def _with_counters(health: HealthFacts, counters: list[IbCounters]) -> HealthFacts:
-    """A rank's own health with its host's port counters (they travel in the shared document)."""
-    return dataclasses.replace(health, ib_counters=counters) if counters else health
-
-
-def _with_host_placement(placement: PlacementFacts, numa_cpus: dict[int, list[int]],
-                         build: BuildFacts) -> PlacementFacts:
-    """A rank's own placement with its host's NUMA CPUs and build fingerprint (they travel in the shared document)."""
-    if not numa_cpus and build == _NO_BUILD:
-        return placement
-    return dataclasses.replace(placement, build=build,
-                               affinity=dataclasses.replace(placement.affinity, numa_cpus=numa_cpus))
-
-
-_NO_BUILD = BuildFacts()
 
 
 def this_stamp() -> RankStamp:

@@ -5,14 +5,16 @@ section per host, one environment except the few variables a launcher sets per r
 `RankTable` keeps each distinct section once (`worlds`, `versions`, ... are tables of distinct
 values) and each rank as a small row of indices plus what is its own: its rank numbers, and its
 environment and launcher variables only where they differ from the values most ranks hold
-(`env_common`, `raw_common`). `pack` and `unpack` are exact inverses: the RankFacts that come
-back equal the ones that went in. Unpacked ranks share their section objects (read-only).
+(`env_common`, `raw_common`). `pack` and `unpack` (model/rank_unpack.py) are exact inverses: the
+RankFacts that come back equal the ones that went in. Unpacked ranks share their section objects (read-only).
 
-The ranks' own values are columns (`RankColumns`, JSON schema 3): one list per field, and per
+The ranks' own values are columns (`RankColumns`, JSON schemas 3 and 4): one list per field, and per
 variable that differs from the common value somewhere, its values by row (a dense list where
 most rows differ, a {row: value} map where few do). At 131,072 ranks a row per rank was 131,072
 objects of ~20 keys each to write and to decode (3.3 s of `preflight report`'s 6.5 s); a column
-of numbers or strings decodes in C. `unpack` still reads schema 2's `ranks` rows.
+of numbers or strings decodes in C. `unpack` still reads schema 2's `ranks` rows. Schema 4 stores the
+host parts of health and placement (model/host_parts.py) once per distinct value beside each rank's own
+part, as the payload carries them.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from preflight.model.codec import encode
-from preflight.model.health_facts import HealthFacts
-from preflight.model.placement_facts import PlacementFacts
+from preflight.model.health_facts import HealthFacts, IbCounters
+from preflight.model.host_parts import split_health, split_placement
+from preflight.model.placement_facts import BuildFacts, PlacementFacts
 from preflight.model.rank_env import RankEnv
 from preflight.model.rank_facts import GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
-from preflight.model.section_copy import clone
 
 # The World fields most ranks share (all but rank, local_rank, node_rank, host, raw, expected_hosts);
 # decisions last. A field added to World must be named here or in PackedRank (the round-trip test).
@@ -86,6 +88,11 @@ class RankColumns:
     health: list[int] = field(default_factory=list)
     placement: list[int] = field(default_factory=list)  # empty in a report written before placement facts
     gather_errors: list[int] = field(default_factory=list)
+    # The host parts of health and placement (model/host_parts.py), by index; empty in a report written
+    # before them (schema 3), whose health and placement hold them.
+    ib_counters: list[int] = field(default_factory=list)
+    numa_cpus: list[int] = field(default_factory=list)
+    build: list[int] = field(default_factory=list)
     env: dict[str, Column] = field(default_factory=dict)  # variables some row holds unlike env_common
     env_unset: dict[str, list[int]] = field(default_factory=dict)  # env_common's variables -> rows that lack it
     raw: dict[str, Column] = field(default_factory=dict)  # world.raw, the same way against raw_common
@@ -111,7 +118,12 @@ class RankTable:
     placement: list[PlacementFacts] = field(default_factory=list)
     gather_errors: list[dict[str, str]] = field(default_factory=list)
     ranks: list[PackedRank] = field(default_factory=list)  # schema 2 (read only): a row per rank
-    columns: RankColumns | None = None  # schema 3: what `pack` writes
+    columns: RankColumns | None = None  # schemas 3 and 4: what `pack` writes
+    # Schema 4: the host parts of health and placement, each distinct value once (`health` and `placement`
+    # hold each rank's own part): a 131,072-rank job on GPU hosts wrote them 131,072 times (~350 MB).
+    ib_counters: list[list[IbCounters]] = field(default_factory=list)
+    numa_cpus: list[dict[int, list[int]]] = field(default_factory=list)
+    builds: list[BuildFacts] = field(default_factory=list)
 
 
 class _Interned:
@@ -171,6 +183,12 @@ def packed(ranks: Sequence[RankFacts]) -> Packed:
     network, gpus, errors = _Interned(table.network), _Interned(table.gpus), _Interned(table.gather_errors)
     no_errors: dict[str, str] = {}  # every rank whose gatherers all succeeded: one object, found by its id
     health, placement = _Interned(table.health), _Interned(table.placement)
+    counters, numa, builds = _Interned(table.ib_counters), _Interned(table.numa_cpus), _Interned(table.builds)
+    # A rank's health and placement -> the indices of its own part and its host's parts (split once per
+    # object: rank 0's ranks share them where they sent the same), and the own part itself: kept alive
+    # while packing, as `_Interned.by_id` requires of what it was given.
+    health_split: dict[int, tuple[int, int, HealthFacts]] = {}
+    placement_split: dict[int, tuple[int, int, int, PlacementFacts]] = {}
     world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
     cols = table.columns = RankColumns()
     # Per variable, its values and the rows they are on (rows: None while every row so far has one,
@@ -217,8 +235,21 @@ def packed(ranks: Sequence[RankFacts]) -> Packed:
         pid_col(limits.pid)
         network_col(add_network(facts.network))
         gpus_col(add_gpus(facts.gpus))
-        health_col(add_health(facts.health))
-        placement_col(add_placement(facts.placement))
+        found = health_split.get(id(facts.health))
+        if found is None:
+            own_health, host_counters = split_health(facts.health)
+            found = health_split[id(facts.health)] = (add_health(own_health), counters.add(host_counters),
+                                                      own_health)
+        health_col(found[0])
+        cols.ib_counters.append(found[1])
+        placed = placement_split.get(id(facts.placement))
+        if placed is None:
+            own_placement, host_numa, build = split_placement(facts.placement)
+            placed = placement_split[id(facts.placement)] = (add_placement(own_placement), numa.add(host_numa),
+                                                             builds.add(build), own_placement)
+        placement_col(placed[0])
+        cols.numa_cpus.append(placed[1])
+        cols.build.append(placed[2])
         # Every gatherer succeeded (almost every rank): its new empty dict is not encoded to find its twin.
         errors_col(add_errors(facts.gather_errors or no_errors))
         _collect(row, facts.env, env_common, env, env_unset, against)
@@ -233,7 +264,8 @@ def packed(ranks: Sequence[RankFacts]) -> Packed:
     cols.env, cols.env_unset = {name: _column(*_cells_of(env, name), rows) for name in sorted(env)}, env_unset
     cols.raw, cols.raw_unset = {name: _column(*_cells_of(raw, name), rows) for name in sorted(raw)}, raw_unset
     interned = {"worlds": worlds, "versions": versions, "network": network, "gpus": gpus, "health": health,
-                 "placement": placement, "gather_errors": errors}
+                 "placement": placement, "gather_errors": errors, "ib_counters": counters, "numa_cpus": numa,
+                 "builds": builds}
     return Packed(table, {name: list(values.index) for name, values in interned.items()})
 
 
@@ -298,138 +330,3 @@ def _column(at: Sequence[int], values: list[str], rows: int) -> Column:
     for row, value in zip(at, values):
         dense[row] = value
     return dense
-
-
-def _cells(column: Column) -> Iterable[tuple[int, str]]:
-    """(row, value) of a column, either form."""
-    if isinstance(column, dict):
-        return column.items()
-    return ((row, value) for row, value in enumerate(column) if value is not None)
-
-
-def _differing(values: dict[str, str], common: dict[str, str]) -> dict[str, str]:
-    return dict(sorted((name, value) for name, value in values.items() if common.get(name) != value))
-
-
-def _unset(values: dict[str, str], common: dict[str, str]) -> list[str]:
-    return [name for name in common if name not in values]
-
-
-def _restore(common: dict[str, str], own: dict[str, str], unset: list[str]) -> dict[str, str]:
-    values = {**common, **own}
-    for name in unset:
-        values.pop(name, None)
-    return values
-
-
-def check_columns(table: RankTable) -> None:
-    """ValueError where a schema-3 table's columns do not fit its tables (a report edited or cut
-    short): `unpack` can then not fail, whenever it runs (model/table_ranks.py unpacks on first use)."""
-    cols = table.columns
-    if cols is None:
-        return
-    rows = len(cols.rank)
-    if any(len(column) != rows for column in (cols.host, cols.world, cols.local_rank, cols.node_rank, cols.versions,
-                                              cols.system, cols.network, cols.gpus, cols.health, cols.gather_errors,
-                                              cols.pid)):
-        raise ValueError("the rank table's columns differ in length")
-    if len(cols.placement) > rows:
-        raise ValueError("the rank table's placement column is longer than its rows")
-    for name in ("worlds", "versions", "system", "network", "gpus", "gather_errors"):
-        column = getattr(cols, "world" if name == "worlds" else name)
-        if column and not 0 <= min(column) <= max(column) < len(getattr(table, name)):
-            raise ValueError(f"the rank table's {name} index is out of range")
-    for name in ("health", "placement"):  # past its table: no section (the default one)
-        if getattr(cols, name) and min(getattr(cols, name)) < 0:
-            raise ValueError(f"the rank table's {name} index is out of range")
-    for differing, unset in ((cols.env, cols.env_unset), (cols.raw, cols.raw_unset)):
-        for column in differing.values():
-            at = column.keys() if isinstance(column, dict) else range(len(column))
-            if at and not 0 <= min(at) <= max(at) < rows:
-                raise ValueError("a rank table variable's rows are out of range")
-        for lacking in unset.values():
-            if lacking and not 0 <= min(lacking) <= max(lacking) < rows:
-                raise ValueError("a rank table variable's unset rows are out of range")
-
-
-def unpack(table: RankTable) -> list[RankFacts]:
-    """The RankFacts `pack` was given, in the same order."""
-    if table.columns is None:
-        return _unpack_rows(table)
-    check_columns(table)
-    cols = table.columns
-    rows = len(cols.rank)
-    # A row's environment: env_common, shared by every row (a RankEnv: no copy of ~150 variables
-    # per rank), and its own values; a row that lacks a common variable gets a dict of its own.
-    # Its World's launcher variables the same way, against raw_common.
-    own, own_raw = _own_values(cols.env, rows), _own_values(cols.raw, rows)
-    env: list[Mapping[str, str]] = [RankEnv(table.env_common, values) for values in own]
-    raw: list[Mapping[str, str]] = [RankEnv(table.raw_common, values) for values in own_raw]  # the same way
-    for into, unset in ((env, cols.env_unset), (raw, cols.raw_unset)):
-        for name, lacking in unset.items():
-            for row in lacking:
-                values = into[row]
-                if not isinstance(values, dict):
-                    values = into[row] = dict(values)
-                values.pop(name, None)
-    placements = cols.placement + [len(table.placement)] * (rows - len(cols.placement))  # none before schema 3.1
-    health_default, placement_default = len(table.health), len(table.placement)
-    world_rank, world_host, expected = cols.world_rank, cols.world_host, cols.expected_hosts
-    facts = []
-    # A row at a time over the columns together (zip), each World a copy of its shared one (clone:
-    # every field was validated when the table was decoded).
-    for row, (rank, host, world_index, local_rank, node_rank, versions, system, pid, network, gpus, health, placement,
-              errors, row_env, row_raw) in enumerate(zip(
-            cols.rank, cols.host, cols.world, cols.local_rank, cols.node_rank, cols.versions, cols.system, cols.pid,
-            cols.network, cols.gpus, cols.health, placements, cols.gather_errors, env, raw)):
-        world = clone(table.worlds[world_index], rank=world_rank.get(row, rank) if world_rank else rank,
-                      host=world_host.get(row, host) if world_host else host, local_rank=local_rank,
-                      node_rank=node_rank, raw=row_raw, expected_hosts=expected.get(row, {}) if expected else {})
-        facts.append(RankFacts(
-            rank=rank, host=host, world=world, env=row_env, versions=table.versions[versions],
-            system=clone(table.system[system], pid=pid), network=table.network[network], gpus=table.gpus[gpus],
-            health=table.health[health] if health < health_default else HealthFacts(),
-            placement=table.placement[placement] if placement < placement_default else PlacementFacts(),
-            gather_errors=table.gather_errors[errors],
-        ))
-    return facts
-
-
-def _own_values(differing: dict[str, Column], rows: int) -> list[dict[str, str]]:
-    """Each row's own variables from their columns. The dense columns without a gap (a launcher's
-    per-rank variables: every row differs) are zipped into each row's dict in C; the others are
-    read cell by cell."""
-    whole = {name: column for name, column in differing.items()
-             if isinstance(column, list) and len(column) == rows and None not in column}
-    if whole:
-        names = tuple(whole)
-        own: list[dict[str, str]] = [dict(zip(names, values)) for values in zip(*whole.values())]
-    else:
-        own = [{} for _ in range(rows)]
-    for name, column in differing.items():
-        if name not in whole:
-            for row, value in _cells(column):
-                own[row][name] = value
-    return own
-
-
-def _unpack_rows(table: RankTable) -> list[RankFacts]:
-    """Schema 2: a PackedRank per rank."""
-    facts = []
-    for row in table.ranks:
-        shared = table.worlds[row.world]
-        world = dataclasses.replace(
-            shared, rank=row.rank if row.world_rank is None else row.world_rank,
-            host=row.host if row.world_host is None else row.world_host,
-            local_rank=row.local_rank, node_rank=row.node_rank,
-            raw=_restore(table.raw_common, row.raw, row.raw_unset), expected_hosts=row.expected_hosts,
-        )
-        facts.append(RankFacts(
-            rank=row.rank, host=row.host, world=world, env=_restore(table.env_common, row.env, row.env_unset),
-            versions=table.versions[row.versions], system=table.system[row.system],
-            network=table.network[row.network], gpus=table.gpus[row.gpus],
-            health=table.health[row.health] if row.health < len(table.health) else HealthFacts(),
-            placement=table.placement[row.placement] if row.placement < len(table.placement) else PlacementFacts(),
-            gather_errors=table.gather_errors[row.gather_errors],
-        ))
-    return facts

@@ -1,7 +1,7 @@
 """A loaded report's ranks, read from its rank table; RankFacts made only when a reader asks.
 
 `preflight report` at 131,072 ranks spent more on rebuilding every rank's RankFacts from the
-report's rank table (model/rank_table.unpack: a World, a SystemLimits and an environment per rank)
+report's rank table (model/rank_unpack.unpack: a World, a SystemLimits and an environment per rank)
 than on reading the JSON, and its renderers then read only each rank's number and host, its
 health section and, for the environment drift, the few variables that differ: all of which the
 table holds as columns. `TableRanks` is `JobReport.ranks` as reports/json.py loads it: a sequence
@@ -20,7 +20,8 @@ from typing import Any, overload
 
 from preflight.model.health_facts import HealthFacts
 from preflight.model.rank_facts import RankFacts
-from preflight.model.rank_table import RankColumns, RankTable, check_columns, unpack
+from preflight.model.rank_table import RankColumns, RankTable
+from preflight.model.rank_unpack import check_columns, health_by_row, unpack
 
 
 class TableRanks(Sequence[RankFacts]):
@@ -99,9 +100,7 @@ def health(ranks: Sequence[RankFacts]) -> Sequence[HealthFacts]:
     """Each rank's health section, by row (the table's rows share their host's, as unpack's do)."""
     if not isinstance(ranks, TableRanks):
         return [facts.health for facts in ranks]
-    table, default = ranks.table.health, HealthFacts()
-    column = ranks.columns.health
-    return [table[index] if index < len(table) else default for index in column]
+    return health_by_row(ranks.table)
 
 
 def env_differing(ranks: Sequence[RankFacts]) -> set[str] | None:

@@ -22,10 +22,11 @@ from preflight.lib.collector import collector_paused
 from preflight.lib.files import ensure_parent
 from preflight.model import JobReport, summarize_probes
 from preflight.model.codec import BadPayload, decode, encode
-from preflight.model.rank_table import Packed, RankTable, packed, unpack
+from preflight.model.rank_table import Packed, RankTable, packed
+from preflight.model.rank_unpack import unpack
 from preflight.model.table_ranks import TableRanks
 
-SCHEMA = 3
+SCHEMA = 4  # 4: the host parts of health and placement once per distinct value (model/host_parts.py)
 # The largest report `load` reads. A 131,072-rank job on GPU hosts writes ~520 MB (each rank's bound GPU's
 # health and its placement are its own: benchmarks/rank0_scale.py --gpu-node), past the codec's 256 MiB
 # for any other document; still bounded, for a file that is not one preflight wrote.

@@ -19,7 +19,8 @@ from pathlib import Path
 from preflight.channel.wire import SharedSections, from_wire
 from preflight.model import RankFacts
 from preflight.model.codec import from_builtins
-from preflight.model.rank_table import RankTable, unpack
+from preflight.model.rank_table import RankTable
+from preflight.model.rank_unpack import unpack
 from preflight.reports import json as json_report
 from preflight.reports import terminal
 from tests.helpers.ranks import Placement, read_json, spawn_env_ranks

@@ -12,7 +12,8 @@ from preflight.lib.env_drift import drifting
 from preflight.model import RankFacts, World
 from preflight.model.codec import decode, encode, to_builtins
 from preflight.model.rank_env import RankEnv, shared_of
-from preflight.model.rank_table import pack, unpack
+from preflight.model.rank_table import pack
+from preflight.model.rank_unpack import unpack
 from tests.fuzz.strategies import FUZZ
 
 NAMES = st.sampled_from(["A", "B", "C", "NCCL_IB_HCA", "SLURM_PROCID", "RANK", "OMP_NUM_THREADS"])

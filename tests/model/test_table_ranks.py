@@ -9,8 +9,11 @@ import pytest
 
 from preflight.lib.env_drift import drifting_rows
 from preflight.lib.secrets import REDACTED
-from preflight.model import GpuFabric, GpuHealth, HealthFacts, RankFacts, table_ranks
+from preflight.model import GpuFabric, GpuHealth, HealthFacts, IbCounters, RankFacts, table_ranks
 from preflight.model.codec import BadPayload, encode
+from preflight.model.placement_facts import AffinityFacts, BuildFacts, DistBuild, PlacementFacts
+from preflight.model.rank_table import pack
+from preflight.model.rank_unpack import unpack
 from preflight.model.table_ranks import TableRanks
 from preflight.reports import fabric_table, html, text
 from preflight.reports import json as json_report
@@ -90,3 +93,24 @@ def test_a_table_that_unpack_could_not_read_is_refused_when_loaded(tmp_path, spo
         columns["env"]["RANK"].append("16")
     with pytest.raises(BadPayload, match="rank_table"):
         json_report.loads(json.dumps(document))
+
+
+def test_the_host_parts_of_health_and_placement_are_stored_once_per_distinct_value(tmp_path) -> None:
+    """On GPU hosts each rank's health and placement are its own, but the ports' counters, the NUMA CPUs and
+    the build fingerprint are its host's: the table holds those once per distinct value, and gives every
+    rank back whole."""
+    ranks = _ranks()
+    numa = {0: [0, 1], 1: [2, 3]}
+    for facts in ranks:
+        node, local = divmod(facts.rank, PER_HOST)
+        facts.health = HealthFacts(nvml="ok", bound_index=local, gpus=[GpuHealth(index=local, temperature_c=local)],
+                                   ib_counters=[IbCounters("mlx5_0", 1, {"symbol_error": node})])
+        build = BuildFacts(taken=True, dists=[DistBuild(name="torch", version="2.13.0")]) if not local else BuildFacts()
+        facts.placement = PlacementFacts(build=build, affinity=AffinityFacts(cpus=[local], numa_cpus=dict(numa)))
+    table = pack(ranks)
+    assert len(table.ib_counters) == 4 and len(table.numa_cpus) == 1 and len(table.builds) == 2
+    assert not [h for h in table.health if h.ib_counters] and not [p for p in table.placement if p.affinity.numa_cpus]
+    assert unpack(table) == ranks
+    report, again = _loaded(tmp_path, ranks)
+    assert again.ranks == report.ranks and table_ranks.health(again.ranks) == [f.health for f in ranks]
+    assert again.ranks[4].placement.build.dists and not again.ranks[5].placement.build.dists

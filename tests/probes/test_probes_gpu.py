@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from preflight.model.codec import from_builtins
-from preflight.model.rank_table import RankTable, unpack
+from preflight.model.rank_table import RankTable
+from preflight.model.rank_unpack import unpack
 from tests.helpers.ranks import Placement, plant_env, read_json, run_cli, spawn_env_ranks
 
 pytestmark = pytest.mark.gpu

@@ -1,0 +1,48 @@
+"""The parts of a rank's health and placement that its host's ranks read alike, split off and joined back.
+
+A rank's health and placement sections are its own (its bound GPU, its CPUs), but some of what they hold
+is its host's, the same on each of its ranks: the RDMA ports' error counters (health), the NUMA nodes'
+CPUs and the build fingerprint its local rank 0 takes (placement). On an 8-GPU node those are ~2.7 kB
+of a rank's ~4.3 kB. The payload (channel/wire.py) and the report's rank table (model/rank_table.py)
+carry them once per distinct value (a host's, or the job's) beside each rank's own part; this module is
+the one place that says which parts those are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from preflight.model.health_facts import HealthFacts, IbCounters
+from preflight.model.placement_facts import BuildFacts, PlacementFacts
+
+NO_BUILD = BuildFacts()  # what a rank that did not take the fingerprint holds (read-only)
+
+
+def split_health(health: HealthFacts) -> tuple[HealthFacts, list[IbCounters]]:
+    """(the rank's own health, without the port counters; its host's port counters)."""
+    if not health.ib_counters:
+        return health, health.ib_counters
+    return dataclasses.replace(health, ib_counters=[]), health.ib_counters
+
+
+def join_health(own: HealthFacts, counters: list[IbCounters]) -> HealthFacts:
+    """The rank's health: its own part with its host's port counters."""
+    return dataclasses.replace(own, ib_counters=counters) if counters else own
+
+
+def split_placement(placement: PlacementFacts) -> tuple[PlacementFacts, dict[int, list[int]], BuildFacts]:
+    """(the rank's own placement, without the NUMA CPUs and the build fingerprint; its host's NUMA CPUs;
+    the build fingerprint, NO_BUILD's value where the rank took none)."""
+    numa_cpus, build = placement.affinity.numa_cpus, placement.build
+    if not numa_cpus and build == NO_BUILD:
+        return placement, numa_cpus, build
+    own = dataclasses.replace(placement, build=BuildFacts(),
+                              affinity=dataclasses.replace(placement.affinity, numa_cpus={}))
+    return own, numa_cpus, build
+
+
+def join_placement(own: PlacementFacts, numa_cpus: dict[int, list[int]], build: BuildFacts) -> PlacementFacts:
+    """The rank's placement: its own part with its host's NUMA CPUs and build fingerprint."""
+    if not numa_cpus and build == NO_BUILD:
+        return own
+    return dataclasses.replace(own, build=build, affinity=dataclasses.replace(own.affinity, numa_cpus=numa_cpus))

@@ -1,0 +1,186 @@
+"""A report's rank table read back: every rank's RankFacts (`unpack`), and each row's health and placement
+with their host parts joined (`health_by_row`, `placement_by_row`), from a table checked to fit first
+(`check_columns`). The table's shape and `pack` are model/rank_table.py; a loaded report reads its ranks
+through model/table_ranks.py, which unpacks them only when asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+
+from preflight.model.health_facts import HealthFacts
+from preflight.model.host_parts import join_health, join_placement
+from preflight.model.placement_facts import PlacementFacts
+from preflight.model.rank_env import RankEnv
+from preflight.model.rank_facts import RankFacts
+from preflight.model.rank_table import Column, RankTable
+from preflight.model.section_copy import clone
+
+
+def _cells(column: Column) -> Iterable[tuple[int, str]]:
+    """(row, value) of a column, either form."""
+    if isinstance(column, dict):
+        return column.items()
+    return ((row, value) for row, value in enumerate(column) if value is not None)
+
+
+def _restore(common: dict[str, str], own: dict[str, str], unset: list[str]) -> dict[str, str]:
+    values = {**common, **own}
+    for name in unset:
+        values.pop(name, None)
+    return values
+
+
+def check_columns(table: RankTable) -> None:
+    """ValueError where a schema-3 table's columns do not fit its tables (a report edited or cut
+    short): `unpack` can then not fail, whenever it runs (model/table_ranks.py unpacks on first use)."""
+    cols = table.columns
+    if cols is None:
+        return
+    rows = len(cols.rank)
+    if any(len(column) != rows for column in (cols.host, cols.world, cols.local_rank, cols.node_rank, cols.versions,
+                                              cols.system, cols.network, cols.gpus, cols.health, cols.gather_errors,
+                                              cols.pid)):
+        raise ValueError("the rank table's columns differ in length")
+    if len(cols.placement) > rows:
+        raise ValueError("the rank table's placement column is longer than its rows")
+    for name, into in (("ib_counters", "ib_counters"), ("numa_cpus", "numa_cpus"), ("build", "builds")):
+        column = getattr(cols, name)
+        if len(column) not in (0, rows):  # empty: written before the host parts (schema 3)
+            raise ValueError(f"the rank table's {name} column is not one index a row")
+        if column and not 0 <= min(column) <= max(column) < len(getattr(table, into)):
+            raise ValueError(f"the rank table's {name} index is out of range")
+    for name in ("worlds", "versions", "system", "network", "gpus", "gather_errors"):
+        column = getattr(cols, "world" if name == "worlds" else name)
+        if column and not 0 <= min(column) <= max(column) < len(getattr(table, name)):
+            raise ValueError(f"the rank table's {name} index is out of range")
+    for name in ("health", "placement"):  # past its table: no section (the default one)
+        if getattr(cols, name) and min(getattr(cols, name)) < 0:
+            raise ValueError(f"the rank table's {name} index is out of range")
+    for differing, unset in ((cols.env, cols.env_unset), (cols.raw, cols.raw_unset)):
+        for column in differing.values():
+            at = column.keys() if isinstance(column, dict) else range(len(column))
+            if at and not 0 <= min(at) <= max(at) < rows:
+                raise ValueError("a rank table variable's rows are out of range")
+        for lacking in unset.values():
+            if lacking and not 0 <= min(lacking) <= max(lacking) < rows:
+                raise ValueError("a rank table variable's unset rows are out of range")
+
+
+def unpack(table: RankTable) -> list[RankFacts]:
+    """The RankFacts `pack` was given, in the same order."""
+    if table.columns is None:
+        return _unpack_rows(table)
+    check_columns(table)
+    cols = table.columns
+    rows = len(cols.rank)
+    # A row's environment: env_common, shared by every row (a RankEnv: no copy of ~150 variables
+    # per rank), and its own values; a row that lacks a common variable gets a dict of its own.
+    # Its World's launcher variables the same way, against raw_common.
+    own, own_raw = _own_values(cols.env, rows), _own_values(cols.raw, rows)
+    env: list[Mapping[str, str]] = [RankEnv(table.env_common, values) for values in own]
+    raw: list[Mapping[str, str]] = [RankEnv(table.raw_common, values) for values in own_raw]  # the same way
+    for into, unset in ((env, cols.env_unset), (raw, cols.raw_unset)):
+        for name, lacking in unset.items():
+            for row in lacking:
+                values = into[row]
+                if not isinstance(values, dict):
+                    values = into[row] = dict(values)
+                values.pop(name, None)
+    world_rank, world_host, expected = cols.world_rank, cols.world_host, cols.expected_hosts
+    facts = []
+    # A row at a time over the columns together (zip), each World a copy of its shared one (clone:
+    # every field was validated when the table was decoded).
+    for row, (rank, host, world_index, local_rank, node_rank, versions, system, pid, network, gpus, health, placement,
+              errors, row_env, row_raw) in enumerate(zip(
+            cols.rank, cols.host, cols.world, cols.local_rank, cols.node_rank, cols.versions, cols.system, cols.pid,
+            cols.network, cols.gpus, health_by_row(table), placement_by_row(table), cols.gather_errors, env, raw)):
+        world = clone(table.worlds[world_index], rank=world_rank.get(row, rank) if world_rank else rank,
+                      host=world_host.get(row, host) if world_host else host, local_rank=local_rank,
+                      node_rank=node_rank, raw=row_raw, expected_hosts=expected.get(row, {}) if expected else {})
+        facts.append(RankFacts(
+            rank=rank, host=host, world=world, env=row_env, versions=table.versions[versions],
+            system=clone(table.system[system], pid=pid), network=table.network[network], gpus=table.gpus[gpus],
+            health=health, placement=placement, gather_errors=table.gather_errors[errors],
+        ))
+    return facts
+
+
+def health_by_row(table: RankTable) -> list[HealthFacts]:
+    """Each row's health (a schema-3+ table): its own part joined with its host's port counters, one object
+    for the rows with the same two; a HealthFacts() where its index is past the table (none gathered)."""
+    cols = table.columns
+    assert cols is not None
+    hosts: Sequence[int | None] = cols.ib_counters or [None] * len(cols.rank)
+    joined: dict[tuple[int, int | None], HealthFacts] = {}
+    found = []
+    for own, host in zip(cols.health, hosts):
+        value = joined.get((own, host))
+        if value is None:
+            base = table.health[own] if own < len(table.health) else HealthFacts()
+            value = joined[own, host] = base if host is None else join_health(base, table.ib_counters[host])
+        found.append(value)
+    return found
+
+
+def placement_by_row(table: RankTable) -> list[PlacementFacts]:
+    """Each row's placement (a schema-3+ table), as health_by_row: its own part joined with its host's NUMA
+    CPUs and build fingerprint; a PlacementFacts() where there is none (a report from before placement)."""
+    cols = table.columns
+    assert cols is not None
+    rows = len(cols.rank)
+    own_parts = cols.placement + [len(table.placement)] * (rows - len(cols.placement))  # none before schema 3.1
+    numa: Sequence[int | None] = cols.numa_cpus or [None] * rows
+    builds: Sequence[int | None] = cols.build or [None] * rows
+    joined: dict[tuple[int, int | None, int | None], PlacementFacts] = {}
+    found = []
+    for own, host_numa, build in zip(own_parts, numa, builds):
+        value = joined.get((own, host_numa, build))
+        if value is None:
+            base = table.placement[own] if own < len(table.placement) else PlacementFacts()
+            if host_numa is not None and build is not None:
+                base = join_placement(base, table.numa_cpus[host_numa], table.builds[build])
+            value = joined[own, host_numa, build] = base
+        found.append(value)
+    return found
+
+
+def _own_values(differing: dict[str, Column], rows: int) -> list[dict[str, str]]:
+    """Each row's own variables from their columns. The dense columns without a gap (a launcher's
+    per-rank variables: every row differs) are zipped into each row's dict in C; the others are
+    read cell by cell."""
+    whole = {name: column for name, column in differing.items()
+             if isinstance(column, list) and len(column) == rows and None not in column}
+    if whole:
+        names = tuple(whole)
+        own: list[dict[str, str]] = [dict(zip(names, values)) for values in zip(*whole.values())]
+    else:
+        own = [{} for _ in range(rows)]
+    for name, column in differing.items():
+        if name not in whole:
+            for row, value in _cells(column):
+                own[row][name] = value
+    return own
+
+
+def _unpack_rows(table: RankTable) -> list[RankFacts]:
+    """Schema 2: a PackedRank per rank."""
+    facts = []
+    for row in table.ranks:
+        shared = table.worlds[row.world]
+        world = dataclasses.replace(
+            shared, rank=row.rank if row.world_rank is None else row.world_rank,
+            host=row.host if row.world_host is None else row.world_host,
+            local_rank=row.local_rank, node_rank=row.node_rank,
+            raw=_restore(table.raw_common, row.raw, row.raw_unset), expected_hosts=row.expected_hosts,
+        )
+        facts.append(RankFacts(
+            rank=row.rank, host=row.host, world=world, env=_restore(table.env_common, row.env, row.env_unset),
+            versions=table.versions[row.versions], system=table.system[row.system],
+            network=table.network[row.network], gpus=table.gpus[row.gpus],
+            health=table.health[row.health] if row.health < len(table.health) else HealthFacts(),
+            placement=table.placement[row.placement] if row.placement < len(table.placement) else PlacementFacts(),
+            gather_errors=table.gather_errors[row.gather_errors],
+        ))
+    return facts
