@@ -71,3 +71,22 @@ def rank_placement(node: int, local: int) -> PlacementFacts:
             DistBuild(name=f"package-{i:02d}", version=f"{i}.{node % 1}.0", digest=f"{i * 7919:012x}", count=40 + i,
                       location="/opt/venv/lib/python3.11/site-packages") for i in range(60)])
     return PlacementFacts(build=build, clock=clock, affinity=affinity)
+
+
+def main() -> None:
+    """What one rank's health and placement weigh on the wire, and how much of it is its host's."""
+    from preflight.model.codec import encode
+    from preflight.model.host_parts import split_health, split_placement
+
+    for local in (0, 1):
+        health, placement = rank_health(0, local), rank_placement(0, local)
+        own_health, counters = split_health(health)
+        own_placement, numa_cpus, build = split_placement(placement)
+        print(f"local rank {local}: health {len(encode(health))} bytes ({len(encode(own_health))} its own, "
+              f"{len(encode(counters))} its host's ports' counters); placement {len(encode(placement))} bytes "
+              f"({len(encode(own_placement))} its own, {len(encode(numa_cpus))} NUMA CPUs, "
+              f"{len(encode(build))} build fingerprint)")
+
+
+if __name__ == "__main__":
+    main()

@@ -33,7 +33,7 @@ def _restore(common: dict[str, str], own: dict[str, str], unset: list[str]) -> d
 
 
 def check_columns(table: RankTable) -> None:
-    """ValueError where a schema-3 table's columns do not fit its tables (a report edited or cut
+    """ValueError where a schema-3 or 4 table's columns do not fit its tables (a report edited or cut
     short): `unpack` can then not fail, whenever it runs (model/table_ranks.py unpacks on first use)."""
     cols = table.columns
     if cols is None:

@@ -25,7 +25,7 @@ from preflight.model.rank_unpack import check_columns, health_by_row, unpack
 
 
 class TableRanks(Sequence[RankFacts]):
-    """A schema-3 rank table read as the list of RankFacts it packs (see the module docstring).
+    """A schema-3 or 4 rank table read as the list of RankFacts it packs (see the module docstring).
 
     The table is checked when this is made (check_columns): unpacking it later cannot fail.
     """
