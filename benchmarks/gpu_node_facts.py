@@ -68,7 +68,7 @@ def rank_placement(node: int, local: int) -> PlacementFacts:
     if local == 0:
         clock.offset_s, clock.error_s, clock.samples = (node % 41 - 20) * 1e-5, 4e-5, 8
         build = BuildFacts(taken=True, container="apptainer:/shared/images/train-2026.11.sif", dists=[
-            DistBuild(name=f"package-{i:02d}", version=f"{i}.{node % 1}.0", digest=f"{i * 7919:012x}", count=40 + i,
+            DistBuild(name=f"package-{i:02d}", version=f"{i}.0.0", digest=f"{i * 7919:012x}", count=40 + i,
                       location="/opt/venv/lib/python3.11/site-packages") for i in range(60)])
     return PlacementFacts(build=build, clock=clock, affinity=affinity)
 

@@ -199,6 +199,8 @@ def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=Non
             assert real == derived, f"rank {rank}: the derived World differs from resolve_world's"
         return derived
     drifted = {**common, "NCCL_SOCKET_IFNAME": "eth"}
+    if gpu_node:
+        from gpu_node_facts import rank_health, rank_placement
     cached: tuple = (-1, None, None)  # the last host's network and GPUs (light)
     for rank in range(size) if ranks is None else ranks:
         node, local = divmod(rank, PER_HOST)
@@ -229,8 +231,6 @@ def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=Non
             network=network, gpus=gpus,
         )
         if gpu_node:
-            from gpu_node_facts import rank_health, rank_placement
-
             facts.health, facts.placement = rank_health(node, local), rank_placement(node, local)
         # The local checks once per kind of host (each planted fault, and a healthy one): hosts of a
         # kind differ only in names and addresses (and checks cost ~20 ms a host, 16,384 hosts here).
@@ -596,8 +596,8 @@ def main() -> None:
     parser.add_argument("--nccl", action="store_true",
                         help="include NCCL's account (each rank's NcclAccount: decode, summary, checks, report)")
     parser.add_argument("--gpu-node", action="store_true",
-                        help="each rank's health and placement as on an 8-GPU node, its own (this tree only: "
-                             "not with --compare-src)")
+                        help="each rank's health and placement as on an 8-GPU node, its own (default: off, the "
+                             "empty sections of a CPU rank; this tree only: not with --compare-src)")
     args = parser.parse_args()
     if args.gpu_node and args.compare_src:  # the other tree's copy of this benchmark has no such ranks
         parser.error("--gpu-node measures this tree only: not with --compare-src")

@@ -7,7 +7,7 @@ through model/table_ranks.py, which unpacks them only when asked.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from preflight.model.health_facts import HealthFacts
 from preflight.model.host_parts import join_health, join_placement
@@ -18,7 +18,7 @@ from preflight.model.rank_table import Column, RankTable
 from preflight.model.section_copy import clone
 
 
-def _cells(column: Column) -> Iterable[tuple[int, str]]:
+def column_cells(column: Column) -> Iterable[tuple[int, str]]:
     """(row, value) of a column, either form."""
     if isinstance(column, dict):
         return column.items()
@@ -45,27 +45,33 @@ def check_columns(table: RankTable) -> None:
         raise ValueError("the rank table's columns differ in length")
     if len(cols.placement) > rows:
         raise ValueError("the rank table's placement column is longer than its rows")
-    for name, into in (("ib_counters", "ib_counters"), ("numa_cpus", "numa_cpus"), ("build", "builds")):
-        column = getattr(cols, name)
-        if len(column) not in (0, rows):  # empty: written before the host parts (schema 3)
-            raise ValueError(f"the rank table's {name} column is not one index a row")
-        if column and not 0 <= min(column) <= max(column) < len(getattr(table, into)):
-            raise ValueError(f"the rank table's {name} index is out of range")
-    for name in ("worlds", "versions", "system", "network", "gpus", "gather_errors"):
-        column = getattr(cols, "world" if name == "worlds" else name)
-        if column and not 0 <= min(column) <= max(column) < len(getattr(table, name)):
+    # The host parts' three columns: all one index a row, or all empty (written before them, schema 3).
+    if {len(cols.ib_counters), len(cols.numa_cpus), len(cols.build)} not in ({0}, {rows}):
+        raise ValueError("the rank table's host part columns are not one index a row")
+    for name, into in _INDEXED.items():
+        if not _within(getattr(cols, name), len(getattr(table, into))):
             raise ValueError(f"the rank table's {name} index is out of range")
     for name in ("health", "placement"):  # past its table: no section (the default one)
         if getattr(cols, name) and min(getattr(cols, name)) < 0:
             raise ValueError(f"the rank table's {name} index is out of range")
     for differing, unset in ((cols.env, cols.env_unset), (cols.raw, cols.raw_unset)):
         for column in differing.values():
-            at = column.keys() if isinstance(column, dict) else range(len(column))
-            if at and not 0 <= min(at) <= max(at) < rows:
+            if not _within(column.keys() if isinstance(column, dict) else range(len(column)), rows):
                 raise ValueError("a rank table variable's rows are out of range")
         for lacking in unset.values():
-            if lacking and not 0 <= min(lacking) <= max(lacking) < rows:
+            if not _within(lacking, rows):
                 raise ValueError("a rank table variable's unset rows are out of range")
+
+
+# Each index column and the table of distinct values it points into.
+_INDEXED = {"world": "worlds", "versions": "versions", "system": "system", "network": "network", "gpus": "gpus",
+            "gather_errors": "gather_errors", "ib_counters": "ib_counters", "numa_cpus": "numa_cpus",
+            "build": "builds"}
+
+
+def _within(indices: Collection[int], size: int) -> bool:
+    """Whether every index is one of range(size) (true of none)."""
+    return not indices or (min(indices) >= 0 and max(indices) < size)
 
 
 def unpack(table: RankTable) -> list[RankFacts]:
@@ -159,7 +165,7 @@ def _own_values(differing: dict[str, Column], rows: int) -> list[dict[str, str]]
         own = [{} for _ in range(rows)]
     for name, column in differing.items():
         if name not in whole:
-            for row, value in _cells(column):
+            for row, value in column_cells(column):
                 own[row][name] = value
     return own
 

@@ -21,7 +21,7 @@ from typing import Any, overload
 from preflight.model.health_facts import HealthFacts
 from preflight.model.rank_facts import RankFacts
 from preflight.model.rank_table import RankColumns, RankTable
-from preflight.model.rank_unpack import check_columns, health_by_row, unpack
+from preflight.model.rank_unpack import check_columns, column_cells, health_by_row, unpack
 
 
 class TableRanks(Sequence[RankFacts]):
@@ -118,14 +118,8 @@ def env_values(ranks: Sequence[RankFacts], name: str) -> list[str | None]:
         return [facts.env.get(name) for facts in ranks]
     table, columns = ranks.table, ranks.columns
     values: list[str | None] = [table.env_common.get(name)] * len(columns.rank)
-    column = columns.env.get(name)
-    if isinstance(column, dict):
-        for row, value in column.items():
-            values[row] = value
-    elif column is not None:
-        for row, value in enumerate(column):
-            if value is not None:
-                values[row] = value
+    for row, value in column_cells(columns.env.get(name, {})):
+        values[row] = value
     for row in columns.env_unset.get(name, ()):
         values[row] = None
     return values

@@ -76,7 +76,7 @@ def test_loaded_ranks_are_the_packed_rankfacts_and_render_without_being_built(tm
 
 
 @pytest.mark.parametrize("spoil", ["negative index", "env row past the rows", "unset row past the rows",
-                                   "dense column longer than the rows"])
+                                   "dense column longer than the rows", "a host part column missing"])
 def test_a_table_that_unpack_could_not_read_is_refused_when_loaded(tmp_path, spoil: str) -> None:
     """The RankFacts are built later (on first use), so every table they could not be built from is
     refused where the report is loaded: a BadPayload, never an IndexError in a renderer."""
@@ -89,6 +89,8 @@ def test_a_table_that_unpack_could_not_read_is_refused_when_loaded(tmp_path, spo
         columns["env"]["ODD"]["99"] = "x"
     elif spoil == "unset row past the rows":
         columns["env_unset"]["APP_3"].append(16)
+    elif spoil == "a host part column missing":  # the NUMA CPUs would be joined, the build fingerprint lost
+        columns["build"] = []
     else:
         columns["env"]["RANK"].append("16")
     with pytest.raises(BadPayload, match="rank_table"):
