@@ -4,7 +4,8 @@ Two second passes, both led by rank 0 through the store (every rank follows, sin
 rank sits in the control barriers):
 
 - Groups. The steps where a straggler was found (judge.stragglers) run again on every group
-  of their dimension at once, exactly as in the first pass; the group's fastest siblings are
+  of their dimension at once, as in the first pass but over at least CONFIRM_MIN_ITERS
+  iterations (the finding says how many); the group's fastest siblings are
   its known-good partners, measured alongside. Only a group that is a straggler again
   (judge.confirm) is reported, with both passes' figures.
 - Ranks and links. The pairwise round robin (pairwise.py) runs its pairs concurrently, so
@@ -32,6 +33,12 @@ AGAIN = keys.AGAIN.key  # rank 0 -> all: RemeasureSteps, the plan step indices t
 CONFIRM = keys.CONFIRM.key  # rank 0 -> all: ConfirmPairs, measured one at a time
 SECOND = keys.SECOND_PREFIX  # the second pass's results, under their own prefix
 ABORTS = (ProbeTimeout, ProbeFailed, RuntimeError)
+# The confirming pass times at least this many iterations of a step, however few the first pass timed.
+# Its window must outlast the noise that made the candidate: on shared CPU cores (CI's gloo) the
+# scheduler's slice is as long as a few small collectives, so five iterations of a healthy group can
+# all fall into the slices its siblings held (a healthy 4-rank dp2,tp2 run on 2 cores: 2 of 20 runs had
+# such a candidate at --iters 5, 0 of 20 at 15); a slow link or a sleeping rank separates at any length.
+CONFIRM_MIN_ITERS = 20
 
 
 def _follow_wait_s(session: Any) -> float:
@@ -62,7 +69,8 @@ def _remeasure(session: Any, steps: list[int]) -> None:
             dim, op, size = plan_steps[index]
             deadline = time.monotonic() + session.timeout_s
             barrier(session.control, deadline)
-            records.append(measure(session, index, dim, op, size, deadline))
+            iters = max(session.plan.iters, CONFIRM_MIN_ITERS)
+            records.append(measure(session, index, dim, op, size, deadline, iters=iters))
     except Exception as exc:  # any failure of the second pass leaves the first pass's verdict unconfirmed
         status = Status("failed", -1, "op", str(exc)[:200])
         session.gave_up(exc, "second pass")

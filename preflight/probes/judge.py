@@ -77,7 +77,7 @@ def stragglers(results: list[ProbeResult], ratio: float) -> list[Straggler]:
                 continue  # too few iterations to tell a straggler from noise
             out.append(Straggler(r.dim, r.op, r.size_bytes, r.group_index, list(r.ranks), list(r.hosts),
                                  r.busbw_gbps, median, best_iter_gbps=max(mine),
-                                 siblings_worst_iter_gbps=min(healthy), false_alarm_p=p))
+                                 siblings_worst_iter_gbps=min(healthy), false_alarm_p=p, iters=len(mine)))
     return out
 
 
@@ -93,6 +93,7 @@ def confirm(first: list[Straggler], second: list[ProbeResult], ratio: float) -> 
         if twin is None:
             continue
         s.confirm_busbw_gbps, s.confirm_siblings_median_gbps = twin.busbw_gbps, twin.siblings_median_gbps
+        s.confirm_iters = twin.iters
         s.false_alarm_p = s.false_alarm_p * twin.false_alarm_p
         kept.append(s)
     return kept

@@ -81,8 +81,10 @@ def _connect(session: Session, dim: str, deadline: float) -> None:
         timed_loop(lambda b=buffers: ops.launch(b, group, ranks, me), 1, deadline, session.device, cuda=session.cuda)
 
 
-def measure(session: Session, index: int, dim: str, op: str, size: int, deadline: float) -> StepRecord:
-    """Plan step `index` (dim's op at `size` bytes) on this rank: checked, warmed up, timed."""
+def measure(session: Session, index: int, dim: str, op: str, size: int, deadline: float,
+            iters: int | None = None) -> StepRecord:
+    """Plan step `index` (dim's op at `size` bytes) on this rank: checked, warmed up, timed over `iters`
+    iterations (the plan's by default)."""
     group, ranks, group_index = session.groups[dim]
     me, n = ranks.index(session.world.rank), len(ranks)
     plan, device = session.plan, session.device
@@ -102,7 +104,8 @@ def measure(session: Session, index: int, dim: str, op: str, size: int, deadline
     if plan.warmup:
         timed_loop(start, plan.warmup, deadline, device, cuda=session.cuda)
     barrier(session.control, deadline)  # the timed loop starts together too
-    times = timed_loop(start, plan.iters, deadline, device, cuda=session.cuda, per_iteration=plan.per_iteration)
+    times = timed_loop(start, plan.iters if iters is None else iters, deadline, device, cuda=session.cuda,
+                       per_iteration=plan.per_iteration)
     return StepRecord(dim, op, buffers.nbytes, group_index, ranks, step=index, times_s=times, output_ok=output_ok,
                       bad_sources=[ranks[b] for b in bad])
 
