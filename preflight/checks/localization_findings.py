@@ -45,9 +45,10 @@ def slow_host(rank: int, host: str, confirmed: Confirmed, partner: int, partner_
     disjoint pairs exchange a buffer both ways. A rank whose median pair bandwidth is below
     --straggler-ratio times the median of all pairs is a candidate. It is measured again alone
     with the known-good rank whose pairs were fastest, between two runs of a reference pair of
-    known-good ranks, and is named only when every iteration stays below every reference
-    iteration (and the median below the ratio). Its own host's path is blamed when the
-    partner is on another host; on one host the message says it is the intra-host path.
+    known-good ranks, and is named only when every figure (each the mean of four calls,
+    probes/confirm.py) stays below every reference figure (and the median below the ratio). Its
+    own host's path is blamed when the partner is on another host; on one host the message says
+    it is the intra-host path.
     """
     where = (f"over the intra-host path (NVLink/PCIe/shared memory) to rank {partner} on the same host"
              if host and host == partner_host else f"against rank {partner} ({partner_host})")

@@ -131,10 +131,10 @@ def straggler_group(straggler: Straggler, ratio: float) -> Iterable[Problem]:
     if all came from one distribution, is at most 1% (1/252 for 5 iterations against one
     sibling, 1/15504 against three). Scheduler noise is not independent from one iteration to
     the next, so this is only a candidate: the step is measured again on every group (the
-    siblings are the known-good partners), over at least CONFIRM_MIN_ITERS iterations however few the first
-    pass timed (probes/confirm.py: on shared CPU cores five iterations fit in a few scheduler
-    slices), and the group is reported only if it separates again; the finding's data has both
-    passes. With independent passes the false-alarm rate per group is the product of the two
+    siblings are the known-good partners) with four times the calls, each figure the mean of four
+    (probes/confirm.py: on shared CPU cores five calls fit in a few scheduler slices, and one
+    stalled call no longer decides), and the group is reported only if it separates again; the
+    finding's data has both passes. With independent passes the false-alarm rate per group is the product of the two
     chances (under 1e-4 with 5 iterations); on a shared 2-core CPU, 10 healthy runs name no
     straggler.
 
@@ -150,7 +150,7 @@ def straggler_group(straggler: Straggler, ratio: float) -> Iterable[Problem]:
     again = ""
     if s.confirm_busbw_gbps is not None and s.confirm_siblings_median_gbps:
         share = percent(s.confirm_busbw_gbps / s.confirm_siblings_median_gbps)
-        again = (f"; measured again over {s.confirm_iters} iterations: {s.confirm_busbw_gbps:.3g} GB/s, {share} "
+        again = (f"; measured again over {s.confirm_calls} calls: {s.confirm_busbw_gbps:.3g} GB/s, {share} "
                  f"of {s.confirm_siblings_median_gbps:.3g}")
     yield Problem(
         f"{s.op} on {s.dim} group {s.group_index} (ranks {rank_list(s.ranks)}) at {human_bytes(s.size_bytes)}: busbw "
@@ -163,7 +163,7 @@ def straggler_group(straggler: Straggler, ratio: float) -> Iterable[Problem]:
               "siblings_median_gbps": s.siblings_median_gbps, "best_iter_gbps": s.best_iter_gbps,
               "siblings_worst_iter_gbps": s.siblings_worst_iter_gbps, "false_alarm_p": s.false_alarm_p,
               "confirm_busbw_gbps": s.confirm_busbw_gbps,
-              "confirm_siblings_median_gbps": s.confirm_siblings_median_gbps, "confirm_iters": s.confirm_iters},
+              "confirm_siblings_median_gbps": s.confirm_siblings_median_gbps, "confirm_calls": s.confirm_calls},
     )
 
 

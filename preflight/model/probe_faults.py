@@ -39,11 +39,11 @@ class Straggler(ProbeStep):
     best_iter_gbps: float = 0.0
     siblings_worst_iter_gbps: float = 0.0
     false_alarm_p: float = 1.0
-    iters: int = 0  # the group's timed iterations in this pass
+    iters: int = 0  # the group's timed figures in this pass (one per call in the first)
     # The confirming pass (a second measurement of the same step), when one ran.
     confirm_busbw_gbps: float | None = None
     confirm_siblings_median_gbps: float | None = None
-    confirm_iters: int = 0  # how many iterations the confirming pass timed (confirm.CONFIRM_MIN_ITERS at least)
+    confirm_calls: int = 0  # how many calls the confirming pass timed (confirm.CALLS_PER_FIGURE a figure)
 
     @property
     def ratio(self) -> float:

@@ -4,20 +4,22 @@ Two second passes, both led by rank 0 through the store (every rank follows, sin
 rank sits in the control barriers):
 
 - Groups. The steps where a straggler was found (judge.stragglers) run again on every group
-  of their dimension at once, as in the first pass but over at least CONFIRM_MIN_ITERS
-  iterations (the finding says how many); the group's fastest siblings are
+  of their dimension at once, as in the first pass but with CALLS_PER_FIGURE times its calls,
+  each figure the mean of that many back-to-back calls; the group's fastest siblings are
   its known-good partners, measured alongside. Only a group that is a straggler again
   (judge.confirm) is reported, with both passes' figures.
 - Ranks and links. The pairwise round robin (pairwise.py) runs its pairs concurrently, so
   its verdicts are candidates. Each candidate is measured again alone, one pair at a time:
   a suspect rank against the known-good rank whose pairs were fastest, a suspect link between
-  its own two ends, and a reference pair of two known-good ranks before and after. Only a pair
-  whose every iteration stays below every reference iteration, and whose median is below
+  its own two ends, and a reference pair of two known-good ranks before and after, each figure
+  the mean of CALLS_PER_FIGURE calls as in the groups' pass. Only a pair
+  whose every figure stays below every reference figure, and whose median is below
   --straggler-ratio x the reference's, is reported (judge_confirmed), with both measurements.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -33,12 +35,15 @@ AGAIN = keys.AGAIN.key  # rank 0 -> all: RemeasureSteps, the plan step indices t
 CONFIRM = keys.CONFIRM.key  # rank 0 -> all: ConfirmPairs, measured one at a time
 SECOND = keys.SECOND_PREFIX  # the second pass's results, under their own prefix
 ABORTS = (ProbeTimeout, ProbeFailed, RuntimeError)
-# The confirming pass times at least this many iterations of a step, however few the first pass timed.
+# The confirming pass times this many calls for each figure the first pass timed one for, and judges the
+# mean of each run of that many (the same count of figures, so the same spread rule and false-alarm chance).
 # Its window must outlast the noise that made the candidate: on shared CPU cores (CI's gloo) the
-# scheduler's slice is as long as a few small collectives, so five iterations of a healthy group can
-# all fall into the slices its siblings held (a healthy 4-rank dp2,tp2 run on 2 cores: 2 of 20 runs had
-# such a candidate at --iters 5, 0 of 20 at 15); a slow link or a sleeping rank separates at any length.
-CONFIRM_MIN_ITERS = 20
+# scheduler's slice is as long as a few small collectives, so five calls of a healthy group can all fall
+# into slices its siblings held (healthy 4-rank dp2,tp2 runs on 2 cores at --iters 20, 160 steps judged:
+# 3 such candidates on the first 5 calls, none on 5 figures of 4). Means, not every call: one call that a
+# stall hit (a healthy sibling's 13 ms among 3 ms ones, a tbf-shaped host's 21 ms) no longer undoes a
+# separation that every other call shows; a slow link or a sleeping rank slows every figure.
+CALLS_PER_FIGURE = 4
 
 
 def _follow_wait_s(session: Any) -> float:
@@ -69,12 +74,17 @@ def _remeasure(session: Any, steps: list[int]) -> None:
             dim, op, size = plan_steps[index]
             deadline = time.monotonic() + session.timeout_s
             barrier(session.control, deadline)
-            iters = max(session.plan.iters, CONFIRM_MIN_ITERS)
-            records.append(measure(session, index, dim, op, size, deadline, iters=iters))
+            record = measure(session, index, dim, op, size, deadline, iters=session.plan.iters * CALLS_PER_FIGURE)
+            records.append(dataclasses.replace(record, times_s=figures(record.times_s, CALLS_PER_FIGURE)))
     except Exception as exc:  # any failure of the second pass leaves the first pass's verdict unconfirmed
         status = Status("failed", -1, "op", str(exc)[:200])
         session.gave_up(exc, "second pass")
     publish(session.board.under(SECOND), session.world.rank, session.world.host, records, status)
+
+
+def figures(times_s: list[float], calls: int) -> list[float]:
+    """The mean of each run of `calls` consecutive per-call times (a last, shorter run is its own mean)."""
+    return [statistics.fmean(times_s[i:i + calls]) for i in range(0, len(times_s), calls)]
 
 
 def lead_groups(session: Any, slow: list[Straggler], ratio: float) -> list[Straggler]:
@@ -87,7 +97,7 @@ def lead_groups(session: Any, slow: list[Straggler], ratio: float) -> list[Strag
     _remeasure(session, steps)
     got = collect.gather(session.board.under(SECOND), session.world.world_size, session.timeout_s)
     session.bad_values.update({r: bad for r, bad in got.bad.items() if r not in session.bad_values})
-    return judge.confirm(slow, collect.results(got, got.hosts()), ratio)
+    return judge.confirm(slow, collect.results(got, got.hosts()), ratio, calls_per_figure=CALLS_PER_FIGURE)
 
 
 def follow_groups(session: Any) -> bool:
@@ -222,12 +232,13 @@ def follow_pairs(session: Any) -> None:
 
 
 def _run_serial(session: Any, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], list[float]] | None:
-    """This rank's per-iteration GB/s of each of its pairs, every pair alone in its own round."""
+    """This rank's GB/s figures of each of its pairs, every pair alone in its own round: the plan's
+    count of figures, each the mean of CALLS_PER_FIGURE calls, as the groups' second pass."""
     rank, size = session.world.rank, max(session.plan.sizes)
     try:
-        times = pairwise.run_rounds(rank, [], size, session.plan.iters, session.control, session.timeout_s,
-                                    rounds=[[tuple(p)] for p in pairs], **session.localization())
+        times = pairwise.run_rounds(rank, [], size, session.plan.iters * CALLS_PER_FIGURE, session.control,
+                                    session.timeout_s, rounds=[[tuple(p)] for p in pairs], **session.localization())
     except ABORTS as exc:
         session.gave_up(exc, "confirming")
         return None
-    return _gbps_samples(times, rank, size)
+    return _gbps_samples({peer: figures(ts, CALLS_PER_FIGURE) for peer, ts in times.items()}, rank, size)

@@ -81,10 +81,13 @@ def stragglers(results: list[ProbeResult], ratio: float) -> list[Straggler]:
     return out
 
 
-def confirm(first: list[Straggler], second: list[ProbeResult], ratio: float) -> list[Straggler]:
-    """The stragglers of the first pass that the second pass (the same steps measured again) finds again.
+def confirm(first: list[Straggler], second: list[ProbeResult], ratio: float,
+            calls_per_figure: int = 1) -> list[Straggler]:
+    """The stragglers of the first pass that the second pass (the same steps measured again, each of
+    its figures the mean of `calls_per_figure` calls) finds again.
 
-    Each kept straggler carries both measurements: busbw and the siblings' median of each pass.
+    Each kept straggler carries both measurements: busbw and the siblings' median of each pass, and
+    how many calls the second timed.
     """
     again = {(s.dim, s.op, s.group_index): s for s in stragglers(second, ratio)}
     kept = []
@@ -93,7 +96,7 @@ def confirm(first: list[Straggler], second: list[ProbeResult], ratio: float) -> 
         if twin is None:
             continue
         s.confirm_busbw_gbps, s.confirm_siblings_median_gbps = twin.busbw_gbps, twin.siblings_median_gbps
-        s.confirm_iters = twin.iters
+        s.confirm_calls = twin.iters * calls_per_figure
         s.false_alarm_p = s.false_alarm_p * twin.false_alarm_p
         kept.append(s)
     return kept

@@ -7,7 +7,11 @@ import json
 import textwrap
 from pathlib import Path
 
-from preflight.probes.confirm import judge_confirmed, plan_pairs
+import pytest
+
+from preflight.model import ProbeResult
+from preflight.probes import judge
+from preflight.probes.confirm import CALLS_PER_FIGURE, figures, judge_confirmed, plan_pairs
 from preflight.probes.pairwise import judge_pairs
 from tests.helpers.ranks import start_script_ranks
 
@@ -23,6 +27,26 @@ def _pairs(slow_rank: int | None = None, slow_link: tuple[int, int] | None = Non
                 bw = 1.0
             pairs[(a, b)] = bw + 0.1 * (a + b)  # distinct, so the fastest known-good rank is well defined
     return pairs
+
+
+def _group(index: int, times_s: list[float]) -> ProbeResult:
+    """A dp group of one all_reduce step whose timed figures are `times_s` (1 MB each)."""
+    gbps = [1e6 / t / 1e9 for t in times_s]
+    median = sorted(gbps)[len(gbps) // 2]
+    return ProbeResult("dp", "all_reduce", 1 << 20, index, [index], [f"h{index}"], 0.0, 0.0, median,
+                       iter_busbw_gbps=gbps)
+
+
+def test_the_second_pass_judges_means_of_calls_so_one_stalled_call_does_not_hide_a_slow_group() -> None:
+    # A shaped host's group at 21 ms a call; its healthy sibling at 3 ms, but one call stalled for 25 ms.
+    shaped, healthy = [0.021] * 20, [0.003] * 20
+    healthy[6] = 0.025
+    one_each = judge.stragglers([_group(0, healthy), _group(1, shaped)], 0.8)
+    assert one_each == []  # every call must separate: the stalled one does not
+    means = [_group(0, figures(healthy, CALLS_PER_FIGURE)), _group(1, figures(shaped, CALLS_PER_FIGURE))]
+    assert [s.group_index for s in judge.stragglers(means, 0.8)] == [1]
+    assert figures(healthy, 4)[1] == pytest.approx((0.003 * 3 + 0.025) / 4) and len(figures(healthy, 4)) == 5
+    assert figures([1.0, 2.0, 3.0], 2) == [1.5, 3.0]  # a last, shorter run is its own mean
 
 
 def test_a_suspect_rank_is_measured_against_the_fastest_known_good_rank_between_references() -> None:

@@ -56,7 +56,9 @@ def test_confirm_keeps_only_what_the_second_pass_finds_again() -> None:
     kept = judge.confirm(judge.stragglers(first, 0.8), second, 0.8)
     assert [(s.dim, s.group_index) for s in kept] == [("dp", 3)]
     assert kept[0].busbw_gbps == 5.0 and kept[0].confirm_busbw_gbps == 4.5
-    assert kept[0].iters == 5 and kept[0].confirm_iters == 5  # each pass's own count (the finding says it)
+    assert kept[0].iters == 5 and kept[0].confirm_calls == 5  # the second pass's calls (the finding says it)
+    again = judge.confirm(judge.stragglers(first, 0.8), second, 0.8, calls_per_figure=4)
+    assert again[0].confirm_calls == 20
 
 
 def test_single_group_has_no_siblings() -> None:

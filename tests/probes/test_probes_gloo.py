@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from preflight.lib.mesh_shape import dim_groups, resolve_mesh
-from preflight.probes.confirm import CONFIRM_MIN_ITERS
+from preflight.probes.confirm import CALLS_PER_FIGURE
 from tests.helpers.ranks import EXEC, plant_env, read_json, run_cli, spawn_env_ranks
 
 SMALL = ["--sizes", "64KiB,256KiB", "--warmup", "1", "--iters", "3"]
@@ -82,9 +82,9 @@ def test_sleeping_rank_flags_its_groups_and_is_named(tmp_path: Path) -> None:
     assert {(f["data"]["dim"], tuple(f["ranks"])) for f in stragglers} >= {("tp", (2, 3)), ("pp", (1, 3))}
     assert all(3 in f["ranks"] for f in stragglers)
     assert [f["ranks"] for f in _findings(report, "BW004")] == [[3]]
-    # Confirmed over more iterations than the first pass's 5 (a short window's separation can be luck).
-    assert {f["data"]["confirm_iters"] for f in stragglers} == {CONFIRM_MIN_ITERS}
-    assert all(f"measured again over {CONFIRM_MIN_ITERS} iterations" in f["message"] for f in stragglers)
+    # Confirmed over more calls than the first pass's 5 (a short window's separation can be luck).
+    assert {f["data"]["confirm_calls"] for f in stragglers} == {5 * CALLS_PER_FIGURE}
+    assert all(f"measured again over {5 * CALLS_PER_FIGURE} calls" in f["message"] for f in stragglers)
     # A 50 ms sleep in a 64-256 KiB collective is far below half its siblings' speed, confirmed
     # twice: an error (BW003's severity rule), exit 3, the rank named first on the verdict line.
     assert code == 3 and {f["severity"] for f in stragglers} == {"error"}
