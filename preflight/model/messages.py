@@ -102,16 +102,18 @@ class NoGpu:
 
 @dataclass
 class RemeasureSteps:
-    """`again`: the steps every rank measures a second time."""
+    """`again`: the steps every rank measures a second time, each figure the mean of that many calls."""
 
     steps: list[int] = field(default_factory=list)
+    calls_per_figure: int = 1  # every rank must time the same calls (probes/confirm.py decides, bounds)
 
 
 @dataclass
 class ConfirmPairs:
-    """`confirm`: the pairs measured again one at a time, in order."""
+    """`confirm`: the pairs measured again one at a time, in order, each figure the mean of that many calls."""
 
     pairs: list[tuple[int, int]] = field(default_factory=list)
+    calls_per_figure: int = 1
 
 
 @dataclass

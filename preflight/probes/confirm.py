@@ -4,15 +4,15 @@ Two second passes, both led by rank 0 through the store (every rank follows, sin
 rank sits in the control barriers):
 
 - Groups. The steps where a straggler was found (judge.stragglers) run again on every group
-  of their dimension at once, as in the first pass but with CALLS_PER_FIGURE times its calls,
-  each figure the mean of that many back-to-back calls; the group's fastest siblings are
+  of their dimension at once, as in the first pass but with up to CALLS_PER_FIGURE times its
+  calls, each figure the mean of that many back-to-back calls; the group's fastest siblings are
   its known-good partners, measured alongside. Only a group that is a straggler again
   (judge.confirm) is reported, with both passes' figures.
 - Ranks and links. The pairwise round robin (pairwise.py) runs its pairs concurrently, so
   its verdicts are candidates. Each candidate is measured again alone, one pair at a time:
   a suspect rank against the known-good rank whose pairs were fastest, a suspect link between
   its own two ends, and a reference pair of two known-good ranks before and after, each figure
-  the mean of CALLS_PER_FIGURE calls as in the groups' pass. Only a pair
+  the mean of up to CALLS_PER_FIGURE calls as in the groups' pass. Only a pair
   whose every figure stays below every reference figure, and whose median is below
   --straggler-ratio x the reference's, is reported (judge_confirmed), with both measurements.
 """
@@ -28,7 +28,7 @@ from typing import Any
 from preflight.channel import keys
 from preflight.model.messages import ConfirmPairs, PairSamples, RemeasureSteps, Status
 from preflight.model.probe_faults import Confirmed, Straggler
-from preflight.probes import collect, judge, pairwise
+from preflight.probes import collect, judge, ops, pairwise
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier
 
 AGAIN = keys.AGAIN.key  # rank 0 -> all: RemeasureSteps, the plan step indices to measure again
@@ -42,7 +42,9 @@ ABORTS = (ProbeTimeout, ProbeFailed, RuntimeError)
 # into slices its siblings held (healthy 4-rank dp2,tp2 runs on 2 cores at --iters 20, 160 steps judged:
 # 3 such candidates on the first 5 calls, none on 5 figures of 4). Means, not every call: one call that a
 # stall hit (a healthy sibling's 13 ms among 3 ms ones, a tbf-shaped host's 21 ms) no longer undoes a
-# separation that every other call shows; a slow link or a sleeping rank slows every figure.
+# separation that every other call shows; a slow link or a sleeping rank slows every figure. Fewer where
+# that many calls would overrun the step's deadline (calls_per_figure); rank 0 says how many, every rank
+# times as many (RemeasureSteps, ConfirmPairs).
 CALLS_PER_FIGURE = 4
 
 
@@ -61,8 +63,24 @@ def _steps_of(session: Any, slow: list[Straggler]) -> list[int]:
     return sorted(out)
 
 
-def _remeasure(session: Any, steps: list[int]) -> None:
-    """Run the given plan steps again on this rank and publish them under the `second/` prefix."""
+def calls_per_figure(call_s: float, iters: int, timeout_s: float) -> int:
+    """How many calls each figure of a second pass averages: CALLS_PER_FIGURE, fewer where that many of
+    the slowest call the first pass saw (`call_s`) would fill over half a step's deadline. A degraded
+    link at a large size (NCCL on sockets, 256 MiB at 1 GB/s) must not time out its own confirmation
+    and be left unconfirmed; one call a figure is the first pass's own measurement."""
+    if call_s <= 0 or iters <= 0:
+        return CALLS_PER_FIGURE
+    return max(1, min(CALLS_PER_FIGURE, int(timeout_s / 2 / (iters * call_s))))
+
+
+def told_calls(calls: int) -> int:
+    """Rank 0's calls per figure, as a follower takes it: bounded to 1..CALLS_PER_FIGURE."""
+    return min(max(calls, 1), CALLS_PER_FIGURE)
+
+
+def _remeasure(session: Any, steps: list[int], calls: int) -> None:
+    """Run the given plan steps again on this rank, each figure the mean of `calls` calls, and publish
+    them under the `second/` prefix."""
 
     from preflight.probes.steps import measure, publish
 
@@ -74,8 +92,8 @@ def _remeasure(session: Any, steps: list[int]) -> None:
             dim, op, size = plan_steps[index]
             deadline = time.monotonic() + session.timeout_s
             barrier(session.control, deadline)
-            record = measure(session, index, dim, op, size, deadline, iters=session.plan.iters * CALLS_PER_FIGURE)
-            records.append(dataclasses.replace(record, times_s=figures(record.times_s, CALLS_PER_FIGURE)))
+            record = measure(session, index, dim, op, size, deadline, iters=session.plan.iters * calls)
+            records.append(dataclasses.replace(record, times_s=figures(record.times_s, calls)))
     except Exception as exc:  # any failure of the second pass leaves the first pass's verdict unconfirmed
         status = Status("failed", -1, "op", str(exc)[:200])
         session.gave_up(exc, "second pass")
@@ -91,13 +109,17 @@ def lead_groups(session: Any, slow: list[Straggler], ratio: float) -> list[Strag
     """Rank 0: have the stragglers' steps measured again by every rank; the stragglers found twice."""
 
     steps = _steps_of(session, slow)
-    session.board.put(AGAIN, RemeasureSteps(steps))
+    # The slowest call the first pass saw among them: the straggler's own (its busbw's time per call).
+    call_s = max((ops.busbw_gbps(s.op, len(s.ranks), s.size_bytes, 1.0) / s.busbw_gbps
+                  for s in slow if s.busbw_gbps > 0), default=0.0)
+    calls = calls_per_figure(call_s, session.plan.iters, session.timeout_s)
+    session.board.put(AGAIN, RemeasureSteps(steps, calls))
     if not steps:
         return []
-    _remeasure(session, steps)
+    _remeasure(session, steps, calls)
     got = collect.gather(session.board.under(SECOND), session.world.world_size, session.timeout_s)
     session.bad_values.update({r: bad for r, bad in got.bad.items() if r not in session.bad_values})
-    return judge.confirm(slow, collect.results(got, got.hosts()), ratio, calls_per_figure=CALLS_PER_FIGURE)
+    return judge.confirm(slow, collect.results(got, got.hosts()), ratio, calls_per_figure=calls)
 
 
 def follow_groups(session: Any) -> bool:
@@ -108,7 +130,7 @@ def follow_groups(session: Any) -> bool:
     count = len(session.plan.steps())
     steps = [i for i in told.steps if 0 <= i < count]  # only steps of this plan
     if steps:
-        _remeasure(session, steps)
+        _remeasure(session, steps, told_calls(told.calls_per_figure))
     return True
 
 
@@ -188,10 +210,14 @@ def lead_pairs(session: Any, found: pairwise.Localized, pair_gbps: dict[tuple[in
                ranks: list[int], ratio: float) -> PairVerdict:
     """Rank 0: measure every candidate again, one pair at a time, and keep what stays slow."""
     pairs, references, partners = plan_pairs(found, pair_gbps, ranks)
-    session.board.put(CONFIRM, ConfirmPairs(pairs))
+    size = max(session.plan.sizes)
+    slowest = min((bw for pair, bw in pair_gbps.items() if pair in set(pairs) and bw > 0), default=0.0)
+    call_s = max(1, size // 4) * 4 / (slowest * 1e9) if slowest else 0.0  # one two-way exchange
+    calls = calls_per_figure(call_s, session.plan.iters, session.timeout_s)
+    session.board.put(CONFIRM, ConfirmPairs(pairs, calls))
     if not pairs:
         return PairVerdict()
-    samples = _run_serial(session, pairs)
+    samples = _run_serial(session, pairs, calls)
     if samples is None:
         return PairVerdict()
     if not read_pair_samples(session, pairs, samples, time.monotonic() + session.timeout_s):
@@ -225,20 +251,20 @@ def follow_pairs(session: Any) -> None:
     pairs = [(a, b) for a, b in told.pairs if 0 <= a < size and 0 <= b < size and a != b]
     if not pairs:
         return
-    samples = _run_serial(session, pairs)
+    samples = _run_serial(session, pairs, told_calls(told.calls_per_figure))
     if samples is not None and any(session.world.rank in p for p in pairs):
         session.board.put(keys.CONFIRM_PAIR.at(session.world.rank),
                           PairSamples([(a, b, xs) for (a, b), xs in samples.items()]))
 
 
-def _run_serial(session: Any, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], list[float]] | None:
+def _run_serial(session: Any, pairs: list[tuple[int, int]], calls: int) -> dict[tuple[int, int], list[float]] | None:
     """This rank's GB/s figures of each of its pairs, every pair alone in its own round: the plan's
-    count of figures, each the mean of CALLS_PER_FIGURE calls, as the groups' second pass."""
+    count of figures, each the mean of `calls` calls, as the groups' second pass."""
     rank, size = session.world.rank, max(session.plan.sizes)
     try:
-        times = pairwise.run_rounds(rank, [], size, session.plan.iters * CALLS_PER_FIGURE, session.control,
+        times = pairwise.run_rounds(rank, [], size, session.plan.iters * calls, session.control,
                                     session.timeout_s, rounds=[[tuple(p)] for p in pairs], **session.localization())
     except ABORTS as exc:
         session.gave_up(exc, "confirming")
         return None
-    return _gbps_samples({peer: figures(ts, CALLS_PER_FIGURE) for peer, ts in times.items()}, rank, size)
+    return _gbps_samples({peer: figures(ts, calls) for peer, ts in times.items()}, rank, size)

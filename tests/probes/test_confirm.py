@@ -11,7 +11,14 @@ import pytest
 
 from preflight.model import ProbeResult
 from preflight.probes import judge
-from preflight.probes.confirm import CALLS_PER_FIGURE, figures, judge_confirmed, plan_pairs
+from preflight.probes.confirm import (
+    CALLS_PER_FIGURE,
+    calls_per_figure,
+    figures,
+    judge_confirmed,
+    plan_pairs,
+    told_calls,
+)
 from preflight.probes.pairwise import judge_pairs
 from tests.helpers.ranks import start_script_ranks
 
@@ -47,6 +54,17 @@ def test_the_second_pass_judges_means_of_calls_so_one_stalled_call_does_not_hide
     assert [s.group_index for s in judge.stragglers(means, 0.8)] == [1]
     assert figures(healthy, 4)[1] == pytest.approx((0.003 * 3 + 0.025) / 4) and len(figures(healthy, 4)) == 5
     assert figures([1.0, 2.0, 3.0], 2) == [1.5, 3.0]  # a last, shorter run is its own mean
+
+
+def test_fewer_calls_a_figure_where_four_would_overrun_the_steps_deadline() -> None:
+    # 5 figures of 4 calls of 20 ms: 0.4 s of a 30 s deadline.
+    assert calls_per_figure(0.02, 5, 30.0) == CALLS_PER_FIGURE == 4
+    # A degraded link at a large size: 20 figures of 0.3 s calls; four a figure would take 24 s of 30.
+    assert calls_per_figure(0.3, 20, 30.0) == 2
+    assert calls_per_figure(0.5, 20, 30.0) == 1  # already half the deadline: the first pass's own count
+    assert calls_per_figure(0.0, 5, 30.0) == CALLS_PER_FIGURE  # nothing known: the default
+    # A follower takes rank 0's count bounded: a peer's value never asks for more, nor for none.
+    assert [told_calls(n) for n in (-3, 0, 1, 3, 4, 1 << 40)] == [1, 1, 1, 3, 4, 4]
 
 
 def test_a_suspect_rank_is_measured_against_the_fastest_known_good_rank_between_references() -> None:
@@ -111,7 +129,7 @@ STUCK_PARTNER = textwrap.dedent("""
     plan = ProbePlan([MeshDim("world", 2)], ["all_reduce"], [4096], warmup=1, iters=3, world_all_reduce=False)
     session = Session(World("env", 0, 2), plan, None, torch.device("cpu"), torch.float32, control, {}, 2.0,
                       world_group=dist.group.WORLD)
-    samples = confirm._run_serial(session, [(0, 1)])
+    samples = confirm._run_serial(session, [(0, 1)], confirm.CALLS_PER_FIGURE)
     print(json.dumps({"samples": samples, "abandoned": session.abandoned, "stuck_with": session.stuck_with}),
           flush=True)
     os._exit(0)  # the abandoned exchange's groups are never torn down (session.abandoned)
