@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ PHASES: dict[str, tuple[str, dict[int, str]]] = {
                 return None
         sys.meta_path.insert(0, _SlowNumpy())
     """ for rank in range(WORLD)}),
+    # Rank 1 is held in its publish and rank 0 waits in its collect: both marks (MARKS_NEEDED). Rank 1's
+    # alone was not enough: under the exec launcher rank 0 could still be importing torch, with nothing
+    # to report yet (CI of 2026-12-03: "stopped (SIGTERM) while loading torch", no report).
     "exchange": (f"{PLANT_MARK}exchange", {1: f"""
         import sys, time
         from preflight.channel import exchange
@@ -78,6 +82,14 @@ PHASES: dict[str, tuple[str, dict[int, str]]] = {
             time.sleep(120)
             _publish(self, payload)
         exchange.Exchange.publish = publish
+    """, 0: f"""
+        import sys
+        from preflight.channel import exchange
+        _collect = exchange.Exchange.collect
+        def collect(self, timeout_s):
+            print("{PLANT_MARK}exchange", file=sys.stderr, flush=True)
+            return _collect(self, timeout_s)
+        exchange.Exchange.collect = collect
     """}),
     # Rank 0 is held in the reachability step (one host: nothing to probe, it would pass at once); rank 1
     # waits there for its roster.
@@ -111,6 +123,7 @@ PHASES: dict[str, tuple[str, dict[int, str]]] = {
 }
 # Phases a progress line shows under the forkserver too (a forked rank runs no plant).
 FORKED_PHASES = ("start-up", "probes")
+MARKS_NEEDED = {"exchange": 2}  # a phase's mark printed by this many ranks (1 where not named)
 
 
 @dataclass
@@ -131,7 +144,11 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
     """Start a 2-rank run (`launcher`: forkserver, exec or env), send `sig` once it is in `phase`
     (and again `second_after_s` later, if given), and wait for every process to be gone."""
     mark, plants = PHASES[phase]
-    plants = {**plants, **(more_plants or {})}
+    more = more_plants or {}
+    # A rank planted twice runs both (plant_env takes one code a rank).
+    plants = {rank: "\n".join(textwrap.dedent(code) for code in (plants.get(rank), more.get(rank)) if code)
+              for rank in {*plants, *more}}
+    needed, marks = MARKS_NEEDED.get(phase, 1), []
     report = folder / "r.json"
     args = [*(PROBES if phase in ("probes", "probe set-up") else ["--skip", "probe"]), "--timeout", "120", "--json",
             str(report)]
@@ -158,7 +175,9 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
         for line in proc.stderr:
             lines.append(line)
             if mark and mark in line:
-                seen.set()
+                marks.append(line)  # list.append: one atomic step, whichever reader thread
+                if len(marks) >= needed:
+                    seen.set()
 
     readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in procs.values()]
     for reader in readers:
