@@ -134,9 +134,9 @@ def straggler_group(straggler: Straggler, ratio: float) -> Iterable[Problem]:
     siblings are the known-good partners) with four times the calls, each figure the mean of four
     (probes/confirm.py: on shared CPU cores five calls fit in a few scheduler slices, and one
     stalled call no longer decides), and the group is reported only if it separates again; the
-    finding's data has both passes. With independent passes the false-alarm rate per group is the product of the two
-    chances (under 1e-4 with 5 iterations); on a shared 2-core CPU, 10 healthy runs name no
-    straggler.
+    finding's data has both passes. With independent passes the false-alarm rate per group is
+    the product of the two chances (under 1e-4 with 5 iterations); on a shared 2-core CPU, 10
+    healthy runs name no straggler.
 
     Severity: a group confirmed twice below 50% of its siblings' median (both passes) is an
     ERROR, exit 3: every collective over that dimension waits for it, so the job would run at

@@ -202,7 +202,7 @@ def judge_confirmed(found: pairwise.Localized, samples: dict[tuple[int, int], li
 
 
 def _gbps_samples(times: dict[int, list[float]], rank: int, size: int) -> dict[tuple[int, int], list[float]]:
-    per_direction = max(1, size // 4) * 4
+    per_direction = pairwise.exchange_bytes(size)
     return {(min(rank, p), max(rank, p)): [per_direction / t / 1e9 for t in ts if t > 0] for p, ts in times.items()}
 
 
@@ -210,9 +210,10 @@ def lead_pairs(session: Any, found: pairwise.Localized, pair_gbps: dict[tuple[in
                ranks: list[int], ratio: float) -> PairVerdict:
     """Rank 0: measure every candidate again, one pair at a time, and keep what stays slow."""
     pairs, references, partners = plan_pairs(found, pair_gbps, ranks)
-    size = max(session.plan.sizes)
-    slowest = min((bw for pair, bw in pair_gbps.items() if pair in set(pairs) and bw > 0), default=0.0)
-    call_s = max(1, size // 4) * 4 / (slowest * 1e9) if slowest else 0.0  # one two-way exchange
+    measured = set(pairs)
+    slowest = min((bw for pair, bw in pair_gbps.items() if pair in measured and bw > 0), default=0.0)
+    # One two-way exchange of the slowest pair to be measured, at the size the round robin used.
+    call_s = pairwise.exchange_bytes(max(session.plan.sizes)) / (slowest * 1e9) if slowest else 0.0
     calls = calls_per_figure(call_s, session.plan.iters, session.timeout_s)
     session.board.put(CONFIRM, ConfirmPairs(pairs, calls))
     if not pairs:

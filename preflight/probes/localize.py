@@ -115,7 +115,7 @@ def _round_robin(session: Any, ranks: list[int], hosts: dict[int, str], ratio: f
         return [], rounds, tests, True
     session.board.put(keys.PAIR.at(0), PairTimes(dict(mine)))
     times = read_pair_times(session, ranks, time.monotonic() + session.timeout_s)
-    per_direction = max(1, size // 4) * 4
+    per_direction = pairwise.exchange_bytes(size)
     pair_gbps = {pair: per_direction / t / 1e9 for pair, t in times.items() if t > 0}
     found = pairwise.judge_pairs(pair_gbps, ratio)
     trusted = hosttest.round_robin_trusted(pair_gbps, good_ranks, ratio)

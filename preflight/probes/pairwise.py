@@ -15,6 +15,12 @@ from typing import Any
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
 
 
+def exchange_bytes(size_bytes: int) -> int:
+    """The bytes each direction of a pair's exchange at `size_bytes` is counted as carrying (whole
+    4-byte elements, at least one): the one figure every pair bandwidth is computed from."""
+    return max(1, size_bytes // 4) * 4
+
+
 def round_robin(ranks: list[int]) -> list[list[tuple[int, int]]]:
     """Rounds of disjoint pairs covering every pair once (circle method; a bye when odd)."""
     players: list[int | None] = list(ranks)
