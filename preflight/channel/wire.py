@@ -11,10 +11,11 @@ the exchange linear and rank 0's decode fast:
   per rank (RANK, SLURM_PROCID, ...; preflight.lib.env_drift.is_per_rank);
 - the local checks' outcomes without their durations, which travel apart (`outcome_us`): the
   outcomes were 44% of a payload's bytes and differed between ranks only by their durations.
-  The durations are whole microseconds (run_checks rounds them to 1 us where it measures them):
-  most local checks take under 257 us, and Python keeps those ints as shared objects, where each
-  float was an object of its own (131,072 ranks x 49 checks: 6.4M objects rank 0 decoded and held).
-  Rank 0 merges them per distinct list (`merged_outcomes`), as the report merges them anyway.
+  The durations are whole microseconds (run_checks rounds them to 1 us where it measures them),
+  0 to MAX_CHECK_US, and rank 0 holds each rank's as one array of 4-byte numbers: as a list, each
+  duration over 256 us was an int object of its own (131,072 ranks x 49 checks: 6.4M objects,
+  ~180 MB, on a node whose checks take milliseconds). Rank 0 merges them per distinct list
+  (`merged_outcomes`), as the report merges them anyway.
 
 - two JSON documents, a newline between them: first what is the rank's own (`_Own`: its rank,
   host, its place in the World and per-rank launcher variables, limits, health, placement,
@@ -48,9 +49,10 @@ shared objects are read-only.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -76,6 +78,9 @@ from preflight.model.placement_facts import PlacementFacts
 from preflight.model.rank_env import RankEnv
 from preflight.model.section_copy import clone
 
+MAX_CHECK_US = 2**32 - 1  # a check's duration on the wire: 71 minutes, far past any check's deadline
+CheckMicros = Annotated[int, msgspec.Meta(ge=0, le=MAX_CHECK_US)]  # fits the array rank 0 holds them in
+
 
 @dataclass(slots=True)  # rank 0 holds one per rank and reads them in passes over all of them
 class RankPayload:
@@ -88,8 +93,8 @@ class RankPayload:
     own_env: dict[str, str] = field(default_factory=dict)  # on the wire only: see the module docstring
     # The outcomes' durations in microseconds, in order: on the wire the outcomes travel without
     # them (see the module docstring); as rank 0 reads them, `outcomes` is shared by the ranks that
-    # sent the same list.
-    outcome_us: list[int] = field(default_factory=list)
+    # sent the same list. As rank 0 reads them, an array("I") (see the module docstring).
+    outcome_us: Sequence[int] = field(default_factory=list)
     # Which preflight sent it, and the options every rank must agree on, by flag (options/agreement.py);
     # rank 0 compares them before any collective. On the wire the stamp is in `_Own`, the options in
     # `_Shared` (the same on every rank of a job: decoded once).
@@ -134,7 +139,7 @@ class _Own:
     facts: _OwnFacts
     findings: list[Finding] = field(default_factory=list)
     own_env: dict[str, str] = field(default_factory=dict)
-    outcome_us: list[int] = field(default_factory=list)
+    outcome_us: list[CheckMicros] = field(default_factory=list)
     stamp: RankStamp = field(default_factory=RankStamp)
 
 
@@ -159,7 +164,7 @@ def to_wire(payload: RankPayload) -> bytes:
     shared_world = dataclasses.replace(world, rank=0, local_rank=0, node_rank=0, host="",
                                        raw=dict(sorted((k, v) for k, v in world.raw.items() if not is_per_rank(k))))
     own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env, stamp=payload.stamp,
-               outcome_us=[round(o.duration_s * 1e6) for o in payload.outcomes],
+               outcome_us=[min(MAX_CHECK_US, max(0, round(o.duration_s * 1e6))) for o in payload.outcomes],
                facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
                                health=msgspec.Raw(encode(health)), placement=msgspec.Raw(encode(placement)),
                                gather_errors=facts.gather_errors))
@@ -200,7 +205,8 @@ def from_wire(data: bytes, shared: SharedSections) -> RankPayload:
                             env=RankEnv(env, own.own_env),  # the shared part not copied per rank
                             versions=versions, system=facts.system, network=network, gpus=gpus,
                             health=health, placement=placement, gather_errors=facts.gather_errors),
-            findings=own.findings, outcomes=outcomes, outcome_us=own.outcome_us, stamp=own.stamp, options=options,
+            findings=own.findings, outcomes=outcomes, outcome_us=array("I", own.outcome_us), stamp=own.stamp,
+            options=options,
         )
     except (TypeError, ValueError) as exc:
         raise BadPayload(str(exc)[:300]) from None
@@ -227,7 +233,7 @@ def merged_outcomes(payloads: Iterable[RankPayload]) -> list[CheckOutcome]:
     Ranks that sent the same outcomes share one list (decoded once); each such list is returned
     once, with each check's longest duration over those ranks. A payload whose durations do not
     match its outcomes (built in-process, not read from the wire) gives its outcomes as they are."""
-    groups: dict[int, tuple[list[CheckOutcome], list[list[float]]]] = {}
+    groups: dict[int, tuple[list[CheckOutcome], list[Sequence[int]]]] = {}
     loose: list[CheckOutcome] = []
     for payload in payloads:
         if len(payload.outcome_us) != len(payload.outcomes):
@@ -242,7 +248,7 @@ def merged_outcomes(payloads: Iterable[RankPayload]) -> list[CheckOutcome]:
                     for o, us in zip(outcomes, _longest(durations), strict=True)]
 
 
-def _longest(durations: list[list[int]]) -> list[int]:
+def _longest(durations: list[Sequence[int]]) -> Sequence[int]:
     """Each check's longest duration over these ranks' lists (of one length): max over a few
     thousand lists at a time in C, not a Python call per rank (131,072 x 49 checks: 0.4 s)."""
     longest = durations[0]

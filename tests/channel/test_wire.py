@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import msgspec
 import pytest
 
-from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes, to_wire
+from preflight.channel.wire import MAX_CHECK_US, RankPayload, SharedSections, from_wire, merged_outcomes, to_wire
 from preflight.model import CheckOutcome, RankFacts, Severity, World
 from preflight.model.codec import BadPayload, encode
 from preflight.steps.check_results import merge_outcomes
@@ -23,7 +25,7 @@ def test_outcomes_are_decoded_once_per_distinct_list_and_merge_as_the_report_mer
     shared = SharedSections()
     read = [from_wire(to_wire(p), shared) for p in sent]
     assert read[0].outcomes is read[1].outcomes and read[2].outcomes is not read[0].outcomes
-    assert [r.outcome_us for r in read] == [[100000, 700000], [500000, 200000], [300000, 100000]]  # microseconds
+    assert [list(r.outcome_us) for r in read] == [[100000, 700000], [500000, 200000], [300000, 100000]]  # microseconds
     expected = merge_outcomes(o for p in sent for o in p.outcomes)
     assert merge_outcomes(merged_outcomes(read)) == expected
     assert [(o.check_id, o.status, o.duration_s) for o in expected] == [
@@ -96,10 +98,35 @@ def test_durations_travel_as_whole_microseconds_and_come_back_as_the_seconds_tha
     wire = to_wire(sent)
     assert b'"outcome_us":[244,1234567]' in wire
     read = from_wire(wire, SharedSections())
-    assert read.outcome_us == [244, 1234567]
+    assert list(read.outcome_us) == [244, 1234567]
     assert [o.duration_s for o in merged_outcomes([read])] == [0.000244, 1.234567]
     with pytest.raises(BadPayload):  # a duration that is not a whole number of microseconds
         from_wire(wire.replace(b'"outcome_us":[244,', b'"outcome_us":["x",'), SharedSections())
+    for bad in (b"-1", str(MAX_CHECK_US + 1).encode()):  # none that rank 0 could not hold as it holds the others
+        with pytest.raises(BadPayload):
+            from_wire(wire.replace(b'"outcome_us":[244,', b'"outcome_us":[' + bad + b","), SharedSections())
+    assert b'"outcome_us":[%d,0]' % MAX_CHECK_US in to_wire(_payload(1, (1e9, -0.001)))  # what a rank sends fits
+
+
+def test_rank_0_holds_a_ranks_durations_in_a_few_bytes_whatever_their_values() -> None:
+    """On a GPU node checks take milliseconds: every duration is over 256 us, which Python keeps as an int
+    object of its own (28 bytes, and a list's 8 per item): 131,072 ranks x 49 checks were ~180 MB of rank 0.
+    What rank 0 holds for a rank's durations must not grow with their values."""
+    def held(durations: tuple[float, float]) -> int:
+        shared = SharedSections()
+        wires = [to_wire(_payload(rank, durations)) for rank in range(500)]
+        from_wire(wires[0], shared)  # the shared sections decoded before measuring
+        tracemalloc.start()
+        try:
+            read = [from_wire(w, shared) for w in wires]
+            size = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert [list(r.outcome_us) for r in read[:1]] == [[round(d * 1e6) for d in durations]]
+        return size
+
+    small, large = held((0.0001, 0.0002)), held((0.001234, 0.005678))  # Python's cached ints; ints of their own
+    assert large - small < 500 * 16, f"{(large - small) / 500:.0f} bytes more a rank for larger durations"
 
 
 def test_the_stamp_and_the_agreeing_options_travel_and_equal_options_are_one_object() -> None:

@@ -123,7 +123,7 @@ def test_each_section_is_written_once_a_rank_sends_its_own_document_and_rank_0_r
     assert got[1].facts.network is got[3].facts.network is not got[4].facts.network
     assert got[1].facts.health.ib_counters is got[3].facts.health.ib_counters  # the host's, once
     assert got[4].facts.placement.build.dists and not got[5].facts.placement.build.dists
-    assert [got[r].outcome_us for r in (1, 2)] == [[250], [375]]
+    assert [list(got[r].outcome_us) for r in (1, 2)] == [[250], [375]]
     # What rank 0 read is emptied: the store no longer holds the payloads or the sections.
     assert {bytes(store.get(key)) for key, _ in recording.written if key.startswith(("rank/", "shared/"))} == {b""}
 
