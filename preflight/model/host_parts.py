@@ -5,15 +5,16 @@ is its host's, the same on each of its ranks: the RDMA ports' error counters (he
 CPUs and the build fingerprint its local rank 0 takes (placement). On an 8-GPU node those are ~2.7 kB
 of a rank's ~4.3 kB. The payload (channel/wire.py) and the report's rank table (model/rank_table.py)
 carry them once per distinct value (a host's, or the job's) beside each rank's own part; this module is
-the one place that says which parts those are.
+the one place that says which parts those are. Rank 0 splits and joins them once per rank (131,072 times at
+the largest scale, on GPU hosts each rank's own): the copies are `section_copy.clone`'s, with no __init__
+re-run (every part was validated where it was decoded or gathered).
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 from preflight.model.health_facts import HealthFacts, IbCounters
 from preflight.model.placement_facts import BuildFacts, PlacementFacts
+from preflight.model.section_copy import clone
 
 NO_BUILD = BuildFacts()  # what a rank that did not take the fingerprint holds (read-only)
 
@@ -22,12 +23,12 @@ def split_health(health: HealthFacts) -> tuple[HealthFacts, list[IbCounters]]:
     """(the rank's own health, without the port counters; its host's port counters)."""
     if not health.ib_counters:
         return health, health.ib_counters
-    return dataclasses.replace(health, ib_counters=[]), health.ib_counters
+    return clone(health, ib_counters=[]), health.ib_counters
 
 
 def join_health(own: HealthFacts, counters: list[IbCounters]) -> HealthFacts:
     """The rank's health: its own part with its host's port counters."""
-    return dataclasses.replace(own, ib_counters=counters) if counters else own
+    return clone(own, ib_counters=counters) if counters else own
 
 
 def split_placement(placement: PlacementFacts) -> tuple[PlacementFacts, dict[int, list[int]], BuildFacts]:
@@ -36,8 +37,7 @@ def split_placement(placement: PlacementFacts) -> tuple[PlacementFacts, dict[int
     numa_cpus, build = placement.affinity.numa_cpus, placement.build
     if not numa_cpus and build == NO_BUILD:
         return placement, numa_cpus, build
-    own = dataclasses.replace(placement, build=BuildFacts(),
-                              affinity=dataclasses.replace(placement.affinity, numa_cpus={}))
+    own = clone(placement, build=BuildFacts(), affinity=clone(placement.affinity, numa_cpus={}))
     return own, numa_cpus, build
 
 
@@ -45,4 +45,4 @@ def join_placement(own: PlacementFacts, numa_cpus: dict[int, list[int]], build: 
     """The rank's placement: its own part with its host's NUMA CPUs and build fingerprint."""
     if not numa_cpus and build == NO_BUILD:
         return own
-    return dataclasses.replace(own, build=build, affinity=dataclasses.replace(own.affinity, numa_cpus=numa_cpus))
+    return clone(own, build=build, affinity=clone(own.affinity, numa_cpus=numa_cpus))

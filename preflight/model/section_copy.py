@@ -1,7 +1,8 @@
 """A rank's copy of a section it shares with others: the shared object's fields, and its own.
 
 Rank 0 rebuilds a World and a SystemLimits per rank from the one each host or job shares (the rank
-table's unpack, the channel's decode of referenced sections): 131,072 copies at the largest scale,
+table's unpack, the channel's decode of referenced sections), and joins each rank's health and placement
+to its host's parts (model/host_parts.py): 131,072 copies at the largest scale,
 so the copy is written for speed, and every field was validated when the shared one was decoded.
 """
 
