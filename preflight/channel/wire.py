@@ -93,7 +93,7 @@ class RankPayload:
     own_env: dict[str, str] = field(default_factory=dict)  # on the wire only: see the module docstring
     # The outcomes' durations in microseconds, in order: on the wire the outcomes travel without
     # them (see the module docstring); as rank 0 reads them, `outcomes` is shared by the ranks that
-    # sent the same list. As rank 0 reads them, an array("I") (see the module docstring).
+    # sent the same list, and the durations are an array("I") (see the module docstring).
     outcome_us: Sequence[int] = field(default_factory=list)
     # Which preflight sent it, and the options every rank must agree on, by flag (options/agreement.py);
     # rank 0 compares them before any collective. On the wire the stamp is in `_Own`, the options in
