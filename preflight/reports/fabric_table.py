@@ -4,20 +4,37 @@ Read from each rank's bound GPU (`facts.health.gpus[0].fabric`, NVML's fabric in
 (cluster UUID / clique), its hosts and ranks, the fabric's health on those GPUs (the faults of the
 health mask, or the registration state where it is not completed) and which hosts can open an IMEX
 channel. Nothing is shown for a job without fabric info (no NVSwitch, or no NVML).
+
+The HTML lists every domain; the text and the terminal at most MAX_DOMAINS, those that need a look
+first (a fault, a GPU not registered, a host without an IMEX channel), and one line for the rest: a
+131,072-rank job on NVL72 racks has 1,821 domains, which were 3,600 lines of a healthy run's terminal.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from preflight.lib.grouping import LastAnswerKept
 from preflight.lib.hostlist import rank_ranges
 from preflight.lib.nvml_fabric import STATES, health_faults
-from preflight.model import JobReport, table_ranks
+from preflight.model import JobReport, RankFacts, table_ranks
 from preflight.model.health_facts import HealthFacts
 
 TITLE = "NVLink fabric: the domains the job's GPUs registered with (NVML fabric info)"
 HEADERS = ["NVLink domain (cluster/clique)", "hosts", "ranks", "fabric health", "IMEX channel"]
 MAX_HOSTS_SHOWN = 6
+MAX_DOMAINS = 32  # the text and terminal show those that need a look first; the HTML shows all
+
+
+@dataclass(frozen=True)
+class _Domain:
+    """One domain's row, and whether it needs a look (what the text and terminal keep first)."""
+
+    cells: list[str]
+    attention: bool
+    gpus: int
 
 
 def _key(health: HealthFacts) -> str:
@@ -30,31 +47,60 @@ def _key(health: HealthFacts) -> str:
     return ""
 
 
-def _health(sections: list[HealthFacts]) -> str:
+def _health(sections: list[HealthFacts]) -> tuple[str, bool]:
+    """The domain's fabric health, and whether any GPU of it has a fault."""
     faults: Counter[str] = Counter()
     for health in sections:
         for gpu in health.gpus:
             if gpu.fabric is not None:
                 faults.update(health_faults(gpu.fabric))
     if not faults:
-        return f"healthy ({len(sections)} GPU(s))"
-    return "; ".join(f"{fault} on {count} GPU(s)" for fault, count in faults.most_common())
+        return f"healthy ({len(sections)} GPU(s))", False
+    return "; ".join(f"{fault} on {count} GPU(s)" for fault, count in faults.most_common()), True
 
 
-def _imex(hosts: dict[str, HealthFacts]) -> str:
+def _imex(hosts: dict[str, HealthFacts]) -> tuple[str, bool]:
+    """Which of the domain's hosts can open an IMEX channel, and whether one that was read cannot."""
     read = {host: health.imex_channels for host, health in hosts.items() if health.imex_channels is not None}
     if not read:
-        return "not read"
+        return "not read", False
     having = sorted(host for host, channels in read.items() if channels)
     missing = sorted(set(read) - set(having))
     return f"{len(having)} of {len(read)} host(s)" + (f"; none on {', '.join(missing[:MAX_HOSTS_SHOWN])}"
-                                                       if missing else "")
+                                                       if missing else ""), bool(missing)
 
 
 def rows(report: JobReport) -> list[list[str]]:
     """One row per domain, largest first; [] when no rank's GPU is on an NVLink fabric."""
-    sections = table_ranks.health(report.ranks)
-    numbers, host_of = table_ranks.rank_numbers(report.ranks), table_ranks.hosts(report.ranks)
+    return [domain.cells for domain in _domains(report.ranks)]
+
+
+def shown_rows(report: JobReport, limit: int = MAX_DOMAINS) -> list[list[str]]:
+    """The rows the text and terminal show: every domain when they are few; else `limit` of them, those
+    that need a look (a fault, a GPU not registered, a host without an IMEX channel) first, then the largest."""
+    domains = _domains(report.ranks)
+    if len(domains) <= limit:
+        return [domain.cells for domain in domains]
+    # sorted() is stable: within each kind, the largest first as `rows` orders them
+    return [domain.cells for domain in sorted(domains, key=lambda d: not d.attention)[:limit]]
+
+
+def hidden_line(report: JobReport, limit: int = MAX_DOMAINS) -> str:
+    """The line under the text's and terminal's table when domains were left out of it ("" when none were)."""
+    domains = _domains(report.ranks)
+    if len(domains) <= limit:
+        return ""
+    hidden = sorted(domains, key=lambda d: not d.attention)[limit:]
+    healthy = " healthy" if not any(domain.attention for domain in hidden) else ""
+    return (f"... and {len(hidden)} more{healthy} NVLink domain(s) ({sum(d.gpus for d in hidden)} GPU(s)); "
+            "see the HTML or JSON report")
+
+
+@LastAnswerKept
+def _domains(ranks: Sequence[RankFacts]) -> list[_Domain]:
+    """Each domain's row, largest first (kept: the text, the terminal and the HTML ask for one report)."""
+    sections = table_ranks.health(ranks)
+    numbers, host_of = table_ranks.rank_numbers(ranks), table_ranks.hosts(ranks)
     keys: dict[int, str] = {}  # by the section's id: a host's ranks share theirs
     domains: dict[str, list[int]] = defaultdict(list)  # domain -> rows
     for row, health in enumerate(sections):
@@ -71,6 +117,9 @@ def rows(report: JobReport) -> list[list[str]]:
         names = sorted(hosts)
         shown = ", ".join(names[:MAX_HOSTS_SHOWN]) + (f" (+{len(names) - MAX_HOSTS_SHOWN})"
                                                        if len(names) > MAX_HOSTS_SHOWN else "")
-        found.append([key, shown, rank_ranges(numbers[row] for row in in_domain),
-                      _health([sections[row] for row in in_domain]), _imex(hosts)])
+        health, faulty = _health([sections[row] for row in in_domain])
+        imex, lacking = _imex(hosts)
+        unregistered = key.startswith("(")  # on a fabric, not registered with it: `_key`'s "(in progress)"
+        found.append(_Domain([key, shown, rank_ranges(numbers[row] for row in in_domain), health, imex],
+                             attention=faulty or lacking or unregistered, gpus=len(in_domain)))
     return found

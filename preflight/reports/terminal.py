@@ -52,7 +52,8 @@ def render(report: JobReport, stream: TextIO, width: int | None = None) -> None:
                  f"... and {more} more variable(s); see the HTML or JSON report" if more else "", whole=["variable"])
     _print_table(console, device_table.TITLE, device_table.HEADERS, device_table.device_rows(report),
                  device_table.hidden_line(report), whole=device_table.WHOLE, keys=device_table.KEYS)
-    _print_table(console, fabric_table.TITLE, fabric_table.HEADERS, fabric_table.rows(report))
+    _print_table(console, fabric_table.TITLE, fabric_table.HEADERS, fabric_table.shown_rows(report),
+                 fabric_table.hidden_line(report))
     if nccl_table.rows(report):
         _print_table(console, nccl_table.TITLE, nccl_table.DIM_HEADERS, nccl_table.dim_rows(report))
         _print_table(console, "", nccl_table.HEADERS, nccl_table.rows(report), nccl_table.summary_line(report))

@@ -45,11 +45,12 @@ def _device_table(report: JobReport) -> list[str]:
 
 
 def _fabric_table(report: JobReport) -> list[str]:
-    rows = fabric_table.rows(report)
+    rows = fabric_table.shown_rows(report)
     if not rows:
         return []
+    hidden = fabric_table.hidden_line(report)
     return ["", fabric_table.TITLE, tabulate(rows, headers=fabric_table.HEADERS, tablefmt="simple",
-                                             maxcolwidths=[None, 40, 20, 50, 40])]
+                                             maxcolwidths=[None, 40, 20, 50, 40]), *([f"  {hidden}"] if hidden else [])]
 
 
 def _storage_table(report: JobReport) -> list[str]:
