@@ -20,7 +20,7 @@ from preflight.lib.grouping import LastAnswerKept
 from preflight.lib.hostlist import rank_ranges
 from preflight.lib.nvml_fabric import STATES, health_faults
 from preflight.model import JobReport, RankFacts, table_ranks
-from preflight.model.health_facts import HealthFacts
+from preflight.model.health_facts import GpuFabric, HealthFacts
 
 TITLE = "NVLink fabric: the domains the job's GPUs registered with (NVML fabric info)"
 HEADERS = ["NVLink domain (cluster/clique)", "hosts", "ranks", "fabric health", "IMEX channel"]
@@ -49,11 +49,14 @@ def _key(health: HealthFacts) -> str:
 
 def _health(sections: list[HealthFacts]) -> tuple[str, bool]:
     """The domain's fabric health, and whether any GPU of it has a fault."""
+    # Counted by what the faults depend on (a few distinct values), then put in words once each: 72 GPUs a
+    # domain on NVL72 racks, 131,072 in a job.
+    reports = Counter((gpu.fabric.health_mask, gpu.fabric.health_summary) for health in sections
+                      for gpu in health.gpus if gpu.fabric is not None)
     faults: Counter[str] = Counter()
-    for health in sections:
-        for gpu in health.gpus:
-            if gpu.fabric is not None:
-                faults.update(health_faults(gpu.fabric))
+    for (mask, summary), count in reports.items():
+        for fault in health_faults(GpuFabric(health_mask=mask, health_summary=summary)):
+            faults[fault] += count
     if not faults:
         return f"healthy ({len(sections)} GPU(s))", False
     return "; ".join(f"{fault} on {count} GPU(s)" for fault, count in faults.most_common()), True
