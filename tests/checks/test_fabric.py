@@ -87,3 +87,18 @@ def test_a_host_of_a_multi_node_domain_without_an_imex_channel(monkeypatch: pyte
                        "has no IMEX channel (/dev/nvidia-caps-imex-channels/channel0)")
     alone = [tray(monkeypatch, tmp_path, "gb200_nvl72", str(r), 10 + r, "solo", imex=False) for r in range(4)]
     assert "GPU035" not in fabric_findings(alone)  # one host of the domain in the job: no IMEX needed
+
+
+def test_gpu034_and_gpu035_read_each_ranks_domain_once_per_job(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """At 131,072 ranks each pass over every rank's health costs ~0.3 s: the two checks share one."""
+    from preflight.checks import fabric
+
+    ranks = [tray(monkeypatch, tmp_path, "gb200_nvl72", str(r % 4), r, f"tray{r // 4}", imex=r < 4) for r in range(8)]
+    calls = []
+    real = fabric.nvlink_domain
+    monkeypatch.setattr(fabric, "nvlink_domain", lambda facts: calls.append(facts.rank) or real(facts))
+    fabric._in_domains.forget()
+    found = fabric_findings(ranks)
+    assert list(found) == ["GPU035"] and "tray1" in found["GPU035"][0]  # what they find is unchanged
+    assert sorted(calls) == list(range(8))
