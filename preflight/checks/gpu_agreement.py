@@ -7,6 +7,7 @@ driver and CUDA driver versions are compared by SW001 (checks/software.py).
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -15,11 +16,14 @@ from preflight.lib.grouping import LastAnswerKept, odd_ones
 from preflight.model import GpuFacts, RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
 
+_RANK = operator.attrgetter("rank")  # sorted's key in C: no Python call per rank
 
+
+@LastAnswerKept
 def _hosts(ranks: Sequence[RankFacts]) -> dict[str, list[RankFacts]]:
-    """Ranks with a readable NVML, by host (lowest rank first)."""
+    """Ranks with a readable NVML, by host (lowest rank first; read-only, kept: four checks ask it of one job)."""
     by_host: dict[str, list[RankFacts]] = defaultdict(list)
-    for facts in sorted(ranks, key=lambda f: f.rank):
+    for facts in sorted(ranks, key=_RANK):
         if facts.health.nvml == "ok":
             by_host[facts.host].append(facts)
     return dict(by_host)
@@ -100,6 +104,8 @@ def nvlink_fewer_than_siblings(job: JobView) -> Iterable[Problem]:
         if len(counts) < 2 or max(counts.values()) == 0:
             continue
         majority, odd = odd_ones(counts)
+        if not odd:  # every GPU of the host has its siblings' links (almost every host): no rank to read
+            continue
         for facts in ranks:
             gpu = _bound_gpu(facts)
             if gpu is not None and gpu.index in odd and odd[gpu.index] < majority:
