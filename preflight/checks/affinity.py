@@ -105,8 +105,19 @@ def cpu_sets_overlap(job: JobView) -> Iterable[Problem]:
     wrong (a map that repeats a core, one rank left unbound among bound ones): those ranks
     compete for the shared CPUs while others idle.
     """
+    made: dict[int, frozenset[int]] = {}  # by the CPU list's id: ranks that sent one placement share its list
     for key, ranks in by_node(job.ranks).items():
-        sets = [(f, set(f.placement.affinity.cpus)) for f in ranks if f.placement.affinity.cpus]
+        sets = []
+        for f in ranks:
+            cpus = f.placement.affinity.cpus
+            if cpus:
+                found = made.get(id(cpus))
+                if found is None:
+                    found = made[id(cpus)] = frozenset(cpus)
+                sets.append((f, found))
+        distinct = {cpus for _, cpus in sets}
+        if len(distinct) < 2 or sum(map(len, distinct)) == len(frozenset().union(*distinct)):
+            continue  # one set for all, or sets that share no CPU (almost every node): no pair to look at
         pairs = [(a, b) for i, (a, sa) in enumerate(sets) for b, sb in sets[i + 1:] if sa & sb and sa != sb]
         if not pairs:
             continue
