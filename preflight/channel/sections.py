@@ -11,6 +11,7 @@ often send alike (health, placement), decoded once per recent distinct value.
 from __future__ import annotations
 
 import hashlib
+import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -193,7 +194,7 @@ class SharedSections:
         Bounded as own_part is; each entry holds its parts, so no id in a key is reused while it is kept."""
         key = tuple(map(id, parts))
         found = self.joins.get(key)
-        if found is None or any(kept is not part for kept, part in zip(found[0], parts, strict=True)):
+        if found is None or not all(map(operator.is_, found[0], parts)):  # the same objects, compared in C
             if len(self.joins) >= _OWN_KEPT:
                 self.joins.clear()
             found = self.joins[key] = (parts, join(*parts))
