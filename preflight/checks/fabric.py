@@ -11,19 +11,17 @@ state itself is GPU014 (checks/gpu_health.py); the mesh order against these doma
 
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from preflight.checks.gpu_agreement import needs_nvml_somewhere
 from preflight.checks.gpu_health import bound_gpus, needs_nvml
-from preflight.lib.grouping import LastAnswerKept, odd_ones
+from preflight.lib.grouping import LastAnswerKept, odd_ones, rank_number
 from preflight.lib.nvml_fabric import health_faults
 from preflight.model import RankFacts, Severity
 from preflight.registry import CROSS, LOCAL, CheckContext, Grade, JobView, Problem, Tags, check
 
 IMEX_CHANNEL = "/dev/nvidia-caps-imex-channels/channel0"
-_RANK = operator.attrgetter("rank")  # sorted's key in C: no Python call per rank
 
 
 def nvlink_domain(facts: RankFacts) -> str:
@@ -68,7 +66,7 @@ def _in_domains(ranks: Sequence[RankFacts]) -> list[tuple[RankFacts, str]]:
     GPU034 and GPU035 ask about one job's ranks; 131,072 of them on NVL72 racks read it in 0.3 s each)."""
     found = []
     names: dict[str, str] = {}  # each domain's name once: the list is kept, and a rack's 72 ranks name one
-    for facts in sorted(ranks, key=_RANK):
+    for facts in sorted(ranks, key=rank_number):
         domain = nvlink_domain(facts)
         if domain:
             found.append((facts, names.setdefault(domain, domain)))

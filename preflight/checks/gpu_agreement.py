@@ -7,23 +7,20 @@ driver and CUDA driver versions are compared by SW001 (checks/software.py).
 
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from preflight.checks.gpu_health import NO_DRIVER
-from preflight.lib.grouping import LastAnswerKept, odd_ones
+from preflight.lib.grouping import LastAnswerKept, odd_ones, rank_number
 from preflight.model import GpuFacts, RankFacts, Severity
 from preflight.registry import CROSS, JobView, Problem, Tags, check
-
-_RANK = operator.attrgetter("rank")  # sorted's key in C: no Python call per rank
 
 
 @LastAnswerKept
 def _hosts(ranks: Sequence[RankFacts]) -> dict[str, list[RankFacts]]:
     """Ranks with a readable NVML, by host (lowest rank first; read-only, kept: four checks ask it of one job)."""
     by_host: dict[str, list[RankFacts]] = defaultdict(list)
-    for facts in sorted(ranks, key=_RANK):
+    for facts in sorted(ranks, key=rank_number):
         if facts.health.nvml == "ok":
             by_host[facts.host].append(facts)
     return dict(by_host)

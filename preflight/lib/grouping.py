@@ -98,7 +98,7 @@ def short(value: str, limit: int = 32) -> str:
 NodeKey = tuple[str, int]  # (host, node rank); node rank -1 where the launcher does not name nodes
 
 
-_RANK = operator.attrgetter("rank")  # a rank's number, read in C (sorted's key: no Python call per rank)
+rank_number = operator.attrgetter("rank")  # a rank's number, read in C (sorted's key: no Python call per rank)
 
 
 def node_key(facts: RankFacts) -> NodeKey:
@@ -145,7 +145,7 @@ def by_node(ranks: Iterable[RankFacts]) -> dict[NodeKey, list[RankFacts]]:
     """Ranks grouped by node_key, in rank order within a node, nodes in key order (read-only; the
     last answer is kept: four cross checks group the job's ranks by node)."""
     nodes: dict[NodeKey, list[RankFacts]] = defaultdict(list)
-    for facts in sorted(ranks, key=_RANK):
+    for facts in sorted(ranks, key=rank_number):
         nodes[node_key(facts)].append(facts)
     return dict(sorted(nodes.items()))
 
@@ -155,7 +155,7 @@ def first_per_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
     """One rank's facts per host (the lowest rank): the ranks of a host share its interfaces, ports and
     clock (read-only; the last answer is kept: NET005, NET006 and CLK002 ask)."""
     chosen: dict[str, RankFacts] = {}
-    for facts in sorted(ranks, key=_RANK):
+    for facts in sorted(ranks, key=rank_number):
         chosen.setdefault(facts.host, facts)
     return chosen
 

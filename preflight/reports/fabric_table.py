@@ -81,22 +81,26 @@ def rows(report: JobReport) -> list[list[str]]:
 def shown_rows(report: JobReport, limit: int = MAX_DOMAINS) -> list[list[str]]:
     """The rows the text and terminal show: every domain when they are few; else `limit` of them, those
     that need a look (a fault, a GPU not registered, a host without an IMEX channel) first, then the largest."""
-    domains = _domains(report.ranks)
-    if len(domains) <= limit:
-        return [domain.cells for domain in domains]
-    # sorted() is stable: within each kind, the largest first as `rows` orders them
-    return [domain.cells for domain in sorted(domains, key=lambda d: not d.attention)[:limit]]
+    return [domain.cells for domain in _shown_and_hidden(report, limit)[0]]
 
 
 def hidden_line(report: JobReport, limit: int = MAX_DOMAINS) -> str:
     """The line under the text's and terminal's table when domains were left out of it ("" when none were)."""
-    domains = _domains(report.ranks)
-    if len(domains) <= limit:
+    hidden = _shown_and_hidden(report, limit)[1]
+    if not hidden:
         return ""
-    hidden = sorted(domains, key=lambda d: not d.attention)[limit:]
     healthy = " healthy" if not any(domain.attention for domain in hidden) else ""
     return (f"... and {len(hidden)} more{healthy} NVLink domain(s) ({sum(d.gpus for d in hidden)} GPU(s)); "
             "see the HTML or JSON report")
+
+
+def _shown_and_hidden(report: JobReport, limit: int) -> tuple[list[_Domain], list[_Domain]]:
+    """The domains the text and terminal show, and those they leave to the line under the table."""
+    domains = _domains(report.ranks)
+    if len(domains) <= limit:
+        return domains, []
+    ordered = sorted(domains, key=lambda d: not d.attention)  # stable: the largest first within each kind
+    return ordered[:limit], ordered[limit:]
 
 
 @LastAnswerKept
