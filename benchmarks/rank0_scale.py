@@ -368,6 +368,7 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
     payload_bytes = os.path.getsize(data)
 
     from preflight.channel.collected import Collected, accept_many
+    from preflight.lib.collector import collector_paused
     try:
         from preflight.channel.collected import accept_referenced as referenced
     except ImportError:  # before issue 44: the whole payload from every rank
@@ -433,7 +434,14 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
 
     def cross():
         job = JobView(**vars(ctx), ranks=facts, duplicate_ranks=collected.duplicates, reachability=None)
-        return run_checks(select_checks(CROSS, (), ()), job, ctx, 600.0, rank=0, host=world.host)
+        with collector_paused():  # as runner._lead runs them
+            return run_checks(select_checks(CROSS, (), ()), job, ctx, 600.0, rank=0, host=world.host)
+
+    def paused(func):  # the report built and written with the collector paused, as runner._finish does
+        def run(*args):
+            with collector_paused():
+                return func(*args)
+        return run
 
     found, cross_outcomes = timed("cross checks", cross)
     record = RunRecord(world, options)
@@ -443,16 +451,16 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
     if nccl:
         record.probes, nccl_found = timed("nccl", _nccl_stage, data + ".nccl", size, facts)
         record.findings += nccl_found
-    report = timed("report", build_report, record)
+    report = timed("report", paused(build_report), record)
     out = folder / "out"
     out.mkdir(parents=True, exist_ok=True)  # preflight creates folders only inside the current directory
     paths = {name: str(out / f"report.{name}") for name in ("json", "txt", "xml", "html", "exclude")}
-    timed("json", json_report.write, report, paths["json"])
-    timed("text", text.write, report, paths["txt"])
-    timed("junit", junit.write, report, paths["xml"])
-    timed("html", html.write, report, paths["html"])
-    timed("exclude", exclude.write, report, paths["exclude"])
-    timed("terminal", terminal.render, report, io.StringIO())  # what a TTY shows (rich)
+    timed("json", paused(json_report.write), report, paths["json"])
+    timed("text", paused(text.write), report, paths["txt"])
+    timed("junit", paused(junit.write), report, paths["xml"])
+    timed("html", paused(html.write), report, paths["html"])
+    timed("exclude", paused(exclude.write), report, paths["exclude"])
+    timed("terminal", paused(terminal.render), report, io.StringIO())  # what a TTY shows (rich)
 
     # `preflight report` is its own process: the reload runs in a child, with its own clock and memory.
     done = subprocess.run([sys.executable, __file__, "--reload", paths["json"]], check=True, capture_output=True,
