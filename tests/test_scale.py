@@ -15,9 +15,20 @@ from typing import Any
 
 import pytest
 
-from preflight.model import Finding, JobReport, RankFacts, ReportMeta, Severity, SystemLimits, World
-from preflight.model.codec import BadPayload, encode
-from preflight.model.rank_table import _WORLD_SHARED, PackedRank, pack, packed
+from preflight.model import (
+    Finding,
+    HealthFacts,
+    IbCounters,
+    JobReport,
+    RankFacts,
+    ReportMeta,
+    Severity,
+    SystemLimits,
+    World,
+)
+from preflight.model.codec import BadPayload, decode, encode
+from preflight.model.placement_facts import AffinityFacts, PlacementFacts
+from preflight.model.rank_table import _WORLD_SHARED, PackedRank, RankTable, pack, packed
 from preflight.model.rank_unpack import unpack
 from preflight.registry import CROSS, JobView, select_checks
 from preflight.reports import json as json_report
@@ -143,6 +154,25 @@ def test_the_table_written_piece_by_piece_is_the_codec_s_bytes() -> None:
     for name, encoded in found.encoded.items():
         assert encoded == [encode(value) for value in getattr(found.table, name)], name
     assert b"".join(json_report._table_pieces(found)) == encode(found.table)
+
+
+def test_the_writer_keeps_only_the_encoded_own_parts_and_writes_the_same_table() -> None:
+    """On GPU hosts each rank's own health and placement differ and are copies split from its joined
+    sections: the JSON writer (`packed(..., keep_own_parts=False)`) keeps their encoded forms, not
+    them, and writes the bytes of the whole table, which unpacks to the ranks."""
+    ranks = _world(4)
+    for facts in ranks:  # each rank its own bound GPU and CPUs; its host's port counters and NUMA CPUs
+        host = int(facts.host[-3:])
+        facts.health = HealthFacts(nvml="ok", bound_index=facts.rank % PER_HOST,
+                                   ib_counters=[IbCounters("mlx5_0", 1, {"symbol_error": host})])
+        facts.placement = PlacementFacts(affinity=AffinityFacts(cpus=[facts.rank], numa_cpus={0: [host]}))
+    kept, light = packed(ranks), packed(ranks, keep_own_parts=False)
+    assert len(kept.table.health) == PER_HOST and len(kept.table.placement) == len(ranks)  # distinct own parts
+    assert light.table.health == [] and light.table.placement == []
+    assert light.encoded == kept.encoded and len(light.encoded["placement"]) == len(ranks)
+    written = b"".join(json_report._table_pieces(light))
+    assert written == encode(kept.table)
+    assert unpack(decode(written, RankTable)) == ranks
 
 
 def test_a_schema_2_rank_table_a_row_per_rank_still_unpacks() -> None:

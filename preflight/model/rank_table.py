@@ -131,8 +131,9 @@ class _Interned:
     order, are the values' encoded forms: the report's JSON writes them as they are, not encoding the
     16,383 distinct network and GPU sections of a 131,072-rank job a second time."""
 
-    def __init__(self, into: list) -> None:
+    def __init__(self, into: list, keep_values: bool = True) -> None:
         self.values = into
+        self.keep_values = keep_values  # False: `values` stays empty, the encoded forms are the table (`packed`)
         self.index: dict[bytes, int] = {}  # encoded form -> its value's position in `values`
         self.by_id: dict[int, int] = {}  # the same object again (rank 0 shares decoded sections)
 
@@ -140,12 +141,19 @@ class _Interned:
         known = self.by_id.get(id(value))
         if known is not None:
             return known
+        found = self.add_new(value)
+        self.by_id[id(value)] = found  # `value` stays alive in the ranks being packed
+        return found
+
+    def add_new(self, value: object) -> int:
+        """`add` for an object made for this call (a rank's own part split from its health): never seen
+        by its id, and free to go once encoded."""
         key = encode(value)
         found = self.index.get(key)
         if found is None:
-            found = self.index[key] = len(self.values)
-            self.values.append(value)
-        self.by_id[id(value)] = found  # `value` stays alive in the ranks being packed
+            found = self.index[key] = len(self.index)
+            if self.keep_values:
+                self.values.append(value)
         return found
 
 
@@ -175,20 +183,25 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     return packed(ranks).table
 
 
-def packed(ranks: Sequence[RankFacts]) -> Packed:
-    """`pack`, with the encoded forms of the distinct values it found (`Packed`)."""
+def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True) -> Packed:
+    """`pack`, with the encoded forms of the distinct values it found (`Packed`).
+
+    keep_own_parts=False, for a writer that needs only the encoded forms: the tables of the ranks' own
+    health and placement parts (`health`, `placement`) are left empty, their encoded forms alone kept.
+    On GPU hosts every rank's own parts differ, and are copies split from its joined sections: kept as
+    values they were ~190 MB of rank 0's peak at 131,072 ranks, while the JSON is written."""
     table = RankTable(env_common=_common([f.env for f in ranks]), raw_common=_common([f.world.raw for f in ranks]))
     worlds, versions = _Interned(table.worlds), _Interned(table.versions)
     limits_index: dict[tuple, int] = {}  # SystemLimits but its pid -> index in table.system
     network, gpus, errors = _Interned(table.network), _Interned(table.gpus), _Interned(table.gather_errors)
     no_errors: dict[str, str] = {}  # every rank whose gatherers all succeeded: one object, found by its id
-    health, placement = _Interned(table.health), _Interned(table.placement)
+    health, placement = _Interned(table.health, keep_own_parts), _Interned(table.placement, keep_own_parts)
     counters, numa, builds = _Interned(table.ib_counters), _Interned(table.numa_cpus), _Interned(table.builds)
     # A rank's health and placement -> the indices of its own part and its host's parts (split once per
-    # object: rank 0's ranks share them where they sent the same), and the own part itself: kept alive
-    # while packing, as `_Interned.by_id` requires of what it was given.
-    health_split: dict[int, tuple[int, int, HealthFacts]] = {}
-    placement_split: dict[int, tuple[int, int, int, PlacementFacts]] = {}
+    # object: rank 0's ranks share them where they sent the same). A part split off as a copy is interned
+    # by its encoded form alone (`add_new`), and not kept here.
+    health_split: dict[int, tuple[int, int]] = {}
+    placement_split: dict[int, tuple[int, int, int]] = {}
     world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
     cols = table.columns = RankColumns()
     # Per variable, its values and the rows they are on (rows: None while every row so far has one,
@@ -204,6 +217,7 @@ def packed(ranks: Sequence[RankFacts]) -> Packed:
     world_key, limits_key = operator.attrgetter(*_WORLD_SHARED[:-1]), operator.attrgetter(*_LIMITS_SHARED)
     add_version, add_network, add_gpus = versions.add, network.add, gpus.add
     add_health, add_placement, add_errors = health.add, placement.add, errors.add
+    add_new_health, add_new_placement = health.add_new, placement.add_new
     rank_col, host_col, world_col, local_col, node_col = (cols.rank.append, cols.host.append, cols.world.append,
                                                           cols.local_rank.append, cols.node_rank.append)
     versions_col, system_col, pid_col, network_col, gpus_col = (cols.versions.append, cols.system.append,
@@ -238,15 +252,16 @@ def packed(ranks: Sequence[RankFacts]) -> Packed:
         found = health_split.get(id(facts.health))
         if found is None:
             own_health, host_counters = split_health(facts.health)
-            found = health_split[id(facts.health)] = (add_health(own_health), counters.add(host_counters),
-                                                      own_health)
+            found = health_split[id(facts.health)] = (
+                (add_health if own_health is facts.health else add_new_health)(own_health), counters.add(host_counters))
         health_col(found[0])
         cols.ib_counters.append(found[1])
         placed = placement_split.get(id(facts.placement))
         if placed is None:
             own_placement, host_numa, build = split_placement(facts.placement)
-            placed = placement_split[id(facts.placement)] = (add_placement(own_placement), numa.add(host_numa),
-                                                             builds.add(build), own_placement)
+            placed = placement_split[id(facts.placement)] = (
+                (add_placement if own_placement is facts.placement else add_new_placement)(own_placement),
+                numa.add(host_numa), builds.add(build))
         placement_col(placed[0])
         cols.numa_cpus.append(placed[1])
         cols.build.append(placed[2])

@@ -66,20 +66,21 @@ def _parts(report: JobReport) -> tuple[bytes, Iterator[bytes], bytes]:
     indented = msgspec.json.format(merged, indent=1)
     before, slot, after = indented.partition(_TABLE_SLOT)
     assert slot, "the rank table's place in the report"
-    return before + b'\n "rank_table": ', _table_pieces(packed(report.ranks)), after
+    return before + b'\n "rank_table": ', _table_pieces(packed(report.ranks, keep_own_parts=False)), after
 
 
 def _table_pieces(source: Packed) -> Iterator[bytes]:
     """`encode(source.table)`, field by field and column by column: the same bytes (the codec writes a
     dataclass as its fields in order, compact), without one more copy of the whole table at once; a
-    table of distinct values is written from the encoded forms `pack` made of them."""
+    table of distinct values is written from the encoded forms `pack` made of them (all that is kept of
+    the ranks' own health and placement parts: `packed(..., keep_own_parts=False)`)."""
     table = source.table
     yield b"{"
     for i, item in enumerate(dataclasses.fields(table)):
         yield (b"," if i else b"") + encode(item.name) + b":"
         value = getattr(table, item.name)
         encoded = source.encoded.get(item.name)
-        if encoded is not None and len(encoded) == len(value):  # the codec's compact list of those values
+        if encoded is not None:  # the codec's compact list of those values
             yield b"["
             for j, element in enumerate(encoded):
                 yield b"," + element if j else element
