@@ -22,6 +22,7 @@ import msgspec
 from preflight.model import CheckOutcome, GpuFacts, IbCounters, NetworkFacts, Versions, World
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.placement_facts import BuildFacts
+from preflight.model.string_sharing import share_strings
 
 
 @dataclass
@@ -129,6 +130,7 @@ class SharedSections:
         # the digests whose bytes were refused (absent, not matching, not decoding), with why.
         self.by_digest: dict[str, Any] = {}
         self.own: dict[tuple[str, bytes], Any] = {}  # own_part's recent values
+        self.strings: dict[str, str] = {}  # the strings of own_part's values, one object each (model/string_sharing.py)
         self.joins: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}  # joined's recent values
         self.refused: dict[str, str] = {}
 
@@ -184,7 +186,10 @@ class SharedSections:
         if found is None:
             if len(self.own) >= _OWN_KEPT:
                 self.own.clear()
-            found = self.own[(name, data)] = decode(data, into, max_bytes=MAX_PAYLOAD_BYTES)
+            if len(self.strings) >= _STRINGS_KEPT:  # bounded: per-rank strings (a MIG instance each) come and go
+                self.strings.clear()
+            found = decode(data, into, max_bytes=MAX_PAYLOAD_BYTES)
+            found = self.own[(name, data)] = share_strings(found, self.strings)
         self.last[name] = (data, found)
         return found
 
@@ -241,6 +246,7 @@ class SharedSections:
 
 _DOCUMENTS_KEPT = 256
 _OWN_KEPT = 1024
+_STRINGS_KEPT = 1 << 14
 _ABSENT: Any = object()
 
 

@@ -166,7 +166,7 @@ def _dataclass_nesting(cls: type) -> tuple[str, ...] | None:
 def _nesting_fields(cls: type) -> tuple[str, ...]:
     """The fields of a dataclass whose declared type can hold free-form (`Any`) data, at any depth."""
     names = tuple(f.name for f in dataclasses.fields(cls))
-    hints = _type_hints(cls)
+    hints = type_hints(cls)
     if hints is None:  # a type that cannot be resolved: walk every field, as before
         return names
     return tuple(name for name in names if _may_nest(hints.get(name, Any), {cls}))
@@ -181,12 +181,12 @@ def _may_nest(tp: Any, seen: set[type]) -> bool:
 
 
 def _hints(cls: type) -> list[Any]:
-    hints = _type_hints(cls)
+    hints = type_hints(cls)
     return [Any] if hints is None else list(hints.values())
 
 
 @functools.cache
-def _type_hints(cls: type) -> dict[str, Any] | None:
+def type_hints(cls: type) -> dict[str, Any] | None:
     """A class's resolved annotations, read once per class (None where they cannot be resolved): _may_nest
     reaches a nested dataclass on every path to it (a follower's first decode of the verdict read ~30
     classes' hints 78 times, ~0.05 CPU-s profiled)."""
