@@ -2,7 +2,7 @@
 
 msgspec makes a new str for every string it decodes. On GPU hosts each rank sends its own health and
 placement (its bound GPU, its CPUs, its NICs), which rank 0 decodes once per distinct value
-(channel/sections.SharedSections.own_part): at 131,072 ranks, 131,072 of each, ~30 strings apiece that
+(`SharedSections.own_part`, channel/sections.py): at 131,072 ranks, 131,072 of each, ~30 strings apiece that
 nearly every rank repeats ("mlx5_0/1", "LOCAL_RANK", a PCI bus id of the host's eight, the VBIOS):
 ~1.8 KB of each rank's ~3.9 KB of decoded own parts. `share_strings` replaces each by the equal string
 seen before, in place, with a function generated once per model type that touches only the fields whose
