@@ -335,14 +335,12 @@ def _finish(record: RunRecord, exchange: Exchange) -> int:
     # 131,072-rank job on GPU hosts: 12 full collections, none freeing anything, 1.4 of its ~30 CPU-s).
     with collector_paused():
         report = build_report(record)
-    remembered, unwritten = history.remember(report, record.options)  # after the verdict; a failure: not written
-    # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
-    # agent stops the remaining workers, rank 0 included. An output not written makes a pass
-    # exit 4 (reports/targets.py).
-    launch_folder = str(Path(record.options.verdict_file).parent) if record.options.verdict_file else ""
-    with collector_paused():
-        write_reports(report, record.options.reports, unwritten, also_written=remembered,
-                      unannounced=launch_folder)
+        remembered, unwritten = history.remember(report, record.options)  # after the verdict; a failure: not written
+        # Reports first: once the verdict is out, peers exit, and a launcher such as torchrun's
+        # agent stops the remaining workers, rank 0 included. An output not written makes a pass
+        # exit 4 (reports/targets.py).
+        launch_folder = str(Path(record.options.verdict_file).parent) if record.options.verdict_file else ""
+        write_reports(report, record.options.reports, unwritten, also_written=remembered, unannounced=launch_folder)
     if record.options.verdict_file:
         Path(record.options.verdict_file).write_text(f"{report.exit_code}\n")
     record.report = report
