@@ -15,12 +15,13 @@ import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from preflight.model import CheckOutcome, GpuFacts, IbCounters, NetworkFacts, Versions, World
+from preflight.model import CheckOutcome, GpuFacts, IbCounters, IbPort, NetworkFacts, Versions, World
 from preflight.model.codec import BadPayload, decode, encode
+from preflight.model.host_parts import join_network
 from preflight.model.placement_facts import BuildFacts
 from preflight.model.string_sharing import share_strings
 
@@ -32,7 +33,7 @@ class SharedDocument:
     env: dict[str, str]
     world: World  # its rank's own fields blank (in `_OwnWorld`)
     versions: Versions
-    network: NetworkFacts
+    network: NetworkFacts  # without its RDMA ports, which are `ib_ports`
     gpus: list[GpuFacts]
     outcomes: list[CheckOutcome]  # durations zeroed: they travel in `_Own.outcome_us`
     options: dict[str, str] = field(default_factory=dict)  # the agreeing options by flag (model/agreement.py)
@@ -42,6 +43,13 @@ class SharedDocument:
     ib_counters: list[IbCounters] = field(default_factory=list)
     numa_cpus: dict[int, list[int]] = field(default_factory=dict)
     build: BuildFacts = field(default_factory=BuildFacts)
+    # The host's RDMA ports, split off its network section (model/host_parts.py): the same on every host of
+    # a healthy homogeneous job, so one section for the job where the network sections are one per host.
+    ib_ports: list[IbPort] = field(default_factory=list)
+
+
+DIGEST_CHARS = 32  # a section's digest: BLAKE2b-128, hex
+Digest = Annotated[str, msgspec.Meta(pattern=f"^[0-9a-f]{{{DIGEST_CHARS}}}$")]
 
 
 @dataclass
@@ -58,34 +66,34 @@ class _SharedRaw:
     ib_counters: msgspec.Raw
     numa_cpus: msgspec.Raw
     build: msgspec.Raw
+    ib_ports: msgspec.Raw
 
 
 @dataclass
 class _SharedRefs:
     """`SharedDocument` as a rank publishes it through the store: each section's digest (see `store_form`)."""
 
-    env: str
-    world: str
-    versions: str
-    network: str
-    gpus: str
-    outcomes: str
-    options: str
-    ib_counters: str
-    numa_cpus: str
-    build: str
+    env: Digest
+    world: Digest
+    versions: Digest
+    network: Digest
+    gpus: Digest
+    outcomes: Digest
+    options: Digest
+    ib_counters: Digest
+    numa_cpus: Digest
+    build: Digest
+    ib_ports: Digest
 
 
 # The sections of `SharedDocument`, in its order, with their types.
 _SECTIONS: dict[str, Any] = {"env": dict[str, str], "world": World, "versions": Versions, "network": NetworkFacts,
                              "gpus": list[GpuFacts], "outcomes": list[CheckOutcome],
                              "options": dict[str, str], "ib_counters": list[IbCounters],
-                             "numa_cpus": dict[int, list[int]], "build": BuildFacts}
+                             "numa_cpus": dict[int, list[int]], "build": BuildFacts, "ib_ports": list[IbPort]}
+_NETWORK, _IB_PORTS = list(_SECTIONS).index("network"), list(_SECTIONS).index("ib_ports")
 T = TypeVar("T")
 SEPARATOR = b"\n"  # compact JSON holds no raw newline (one in a string is written \\n)
-
-
-DIGEST_CHARS = 32  # a section's digest: BLAKE2b-128, hex
 
 
 def section_digest(name: str, data: bytes) -> str:
@@ -124,6 +132,7 @@ class SharedSections:
         # Whole shared documents lately seen, with their sections as decoded: a rank whose document
         # is one of these (its host's other ranks, most of the time) is not parsed at all.
         self.documents: dict[bytes, tuple[Any, ...]] = {}
+        self.refs: dict[bytes, tuple[str, ...] | None] = {}  # a document's digests (`_refs`), lately read
         self.last_document: tuple[bytes, tuple[Any, ...]] | None = None
 
         # Sections that came by digest (through the store), decoded and checked against it; and
@@ -148,12 +157,14 @@ class SharedSections:
             if document == last or document in self.documents:
                 continue  # a host's other ranks: the same digests, already looked at
             last = document
+            refs = self._refs(document)
             try:
-                wire = decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
-                named = [(_digest_of(getattr(wire, name)), name) for name in _SECTIONS]
+                digests = refs if refs is not None else [
+                    _digest_of(getattr(decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES), name))
+                    for name in _SECTIONS]
             except BadPayload:
                 continue
-            wanted.update((digest, name) for digest, name in named
+            wanted.update((digest, name) for digest, name in zip(digests, _SECTIONS)
                           if digest and digest not in self.by_digest and digest not in self.refused)
         return wanted
 
@@ -210,9 +221,28 @@ class SharedSections:
         digest = _digest_of(raw)
         if not digest:
             return self.get(name, raw)
+        return self._learned(name, digest)
+
+    def _learned(self, name: str, digest: str) -> Any:
+        """The section learned under `digest`; BadPayload, saying why, where it was not."""
         found = self.by_digest.get(digest, _ABSENT)
         if found is _ABSENT:
             raise BadPayload(self.refused.get(digest, f"its {name} section ({digest[:12]}) never reached rank 0"))
+        return found
+
+    def _refs(self, document: bytes) -> tuple[str, ...] | None:
+        """The digests of a document that came by reference (the store's form: every section a digest), read
+        once for `missing` and `sections` both; None for any other document (inline, or not all digests)."""
+        found = self.refs.get(document, _ABSENT)
+        if found is _ABSENT:
+            try:
+                refs = decode(document, _SharedRefs, max_bytes=MAX_PAYLOAD_BYTES)
+                found = tuple(getattr(refs, name) for name in _SECTIONS)
+            except BadPayload:
+                found = None
+            if len(self.refs) >= _DOCUMENTS_KEPT:  # bounded as `documents` is
+                self.refs.clear()
+            self.refs[document] = found
         return found
 
     def get(self, name: str, raw: msgspec.Raw | bytes) -> Any:
@@ -228,15 +258,24 @@ class SharedSections:
         return found
 
     def sections(self, data: bytes, start: int) -> tuple[Any, ...]:
-        """The shared document `data[start:]`, decoded (its sections in `_SECTIONS` order)."""
+        """The shared document `data[start:]`, decoded (its sections in `_SECTIONS` order; the network
+        section with its RDMA ports joined back)."""
         last = self.last_document
         if last is not None and len(data) - start == len(last[0]) and data.endswith(last[0]):
             return last[1]  # the rank before sent the same bytes: compared in place, no copy
         document = data[start:]
         found = self.documents.get(document)
         if found is None:
-            wire = decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
-            found = tuple(self._section(name, getattr(wire, name)) for name in _SECTIONS)
+            refs = self._refs(document)
+            if refs is not None:
+                values = [self._learned(name, digest) for name, digest in zip(_SECTIONS, refs)]
+            else:  # inline (a --out-dir file), or not digests at all: said section by section
+                wire = decode(document, _SharedRaw, max_bytes=MAX_PAYLOAD_BYTES)
+                values = [self._section(name, getattr(wire, name)) for name in _SECTIONS]
+            # The host's network section whole again (model/host_parts.py), once per distinct document:
+            # both of its parts are in it, so no rank pays for the join.
+            values[_NETWORK] = self.joined((values[_NETWORK], values[_IB_PORTS]), join_network)
+            found = tuple(values)
             if len(self.documents) >= _DOCUMENTS_KEPT:  # bounded: a few hosts' worth, not the job's
                 self.documents.clear()
             self.documents[document] = found

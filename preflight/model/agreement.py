@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 # The payload's layout (channel/wire.py: `_Own`, `_Shared`); raised whenever either changes in a way
 # an older rank 0 could not read, so that rank 0 names the rank instead of failing to decode it.
-WIRE_VERSION = 3  # 2: the host's port counters, NUMA CPUs and build fingerprint in the shared document;
-# 3: the confirming passes' calls per figure (RemeasureSteps, ConfirmPairs): every rank must time as many
+WIRE_VERSION = 4  # 2: the host's port counters, NUMA CPUs and build fingerprint in the shared document;
+# 3: the confirming passes' calls per figure (RemeasureSteps, ConfirmPairs): every rank must time as many;
+# 4: the check durations as bytes (4-byte little-endian numbers), the RDMA ports a shared section of their own
 PREFLIGHT_VERSION = "preflight version"  # the names the comparison gives the stamp's two parts
 WIRE = "wire version"
 

@@ -1,19 +1,22 @@
-"""The parts of a rank's health and placement that its host's ranks read alike, split off and joined back.
+"""The parts of a rank's sections that its host's ranks (or its job's) read alike, split off and joined back.
 
-A rank's health and placement sections are its own (its bound GPU, its CPUs), but some of what they hold
-is its host's, the same on each of its ranks: the RDMA ports' error counters (health), the NUMA nodes'
-CPUs and the build fingerprint its local rank 0 takes (placement). On an 8-GPU node those are ~2.7 kB
-of a rank's ~4.3 kB. The payload (channel/wire.py) and the report's rank table (model/rank_table.py)
-carry them once per distinct value (a host's, or the job's) beside each rank's own part; this module is
-the one place that says which parts those are. Rank 0 splits and joins them once per rank (131,072 times at
-the largest scale, on GPU hosts each rank's own): the copies are `section_copy.clone`'s, with no __init__
-re-run (every part was validated where it was decoded or gathered).
+A rank's health and placement sections are its own (its bound GPU, its CPUs), but some of what they hold is
+its host's, the same on each of its ranks: the RDMA ports' error counters (health), the NUMA nodes' CPUs and
+the build fingerprint its local rank 0 takes (placement). On an 8-GPU node those are ~2.7 kB of a rank's ~4.3
+kB. A host's network section is its own (its addresses), but its RDMA ports (device, state, rate, firmware:
+~2.3 kB of an 8-port host's ~3.2 kB) are the same on every host of a healthy homogeneous job, so they travel
+apart too: one value for the job where hosts agree. The payload (channel/wire.py) and the report's rank table
+(model/rank_table.py) carry them once per distinct value (a host's, or the job's) beside each rank's own part;
+this module is the one place that says which parts those are. Rank 0 splits and joins them once per rank
+(131,072 times at the largest scale, on GPU hosts each rank's own): the copies are `section_copy.clone`'s,
+with no __init__ re-run (every part was validated where it was decoded or gathered).
 """
 
 from __future__ import annotations
 
 from preflight.model.health_facts import HealthFacts, IbCounters
 from preflight.model.placement_facts import BuildFacts, PlacementFacts
+from preflight.model.rank_facts import IbPort, NetworkFacts
 from preflight.model.section_copy import clone
 
 NO_BUILD = BuildFacts()  # what a rank that did not take the fingerprint holds (read-only)
@@ -46,3 +49,15 @@ def join_placement(own: PlacementFacts, numa_cpus: dict[int, list[int]], build: 
     if not numa_cpus and build == NO_BUILD:
         return own
     return clone(own, build=build, affinity=clone(own.affinity, numa_cpus=numa_cpus))
+
+
+def split_network(network: NetworkFacts) -> tuple[NetworkFacts, list[IbPort]]:
+    """(the host's network section without its RDMA ports; the ports)."""
+    if not network.ib_ports:
+        return network, network.ib_ports
+    return clone(network, ib_ports=[]), network.ib_ports
+
+
+def join_network(own: NetworkFacts, ports: list[IbPort]) -> NetworkFacts:
+    """The host's network section: its own part with its RDMA ports."""
+    return clone(own, ib_ports=ports) if ports else own

@@ -8,13 +8,14 @@ environment and launcher variables only where they differ from the values most r
 (`env_common`, `raw_common`). `pack` and `unpack` (model/rank_unpack.py) are exact inverses: the
 RankFacts that come back equal the ones that went in. Unpacked ranks share their section objects (read-only).
 
-The ranks' own values are columns (`RankColumns`, JSON schemas 3 and 4): one list per field, and per
+The ranks' own values are columns (`RankColumns`, JSON schemas 3 to 5): one list per field, and per
 variable that differs from the common value somewhere, its values by row (a dense list where
 most rows differ, a {row: value} map where few do). At 131,072 ranks a row per rank was 131,072
 objects of ~20 keys each to write and to decode (3.3 s of `preflight report`'s 6.5 s); a column
 of numbers or strings decodes in C. `unpack` still reads schema 2's `ranks` rows. Schema 4 stores the
 host parts of health and placement (model/host_parts.py) once per distinct value beside each rank's own
-part, as the payload carries them.
+part, as the payload carries them; schema 5 the hosts' RDMA ports apart from their network sections the
+same way (one list for a homogeneous job: ~37 of a 131,072-rank report's 116 MB were 16,383 copies of it).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from dataclasses import dataclass, field
 
 from preflight.model.codec import encode
 from preflight.model.health_facts import HealthFacts, IbCounters
-from preflight.model.host_parts import split_health, split_placement
+from preflight.model.host_parts import split_health, split_network, split_placement
 from preflight.model.placement_facts import BuildFacts, PlacementFacts
 from preflight.model.rank_env import RankEnv
-from preflight.model.rank_facts import GpuFacts, NetworkFacts, RankFacts, SystemLimits, Versions, World
+from preflight.model.rank_facts import GpuFacts, IbPort, NetworkFacts, RankFacts, SystemLimits, Versions, World
 
 # The World fields most ranks share (all but rank, local_rank, node_rank, host, raw, expected_hosts);
 # decisions last. A field added to World must be named here or in PackedRank (the round-trip test).
@@ -93,6 +94,7 @@ class RankColumns:
     ib_counters: list[int] = field(default_factory=list)
     numa_cpus: list[int] = field(default_factory=list)
     build: list[int] = field(default_factory=list)
+    ib_ports: list[int] = field(default_factory=list)  # schema 5; empty before, when `network` holds them
     env: dict[str, Column] = field(default_factory=dict)  # variables some row holds unlike env_common
     env_unset: dict[str, list[int]] = field(default_factory=dict)  # env_common's variables -> rows that lack it
     raw: dict[str, Column] = field(default_factory=dict)  # world.raw, the same way against raw_common
@@ -118,12 +120,14 @@ class RankTable:
     placement: list[PlacementFacts] = field(default_factory=list)
     gather_errors: list[dict[str, str]] = field(default_factory=list)
     ranks: list[PackedRank] = field(default_factory=list)  # schema 2 (read only): a row per rank
-    columns: RankColumns | None = None  # schemas 3 and 4: what `pack` writes
+    columns: RankColumns | None = None  # schemas 3 to 5: what `pack` writes
     # Schema 4: the host parts of health and placement, each distinct value once (`health` and `placement`
     # hold each rank's own part): a 131,072-rank job on GPU hosts wrote them 131,072 times (~350 MB).
     ib_counters: list[list[IbCounters]] = field(default_factory=list)
     numa_cpus: list[dict[int, list[int]]] = field(default_factory=list)
     builds: list[BuildFacts] = field(default_factory=list)
+    # Schema 5: the hosts' RDMA ports, each distinct list once (`network` holds each host's section without them).
+    ib_ports: list[list[IbPort]] = field(default_factory=list)
 
 
 class _Interned:
@@ -187,21 +191,25 @@ def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True) -> Packed:
     """`pack`, with the encoded forms of the distinct values it found (`Packed`).
 
     keep_own_parts=False, for a writer that needs only the encoded forms: the tables of the ranks' own
-    health and placement parts (`health`, `placement`) are left empty, their encoded forms alone kept.
+    health and placement parts and the hosts' network parts (`health`, `placement`, `network`) are left
+    empty, their encoded forms alone kept.
     On GPU hosts every rank's own parts differ, and are copies split from its joined sections: kept as
     values they were ~190 MB of rank 0's peak at 131,072 ranks, while the JSON is written."""
     table = RankTable(env_common=_common([f.env for f in ranks]), raw_common=_common([f.world.raw for f in ranks]))
     worlds, versions = _Interned(table.worlds), _Interned(table.versions)
     limits_index: dict[tuple, int] = {}  # SystemLimits but its pid -> index in table.system
-    network, gpus, errors = _Interned(table.network), _Interned(table.gpus), _Interned(table.gather_errors)
+    network, gpus, errors = (_Interned(table.network, keep_own_parts), _Interned(table.gpus),
+                             _Interned(table.gather_errors))
     no_errors: dict[str, str] = {}  # every rank whose gatherers all succeeded: one object, found by its id
     health, placement = _Interned(table.health, keep_own_parts), _Interned(table.placement, keep_own_parts)
     counters, numa, builds = _Interned(table.ib_counters), _Interned(table.numa_cpus), _Interned(table.builds)
+    ports = _Interned(table.ib_ports)
     # A rank's health and placement -> the indices of its own part and its host's parts (split once per
     # object: rank 0's ranks share them where they sent the same). A part split off as a copy is interned
     # by its encoded form alone (`add_new`), and not kept here.
     health_split: dict[int, tuple[int, int]] = {}
     placement_split: dict[int, tuple[int, int, int]] = {}
+    network_split: dict[int, tuple[int, int]] = {}  # a network section -> its own part's and its ports' indices
     world_index: dict[tuple, int] = {}  # the shared fields of a World -> its index in table.worlds
     cols = table.columns = RankColumns()
     # Per variable, its values and the rows they are on (rows: None while every row so far has one,
@@ -215,7 +223,7 @@ def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True) -> Packed:
     # One pass, each rank's objects read once while they are in cache (at 131,072 ranks every
     # pass over them costs its memory reads); the appends and lookups bound once, outside it.
     world_key, limits_key = operator.attrgetter(*_WORLD_SHARED[:-1]), operator.attrgetter(*_LIMITS_SHARED)
-    add_version, add_network, add_gpus = versions.add, network.add, gpus.add
+    add_version, add_network, add_new_network, add_gpus = versions.add, network.add, network.add_new, gpus.add
     add_health, add_placement, add_errors = health.add, placement.add, errors.add
     add_new_health, add_new_placement = health.add_new, placement.add_new
     rank_col, host_col, world_col, local_col, node_col = (cols.rank.append, cols.host.append, cols.world.append,
@@ -247,7 +255,13 @@ def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True) -> Packed:
             table.system.append(dataclasses.replace(limits, pid=0))
         system_col(index)
         pid_col(limits.pid)
-        network_col(add_network(facts.network))
+        split = network_split.get(id(facts.network))
+        if split is None:
+            own_network, host_ports = split_network(facts.network)
+            split = network_split[id(facts.network)] = (
+                (add_network if own_network is facts.network else add_new_network)(own_network), ports.add(host_ports))
+        network_col(split[0])
+        cols.ib_ports.append(split[1])
         gpus_col(add_gpus(facts.gpus))
         found = health_split.get(id(facts.health))
         if found is None:
@@ -280,7 +294,7 @@ def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True) -> Packed:
     cols.raw, cols.raw_unset = {name: _column(*_cells_of(raw, name), rows) for name in sorted(raw)}, raw_unset
     interned = {"worlds": worlds, "versions": versions, "network": network, "gpus": gpus, "health": health,
                  "placement": placement, "gather_errors": errors, "ib_counters": counters, "numa_cpus": numa,
-                 "builds": builds}
+                 "builds": builds, "ib_ports": ports}
     return Packed(table, {name: list(values.index) for name, values in interned.items()})
 
 

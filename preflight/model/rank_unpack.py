@@ -10,10 +10,10 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from preflight.model.health_facts import HealthFacts
-from preflight.model.host_parts import join_health, join_placement
+from preflight.model.host_parts import join_health, join_network, join_placement
 from preflight.model.placement_facts import PlacementFacts
 from preflight.model.rank_env import RankEnv
-from preflight.model.rank_facts import RankFacts
+from preflight.model.rank_facts import NetworkFacts, RankFacts
 from preflight.model.rank_table import Column, RankTable
 from preflight.model.section_copy import clone
 
@@ -33,7 +33,7 @@ def _restore(common: dict[str, str], own: dict[str, str], unset: list[str]) -> d
 
 
 def check_columns(table: RankTable) -> None:
-    """ValueError where a schema-3 or 4 table's columns do not fit its tables (a report edited or cut
+    """ValueError where a schema-3 to 5 table's columns do not fit its tables (a report edited or cut
     short): `unpack` can then not fail, whenever it runs (model/table_ranks.py unpacks on first use)."""
     cols = table.columns
     if cols is None:
@@ -48,6 +48,8 @@ def check_columns(table: RankTable) -> None:
     # The host parts' three columns: all one index a row, or all empty (written before them, schema 3).
     if {len(cols.ib_counters), len(cols.numa_cpus), len(cols.build)} not in ({0}, {rows}):
         raise ValueError("the rank table's host part columns are not one index a row")
+    if len(cols.ib_ports) not in (0, rows):  # empty: written before the ports were apart (schema 4 and before)
+        raise ValueError("the rank table's ib_ports column is not one index a row")
     for name, into in _INDEXED.items():
         if not _within(getattr(cols, name), len(getattr(table, into))):
             raise ValueError(f"the rank table's {name} index is out of range")
@@ -66,7 +68,7 @@ def check_columns(table: RankTable) -> None:
 # Each index column and the table of distinct values it points into.
 _INDEXED = {"world": "worlds", "versions": "versions", "system": "system", "network": "network", "gpus": "gpus",
             "gather_errors": "gather_errors", "ib_counters": "ib_counters", "numa_cpus": "numa_cpus",
-            "build": "builds"}
+            "build": "builds", "ib_ports": "ib_ports"}
 
 
 def _within(indices: Collection[int], size: int) -> bool:
@@ -101,16 +103,34 @@ def unpack(table: RankTable) -> list[RankFacts]:
     for row, (rank, host, world_index, local_rank, node_rank, versions, system, pid, network, gpus, health, placement,
               errors, row_env, row_raw) in enumerate(zip(
             cols.rank, cols.host, cols.world, cols.local_rank, cols.node_rank, cols.versions, cols.system, cols.pid,
-            cols.network, cols.gpus, health_by_row(table), placement_by_row(table), cols.gather_errors, env, raw)):
+            network_by_row(table), cols.gpus, health_by_row(table), placement_by_row(table), cols.gather_errors, env,
+            raw)):
         world = clone(table.worlds[world_index], rank=world_rank.get(row, rank) if world_rank else rank,
                       host=world_host.get(row, host) if world_host else host, local_rank=local_rank,
                       node_rank=node_rank, raw=row_raw, expected_hosts=expected.get(row, {}) if expected else {})
         facts.append(RankFacts(
             rank=rank, host=host, world=world, env=row_env, versions=table.versions[versions],
-            system=clone(table.system[system], pid=pid), network=table.network[network], gpus=table.gpus[gpus],
-            health=health, placement=placement, gather_errors=table.gather_errors[errors],
+            system=clone(table.system[system], pid=pid), network=network, gpus=table.gpus[gpus], health=health,
+            placement=placement, gather_errors=table.gather_errors[errors],
         ))
     return facts
+
+
+def network_by_row(table: RankTable) -> list[NetworkFacts]:
+    """Each row's network section (a schema-3+ table): its host's own part joined with its RDMA ports (schema
+    5), one object for the rows with the same two; the table's section as it is before schema 5."""
+    cols = table.columns
+    assert cols is not None
+    if not cols.ib_ports:
+        return [table.network[index] for index in cols.network]
+    joined: dict[tuple[int, int], NetworkFacts] = {}
+    found = []
+    for own, ports in zip(cols.network, cols.ib_ports):
+        value = joined.get((own, ports))
+        if value is None:
+            value = joined[own, ports] = join_network(table.network[own], table.ib_ports[ports])
+        found.append(value)
+    return found
 
 
 def health_by_row(table: RankTable) -> list[HealthFacts]:

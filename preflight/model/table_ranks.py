@@ -25,7 +25,7 @@ from preflight.model.rank_unpack import check_columns, column_cells, health_by_r
 
 
 class TableRanks(Sequence[RankFacts]):
-    """A schema-3 or 4 rank table read as the list of RankFacts it packs (see the module docstring).
+    """A schema-3 to 5 rank table read as the list of RankFacts it packs (see the module docstring).
 
     The table is checked when this is made (check_columns): unpacking it later cannot fail.
     """

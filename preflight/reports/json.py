@@ -26,7 +26,8 @@ from preflight.model.rank_table import Packed, RankTable, packed
 from preflight.model.rank_unpack import unpack
 from preflight.model.table_ranks import TableRanks
 
-SCHEMA = 4  # 4: the host parts of health and placement once per distinct value (model/host_parts.py)
+SCHEMA = 5  # 4: the host parts of health and placement once per distinct value (model/host_parts.py);
+# 5: the hosts' RDMA ports apart from their network sections, once per distinct list
 # The largest report `load` reads. A 131,072-rank job on GPU hosts writes ~520 MB (each rank's bound GPU's
 # health and its placement are its own: benchmarks/rank0_scale.py --gpu-node), past the codec's 256 MiB
 # for any other document; still bounded, for a file that is not one preflight wrote.
@@ -37,7 +38,7 @@ _TABLE_SLOT = b'\n "rank_table": null'  # a top-level key (indent 1): nothing ne
 @dataclass
 class _Document(JobReport):
     """The report as its JSON holds it: the JobReport's own fields and those the JSON adds, the packed
-    ranks (schemas 2 to 4), read in one parse (a second parse of a 131,072-rank report: 0.13 s)."""
+    ranks (schemas 2 to 5), read in one parse (a second parse of a 131,072-rank report: 0.13 s)."""
 
     rank_table: RankTable | None = None
     schema: int = 1  # a report without one is schema 1 (a verbatim `ranks` list)
@@ -136,7 +137,7 @@ def _loads(data: bytes | str) -> JobReport:
     report = JobReport(**{item.name: getattr(document, item.name) for item in dataclasses.fields(JobReport)})
     table = document.rank_table
     if table is not None and not report.ranks:
-        try:  # schema 3 and 4's columns read by the renderers as they are (model/table_ranks.py); schema 2 unpacked
+        try:  # schema 3 to 5's columns read by the renderers as they are (model/table_ranks.py); schema 2 unpacked
             report.ranks = TableRanks(table) if table.columns is not None else unpack(table)
         except (IndexError, ValueError) as exc:  # indices past their tables, columns of unequal length
             raise BadPayload(f"rank_table: {str(exc)[:200]}") from None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import struct
 import tracemalloc
 
 import msgspec
@@ -21,6 +23,11 @@ def _payload(rank: int, durations: tuple[float, float], status: Severity = Sever
     return RankPayload(rank, RankFacts(rank=rank, host="node", world=world), outcomes=outcomes)
 
 
+def _us(*durations: int) -> bytes:
+    """The durations as they appear in a payload's JSON: 4-byte little-endian numbers, base64."""
+    return b'"outcome_us":"' + base64.b64encode(struct.pack(f"<{len(durations)}I", *durations)) + b'"'
+
+
 def test_outcomes_are_decoded_once_per_distinct_list_and_merge_as_the_report_merges_them() -> None:
     sent = [_payload(0, (0.1, 0.7)), _payload(1, (0.5, 0.2)), _payload(2, (0.3, 0.1), Severity.WARN)]
     shared = SharedSections()
@@ -34,7 +41,7 @@ def test_outcomes_are_decoded_once_per_distinct_list_and_merge_as_the_report_mer
 
 
 def test_durations_that_do_not_match_the_outcomes_are_a_bad_payload() -> None:
-    raw = to_wire(_payload(1, (0.1, 0.2))).replace(b'"outcome_us":[100000,200000]', b'"outcome_us":[100000]')
+    raw = to_wire(_payload(1, (0.1, 0.2))).replace(_us(100000, 200000), _us(100000))
     with pytest.raises(BadPayload, match="1 check durations for 2 check outcomes"):
         from_wire(raw, SharedSections())
 
@@ -104,20 +111,22 @@ def test_a_rank_sends_its_own_document_then_the_shared_one_which_is_parsed_once_
 
 
 def test_durations_travel_as_whole_microseconds_and_come_back_as_the_seconds_that_were_measured() -> None:
-    """run_checks rounds a duration to 1 us: as an int of microseconds it crosses the wire exactly
-    (no float object per check per rank on rank 0), and the merged outcome has the seconds again."""
+    """run_checks rounds a duration to 1 us: as 4 bytes of microseconds it crosses the wire exactly (no
+    float object per check per rank on rank 0, no JSON number to parse), and the merged outcome has the
+    seconds again."""
     sent = _payload(1, (0.000244, 1.234567))
     wire = to_wire(sent)
-    assert b'"outcome_us":[244,1234567]' in wire
+    assert _us(244, 1234567) in wire
     read = from_wire(wire, SharedSections())
     assert list(read.outcome_us) == [244, 1234567]
     assert [o.duration_s for o in merged_outcomes([read])] == [0.000244, 1.234567]
-    with pytest.raises(BadPayload):  # a duration that is not a whole number of microseconds
-        from_wire(wire.replace(b'"outcome_us":[244,', b'"outcome_us":["x",'), SharedSections())
-    for bad in (b"-1", str(MAX_CHECK_US + 1).encode()):  # none that rank 0 could not hold as it holds the others
+    # Not durations: no base64, numbers (the layout before), bytes that are no whole number of 4-byte ones.
+    five_bytes = b'"outcome_us":"' + base64.b64encode(b"12345") + b'"'
+    for bad in (b'"outcome_us":"x!"', b'"outcome_us":[244,1234567]', five_bytes):
         with pytest.raises(BadPayload):
-            from_wire(wire.replace(b'"outcome_us":[244,', b'"outcome_us":[' + bad + b","), SharedSections())
-    assert b'"outcome_us":[%d,0]' % MAX_CHECK_US in to_wire(_payload(1, (1e9, -0.001)))  # what a rank sends fits
+            from_wire(wire.replace(_us(244, 1234567), bad), SharedSections())
+    # What a rank sends fits: clamped to 0 .. MAX_CHECK_US, the most 4 unsigned bytes hold (nothing else can arrive).
+    assert _us(MAX_CHECK_US, 0) in to_wire(_payload(1, (1e9, -0.001)))
 
 
 def test_rank_0_holds_a_ranks_durations_in_a_few_bytes_whatever_their_values() -> None:

@@ -24,6 +24,7 @@ from preflight.model import (
     GpuHealth,
     HealthFacts,
     IbCounters,
+    IbPort,
     Interface,
     NetworkFacts,
     RankFacts,
@@ -64,6 +65,7 @@ def _payload(rank: int, env_drift: bool = False) -> RankPayload:
     world = World(launcher="env", rank=rank, world_size=PER_HOST * HOSTS, local_rank=local, node_rank=node,
                   host=host, run_id="wire-store", raw={"RANK": str(rank), "JOB": "7"})
     network = NetworkFacts(interfaces=[Interface(name="eth0", up=True, mtu=9000, addresses=[f"10.0.0.{node}"])],
+                           ib_ports=[IbPort("mlx5_0", 1, state="ACTIVE", rate_gbps=400.0, netdevs=["ib0"])],
                            loopback_scope=f"boot-{node}")
     gpus = [GpuFacts(index=i, name="H100", uuid=f"GPU-{node}-{i}") for i in range(2)]
     env = {"NCCL_IB_HCA": "mlx5_9" if env_drift else "mlx5", "HOME": "/root", "RANK": str(rank)}
@@ -109,10 +111,12 @@ def test_each_section_is_written_once_a_rank_sends_its_own_document_and_rank_0_r
     section_writes = [key for key, _ in recording.written if key.startswith("shared/")]
     # env (the job's, and rank 6's own), world, versions, network x 2 hosts, GPUs x 2 hosts, outcomes, the
     # agreeing options (issue 47), the port counters x 2 hosts, the NUMA CPUs (alike on both), the build
-    # fingerprint (rank 4's, the only local rank 0 here) and the empty one of the others
-    assert len(section_writes) == len(set(section_writes)) == 15
+    # fingerprint (rank 4's, the only local rank 0 here) and the empty one of the others, the RDMA ports
+    # (alike on both hosts: one section for the job)
+    assert len(section_writes) == len(set(section_writes)) == 16
     payloads = {key: value for key, value in recording.written if key.startswith("rank/")}
-    host_bytes = (b"interfaces", b"mlx5", b'numa_cpus":{"', b'"torch"')  # sent once per host or job, not per rank
+    # sent once per host or job, not per rank
+    host_bytes = (b"interfaces", b"mlx5", b'numa_cpus":{"', b'"torch"', b"ACTIVE")
     assert len(payloads) == 7 and not [v for v in payloads.values() if any(part in v for part in host_bytes)]
     collected = _collect(store)
     assert not collected.bad_payloads
@@ -121,6 +125,7 @@ def test_each_section_is_written_once_a_rank_sends_its_own_document_and_rank_0_r
     assert got[6].facts.env["NCCL_IB_HCA"] == "mlx5_9" and got[5].facts.env["NCCL_IB_HCA"] == "mlx5"
     assert got[5].facts.env.shared is got[7].facts.env.shared is not got[6].facts.env.shared
     assert got[1].facts.network is got[3].facts.network is not got[4].facts.network
+    assert got[1].facts.network.ib_ports is got[4].facts.network.ib_ports  # the job's, once
     assert got[1].facts.health.ib_counters is got[3].facts.health.ib_counters  # the host's, once
     assert got[4].facts.placement.build.dists and not got[5].facts.placement.build.dists
     assert [list(got[r].outcome_us) for r in (1, 2)] == [[250], [375]]
@@ -133,7 +138,7 @@ def test_a_rank_whose_section_differs_from_its_hosts_first_rank_sends_it_and_is_
     sent[2].facts.gpus = sent[2].facts.gpus[:1]  # rank 3 sees one GPU where its host's first rank sees two
     recording = _publish(store, sent)
     written = [key for key, _ in recording.written if key.startswith("shared/")]
-    assert len(written) == 11  # rank 1's ten sections and rank 3's own GPU list
+    assert len(written) == 12  # rank 1's eleven sections and rank 3's own GPU list
     collected = _collect(store, PER_HOST)
     assert [len(collected.payloads[r].facts.gpus) for r in (1, 2, 3)] == [2, 2, 1]
 
@@ -162,8 +167,8 @@ def test_a_digest_that_is_not_one_and_an_unknown_digest_are_bad_payloads() -> No
     with pytest.raises(BadPayload, match="neither a value nor a digest"):
         from_wire(wire.replace(digest.encode(), b"../../etc/passwd"), shared)
     wanted = shared.missing([wire])
-    assert sorted(wanted.values()) == ["build", "env", "gpus", "ib_counters", "network", "numa_cpus", "options",
-                                       "outcomes", "versions", "world"]
+    assert sorted(wanted.values()) == ["build", "env", "gpus", "ib_counters", "ib_ports", "network", "numa_cpus",
+                                       "options", "outcomes", "versions", "world"]
     assert shared.learn(wanted, [sections[d] for d in wanted]) == list(wanted)
     assert from_wire(wire, shared).facts == _payload(1).facts
 

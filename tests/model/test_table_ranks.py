@@ -3,13 +3,14 @@ renderers from the table's columns without building them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from preflight.lib.env_drift import drifting_rows
 from preflight.lib.secrets import REDACTED
-from preflight.model import GpuFabric, GpuHealth, HealthFacts, IbCounters, RankFacts, table_ranks
+from preflight.model import GpuFabric, GpuHealth, HealthFacts, IbCounters, IbPort, RankFacts, table_ranks
 from preflight.model.codec import BadPayload, encode
 from preflight.model.placement_facts import AffinityFacts, BuildFacts, DistBuild, PlacementFacts
 from preflight.model.rank_table import pack
@@ -116,3 +117,33 @@ def test_the_host_parts_of_health_and_placement_are_stored_once_per_distinct_val
     report, again = _loaded(tmp_path, ranks)
     assert again.ranks == report.ranks and table_ranks.health(again.ranks) == [f.health for f in ranks]
     assert again.ranks[4].placement.build.dists and not again.ranks[5].placement.build.dists
+
+
+def test_the_hosts_rdma_ports_are_stored_once_per_distinct_list_apart_from_their_network_sections(tmp_path) -> None:
+    """Schema 5: a host's network section is its own (its addresses), its RDMA ports most often the job's: the
+    table holds each distinct port list once and gives every rank its host's whole section back, in memory and
+    from the JSON. A report written before (its ports inside each network section, no ib_ports column) still loads."""
+    ranks = _ranks()
+    healthy = [IbPort(f"mlx5_{i}", 1, state="ACTIVE", rate_gbps=400.0, netdevs=[f"ib{i}"]) for i in range(4)]
+    for facts in ranks:
+        ports = [dataclasses.replace(p) for p in healthy]
+        if facts.host == "node003":
+            ports[2].state = "DOWN"
+        facts.network = dataclasses.replace(facts.network, ib_ports=ports, loopback_scope=f"boot-{facts.host}")
+    table = pack(ranks)
+    assert len(table.network) == 4 and not [n for n in table.network if n.ib_ports]
+    assert len(table.ib_ports) == 2 and table.columns.ib_ports == [0] * 8 + [1] * 4 + [0] * 4
+    assert unpack(table) == ranks
+    again = unpack(table)
+    assert again[0].network is again[3].network and again[0].network.ib_ports is again[4].network.ib_ports
+    report, loaded = _loaded(tmp_path, ranks)
+    assert loaded.ranks == report.ranks and [f.network for f in loaded.ranks] == [f.network for f in ranks]
+    written = json.loads((tmp_path / "run.json").read_text())
+    assert written["schema"] == 5 and len(written["rank_table"]["ib_ports"]) == 2
+    # As schema 4 wrote it: each host's ports in its network section, no ports column.
+    old = dataclasses.replace(table, network=[dataclasses.replace(n, ib_ports=table.ib_ports[p]) for n, p in
+                                              ((table.network[i], table.columns.ib_ports[row]) for row, i in
+                                               enumerate(table.columns.network))],
+                              ib_ports=[], columns=dataclasses.replace(table.columns, ib_ports=[],
+                                                                       network=list(range(len(ranks)))))
+    assert unpack(old) == ranks
