@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +29,7 @@ from preflight.model import (
 )
 from preflight.model.codec import BadPayload, decode, encode
 from preflight.model.placement_facts import AffinityFacts, PlacementFacts
-from preflight.model.rank_table import _WORLD_SHARED, PackedRank, RankTable, pack, packed
+from preflight.model.rank_table import _WORLD_SHARED, PackedRank, RankTable, Spooled, pack, packed
 from preflight.model.rank_unpack import unpack
 from preflight.registry import CROSS, JobView, select_checks
 from preflight.reports import json as json_report
@@ -173,6 +174,25 @@ def test_the_writer_keeps_only_the_encoded_own_parts_and_writes_the_same_table()
     written = b"".join(json_report._table_pieces(light))
     assert written == encode(kept.table)
     assert unpack(decode(written, RankTable)) == ranks
+
+
+def test_the_writer_spools_the_own_parts_encoded_forms_to_its_folder_and_writes_the_same_table(tmp_path) -> None:
+    """With a folder to spool in (json.write: the report's own), the encoded own parts go to a temporary file
+    there, unlinked as it is made, and only their digests stay in memory; the bytes written are the same."""
+    ranks = _world(4)
+    for facts in ranks:  # each rank its own bound GPU and CPUs
+        facts.health = HealthFacts(nvml="ok", bound_index=facts.rank % PER_HOST)
+        facts.placement = PlacementFacts(affinity=AffinityFacts(cpus=[facts.rank]))
+    kept, spooled = packed(ranks), packed(ranks, keep_own_parts=False, spool_in=str(tmp_path))
+    assert isinstance(spooled.encoded["placement"], Spooled) and len(spooled.encoded["placement"]) == len(ranks)
+    assert list(spooled.encoded["placement"]) == kept.encoded["placement"]
+    assert list(os.listdir(tmp_path)) == []  # unlinked: nothing left behind, whatever happens to the writer
+    written = b"".join(json_report._table_pieces(spooled))
+    assert written == encode(kept.table)
+    assert spooled.encoded["health"].file.closed  # let go once written
+    report = JobReport(meta=ReportMeta("torchrun", "", "r", len(ranks), 1, "node001", 1), ranks=ranks)
+    json_report.write(report, str(tmp_path / "report.json"))
+    assert os.listdir(tmp_path) == ["report.json"] and json_report.load(tmp_path / "report.json").ranks == ranks
 
 
 def test_a_schema_2_rank_table_a_row_per_rank_still_unpacks() -> None:

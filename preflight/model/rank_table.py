@@ -21,9 +21,12 @@ same way (one list for a homogeneous job: ~37 of a 131,072-rank report's 116 MB 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import operator
+import tempfile
+from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from preflight.model.codec import encode
@@ -130,15 +133,46 @@ class RankTable:
     ib_ports: list[list[IbPort]] = field(default_factory=list)
 
 
+class Spooled:
+    """The encoded forms of a table's distinct values in a temporary file, in order, instead of in memory.
+
+    On GPU hosts every rank's own health and placement part differs: at 131,072 ranks their encoded forms
+    were ~350 MB of rank 0's peak while the JSON was written (benchmarks/rank0_scale.py --gpu-node). The
+    file is in the folder the report goes to (never /tmp, which may be memory), unlinked as it is made."""
+
+    def __init__(self, folder: str) -> None:
+        self.file = tempfile.TemporaryFile(dir=folder)
+        self.sizes = array("Q")
+
+    def append(self, data: bytes) -> None:
+        self.file.write(data)
+        self.sizes.append(len(data))
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.file.seek(0)
+        read = self.file.read
+        for size in self.sizes:
+            yield read(size)
+
+    def close(self) -> None:
+        self.file.close()
+
+
 class _Interned:
     """Distinct values by their encoded form, in first-seen order. `index`'s keys, in their insertion
     order, are the values' encoded forms: the report's JSON writes them as they are, not encoding the
-    16,383 distinct network and GPU sections of a 131,072-rank job a second time."""
+    16,383 distinct network and GPU sections of a 131,072-rank job a second time. With a `spool` the
+    encoded forms go to it and `index` is keyed by their SHA-256 digests (a digest names its bytes, as the
+    store's sections' do), so only the digests stay in memory."""
 
-    def __init__(self, into: list, keep_values: bool = True) -> None:
+    def __init__(self, into: list, keep_values: bool = True, spool: Spooled | None = None) -> None:
         self.values = into
         self.keep_values = keep_values  # False: `values` stays empty, the encoded forms are the table (`packed`)
-        self.index: dict[bytes, int] = {}  # encoded form -> its value's position in `values`
+        self.spool = spool
+        self.index: dict[bytes, int] = {}  # encoded form (or its digest, with a spool) -> its value's position
         self.by_id: dict[int, int] = {}  # the same object again (rank 0 shares decoded sections)
 
     def add(self, value: object) -> int:
@@ -152,13 +186,21 @@ class _Interned:
     def add_new(self, value: object) -> int:
         """`add` for an object made for this call (a rank's own part split from its health): never seen
         by its id, and free to go once encoded."""
-        key = encode(value)
+        key = encoded = encode(value)
+        if self.spool is not None:
+            key = hashlib.sha256(encoded).digest()  # SHA-NI on current x86 and Arm servers: ~1.6x BLAKE2b here
         found = self.index.get(key)
         if found is None:
             found = self.index[key] = len(self.index)
+            if self.spool is not None:
+                self.spool.append(encoded)
             if self.keep_values:
                 self.values.append(value)
         return found
+
+    def encoded(self) -> Sequence[bytes] | Spooled:
+        """The distinct values' encoded forms, in order."""
+        return self.spool if self.spool is not None else list(self.index)
 
 
 def _common(dicts: Sequence[dict[str, str]]) -> dict[str, str]:
@@ -179,7 +221,13 @@ class Packed:
     of each, in order): what `pack` encoded to find twins, which a writer need not encode again."""
 
     table: RankTable
-    encoded: dict[str, list[bytes]]
+    encoded: dict[str, Sequence[bytes] | Spooled]
+
+    def close(self) -> None:
+        """Let go of the spooled forms' files (a writer's, once written)."""
+        for forms in self.encoded.values():
+            if isinstance(forms, Spooled):
+                forms.close()
 
 
 def pack(ranks: Sequence[RankFacts]) -> RankTable:
@@ -187,21 +235,26 @@ def pack(ranks: Sequence[RankFacts]) -> RankTable:
     return packed(ranks).table
 
 
-def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True) -> Packed:
+def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True, spool_in: str | None = None) -> Packed:
     """`pack`, with the encoded forms of the distinct values it found (`Packed`).
 
     keep_own_parts=False, for a writer that needs only the encoded forms: the tables of the ranks' own
     health and placement parts and the hosts' network parts (`health`, `placement`, `network`) are left
-    empty, their encoded forms alone kept.
+    empty, their encoded forms alone kept; with `spool_in` (a folder) those forms are kept in temporary files
+    there (`Spooled`), not in memory. The caller closes the Packed when it has written them.
     On GPU hosts every rank's own parts differ, and are copies split from its joined sections: kept as
     values they were ~190 MB of rank 0's peak at 131,072 ranks, while the JSON is written."""
     table = RankTable(env_common=_common([f.env for f in ranks]), raw_common=_common([f.world.raw for f in ranks]))
     worlds, versions = _Interned(table.worlds), _Interned(table.versions)
     limits_index: dict[tuple, int] = {}  # SystemLimits but its pid -> index in table.system
-    network, gpus, errors = (_Interned(table.network, keep_own_parts), _Interned(table.gpus),
+    def spool() -> Spooled | None:
+        return Spooled(spool_in) if spool_in is not None and not keep_own_parts else None
+
+    network, gpus, errors = (_Interned(table.network, keep_own_parts, spool()), _Interned(table.gpus),
                              _Interned(table.gather_errors))
     no_errors: dict[str, str] = {}  # every rank whose gatherers all succeeded: one object, found by its id
-    health, placement = _Interned(table.health, keep_own_parts), _Interned(table.placement, keep_own_parts)
+    health = _Interned(table.health, keep_own_parts, spool())
+    placement = _Interned(table.placement, keep_own_parts, spool())
     counters, numa, builds = _Interned(table.ib_counters), _Interned(table.numa_cpus), _Interned(table.builds)
     ports = _Interned(table.ib_ports)
     # A rank's health and placement -> the indices of its own part and its host's parts (split once per
@@ -295,7 +348,7 @@ def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True) -> Packed:
     interned = {"worlds": worlds, "versions": versions, "network": network, "gpus": gpus, "health": health,
                  "placement": placement, "gather_errors": errors, "ib_counters": counters, "numa_cpus": numa,
                  "builds": builds, "ib_ports": ports}
-    return Packed(table, {name: list(values.index) for name, values in interned.items()})
+    return Packed(table, {name: values.encoded() for name, values in interned.items()})
 
 
 def _collect(row: int, values: Mapping[str, str], common: dict[str, str],

@@ -57,9 +57,10 @@ def dumps_bytes(report: JobReport) -> bytes:
     return b"".join([before, *table, after])
 
 
-def _parts(report: JobReport) -> tuple[bytes, Iterator[bytes], bytes]:
+def _parts(report: JobReport, spool_in: str | None = None) -> tuple[bytes, Iterator[bytes], bytes]:
     """The report's JSON in three parts (before the rank table, the table's pieces, after it): `write`
-    writes them one after another, never holding a joined copy of a 100 MB report."""
+    writes them one after another, never holding a joined copy of a 100 MB report, and the encoded forms
+    of the ranks' own parts in a temporary file in `spool_in` (rank_table.Spooled), not in memory."""
     head = encode({"schema": SCHEMA, "rank_table": None, "probe_summary": summarize_probes(report.probes)})
     body = encode(dataclasses.replace(report, ranks=[]))
     # One object: the report's own fields, then the added ones (probe_summary is never read back).
@@ -67,7 +68,8 @@ def _parts(report: JobReport) -> tuple[bytes, Iterator[bytes], bytes]:
     indented = msgspec.json.format(merged, indent=1)
     before, slot, after = indented.partition(_TABLE_SLOT)
     assert slot, "the rank table's place in the report"
-    return before + b'\n "rank_table": ', _table_pieces(packed(report.ranks, keep_own_parts=False)), after
+    table = _table_pieces(packed(report.ranks, keep_own_parts=False, spool_in=spool_in))
+    return before + b'\n "rank_table": ', table, after
 
 
 def _table_pieces(source: Packed) -> Iterator[bytes]:
@@ -75,6 +77,13 @@ def _table_pieces(source: Packed) -> Iterator[bytes]:
     dataclass as its fields in order, compact), without one more copy of the whole table at once; a
     table of distinct values is written from the encoded forms `pack` made of them (all that is kept of
     the ranks' own health and placement parts: `packed(..., keep_own_parts=False)`)."""
+    try:
+        yield from _table_fields(source)
+    finally:
+        source.close()
+
+
+def _table_fields(source: Packed) -> Iterator[bytes]:
     table = source.table
     yield b"{"
     for i, item in enumerate(dataclasses.fields(table)):
@@ -107,7 +116,7 @@ def write(report: JobReport, path: str) -> None:
     target = Path(path)
     ensure_parent(target)
     with target.open("wb") as out:
-        before, table, after = _parts(report)
+        before, table, after = _parts(report, spool_in=str(target.parent))
         out.write(before)
         out.writelines(table)
         out.write(after + b"\n")
