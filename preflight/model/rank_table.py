@@ -26,8 +26,9 @@ import operator
 import tempfile
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from preflight.model.codec import encode
 from preflight.model.health_facts import HealthFacts, IbCounters
@@ -203,6 +204,16 @@ class _Interned:
         return self.spool if self.spool is not None else list(self.index)
 
 
+def _split_once(known: dict[int, tuple[int, int]], section: object, split: Callable[[Any], tuple[Any, Any]],
+                own: _Interned, host: _Interned) -> tuple[int, int]:
+    """The indices of a section's own part and its host part (model/host_parts.py), split once per object (rank
+    0's ranks share them where they sent the same): a part split off as a copy is interned by its encoded form
+    alone (`add_new`)."""
+    own_part, host_part = split(section)
+    found = known[id(section)] = ((own.add if own_part is section else own.add_new)(own_part), host.add(host_part))
+    return found
+
+
 def _common(dicts: Sequence[dict[str, str]]) -> dict[str, str]:
     """The value most of a spread sample holds, for each variable at least half of it has."""
     step = max(1, len(dicts) // _SAMPLE)
@@ -276,9 +287,8 @@ def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True, spool_in: st
     # One pass, each rank's objects read once while they are in cache (at 131,072 ranks every
     # pass over them costs its memory reads); the appends and lookups bound once, outside it.
     world_key, limits_key = operator.attrgetter(*_WORLD_SHARED[:-1]), operator.attrgetter(*_LIMITS_SHARED)
-    add_version, add_network, add_new_network, add_gpus = versions.add, network.add, network.add_new, gpus.add
-    add_health, add_placement, add_errors = health.add, placement.add, errors.add
-    add_new_health, add_new_placement = health.add_new, placement.add_new
+    add_version, add_gpus = versions.add, gpus.add
+    add_placement, add_errors, add_new_placement = placement.add, errors.add, placement.add_new
     rank_col, host_col, world_col, local_col, node_col = (cols.rank.append, cols.host.append, cols.world.append,
                                                           cols.local_rank.append, cols.node_rank.append)
     versions_col, system_col, pid_col, network_col, gpus_col = (cols.versions.append, cols.system.append,
@@ -308,19 +318,13 @@ def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True, spool_in: st
             table.system.append(dataclasses.replace(limits, pid=0))
         system_col(index)
         pid_col(limits.pid)
-        split = network_split.get(id(facts.network))
-        if split is None:
-            own_network, host_ports = split_network(facts.network)
-            split = network_split[id(facts.network)] = (
-                (add_network if own_network is facts.network else add_new_network)(own_network), ports.add(host_ports))
-        network_col(split[0])
-        cols.ib_ports.append(split[1])
+        found = network_split.get(id(facts.network)) or _split_once(network_split, facts.network, split_network,
+                                                                     network, ports)
+        network_col(found[0])
+        cols.ib_ports.append(found[1])
         gpus_col(add_gpus(facts.gpus))
-        found = health_split.get(id(facts.health))
-        if found is None:
-            own_health, host_counters = split_health(facts.health)
-            found = health_split[id(facts.health)] = (
-                (add_health if own_health is facts.health else add_new_health)(own_health), counters.add(host_counters))
+        found = health_split.get(id(facts.health)) or _split_once(health_split, facts.health, split_health, health,
+                                                                   counters)
         health_col(found[0])
         cols.ib_counters.append(found[1])
         placed = placement_split.get(id(facts.placement))
