@@ -30,9 +30,10 @@ the exchange linear and rank 0's decode fast:
 Through the store the shared document travels by reference (channel/sections.py's `store_form`, issue 44): each
 section is replaced by its digest (BLAKE2b of the section's name and bytes) and its bytes go
 under `shared/<digest>`, written only by a rank that does not find them there already. A job's
-environment, World, versions and check outcomes are then in the store once for the whole job,
-and each host's network and GPU sections once per host (its first rank to publish writes them,
-the others find them): a rank's payload is its own document and ~200 bytes of digests. Rank 0
+environment, World, versions, check outcomes and (where hosts agree) RDMA ports are then in the
+store once for the whole job, and each host's network and GPU sections once per host (its first
+rank to publish writes them, the others find them): a rank's payload is its own document and
+~500 bytes of digests. Rank 0
 fetches each digest it has not seen once (`SharedSections.missing` / `learn`), checks the bytes
 against the digest, and decodes them once; a rank whose section differs from its host's has
 another digest, so its own section is fetched and every check sees it. Rank 0 empties each key
