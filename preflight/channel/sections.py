@@ -49,7 +49,8 @@ class SharedDocument:
 
 
 DIGEST_CHARS = 32  # a section's digest: BLAKE2b-128, hex
-Digest = Annotated[str, msgspec.Meta(pattern=f"^[0-9a-f]{{{DIGEST_CHARS}}}$")]
+_HEX_DIGEST = f"[0-9a-f]{{{DIGEST_CHARS}}}"  # the one rule of what a digest looks like (below, and `_digest_of`)
+Digest = Annotated[str, msgspec.Meta(pattern=f"^{_HEX_DIGEST}$")]
 
 
 @dataclass
@@ -300,7 +301,7 @@ def _digest_of(raw: msgspec.Raw) -> str:
     return data[1:-1].decode()
 
 
-_DIGEST = re.compile(rb'"[0-9a-f]{%d}"' % DIGEST_CHARS)
+_DIGEST = re.compile(f'"{_HEX_DIGEST}"'.encode())
 
 # One rank's facts and findings are a few KB to a few hundred KB (a large environment); far more is
 # not a preflight payload, and is refused before it is parsed.

@@ -14,24 +14,25 @@ with no __init__ re-run (every part was validated where it was decoded or gather
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from preflight.model.health_facts import HealthFacts, IbCounters
 from preflight.model.placement_facts import BuildFacts, PlacementFacts
 from preflight.model.rank_facts import IbPort, NetworkFacts
 from preflight.model.section_copy import clone
 
+S = TypeVar("S")
 NO_BUILD = BuildFacts()  # what a rank that did not take the fingerprint holds (read-only)
 
 
 def split_health(health: HealthFacts) -> tuple[HealthFacts, list[IbCounters]]:
     """(the rank's own health, without the port counters; its host's port counters)."""
-    if not health.ib_counters:
-        return health, health.ib_counters
-    return clone(health, ib_counters=[]), health.ib_counters
+    return _split_list(health, "ib_counters")
 
 
 def join_health(own: HealthFacts, counters: list[IbCounters]) -> HealthFacts:
     """The rank's health: its own part with its host's port counters."""
-    return clone(own, ib_counters=counters) if counters else own
+    return _joined_list(own, "ib_counters", counters)
 
 
 def split_placement(placement: PlacementFacts) -> tuple[PlacementFacts, dict[int, list[int]], BuildFacts]:
@@ -53,11 +54,20 @@ def join_placement(own: PlacementFacts, numa_cpus: dict[int, list[int]], build: 
 
 def split_network(network: NetworkFacts) -> tuple[NetworkFacts, list[IbPort]]:
     """(the host's network section without its RDMA ports; the ports)."""
-    if not network.ib_ports:
-        return network, network.ib_ports
-    return clone(network, ib_ports=[]), network.ib_ports
+    return _split_list(network, "ib_ports")
 
 
 def join_network(own: NetworkFacts, ports: list[IbPort]) -> NetworkFacts:
     """The host's network section: its own part with its RDMA ports."""
-    return clone(own, ib_ports=ports) if ports else own
+    return _joined_list(own, "ib_ports", ports)
+
+
+def _split_list(section: S, name: str) -> tuple[S, Any]:
+    """(the section without its list field `name`, that list): the section itself, not a copy, where it is empty."""
+    part = getattr(section, name)
+    return (section, part) if not part else (clone(section, **{name: []}), part)
+
+
+def _joined_list(own: S, name: str, part: list[Any]) -> S:
+    """The section with its list field `name` set to `part` (a copy; `own` itself where `part` is empty)."""
+    return clone(own, **{name: part}) if part else own

@@ -7,7 +7,8 @@ through model/table_ranks.py, which unpacks them only when asked.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from preflight.model.health_facts import HealthFacts
 from preflight.model.host_parts import join_health, join_network, join_placement
@@ -16,6 +17,8 @@ from preflight.model.rank_env import RankEnv
 from preflight.model.rank_facts import NetworkFacts, RankFacts
 from preflight.model.rank_table import Column, RankTable
 from preflight.model.section_copy import clone
+
+T = TypeVar("T")
 
 
 def column_cells(column: Column) -> Iterable[tuple[int, str]]:
@@ -123,14 +126,8 @@ def network_by_row(table: RankTable) -> list[NetworkFacts]:
     assert cols is not None
     if not cols.ib_ports:
         return [table.network[index] for index in cols.network]
-    joined: dict[tuple[int, int], NetworkFacts] = {}
-    found = []
-    for own, ports in zip(cols.network, cols.ib_ports):
-        value = joined.get((own, ports))
-        if value is None:
-            value = joined[own, ports] = join_network(table.network[own], table.ib_ports[ports])
-        found.append(value)
-    return found
+    return _once_per_key(zip(cols.network, cols.ib_ports),
+                         lambda own, ports: join_network(table.network[own], table.ib_ports[ports]))
 
 
 def health_by_row(table: RankTable) -> list[HealthFacts]:
@@ -139,15 +136,12 @@ def health_by_row(table: RankTable) -> list[HealthFacts]:
     cols = table.columns
     assert cols is not None
     hosts: Sequence[int | None] = cols.ib_counters or [None] * len(cols.rank)
-    joined: dict[tuple[int, int | None], HealthFacts] = {}
-    found = []
-    for own, host in zip(cols.health, hosts):
-        value = joined.get((own, host))
-        if value is None:
-            base = table.health[own] if own < len(table.health) else HealthFacts()
-            value = joined[own, host] = base if host is None else join_health(base, table.ib_counters[host])
-        found.append(value)
-    return found
+
+    def joined(own: int, host: int | None) -> HealthFacts:
+        base = table.health[own] if own < len(table.health) else HealthFacts()
+        return base if host is None else join_health(base, table.ib_counters[host])
+
+    return _once_per_key(zip(cols.health, hosts), joined)
 
 
 def placement_by_row(table: RankTable) -> list[PlacementFacts]:
@@ -159,15 +153,24 @@ def placement_by_row(table: RankTable) -> list[PlacementFacts]:
     own_parts = cols.placement + [len(table.placement)] * (rows - len(cols.placement))  # none before schema 3.1
     numa: Sequence[int | None] = cols.numa_cpus or [None] * rows
     builds: Sequence[int | None] = cols.build or [None] * rows
-    joined: dict[tuple[int, int | None, int | None], PlacementFacts] = {}
+
+    def joined(own: int, host_numa: int | None, build: int | None) -> PlacementFacts:
+        base = table.placement[own] if own < len(table.placement) else PlacementFacts()
+        if host_numa is not None and build is not None:
+            base = join_placement(base, table.numa_cpus[host_numa], table.builds[build])
+        return base
+
+    return _once_per_key(zip(own_parts, numa, builds), joined)
+
+
+def _once_per_key(keys: Iterable[tuple[Any, ...]], make: Callable[..., T]) -> list[T]:
+    """make(*key) for each row's key, made once per distinct key: the rows with the same parts share one object."""
+    made: dict[tuple[Any, ...], T] = {}
     found = []
-    for own, host_numa, build in zip(own_parts, numa, builds):
-        value = joined.get((own, host_numa, build))
+    for key in keys:
+        value = made.get(key)
         if value is None:
-            base = table.placement[own] if own < len(table.placement) else PlacementFacts()
-            if host_numa is not None and build is not None:
-                base = join_placement(base, table.numa_cpus[host_numa], table.builds[build])
-            value = joined[own, host_numa, build] = base
+            value = made[key] = make(*key)
         found.append(value)
     return found
 
