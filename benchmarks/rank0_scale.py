@@ -45,7 +45,6 @@ host, a low RLIMIT_MEMLOCK on one host. `--missing-hosts K` plants K missing hos
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import json
 import os
@@ -57,6 +56,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import msgspec
 
 PER_HOST = 8
 SIZES = (1024, 4096, 16384)
@@ -144,7 +145,7 @@ def generate(world_kind: str, size: int, missing_hosts: int, path: str, nccl: bo
             if accounts is not None:  # what steps.publish sends: the account without rank, host, pid
                 node, local = divmod(rank, PER_HOST)
                 account = _nccl_account(rank, f"gpu{node + 1:05d}", node, local, size)
-                report = encode(dataclasses.replace(account, rank=None, host="", pid=0))
+                report = encode(msgspec.structs.replace(account, rank=None, host="", pid=0))
                 accounts.write(_HEAD.pack(len(report), rank) + report)
             data = to_wire(payload)
             if store_form is not None:
@@ -192,10 +193,10 @@ def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=Non
         are resolved for real and must equal the derived ones (a check on the shortcut)."""
         if rank == 0:
             return template
-        derived = dataclasses.replace(template, rank=rank, local_rank=local, node_rank=node, host=host,
+        derived = msgspec.structs.replace(template, rank=rank, local_rank=local, node_rank=node, host=host,
                                       expected_hosts={}, raw={k: env[k] for k in template.raw})
         if node == 0:
-            real = dataclasses.replace(resolve_world(env, host), expected_hosts={})
+            real = msgspec.structs.replace(resolve_world(env, host), expected_hosts={})
             assert real == derived, f"rank {rank}: the derived World differs from resolve_world's"
         return derived
     drifted = {**common, "NCCL_SOCKET_IFNAME": "eth"}
@@ -240,7 +241,7 @@ def synthetic_payloads(world_kind: str, size: int, missing_hosts: int, ranks=Non
             per_host_found[kind] = found, _durations_as_on_a_node(outcomes)
         found, variants = per_host_found[kind]
         outcomes = variants[rank % len(variants)]
-        mine = [type(f)(**{**vars(f), "ranks": [rank], "hosts": [host]}) for f in found]
+        mine = [msgspec.structs.replace(f, ranks=[rank], hosts=[host]) for f in found]
         yield rank, RankPayload(rank, facts, mine, outcomes)
 
 
@@ -249,8 +250,8 @@ def _durations_as_on_a_node(outcomes: list) -> list[list]:
     more, each rank's its own), not the microseconds this machine measured once: the report merges them
     the same way, but rank 0 holds every rank's, and how it holds them depends on their values (Python
     shares the ints up to 256). Fixed numbers, so that every run holds the same."""
-    return [[dataclasses.replace(o, duration_s=(1000 + 37 * i + 11 * variant) / 1e6) for i, o in enumerate(outcomes)]
-            for variant in range(16)]
+    return [[msgspec.structs.replace(o, duration_s=(1000 + 37 * i + 11 * variant) / 1e6)
+             for i, o in enumerate(outcomes)] for variant in range(16)]
 
 
 def _host_sections(node: int):
@@ -433,7 +434,8 @@ def _measure(folder: Path, world_kind: str, size: int, missing_hosts: int, keep:
     ctx = CheckContext(world_size=size, backend=options.probes.backend)
 
     def cross():
-        job = JobView(**vars(ctx), ranks=facts, duplicate_ranks=collected.duplicates, reachability=None)
+        job = JobView(**msgspec.structs.asdict(ctx), ranks=facts, duplicate_ranks=collected.duplicates,
+                      reachability=None)
         with collector_paused():  # as runner._lead runs them
             return run_checks(select_checks(CROSS, (), ()), job, ctx, 600.0, rank=0, host=world.host)
 

@@ -26,8 +26,9 @@ import itertools
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
+
+from msgspec.structs import replace
 
 from preflight.checks.probe_findings import probe_hang
 from preflight.lib.collector import collector_paused

@@ -14,7 +14,8 @@ from __future__ import annotations
 import datetime
 import re
 import time
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.lib.errors import BadInput, BadOptionType
 from preflight.lib.numbers import ascii_decimal, ascii_int, shown
@@ -28,8 +29,7 @@ _DURATION = re.compile(r"([0-9]{1,6})\s{0,4}([smhdw])", re.ASCII)
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-@dataclass
-class HistoryOptions:
+class HistoryOptions(Struct):
     """Everything `preflight history` was asked to do, as typed values (validated in __post_init__)."""
 
     url: str  # --history, else $PREFLIGHT_HISTORY

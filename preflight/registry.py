@@ -31,8 +31,9 @@ import inspect
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec
+
+from msgspec import Struct, field
 
 from preflight.lib.deadline import call_with_deadline
 from preflight.model import CheckOutcome, Finding, RankFacts, ReachabilityOutcome, Severity
@@ -83,8 +84,7 @@ class NotApplicable(Exception):
 Applicability = Callable[..., "str | None"]  # the check's own arguments -> why it does not apply, or None
 
 
-@dataclass
-class Problem:
+class Problem(Struct):
     """What a check function returns: the parts of a finding that vary per occurrence."""
 
     message: str
@@ -97,8 +97,7 @@ class Problem:
     severity: Severity | None = None
 
 
-@dataclass
-class CheckContext:
+class CheckContext(Struct):
     """What a local check may know about the job beyond its rank's facts: typed run settings."""
 
     world_size: int = 1
@@ -106,7 +105,6 @@ class CheckContext:
     mesh: list[tuple[str, int]] = field(default_factory=list)  # resolved (name, size), outermost first
 
 
-@dataclass
 class JobView(CheckContext):
     """What a cross check receives, on rank 0: the whole job as one typed object.
 
@@ -123,8 +121,7 @@ class JobView(CheckContext):
     authenticated: bool = False  # every rank held the run secret: the store's values were proven (channel/run_auth.py)
 
 
-@dataclass(frozen=True)
-class Grade:
+class Grade(Struct, frozen=True):
     """A severity a check gives besides its own, and when: the one statement of its severity rule.
 
     `as_check`: the finding is then reported under another check's id (BW011 below a hardware
@@ -140,8 +137,7 @@ SEVERITY_FLAGS = ("an error exits 3, could-not-run 4; a warning exits 0, or 1 wi
                   "--silence ID drops the check's findings")
 
 
-@dataclass(frozen=True)
-class CheckSpec:
+class CheckSpec(Struct, frozen=True):
     """A registered check."""
 
     id: str

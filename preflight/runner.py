@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from preflight.channel import clock, keys, run_auth
 from preflight.channel.exchange import Exchange, RankPayload
 from preflight.channel.store_open import agree_on_key
@@ -233,7 +235,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
             record.findings += found.findings
             record.outcomes += found.outcomes()
     with phases.step("cross checks"):  # 6
-        job = JobView(**vars(ctx), ranks=record.all_facts, duplicate_ranks=collected.duplicates,
+        job = JobView(**msgspec.structs.asdict(ctx), ranks=record.all_facts, duplicate_ranks=collected.duplicates,
                       dead_ranks=sorted(collected.dead), reachability=record.reachability,
                       authenticated=record.authenticated)
         with collector_paused():  # see _finish

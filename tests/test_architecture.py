@@ -329,3 +329,34 @@ def test_registering_every_check_imports_no_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+# The model's types are msgspec Structs (docs/architecture.md, "The model"): Python 3.11 compiles each
+# dataclass's methods from source on every import (~0.6 ms a class: ~0.1 CPU-s of every rank's first
+# step for ~160 of them, docs/performance.md), where a Struct type is made in C. These few hold one
+# stage's state (a rank's collect, a check's caches, a listener's thread, a directory checked once where
+# it enters), never a value that crosses a wire.
+STATE_DATACLASSES = {"preflight.channel.collected.Collected", "preflight.checks.nccl_account.NcclJob",
+                     "preflight.steps.tcp_reach.Listener", "preflight.lib.storage_options.StorageOptions"}
+
+
+def dataclasses_in(tree: ast.AST, module: str) -> set[str]:
+    """The classes of a module made by @dataclass, @dataclass(...) or @dataclasses.dataclass(...)."""
+    def names(decorator: ast.expr) -> bool:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        return (isinstance(target, ast.Name) and target.id == "dataclass") or (
+            isinstance(target, ast.Attribute) and target.attr == "dataclass")
+    return {f"{module}.{node.name}" for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef) and any(map(names, node.decorator_list))}
+
+
+def test_no_model_type_is_a_dataclass() -> None:
+    found = set().union(*(dataclasses_in(ast.parse(path.read_text()), name) for name, path in modules().items()))
+    assert found == STATE_DATACLASSES
+
+
+def test_the_dataclass_walker_sees_a_dataclass() -> None:
+    planted = ast.parse("@dataclass(frozen=True)\nclass A:\n    x: int\n\n"
+                        "@dataclasses.dataclass\nclass B:\n    y: int\n\n"
+                        "@dataclass\nclass C:\n    z: int\n\nclass D(Struct):\n    w: int\n")
+    assert dataclasses_in(planted, "m") == {"m.A", "m.B", "m.C"}

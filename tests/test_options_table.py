@@ -4,11 +4,11 @@ comes from or matches one row (preflight/options/table.py)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import inspect
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import preflight
@@ -98,13 +98,13 @@ def test_the_api_refuses_a_keyword_that_is_no_row() -> None:
 
 def test_every_run_options_field_is_set_by_a_row() -> None:
     """A field no row sets would be an option only some callers could give; every row's field exists."""
-    fields = {f.name for f in dataclasses.fields(RunOptions)}
+    fields = {f.name for f in msgspec.structs.fields(RunOptions)}
     assert fields - NOT_OPTIONS == {name for o in OPTIONS for name in o.roots}
     for part in (Timeouts, ProbeOptions, DeviceOptions, RunHistory):  # and every field of a part is a row's
         prefix = next(name for name in fields if isinstance(getattr(RunOptions(), name), part))
         targets = {t.partition(".")[2] for o in OPTIONS for t in ((o.target,) if o.target else o.sets)
                    if t.startswith(f"{prefix}.")}
-        assert {f.name for f in dataclasses.fields(part)} - {"world_size"} == targets, part
+        assert {f.name for f in msgspec.structs.fields(part)} - {"world_size"} == targets, part
 
 
 @pytest.mark.parametrize("row", OPTIONS, ids=[o.flag for o in OPTIONS])

@@ -7,13 +7,13 @@ from N to 4N; linear work grows 4x, N log N a little more.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 
 from preflight.model import (
@@ -129,7 +129,7 @@ def test_rank_table_round_trips_and_stores_shared_values_once() -> None:
     assert _growth(lambda ranks, size: unpack(pack(ranks))) <= GROWTH_LIMIT
     # Every World field is either shared (interned) or the row's own: none is lost by packing.
     per_row = {"rank", "local_rank", "node_rank", "host", "raw", "expected_hosts"}
-    assert {f.name for f in dataclasses.fields(World)} == per_row | set(_WORLD_SHARED)
+    assert {f.name for f in msgspec.structs.fields(World)} == per_row | set(_WORLD_SHARED)
 
 
 def test_a_variable_that_skips_rows_after_the_first_round_trips() -> None:
@@ -149,7 +149,7 @@ def test_the_table_written_piece_by_piece_is_the_codec_s_bytes() -> None:
     same bytes as encoding it at once, so it loads back as any table; its tables of distinct values are
     written from the bytes `pack` encoded to find their twins."""
     ranks = _world(8)
-    ranks[3].network = dataclasses.replace(ranks[3].network, loopback_scope="its own")  # one more distinct section
+    ranks[3].network = msgspec.structs.replace(ranks[3].network, loopback_scope="its own")  # one more distinct section
     found = packed(ranks)
     assert len(found.table.network) == 2
     for name, encoded in found.encoded.items():
@@ -206,7 +206,7 @@ def test_a_schema_2_rank_table_a_row_per_rank_still_unpacks() -> None:
                        gather_errors=cols.gather_errors[i],
                        env={k: v for k, v in ranks[i].env.items() if pack(ranks).env_common.get(k) != v},
                        expected_hosts=ranks[i].world.expected_hosts) for i in range(len(ranks))]
-    table = dataclasses.replace(pack(ranks), columns=None, ranks=rows)
+    table = msgspec.structs.replace(pack(ranks), columns=None, ranks=rows)
     assert unpack(table) == ranks
 
 

@@ -16,8 +16,9 @@ the channel's own primitives (liveness.py's rank lists and counters).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from msgspec import Struct
 
 from preflight.channel.keys import Agreed, Counter, Family, Key, RankList, Wire
 from preflight.lib.waiting import wait_until
@@ -29,8 +30,7 @@ FETCH_CHUNK = 1024  # keys per multi_get / multi_set
 MAX_VALUE_BYTES = 8 * 2**20  # the largest message any rank sends besides its payload
 
 
-@dataclass(frozen=True)
-class BadValue:
+class BadValue(Struct, frozen=True):
     """A value under `key` that did not decode into its message type: a bad value from rank `rank`."""
 
     key: str

@@ -13,6 +13,8 @@ import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from msgspec import Struct
+
 from preflight.channel.wire import RankPayload, SharedSections, from_wire, merged_outcomes, read_stamp, this_stamp
 from preflight.checks.run_findings import foreign_findings_dropped, rank_died, unreadable_payload
 from preflight.model import CheckOutcome, Finding, RankFacts
@@ -20,8 +22,7 @@ from preflight.model.agreement import RankStamp
 from preflight.model.codec import BadPayload
 
 
-@dataclass
-class DeadRank:
+class DeadRank(Struct):
     """A rank that joined the store and then stopped beating before its payload arrived."""
 
     host: str

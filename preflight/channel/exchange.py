@@ -23,10 +23,11 @@ channel/rank_files.py the --out-dir side; channel/roster.py claims and beats in 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any, TypeVar
+
+import msgspec
 
 from preflight.channel import keys, rank_files, roster, run_auth, store_open
 from preflight.channel.board import BadValue, Board, fetch_raw, put_absent, set_raw_many
@@ -326,7 +327,7 @@ class Exchange:
         """Rank 0: publish a decision (keys.GO, keys.VERDICT) to every rank, naming this run's nonce.
 
         Whatever a foreign client wrote under the key before is noted (audit) and overwritten."""
-        value = run_auth.signed(self.secret, key, dataclasses.replace(value, nonce=self.nonce, proof=""))
+        value = run_auth.signed(self.secret, key, msgspec.structs.replace(value, nonce=self.nonce, proof=""))
         if key == keys.VERDICT.key:
             self.liveness.verdict_out()
         if self.out_dir is not None:
@@ -370,7 +371,7 @@ class Exchange:
         Without the per-rank facts: those stay in rank 0's report files; every rank gets the
         verdict, the findings and the probe results, O(findings) not O(N) per rank."""
         if self.store is not None:
-            Board(self.store).put(keys.REPORT.key, dataclasses.replace(report, ranks=[]))
+            Board(self.store).put(keys.REPORT.key, msgspec.structs.replace(report, ranks=[]))
 
     def read_report(self) -> JobReport | None:
         """Another rank, after the verdict: the report rank 0 published (None when none arrived)."""

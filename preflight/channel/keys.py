@@ -18,8 +18,9 @@ from __future__ import annotations
 import functools
 import string
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from msgspec import Struct
 
 from preflight.model import IbCounters, JobReport
 from preflight.model.device_probe import DeviceReport
@@ -72,8 +73,7 @@ class Wire:
 SMALL = 64 * 1024  # a decision or a mark: far under this; a larger value is refused unread
 
 
-@dataclass(frozen=True)
-class Family(Generic[T]):
+class Family(Struct, Generic[T], frozen=True):
     """One key family: its keys' pattern, its values' type, who writes and who reads them."""
 
     pattern: str  # str.format pattern: "res/{rank}"; a fixed key has no field

@@ -27,12 +27,13 @@ environment). Without PREFLIGHT_SECRET nothing is checked, as before.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
+
+import msgspec
 
 from preflight.model.codec import encode
 
@@ -78,7 +79,7 @@ def signed(secret: bytes | None, key: str, value: T) -> T:
     """A decision (a model type with a `proof` field) with its proof under `key`; as it is without a secret."""
     if not secret:
         return value
-    return dataclasses.replace(value, proof=proof(secret, key, _unproven(value)))  # type: ignore[type-var]
+    return msgspec.structs.replace(value, proof=proof(secret, key, _unproven(value)))  # type: ignore[type-var]
 
 
 def proven(secret: bytes, key: str, value: Any) -> bool:
@@ -88,7 +89,7 @@ def proven(secret: bytes, key: str, value: Any) -> bool:
 
 def _unproven(value: Any) -> bytes:
     """What the proof covers: the value as the codec writes it, its proof left empty."""
-    return encode(dataclasses.replace(value, proof=""))
+    return encode(msgspec.structs.replace(value, proof=""))
 
 
 def digest_key(secret: bytes) -> bytes:

@@ -14,10 +14,10 @@ import hashlib
 import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
 import msgspec
+from msgspec import Struct, field
 
 from preflight.model import CheckOutcome, GpuFacts, IbCounters, IbPort, NetworkFacts, Versions, World
 from preflight.model.codec import BadPayload, decode, encode
@@ -26,8 +26,7 @@ from preflight.model.placement_facts import BuildFacts
 from preflight.model.string_sharing import share_strings
 
 
-@dataclass
-class SharedDocument:
+class SharedDocument(Struct):
     """The second document: the sections the ranks of a host send alike (most of them, the whole job)."""
 
     env: dict[str, str]
@@ -53,8 +52,7 @@ _HEX_DIGEST = f"[0-9a-f]{{{DIGEST_CHARS}}}"  # the one rule of what a digest loo
 Digest = Annotated[str, msgspec.Meta(pattern=f"^{_HEX_DIGEST}$")]
 
 
-@dataclass
-class _SharedRaw:
+class _SharedRaw(Struct):
     """`SharedDocument` as rank 0 first reads it: each section's bytes, decoded once per distinct value."""
 
     env: msgspec.Raw
@@ -70,8 +68,7 @@ class _SharedRaw:
     ib_ports: msgspec.Raw
 
 
-@dataclass
-class _SharedRefs:
+class _SharedRefs(Struct):
     """`SharedDocument` as a rank publishes it through the store: each section's digest (see `store_form`)."""
 
     env: Digest

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import secrets
 import socket
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from msgspec import Struct
 
 from preflight.channel import keys, roster
 from preflight.channel.board import Board
@@ -25,8 +26,7 @@ from preflight.model.messages import OwnerMark
 HELD_PORT_JOIN_S = 2.0  # a rank 0 that could not host looks this long for another job's store on its port
 
 
-@dataclass
-class FormedStore:
+class FormedStore(Struct):
     """What hosting or joining gave: the run's store under its prefix, or why there is none."""
 
     store: Any = None  # a PrefixStore under the run's prefix; None when the store could not form

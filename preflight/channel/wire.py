@@ -51,14 +51,13 @@ shared objects are read-only.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from msgspec import Struct, field
 
 from preflight import __version__
 from preflight.channel.sections import (
@@ -94,8 +93,7 @@ _US_TYPE = next(code for code in "ILH" if array(code).itemsize == 4)
 _SWAP = sys.byteorder != "little"  # the wire's durations are little-endian
 
 
-@dataclass(slots=True)  # rank 0 holds one per rank and reads them in passes over all of them
-class RankPayload:
+class RankPayload(Struct):  # rank 0 holds one per rank and reads them in passes over all of them
     """What one rank sends to rank 0: its facts and what its local checks found."""
 
     rank: int
@@ -114,8 +112,7 @@ class RankPayload:
     options: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _OwnWorld:
+class _OwnWorld(Struct):
     """A rank's own part of its World: the rest (launcher, sizes, rendezvous, decisions, the
     launcher variables that are not per rank) is the same on every rank of a job, in `SharedDocument`."""
 
@@ -126,8 +123,7 @@ class _OwnWorld:
     raw: dict[str, str] = field(default_factory=dict)  # the per-rank launcher variables (is_per_rank)
 
 
-@dataclass(slots=True)
-class _OwnFacts:
+class _OwnFacts(Struct):
     """A rank's own facts: RankFacts less the sections ranks share (those are in `SharedDocument`).
 
     Health and placement travel as their encoded bytes: they are a rank's own, but ranks often
@@ -143,8 +139,7 @@ class _OwnFacts:
     gather_errors: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _Own:
+class _Own(Struct):
     """The first document of a payload: what is this rank's own."""
 
     rank: int
@@ -155,8 +150,7 @@ class _Own:
     stamp: RankStamp = field(default_factory=RankStamp)
 
 
-@dataclass(slots=True)
-class _Stamped:
+class _Stamped(Struct):
     """The first document as read when it does not decode as `_Own`: its stamp alone (other fields ignored)."""
 
     stamp: RankStamp | None = None  # None: no stamp at all (not a preflight payload, or a very old one)
@@ -169,19 +163,19 @@ def to_wire(payload: RankPayload) -> bytes:
     placement, numa_cpus, build = split_placement(facts.placement)
     network, ib_ports = split_network(facts.network)
     if payload.rank != 0 and world.expected_hosts:
-        world = dataclasses.replace(world, expected_hosts={})
+        world = msgspec.structs.replace(world, expected_hosts={})
     shared_env = dict(sorted((k, v) for k, v in facts.env.items() if not is_per_rank(k)))
     own_env = {k: v for k, v in facts.env.items() if is_per_rank(k)}
     own_world = _OwnWorld(rank=world.rank, local_rank=world.local_rank, node_rank=world.node_rank, host=world.host,
                           raw={k: v for k, v in world.raw.items() if is_per_rank(k)})
-    shared_world = dataclasses.replace(world, rank=0, local_rank=0, node_rank=0, host="",
+    shared_world = msgspec.structs.replace(world, rank=0, local_rank=0, node_rank=0, host="",
                                        raw=dict(sorted((k, v) for k, v in world.raw.items() if not is_per_rank(k))))
     own = _Own(rank=payload.rank, findings=payload.findings, own_env=own_env, stamp=payload.stamp,
                outcome_us=_durations_bytes(payload.outcomes),
                facts=_OwnFacts(rank=facts.rank, host=facts.host, world=own_world, system=facts.system,
                                health=msgspec.Raw(encode(health)), placement=msgspec.Raw(encode(placement)),
                                gather_errors=facts.gather_errors))
-    outcomes = [dataclasses.replace(o, duration_s=0.0) for o in payload.outcomes]
+    outcomes = [msgspec.structs.replace(o, duration_s=0.0) for o in payload.outcomes]
     shared = SharedDocument(env=shared_env, world=shared_world, versions=facts.versions, network=network,
                             gpus=facts.gpus, outcomes=outcomes, options=payload.options,
                             ib_counters=counters, numa_cpus=numa_cpus, build=build, ib_ports=ib_ports)
@@ -278,7 +272,7 @@ def merged_outcomes(payloads: Iterable[RankPayload]) -> list[CheckOutcome]:
             groups[id(payload.outcomes)] = (payload.outcomes, [payload.outcome_us])
         else:
             group[1].append(payload.outcome_us)
-    return loose + [dataclasses.replace(o, duration_s=us / 1e6) for outcomes, durations in groups.values()
+    return loose + [msgspec.structs.replace(o, duration_s=us / 1e6) for outcomes, durations in groups.values()
                     for o, us in zip(outcomes, _longest(durations), strict=True)]
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.lib.hostlist import host_text, rank_list
 from preflight.lib.numbers import json_number
@@ -255,8 +256,7 @@ def device_could_not_run(rank: int, host: str, figure: str, why: str) -> Iterabl
                   hosts=[host] if host else [], data={"figure": figure, "reason": why})
 
 
-@dataclass(frozen=True)
-class SlowDevice:
+class SlowDevice(Struct, frozen=True):
     """DEV003-DEV005 as the spare-node choice reads them: which figure, and its value as a fraction
     of its same-model siblings' median (None when the data has neither)."""
 

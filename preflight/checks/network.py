@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import asdict
 from typing import Any
 
 from preflight.lib.grouping import first_per_host, odd_ones
 from preflight.model import RankFacts, Severity
+from preflight.model.codec import to_builtins
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check
 
 _IFNAME_SOURCES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -47,12 +47,12 @@ def chosen_interface_unusable(facts: RankFacts, ctx: CheckContext) -> Iterable[P
         if chosen.source.startswith(_IFNAME_SOURCES):
             return  # NCCL008 / NCCL009 say which variable matched nothing
         yield Problem(f"no usable interface on {facts.host}: {chosen.source}", **_where(facts),
-                      data=asdict(chosen))
+                      data=to_builtins(chosen))
         return
     faults = [text for bad, text in ((not chosen.up, "is down"), (not chosen.address, "has no address")) if bad]
     if faults:
         yield Problem(f"interface {name} ({chosen.source}) {' and '.join(faults)} on {facts.host}",
-                      **_where(facts), data=asdict(chosen))
+                      **_where(facts), data=to_builtins(chosen))
 
 
 @check(
@@ -77,7 +77,7 @@ def master_addr_unresolved(facts: RankFacts, ctx: CheckContext) -> Iterable[Prob
     resolved = facts.network.master_addr
     if resolved and resolved.error:
         yield Problem(f"MASTER_ADDR={resolved.addr} does not resolve on {facts.host}: {resolved.error}",
-                      **_where(facts), data=asdict(resolved))
+                      **_where(facts), data=to_builtins(resolved))
 
 
 def _loopback(facts: RankFacts, known: dict[tuple[str, ...], bool]) -> bool:

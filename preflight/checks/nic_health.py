@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from dataclasses import asdict
 from typing import Any
 
 from preflight.lib.grouping import first_per_host, odd_ones
 from preflight.model import IbPort, RankFacts, Severity
+from preflight.model.codec import to_builtins
 from preflight.model.health_facts import port_key
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check, engine_check
 
@@ -77,7 +77,7 @@ def ib_port_not_active(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
         yield Problem(
             f"{port.device} port {port.port} on {facts.host} is {port.state or '?'} / "
             f"{port.phys_state or '?'} (want ACTIVE / LinkUp{waited})",
-            **_where(facts), data=asdict(port),
+            **_where(facts), data=to_builtins(port),
         )
 
 
@@ -103,7 +103,7 @@ def ib_rates_differ(job: JobView) -> Iterable[Problem]:
         for port in ports:
             if (port.rate_gbps or 0) < best:
                 yield Problem(f"{port.device} port {port.port} on {host} runs at {port.rate}; the host's other "
-                              f"ports run at {best:g} Gb/sec", hosts=[host], data=asdict(port))
+                              f"ports run at {best:g} Gb/sec", hosts=[host], data=to_builtins(port))
     rates = {host: tuple(sorted(p.rate for p in nccl_ib_ports(facts)))
              for host, facts in hosts.items() if facts.network.ib_ports}
     if len(rates) < 2:

@@ -7,10 +7,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict
 
 from preflight.lib.secrets import redact_command
 from preflight.model import MasterPortState, RankFacts, Severity
+from preflight.model.codec import to_builtins
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check, engine_check
 
 
@@ -52,7 +52,7 @@ def master_port_in_use(facts: RankFacts, ctx: CheckContext) -> Iterable[Problem]
     yield Problem(
         f"MASTER_PORT {state.port} on {facts.host} is already in use by {who}{_suggestion(state, facts)}",
         ranks=[facts.rank], hosts=[facts.host],
-        data={"port": state.port, "holders": [asdict(h) for h in holders], "suggested_port": state.suggested_port},
+        data={"port": state.port, "holders": [to_builtins(h) for h in holders], "suggested_port": state.suggested_port},
     )
 
 

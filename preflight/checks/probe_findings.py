@@ -10,7 +10,8 @@ to the code that writes it (the spare-node choice, steps/host_choice.py).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.lib.hostlist import rank_list, ranks_text
 from preflight.lib.numbers import json_number
@@ -299,8 +300,7 @@ def below_profile(result: ProbeResult, expected_gbps: float, source: str) -> Ite
 # only here, so a renamed key fails tests/checks/test_evidence_readers.py, not the spare-node choice.
 # (BW005, BW006 and BW012's: checks/localization_findings.py.)
 
-@dataclass(frozen=True)
-class StragglerFigures:
+class StragglerFigures(Struct, frozen=True):
     """BW003 as the spare-node choice reads it: which group, and its busbw as a fraction of its
     siblings' median (the confirming pass's where there is one; None when neither is in the data)."""
 

@@ -9,7 +9,8 @@ type, source and the directory mounted, from /proc/self/mountinfo).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.lib.hostlist import ranks_text
 from preflight.lib.numbers import json_numbers
@@ -236,8 +237,7 @@ def storage_failed(failed: StorageFailed) -> Iterable[Problem]:
                   hosts=[failed.host] if failed.host else [], data={"why": failed.why})
 
 
-@dataclass(frozen=True)
-class SlowStorageFigures:
+class SlowStorageFigures(Struct, frozen=True):
     """STO007 as the spare-node choice reads it: which figure (write or read) and the host's lowest
     fraction of its siblings' rate over the passes (None when the data has none)."""
 

@@ -16,7 +16,8 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.lib.errors import BadInput
 from preflight.lib.host_fault import retry_hosts
@@ -31,8 +32,7 @@ SCONTROL_TIMEOUT_S = 60  # scontrol retries an unreachable slurmctld for Message
 MAX_EXIT = 100  # exit codes above this mean other things to shells (126-165: not found, signals)
 
 
-@dataclass(frozen=True)
-class Drain:
+class Drain(Struct, frozen=True):
     """One node to drain and why."""
 
     node: str

@@ -24,9 +24,10 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from msgspec.structs import replace
 
 from preflight.channel.run_auth import SECRET_VAR
 from preflight.lib.collector import imports_frozen

@@ -10,8 +10,8 @@ UUID, and the history's tables, judge, CLI and metrics take them without a schem
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
 
+from msgspec.structs import asdict
 from sqlalchemy import Connection, insert
 
 from preflight import __version__

@@ -23,14 +23,14 @@ parent GPU's NVML index: health reads are the parent's, whole-GPU expectations a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 PCI_BUS_ID = "PCI_BUS_ID"
 FASTEST_FIRST = "FASTEST_FIRST"
 
 
-@dataclass(frozen=True)
-class NvmlGpu:
+class NvmlGpu(Struct, frozen=True):
     """One GPU as NVML sees it: its NVML index, PCI bus id, UUID, compute capability, MIG instances and model."""
 
     index: int
@@ -41,8 +41,7 @@ class NvmlGpu:
     name: str = ""  # the model NVML names ("" unread): two models of one capability still differ in speed
 
 
-@dataclass(frozen=True)
-class Visible:
+class Visible(Struct, frozen=True):
     """One CUDA device of this process: the GPU's NVML index and bus id, and the MIG instance ("" a whole GPU)."""
 
     index: int

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 # Threads given up on while still running. One inside C++ (a c10d store client's handshake, a
 # process group's set-up) that returns while the interpreter shuts down can abort the process
@@ -24,8 +25,7 @@ def abandoned_alive() -> bool:
     return any(t.is_alive() for t in _ABANDONED)
 
 
-@dataclass
-class Outcome:
+class Outcome(Struct):
     """What a bounded call did: returned a value, raised, or overran its deadline."""
 
     value: Any = None

@@ -6,11 +6,10 @@ instead; a leading `=` matches device names exactly, else a name is a prefix (ml
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 
-@dataclass(frozen=True)
-class HcaFilter:
+class HcaFilter(Struct, frozen=True):
     """A parsed NCCL_IB_HCA."""
 
     exclude: bool

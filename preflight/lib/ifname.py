@@ -12,11 +12,11 @@ GLOO_SOCKET_IFNAME is simpler: a comma list of exact names (`gloo_socket_ifnames
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 
-@dataclass(frozen=True)
-class IfnameSpec:
+class IfnameSpec(Struct, frozen=True):
     """A parsed NCCL interface list."""
 
     exclude: bool

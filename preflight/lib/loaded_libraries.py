@@ -15,7 +15,8 @@ import ctypes
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 # library -> (file name pattern, the version call)
 _NAMES = {
@@ -26,8 +27,7 @@ _NAMES = {
 }
 
 
-@dataclass(frozen=True)
-class Loaded:
+class Loaded(Struct, frozen=True):
     """One library in this process: its mapped file and the version it reports ("" when it would not say)."""
 
     name: str

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.lib.errors import BadInput
 from preflight.lib.numbers import MAX_DIGITS, shown
@@ -26,8 +27,7 @@ MAX_MESH_PRODUCT = 1_000_000  # ranks; a mesh larger than this is a typo, not a 
 _ENTRY = re.compile(rf"([A-Za-z_][A-Za-z0-9_]{{0,63}}?)([0-9]{{1,{MAX_DIGITS}}}|\*|-1)", re.ASCII)
 
 
-@dataclass(frozen=True)
-class MeshDim:
+class MeshDim(Struct, frozen=True):
     """One mesh dimension: its name and size (WILDCARD before the world size is known)."""
 
     name: str

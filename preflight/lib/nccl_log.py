@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import BinaryIO
+
+from msgspec import Struct, field
 
 from preflight.model.nccl_account import (
     MAX_NICS,
@@ -54,8 +55,7 @@ _COMM = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (\d+) nRanks (\d+) nNodes (\d+) 
 _INIT_START = re.compile(r"comm (?:0x)?[0-9a-fA-F]+ rank (\d+) nranks (\d+) .*- Init START")
 
 
-@dataclass
-class _Stream:
+class _Stream(Struct):
     """One process's lines as they are read."""
 
     account: NcclAccount
@@ -67,8 +67,7 @@ class _Stream:
     channel_max: int = -1
 
 
-@dataclass
-class LogRead:
+class LogRead(Struct):
     """What one file held: an account per NCCL process, and how much of it could be read."""
 
     path: str

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 _BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
-@dataclass(frozen=True)
-class PciPlace:
+class PciPlace(Struct, frozen=True):
     """A device's place: the upstream port whose link it shares ("" unknown) and its NUMA node (None unknown)."""
 
     switch: str = ""

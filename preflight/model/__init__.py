@@ -1,4 +1,8 @@
-"""The data every stage passes on: plain dataclasses, JSON through one codec (codec.py).
+"""The data every stage passes on: msgspec Structs, JSON through one codec (codec.py).
+
+Structs, not dataclasses: a Struct type is made in C, where Python 3.11 compiles a dataclass's
+__init__, __repr__ and __eq__ from source on every import (the ~160 model types were ~0.1 CPU-s
+of each rank's first step; docs/performance.md), and rank 0 makes one per rank of several of them.
 
 Everything here round-trips through JSON, so a report written by one run can be re-rendered
 later and a rank's payload can cross the store unchanged. Import from here:

@@ -8,7 +8,7 @@ flag (`{"--sizes": "64K", ...}`: options/agreement.py makes them) in the payload
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 # The payload's layout (channel/wire.py: `_Own`, `_Shared`); raised whenever either changes in a way
 # an older rank 0 could not read, so that rank 0 names the rank instead of failing to decode it.
@@ -19,8 +19,7 @@ PREFLIGHT_VERSION = "preflight version"  # the names the comparison gives the st
 WIRE = "wire version"
 
 
-@dataclass(slots=True, frozen=True)
-class RankStamp:
+class RankStamp(Struct, frozen=True):
     """The preflight that wrote a payload: its version and the payload layout it speaks."""
 
     preflight: str = ""

@@ -1,6 +1,6 @@
 """The one JSON codec for every model type: reports on disk and payloads between ranks.
 
-msgspec encodes dataclasses directly and decodes them with type validation, so a payload or a
+msgspec encodes Structs (and dataclasses) directly and decodes them with type validation, so a payload or a
 report that does not match the model (a host given as a dict, an env value that is a list)
 raises `BadPayload` here, at the one boundary where data enters, and never a TypeError deep
 inside a check or a renderer.
@@ -44,7 +44,7 @@ class BadPayload(ValueError):
 
 
 def encode(value: Any) -> bytes:
-    """JSON bytes of a model object (dataclasses, enums, lists and dicts of them).
+    """JSON bytes of a model object (Structs, dataclasses, enums, lists and dicts of them).
 
     A string that is not valid Unicode (os.environ, sys.argv and file names hold bytes that are not
     UTF-8 as lone surrogates, Python's surrogateescape) is written with those bytes escaped, `\\xff`:
@@ -134,7 +134,7 @@ def _check_depth(value: Any) -> None:
     its type, so a field typed without `Any` (a `list[str]`, a `list[Interface]`) is as deep as
     the model, far under MAX_DEPTH. Walking every field of 4,096 payloads cost 1.5 s of rank
     0's 2.3 s collect (issue 16); the free-form parts (a finding's `data`) are a few objects."""
-    names = _dataclass_nesting(type(value))
+    names = _model_nesting(type(value))
     if names is not None:
         for name in names:
             if getattr(value, name, None):
@@ -152,20 +152,20 @@ def _check_depth(value: Any) -> None:
             stack.extend((child, depth + 1) for child in item.values())
         elif isinstance(item, (list, tuple, set, frozenset)):
             stack.extend((child, depth + 1) for child in item)
-        elif dataclasses.is_dataclass(item):
+        elif is_model_type(type(item)):
             stack.extend((getattr(item, name, None), depth + 1) for name in _nesting_fields(type(item)))
 
 
 @functools.cache
-def _dataclass_nesting(cls: type) -> tuple[str, ...] | None:
-    """_nesting_fields of a dataclass type; None for any other type."""
-    return _nesting_fields(cls) if dataclasses.is_dataclass(cls) else None
+def _model_nesting(cls: type) -> tuple[str, ...] | None:
+    """_nesting_fields of a model type; None for any other type."""
+    return _nesting_fields(cls) if is_model_type(cls) else None
 
 
 @functools.cache
 def _nesting_fields(cls: type) -> tuple[str, ...]:
-    """The fields of a dataclass whose declared type can hold free-form (`Any`) data, at any depth."""
-    names = tuple(f.name for f in dataclasses.fields(cls))
+    """The fields of a model type whose declared type can hold free-form (`Any`) data, at any depth."""
+    names = field_names(cls)
     hints = type_hints(cls)
     if hints is None:  # a type that cannot be resolved: walk every field, as before
         return names
@@ -175,9 +175,28 @@ def _nesting_fields(cls: type) -> tuple[str, ...]:
 def _may_nest(tp: Any, seen: set[type]) -> bool:
     if tp is Any or tp is object:
         return True
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+    if is_model_type(tp):
         return tp not in seen and any(_may_nest(hint, seen | {tp}) for hint in _hints(tp))
     return any(_may_nest(arg, seen) for arg in typing.get_args(tp))
+
+
+def is_model_type(tp: Any) -> bool:
+    """Whether `tp` is a model type: a msgspec Struct, or one of the few dataclasses that hold a stage's state."""
+    return isinstance(tp, type) and (issubclass(tp, msgspec.Struct) or dataclasses.is_dataclass(tp))
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    """A model type's field names, in order."""
+    if issubclass(cls, msgspec.Struct):
+        return cls.__struct_fields__
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def is_frozen(cls: type) -> bool:
+    """Whether a model type's fields cannot be set after it is made."""
+    if issubclass(cls, msgspec.Struct):
+        return bool(cls.__struct_config__.frozen)
+    return bool(cls.__dataclass_params__.frozen)  # type: ignore[attr-defined]
 
 
 def _hints(cls: type) -> list[Any]:
@@ -188,7 +207,7 @@ def _hints(cls: type) -> list[Any]:
 @functools.cache
 def type_hints(cls: type) -> dict[str, Any] | None:
     """A class's resolved annotations, read once per class (None where they cannot be resolved): _may_nest
-    reaches a nested dataclass on every path to it (a follower's first decode of the verdict read ~30
+    reaches a nested model type on every path to it (a follower's first decode of the verdict read ~30
     classes' hints 78 times, ~0.05 CPU-s profiled)."""
     try:
         return typing.get_type_hints(cls)

@@ -7,7 +7,7 @@ its SKU's peak. Figures are in TFLOP/s (matrix products) and GB/s (copies, bytes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 # Figure names, as --expect, the report and the checks name them.
 GEMM_FIGURES = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp32")
@@ -24,8 +24,7 @@ UNITS = {**{name: "TFLOP/s" for name in GEMM_FIGURES}, "copy": "GB/s", "h2d": "G
 SLOW_RATIO = {"cuda": 0.85, "cpu": 0.5}
 
 
-@dataclass
-class Measured:
+class Measured(Struct):
     """One figure of one device: the value of each timed burst, in two passes (confirm before blame)."""
 
     name: str  # one of UNITS
@@ -45,8 +44,7 @@ class Measured:
         return max(self.bursts + self.confirm, default=0.0)
 
 
-@dataclass
-class NvmlSample:
+class NvmlSample(Struct):
     """NVML read of the bound GPU while its bursts run (None: NVML could not say)."""
 
     t_s: float  # seconds since the family started
@@ -57,8 +55,7 @@ class NvmlSample:
     power_w: float | None = None
 
 
-@dataclass
-class HostLink:
+class HostLink(Struct):
     """The GPU's PCIe link as NVML reads it during the host copies."""
 
     gen: int | None = None
@@ -67,8 +64,7 @@ class HostLink:
     max_width: int | None = None
 
 
-@dataclass
-class DeviceReport:
+class DeviceReport(Struct):
     """What one rank measured on its own bound device (its message to rank 0)."""
 
     rank: int
@@ -104,8 +100,7 @@ class DeviceReport:
         return next((m for m in self.measured if m.name == name), None)
 
 
-@dataclass
-class DeviceFigure:
+class DeviceFigure(Struct):
     """One judged figure of one device: beside its siblings' median and its SKU's (or --expect's) figure."""
 
     name: str
@@ -119,8 +114,7 @@ class DeviceFigure:
     bursts: list[float] = field(default_factory=list)  # every timed burst, first pass then second
 
 
-@dataclass
-class DeviceRow:
+class DeviceRow(Struct):
     """One device in the JobReport: who it is, every figure judged, correctness and link."""
 
     rank: int
@@ -147,8 +141,7 @@ class DeviceRow:
 
 # ---- what rank 0 concluded (probes/device/judge.py), for the checks (checks/device_probe.py) ----
 
-@dataclass
-class Slow:
+class Slow(Struct):
     """One device slow at one figure, against its siblings, in both passes."""
 
     row: DeviceRow
@@ -162,8 +155,7 @@ class Slow:
     ratio: float
 
 
-@dataclass
-class Differs:
+class Differs(Struct):
     """Devices whose correctness digest differs from the reference of their model."""
 
     rows: list[DeviceRow]
@@ -174,8 +166,7 @@ class Differs:
     tie: bool = False  # no majority: the groups are as large as each other
 
 
-@dataclass
-class BelowPeak:
+class BelowPeak(Struct):
     """One figure below FRACTION of its SKU's peak (or below --expect)."""
 
     row: DeviceRow
@@ -184,8 +175,7 @@ class BelowPeak:
     expected: bool  # True: --expect's figure, False: the SKU table's
 
 
-@dataclass
-class Throttled:
+class Throttled(Struct):
     """A GPU that slowed itself under load while its siblings did not."""
 
     row: DeviceRow

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 
 class Severity(str, enum.Enum):
@@ -49,8 +50,7 @@ class ExitCode(enum.IntEnum):
     INCOMPLETE = 4
 
 
-@dataclass
-class Finding:
+class Finding(Struct):
     """One thing a check found: stable id, severity, a one-line message and what to do."""
 
     check_id: str
@@ -76,8 +76,7 @@ def culprit_order(finding: Finding) -> tuple[int, bool, int, int, str, str]:
             finding.check_id, finding.message)
 
 
-@dataclass
-class CheckOutcome:
+class CheckOutcome(Struct):
     """That a check ran, did not apply (skipped, with the reason) or could not run, so reports
     can list passes and skips too (JUnit testcases)."""
 

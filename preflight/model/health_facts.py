@@ -9,11 +9,10 @@ GPU, reported as info), `GpuHealth.errors` the reads that failed otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 
-@dataclass(slots=True)
-class NvLinkHealth:
+class NvLinkHealth(Struct):
     """One NVLink of a GPU: its state and the data-link error counters NVML keeps."""
 
     link: int
@@ -24,8 +23,7 @@ class NvLinkHealth:
     crc_data: int | None = None
 
 
-@dataclass(slots=True)
-class GpuFabric:
+class GpuFabric(Struct):
     """The GPU's NVLink fabric registration (NVML `nvmlDeviceGetGpuFabricInfoV`, preflight/lib/nvml_fabric.py).
 
     On an NVSwitch system (HGX H100/B200, GB200/GB300 NVL72) the fabric manager registers each GPU
@@ -47,8 +45,7 @@ class GpuFabric:
         return f"{self.cluster_uuid}/{self.clique_id}" if self.state == 3 and self.cluster_uuid else ""
 
 
-@dataclass(slots=True)
-class GpuProcess:
+class GpuProcess(Struct):
     """A process NVML sees on a GPU (a compute context)."""
 
     pid: int
@@ -56,8 +53,7 @@ class GpuProcess:
     used_bytes: int | None = None
 
 
-@dataclass(slots=True)
-class GpuHealth:
+class GpuHealth(Struct):
     """One GPU's health reads, for the device this rank is bound to."""
 
     index: int
@@ -101,8 +97,7 @@ def port_key(device: str, port: int | str) -> str:
     return f"{device}/{port}"
 
 
-@dataclass(slots=True)
-class IbCounters:
+class IbCounters(Struct):
     """The error counters of one RDMA port under `ports/N/counters`, read once."""
 
     device: str
@@ -110,8 +105,7 @@ class IbCounters:
     counters: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class HealthFacts:
+class HealthFacts(Struct):
     """GPU and NIC health of one rank: its bound GPU, its host's NCCL ports and their counters."""
 
     nvml: str = ""  # "ok"; "unavailable: <why>" (no driver); "" when the gatherer did not run

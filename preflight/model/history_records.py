@@ -7,13 +7,13 @@ The history package (preflight/history/) reads and writes them; the checks
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 FigureKey = tuple[str, str, str, int, int, int]  # kind, dim, op, size_bytes, group_size, group_hosts
 
 
-@dataclass(frozen=True)
-class FigureRow:
+class FigureRow(Struct, frozen=True):
     """One measured figure of one subject (a host, or a GPU by UUID) in one run."""
 
     kind: str  # "collective"; device probes: their own kind, e.g. "hbm_bandwidth"
@@ -35,8 +35,7 @@ class FigureRow:
         return (self.kind, self.dim, self.op, self.size_bytes, self.group_size, self.group_hosts)
 
 
-@dataclass(frozen=True)
-class OwnPast:
+class OwnPast(Struct, frozen=True):
     """One subject's record for one comparable figure."""
 
     subject: str
@@ -55,8 +54,7 @@ class OwnPast:
         return ordered[max(0, int(0.1 * len(ordered) + 0.5) - 1)]
 
 
-@dataclass(frozen=True)
-class Drop:
+class Drop(Struct, frozen=True):
     """A figure of this run clearly below its subject's own past: below (1 - margin) x its p10."""
 
     row: FigureRow
@@ -69,8 +67,7 @@ class Drop:
         return (1 - self.margin) * self.past.p10
 
 
-@dataclass(frozen=True)
-class Flaky:
+class Flaky(Struct, frozen=True):
     """A host that failed in `failed` of its last `runs` recorded runs."""
 
     host: str
@@ -79,8 +76,7 @@ class Flaky:
     run_ids: list[str]  # the failed runs' ids, newest first
 
 
-@dataclass(frozen=True)
-class HistoryFilters:
+class HistoryFilters(Struct, frozen=True):
     """Which runs `preflight history` shows: all given filters hold; `last` newest runs at most."""
 
     host: str = ""
@@ -90,8 +86,7 @@ class HistoryFilters:
     last: int = 50
 
 
-@dataclass
-class FigureView:
+class FigureView(Struct):
     """One figure of one subject in one run, as shown."""
 
     subject: str
@@ -107,8 +102,7 @@ class FigureView:
     unit: str
 
 
-@dataclass
-class RunView:
+class RunView(Struct):
     """One run as `preflight history` shows it (terminal, --json, --html)."""
 
     run_id: str

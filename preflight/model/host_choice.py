@@ -8,7 +8,7 @@ choice for any N, pure data, so `preflight report --keep N`, `preflight.check` c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 # How strong the evidence that a host is slow is, weakest first. Stronger evidence drops a host
 # before weaker evidence, whatever the figures: a host named by localization goes before a host
@@ -21,8 +21,7 @@ SLOW_SUSPECT = 4  # in slow groups of several dimensions
 SLOW_NAMED = 5  # named slow by localization (pairwise or group testing), confirmed against known-good hosts
 
 
-@dataclass
-class HostStanding:
+class HostStanding(Struct):
     """One host as the choice sees it: the errors blaming it, how slow it is and on what evidence."""
 
     host: str
@@ -50,16 +49,14 @@ class HostStanding:
         return "spare, not needed: nothing against it; of equal hosts the job's later ones are left out"
 
 
-@dataclass
-class DroppedHost:
+class DroppedHost(Struct):
     """A host left out, and why."""
 
     host: str
     why: str
 
 
-@dataclass
-class HostChoice:
+class HostChoice(Struct):
     """Which `keep` hosts to train on: `kept` in job order (the first is a fine MASTER_ADDR), the
     rest `dropped` with why. `chosen` False: no choice (too few healthy hosts, or an error every
     host shares), `why` says which; `kept` is then empty."""
@@ -72,8 +69,7 @@ class HostChoice:
     notes: list[str] = field(default_factory=list)  # e.g. a host name several nodes share
 
 
-@dataclass
-class HostRanking:
+class HostRanking(Struct):
     """Every host of the run, best first (the last ones are dropped first); `blocked` says why no
     host may be chosen at all ("" when hosts can be chosen)."""
 

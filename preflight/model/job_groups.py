@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from msgspec import Struct
 
-@dataclass
-class JobGroups:
+
+class JobGroups(Struct):
     """Process groups the job already made (preflight.check): the probes use these, never new ones.
 
     dims maps each dimension (the mesh's names, and WORLD_DIM for the default group) to

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from preflight.model.device_probe import DeviceRow
 from preflight.model.findings import CheckOutcome, ExitCode, Finding, Severity
@@ -15,8 +16,7 @@ from preflight.model.reachability import ReachabilityOutcome
 from preflight.model.storage import StorageSection
 
 
-@dataclass
-class ReportMeta:
+class ReportMeta(Struct):
     """Who ran, where, when, with what."""
 
     launcher: str
@@ -43,8 +43,7 @@ class ReportMeta:
     authenticated: bool = False
 
 
-@dataclass
-class JobReport:
+class JobReport(Struct):
     """The one source every renderer reads: the whole run, on rank 0."""
 
     meta: ReportMeta

@@ -7,29 +7,26 @@ from, never a KeyError or a TypeError in the code that reads it. Keys: channel/k
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from preflight.model.findings import ExitCode
 from preflight.model.probe_results import ProbeStep
 from preflight.model.reachability import ReachProbe
 
 
-@dataclass
-class DeadRanks:
+class DeadRanks(Struct):
     """`dead`: the ranks rank 0 knows are gone (its liveness watch), rank -> why."""
 
     ranks: dict[int, str] = field(default_factory=dict)
 
 
-@dataclass
-class RankLeft:
+class RankLeft(Struct):
     """`left/<rank>`: a rank left the run without the verdict, and why (a signal, its own deadline)."""
 
     why: str
 
 
-@dataclass
-class BoundDevice:
+class BoundDevice(Struct):
     """The GPU a rank's probes run on: CUDA ordinal in this process, and the ids NVML also shows."""
 
     index: int
@@ -38,8 +35,7 @@ class BoundDevice:
     uuid: str = ""  # NVML's form, GPU-xxxxxxxx-...
 
 
-@dataclass
-class BoundRecord:
+class BoundRecord(Struct):
     """`dev/<rank>`: the backend a rank's session runs on and the GPU it bound (None on CPU)."""
 
     host: str = ""
@@ -47,7 +43,6 @@ class BoundRecord:
     device: BoundDevice | None = None
 
 
-@dataclass
 class StepRecord(ProbeStep):
     """What one rank measured in one step (part of `res/<rank>`)."""
 
@@ -57,8 +52,7 @@ class StepRecord(ProbeStep):
     bad_sources: list[int] = field(default_factory=list)  # global ranks whose data arrived wrong
 
 
-@dataclass
-class Status:
+class Status(Struct):
     """Where a rank's probing ended: done, or the step and phase where it stopped.
 
     state: done | timeout | failed (the op or backend raised) | error (an unexpected exception
@@ -73,8 +67,7 @@ class Status:
     elapsed_s: float = 0.0  # from the step's start to the expiry
 
 
-@dataclass
-class ProbeReport:
+class ProbeReport(Struct):
     """`res/<rank>`: a rank's measurements and where its probing ended."""
 
     host: str = ""
@@ -85,61 +78,53 @@ class ProbeReport:
     nccl_missing: str = ""
 
 
-@dataclass
-class SetupStage:
+class SetupStage(Struct):
     """`setup/<rank>`: the setup stage a rank has reached, and its host."""
 
     stage: str
     host: str = ""
 
 
-@dataclass
-class NoGpu:
+class NoGpu(Struct):
     """`no_gpu/<rank>`: why a rank cannot use a GPU."""
 
     why: str
 
 
-@dataclass
-class RemeasureSteps:
+class RemeasureSteps(Struct):
     """`again`: the steps every rank measures a second time, each figure the mean of that many calls."""
 
     steps: list[int] = field(default_factory=list)
     calls_per_figure: int = 1  # every rank must time the same calls (probes/confirm.py decides, bounds)
 
 
-@dataclass
-class ConfirmPairs:
+class ConfirmPairs(Struct):
     """`confirm`: the pairs measured again one at a time, in order, each figure the mean of that many calls."""
 
     pairs: list[tuple[int, int]] = field(default_factory=list)
     calls_per_figure: int = 1
 
 
-@dataclass
-class LocalizePlan:
+class LocalizePlan(Struct):
     """`localize`: the round robin's ranks ([] for none), and whether group testing may follow."""
 
     ranks: list[int] = field(default_factory=list)
     hosts: bool = False
 
 
-@dataclass
-class PairTimes:
+class PairTimes(Struct):
     """`pair/<rank>`: a rank's round-robin seconds per iteration, per peer."""
 
     times: dict[int, list[float]] = field(default_factory=dict)
 
 
-@dataclass
-class PairSamples:
+class PairSamples(Struct):
     """`cpair/<rank>`: a rank's GB/s samples per pair in the confirming pass."""
 
     samples: list[tuple[int, int, list[float]]] = field(default_factory=list)
 
 
-@dataclass
-class RoundPlan:
+class RoundPlan(Struct):
     """`gt/<round>`: group testing's round: the reference ranks and the pools; or done."""
 
     reference: list[int] = field(default_factory=list)
@@ -147,16 +132,14 @@ class RoundPlan:
     done: bool = False
 
 
-@dataclass
-class RoundTimes:
+class RoundTimes(Struct):
     """`gt/<round>/t/<rank>`: a member's per-iteration seconds in the reference and in its pool."""
 
     reference: list[float] = field(default_factory=list)
     pool: list[float] = field(default_factory=list)
 
 
-@dataclass
-class ReachResult:
+class ReachResult(Struct):
     """`reach/result/<host>`: every connection a host made (`reach/listener/<host>` and
     `reach/roster` carry model/reachability.ReachListener)."""
 
@@ -166,16 +149,14 @@ class ReachResult:
     results: list[ReachProbe] = field(default_factory=list)
 
 
-@dataclass
-class Claimant:
+class Claimant(Struct):
     """`claimant/<rank>/<n>`: who claimed a rank (the n-th claimant): its host and pid."""
 
     host: str
     pid: int = 0
 
 
-@dataclass
-class OwnerMark:
+class OwnerMark(Struct):
     """The owner mark (channel/keys.OWNER, at the store's root): what rank 0 writes into the store it
     hosts, so a joining rank can tell it is its run's.
 
@@ -188,8 +169,7 @@ class OwnerMark:
     proof: str = ""
 
 
-@dataclass
-class GoDecision:
+class GoDecision(Struct):
     """`go`: whether the probes may start, and why; the run's nonce, and with a run secret its proof."""
 
     go: bool
@@ -198,8 +178,7 @@ class GoDecision:
     proof: str = ""
 
 
-@dataclass
-class Verdict:
+class Verdict(Struct):
     """`verdict`: the exit code every rank leaves with; the run's nonce, and with a run secret its proof.
 
     Validated where it enters: an exit code preflight never gives is not a verdict."""

@@ -9,7 +9,8 @@ user already has. Fields NCCL's log did not state keep their default ("" / None)
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 MAX_NICS = 16  # NCCL uses at most a few NICs per GPU; a DGX has 8 per host
 MAX_WARNINGS = 8  # the first NCCL WARN lines, each cut to MAX_TEXT
@@ -17,8 +18,7 @@ MAX_TRANSPORTS = 16  # distinct transport names per class (P2P/CUMEM, SHM/direct
 MAX_TEXT = 240
 
 
-@dataclass(slots=True)
-class NcclNic:
+class NcclNic(Struct):
     """One network device NCCL listed (`NET/IB : Using [0]mlx5_0:1/IB ...`, `NET/Socket : Using [0]eth0:...`)."""
 
     index: int
@@ -28,8 +28,7 @@ class NcclNic:
     gdr: bool | None = None  # NCCL's `GPU Direct RDMA Enabled/Disabled for HCA n` (NET subsystem only)
 
 
-@dataclass(slots=True)
-class NcclPlugin:
+class NcclPlugin(Struct):
     """The net plugin: loaded (and which), or why not in NCCL's words."""
 
     loaded: bool = False
@@ -37,8 +36,7 @@ class NcclPlugin:
     why: str = ""  # NCCL's line when none loaded ("NET/Plugin: Could not find: libnccl-net.so. ...")
 
 
-@dataclass(slots=True)
-class NcclAccount:
+class NcclAccount(Struct):
     """What NCCL said it chose in one process: network, NICs, GPUDirect RDMA, transports, warnings.
 
     `intra` / `inter` count channel connections by transport as NCCL printed it ("P2P/CUMEM",
@@ -114,8 +112,7 @@ def transport_class(name: str) -> str:
     return head
 
 
-@dataclass(slots=True)
-class NcclHostAccount:
+class NcclHostAccount(Struct):
     """One host's NCCL account: its ranks' accounts folded (a value its ranks disagree on is joined by ', ')."""
 
     host: str
@@ -131,8 +128,7 @@ class NcclHostAccount:
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class NcclProfile:
+class NcclProfile(Struct):
     """Hosts whose NCCL said the same thing (a healthy job has one profile)."""
 
     hosts: list[str]
@@ -140,8 +136,7 @@ class NcclProfile:
     account: NcclHostAccount  # the first host's, standing for all of them
 
 
-@dataclass(slots=True)
-class NcclDimension:
+class NcclDimension(Struct):
     """What carried one mesh dimension's groups, in NCCL's words: `P2P/CUMEM`, `NET/IB/GDRDMA (2 hosts)`."""
 
     dim: str
@@ -150,8 +145,7 @@ class NcclDimension:
     transports: list[str] = field(default_factory=list)  # "NET/Socket on host b" where hosts differ
 
 
-@dataclass(slots=True)
-class NcclSummary:
+class NcclSummary(Struct):
     """The job's NCCL account for the report: profiles of hosts, each dimension's transports."""
 
     source: str = ""  # "captured" (preflight set NCCL_DEBUG_FILE), "NCCL_DEBUG_FILE" (the job's own)

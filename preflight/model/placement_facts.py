@@ -7,11 +7,10 @@ affinity, filled and read by their own gatherers and checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 
-@dataclass
-class DistBuild:
+class DistBuild(Struct):
     """One installed distribution as its RECORD (pip's per-file hashes) describes it.
 
     `digest` is the hash of RECORD's entries from the wheel: equal digests, equal builds. To name the files
@@ -34,8 +33,7 @@ SMALL_RECORD = 200  # files: a RECORD this small travels whole (~12 KB at most)
 BUCKETS = 64
 
 
-@dataclass(slots=True)
-class BuildFacts:
+class BuildFacts(Struct):
     """This node's fingerprint of the distributions that matter, and the container it runs in (filled on
     each node's local rank 0 only; empty on the others)."""
 
@@ -44,8 +42,7 @@ class BuildFacts:
     container: str = ""  # e.g. "apptainer:/path/image.sif", "docker", "podman:image=...", "" : none visible
 
 
-@dataclass(slots=True)
-class ClockFacts:
+class ClockFacts(Struct):
     """This host's wall clock against rank 0's, from store round trips during the exchange."""
 
     offset_s: float | None = None  # this clock minus rank 0's; None: not measured
@@ -57,15 +54,13 @@ class ClockFacts:
     error: str = ""  # why it was not measured
 
 
-@dataclass
-class ClockStamp:
+class ClockStamp(Struct):
     """A wall-clock reading (time.time()) crossing the store: a clock ping, or rank 0's answer."""
 
     wall: float
 
 
-@dataclass(slots=True)
-class NicPlacement:
+class NicPlacement(Struct):
     """One NIC NCCL would use: its NUMA node and the PCIe switch above it (sysfs)."""
 
     name: str
@@ -74,8 +69,7 @@ class NicPlacement:
     chosen_by: str = ""  # NCCL_IB_HCA=..., NCCL_SOCKET_IFNAME=..., "every RDMA port"
 
 
-@dataclass(slots=True)
-class AffinityFacts:
+class AffinityFacts(Struct):
     """This rank's allowed CPUs, its GPU's NUMA node and PCIe path, and the NICs NCCL would use."""
 
     cpus: list[int] = field(default_factory=list)  # sched_getaffinity
@@ -88,8 +82,7 @@ class AffinityFacts:
     torchrun_numa_binding: bool = False  # this torch's torchrun has --numa-binding (torch.numa)
 
 
-@dataclass(slots=True)
-class PlacementFacts:
+class PlacementFacts(Struct):
     """The three parts, each filled by its own gatherer."""
 
     build: BuildFacts = field(default_factory=BuildFacts)

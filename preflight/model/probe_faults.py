@@ -6,12 +6,11 @@ whole, to the engine checks that report them (checks/probe_findings.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from preflight.model.probe_results import ProbeStep
 
 
-@dataclass
 class Hang(ProbeStep):
     """A step that did not finish: the group, and who was not in it with its peers."""
 
@@ -27,7 +26,6 @@ class Hang(ProbeStep):
     could_not_run: bool = False
 
 
-@dataclass
 class Straggler(ProbeStep):
     """A group well below its siblings at the largest size."""
 
@@ -51,8 +49,7 @@ class Straggler(ProbeStep):
         return self.busbw_gbps / self.siblings_median_gbps if self.siblings_median_gbps else 0.0
 
 
-@dataclass
-class Confirmed:
+class Confirmed(Struct):
     """A suspect measured again alone: its pair, both passes' fractions and the reference."""
 
     pair: tuple[int, int]

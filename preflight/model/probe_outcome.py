@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from preflight.model.device_probe import DeviceRow
 from preflight.model.findings import CheckOutcome, Finding
@@ -10,8 +10,7 @@ from preflight.model.nccl_account import NcclAccount, NcclSummary
 from preflight.model.probe_results import ProbeDevice, ProbeResult
 
 
-@dataclass
-class ProbeOutcome:
+class ProbeOutcome(Struct):
     """Results and findings of the probes (filled on rank 0 only), and what this rank left behind."""
 
     results: list[ProbeResult] = field(default_factory=list)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 MAX_MESSAGE_BYTES = 2**36  # 64 GiB: no collective probe message is larger (--sizes' bound too)
 
 
-@dataclass
-class ProbeStep:
+class ProbeStep(Struct):
     """Which collective, on which group of which mesh dimension, at which size.
 
     The identity every probe record shares (a rank's measurement, the group's result, a
@@ -34,7 +34,6 @@ class ProbeStep:
         return (self.dim, self.op, self.group_index)
 
 
-@dataclass
 class ProbeResult(ProbeStep):
     """One collective, on one group of one mesh dimension, at one message size."""
 
@@ -57,8 +56,7 @@ class ProbeResult(ProbeStep):
     expected_source: str = ""
 
 
-@dataclass
-class ProbeDevice:
+class ProbeDevice(Struct):
     """The backend one rank's probes ran on and the GPU it bound (session.bind_device), for the report."""
 
     rank: int
@@ -70,8 +68,7 @@ class ProbeDevice:
     uuid: str = ""
 
 
-@dataclass
-class ProbeSummary:
+class ProbeSummary(Struct):
     """One dimension x op x size over all its groups: busbw min/median/max, median algbw, the slowest group."""
 
     dim: str

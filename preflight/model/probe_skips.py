@@ -3,11 +3,10 @@ checks/probe_memory.py reports): plain data, so the checks read it without impor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Skipped(Struct, frozen=True):
     """A step no rank runs, and why."""
 
     index: int
@@ -17,8 +16,7 @@ class Skipped:
     reason: str
 
 
-@dataclass(frozen=True)
-class MigRank:
+class MigRank(Struct, frozen=True):
     """A rank whose probes' GPU is a MIG instance."""
 
     rank: int

@@ -7,14 +7,14 @@ gatherer's failure is in `RankFacts.gather_errors`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
+from msgspec import Struct, field
 
 from preflight.model.health_facts import HealthFacts
 from preflight.model.placement_facts import PlacementFacts
 
 
-@dataclass(slots=True)  # rank 0 holds one per rank: no __dict__ (~1 kB a rank at 131,072 ranks)
-class World:
+class World(Struct):  # rank 0 holds one per rank: no __dict__ (~1 kB a rank at 131,072 ranks)
     """Where this rank sits in the job, as the launcher described it."""
 
     launcher: str
@@ -42,8 +42,7 @@ class World:
     decisions: list[str] = field(default_factory=list)
 
 
-@dataclass
-class Versions:
+class Versions(Struct):
     """Software that must agree across ranks; "" where unknown (no GPU driver, no NCCL build)."""
 
     python: str = ""
@@ -62,11 +61,10 @@ class Versions:
 
     def known(self) -> dict[str, str]:
         """The versions that were read, by name, for tables."""
-        return {name: value for name, value in vars(self).items() if value}
+        return {name: value for name, value in msgspec.structs.asdict(self).items() if value}
 
 
-@dataclass(slots=True)
-class SystemLimits:
+class SystemLimits(Struct):
     """Process and host limits that break NCCL transports."""
 
     pid: int = 0
@@ -75,8 +73,7 @@ class SystemLimits:
     shm_bytes: int | None = None  # size of /dev/shm; None unreadable
 
 
-@dataclass
-class Interface:
+class Interface(Struct):
     """One network interface as psutil sees it."""
 
     name: str
@@ -86,8 +83,7 @@ class Interface:
     addresses: list[str] = field(default_factory=list)  # IPv4 and IPv6, without %scope
 
 
-@dataclass(slots=True)
-class IbPort:
+class IbPort(Struct):
     """One InfiniBand / RoCE port under <sysfs>/class/infiniband/<device>/ports/<port>."""
 
     device: str
@@ -108,8 +104,7 @@ class IbPort:
     waited_s: float = 0.0  # how long a training link (INIT, Polling) was read again before it settled or was kept
 
 
-@dataclass(slots=True)
-class ChosenInterface:
+class ChosenInterface(Struct):
     """The interface NCCL/Gloo sockets will use on this rank, and why that one."""
 
     name: str = ""  # "" when there is none
@@ -119,8 +114,7 @@ class ChosenInterface:
     mtu: int = 0
 
 
-@dataclass(slots=True)
-class MasterAddrResolution:
+class MasterAddrResolution(Struct):
     """What MASTER_ADDR resolved to on this rank."""
 
     addr: str = ""
@@ -128,8 +122,7 @@ class MasterAddrResolution:
     error: str = ""
 
 
-@dataclass
-class PortHolder:
+class PortHolder(Struct):
     """A process listening on MASTER_PORT."""
 
     address: str = ""
@@ -137,8 +130,7 @@ class PortHolder:
     command: str = ""
 
 
-@dataclass
-class MasterPortState:
+class MasterPortState(Struct):
     """MASTER_PORT on the rank that will host the store, before it tries."""
 
     port: int
@@ -150,8 +142,7 @@ class MasterPortState:
     suggested_port: int | None = None
 
 
-@dataclass
-class NetworkFacts:
+class NetworkFacts(Struct):
     """Interfaces, RDMA ports, the chosen interface and the rendezvous address and port."""
 
     interfaces: list[Interface] | None = None  # None: the interfaces gatherer did not run
@@ -162,8 +153,7 @@ class NetworkFacts:
     master_port: MasterPortState | None = None  # only on the rank that hosts the store
 
 
-@dataclass(slots=True)
-class GpuFacts:
+class GpuFacts(Struct):
     """One GPU as NVML sees it."""
 
     index: int
@@ -177,8 +167,7 @@ class GpuFacts:
     error: str = ""  # the NVML reads that failed on this device (NO_PERMISSION, GPU_IS_LOST, ...)
 
 
-@dataclass(slots=True)
-class RankFacts:
+class RankFacts(Struct):
     """What one rank saw locally, one typed section per gatherer."""
 
     rank: int

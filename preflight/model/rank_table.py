@@ -20,15 +20,16 @@ same way (one list for a homogeneous job: ~37 of a 131,072-rank report's 116 MB 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import operator
 import tempfile
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
+from msgspec import Struct, field
 
 from preflight.model.codec import encode
 from preflight.model.health_facts import HealthFacts, IbCounters
@@ -45,8 +46,7 @@ _LIMITS_SHARED = ("cpu_count", "memlock_bytes", "shm_bytes")  # SystemLimits but
 _SAMPLE = 64  # ranks sampled to choose the common values (only the table's size depends on them)
 
 
-@dataclass
-class PackedRank:
+class PackedRank(Struct):
     """One rank: indices into the tables, and what differs from the common values."""
 
     rank: int
@@ -76,8 +76,7 @@ class PackedRank:
 Column = list[str | None] | dict[int, str]
 
 
-@dataclass
-class RankColumns:
+class RankColumns(Struct):
     """Every rank's own values, a list per field (row i: the i-th rank given to `pack`)."""
 
     rank: list[int] = field(default_factory=list)
@@ -109,8 +108,7 @@ class RankColumns:
     world_host: dict[int, str] = field(default_factory=dict)
 
 
-@dataclass
-class RankTable:
+class RankTable(Struct):
     """Every rank's facts, each distinct section once (see the module docstring)."""
 
     env_common: dict[str, str] = field(default_factory=dict)
@@ -226,8 +224,7 @@ def _common(dicts: Sequence[dict[str, str]]) -> dict[str, str]:
     return {name: value for name, (_, value) in sorted(best.items())}
 
 
-@dataclass
-class Packed:
+class Packed(Struct):
     """A packed table and, for each of its tables of distinct values, their encoded forms (`encode`
     of each, in order): what `pack` encoded to find twins, which a writer need not encode again."""
 
@@ -301,7 +298,7 @@ def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True, spool_in: st
         key = (world_key(world), tuple(world.decisions))  # decisions, a list: hashable as a tuple
         index = world_index.get(key)
         if index is None:
-            index = world_index[key] = worlds.add(dataclasses.replace(
+            index = world_index[key] = worlds.add(msgspec.structs.replace(
                 world, rank=0, local_rank=0, node_rank=0, host="", raw={}, expected_hosts={}))
         rank, host = facts.rank, facts.host
         rank_col(rank)
@@ -315,7 +312,7 @@ def packed(ranks: Sequence[RankFacts], keep_own_parts: bool = True, spool_in: st
         index = limits_index.get(shared)
         if index is None:
             index = limits_index[shared] = len(table.system)
-            table.system.append(dataclasses.replace(limits, pid=0))
+            table.system.append(msgspec.structs.replace(limits, pid=0))
         system_col(index)
         pid_col(limits.pid)
         found = network_split.get(id(facts.network)) or _split_once(network_split, facts.network, split_network,

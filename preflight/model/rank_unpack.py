@@ -6,9 +6,10 @@ through model/table_ranks.py, which unpacks them only when asked.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
+
+import msgspec
 
 from preflight.model.health_facts import HealthFacts
 from preflight.model.host_parts import join_health, join_network, join_placement
@@ -198,7 +199,7 @@ def _unpack_rows(table: RankTable) -> list[RankFacts]:
     facts = []
     for row in table.ranks:
         shared = table.worlds[row.world]
-        world = dataclasses.replace(
+        world = msgspec.structs.replace(
             shared, rank=row.rank if row.world_rank is None else row.world_rank,
             host=row.host if row.world_host is None else row.world_host,
             local_rank=row.local_rank, node_rank=row.node_rank,

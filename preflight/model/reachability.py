@@ -7,14 +7,14 @@ report written before still loads).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from preflight.model.codec import BadPayload, from_builtins
 
 
-@dataclass
-class ReachListener:
+class ReachListener(Struct):
     """One host's listener, as published by the rank that speaks for the host."""
 
     host: str
@@ -25,8 +25,7 @@ class ReachListener:
     rank: int | None = None  # the rank that spoke for the host (None: it published nothing)
 
 
-@dataclass
-class ReachProbe:
+class ReachProbe(Struct):
     """One TCP connection from a prober host to a target host's listener."""
 
     target: str
@@ -38,8 +37,7 @@ class ReachProbe:
     skipped: bool = False  # the target had no listener: nothing was tried
 
 
-@dataclass
-class ReachabilityOutcome:
+class ReachabilityOutcome(Struct):
     """The roster of listeners, each prober host's results, the hosts that published none in time."""
 
     roster: list[ReachListener] = field(default_factory=list)

@@ -11,11 +11,10 @@ pass i), `StorageWrote` / `StorageRead` (a rank's timed write and read-back), `S
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 
-@dataclass
-class MountView:
+class MountView(Struct):
     """What PATH is on one rank, from /proc/self/mountinfo: the mount holding it."""
 
     mount_point: str = ""
@@ -37,8 +36,7 @@ class MountView:
 
 
 # -- messages ---------------------------------------------------------------------------------
-@dataclass
-class StoragePlan:
+class StoragePlan(Struct):
     """`storage/plan`: rank 0's per-run directory under PATH, the nonce it wrote there, each rank's share."""
 
     directory: str
@@ -46,8 +44,7 @@ class StoragePlan:
     share_bytes: int
 
 
-@dataclass
-class StorageVisit:
+class StorageVisit(Struct):
     """`storage/visit/<rank>`: what a rank found at PATH."""
 
     rank: int
@@ -61,8 +58,7 @@ class StorageVisit:
     error: str = ""  # PATH itself failed here (statvfs, mountinfo)
 
 
-@dataclass
-class StorageRound:
+class StorageRound(Struct):
     """`storage/round/<i>`: the ranks that write in pass i (every rank that sees PATH, then the
     suspects and a reference host), or done: leave, removing what you wrote."""
 
@@ -71,8 +67,7 @@ class StorageRound:
     done: bool = False
 
 
-@dataclass
-class StorageWrote:
+class StorageWrote(Struct):
     """`storage/<i>/w/<rank>`: one rank's timed write of its share (write, fsync) in pass i."""
 
     rank: int
@@ -83,15 +78,13 @@ class StorageWrote:
     error: str = ""
 
 
-@dataclass
-class StorageReads:
+class StorageReads(Struct):
     """`storage/<i>/read`: reader rank -> the writer rank whose file it reads back ([reader, writer] pairs)."""
 
     pairs: list[list[int]] = field(default_factory=list)
 
 
-@dataclass
-class StorageRead:
+class StorageRead(Struct):
     """`storage/<i>/r/<rank>`: one rank's timed read-back of another host's file."""
 
     rank: int
@@ -104,8 +97,7 @@ class StorageRead:
 
 
 # -- rank 0's judgement, handed to checks/storage.py -----------------------------------------
-@dataclass
-class NotShared:
+class NotShared(Struct):
     """A host whose PATH is not the directory rank 0 wrote into."""
 
     host: str
@@ -117,8 +109,7 @@ class NotShared:
     others_hosts: int = 0
 
 
-@dataclass
-class MountsDiffer:
+class MountsDiffer(Struct):
     """Hosts that see the same directory through different filesystem types, sources or options."""
 
     path: str
@@ -126,8 +117,7 @@ class MountsDiffer:
     by_value: dict[str, list[str]]  # value -> hosts
 
 
-@dataclass
-class SlowOptions:
+class SlowOptions(Struct):
     """Mount options that make every save slow (sync, noac, ...), and the hosts that have them."""
 
     path: str
@@ -135,8 +125,7 @@ class SlowOptions:
     hosts: list[str]
 
 
-@dataclass
-class Room:
+class Room(Struct):
     """Free bytes or inodes on PATH against one checkpoint (times the headroom)."""
 
     path: str
@@ -147,8 +136,7 @@ class Room:
     hosts: list[str]
 
 
-@dataclass
-class Corrupt:
+class Corrupt(Struct):
     """A read-back whose checksum is not what its writer wrote."""
 
     path: str
@@ -160,8 +148,7 @@ class Corrupt:
     read: str
 
 
-@dataclass
-class SlowStorage:
+class SlowStorage(Struct):
     """A host whose write or read rate is below the ratio of its siblings' median in both passes."""
 
     host: str
@@ -171,8 +158,7 @@ class SlowStorage:
     ratio: float
 
 
-@dataclass
-class BelowExpected:
+class BelowExpected(Struct):
     """A host's write or read rate below 0.9 x `--expect storage_<figure>`."""
 
     host: str
@@ -181,8 +167,7 @@ class BelowExpected:
     expected: float
 
 
-@dataclass
-class StorageFailed:
+class StorageFailed(Struct):
     """A rank where PATH failed mid-run (a write, fsync, read or removal raised, or no answer)."""
 
     host: str
@@ -191,8 +176,7 @@ class StorageFailed:
 
 
 # -- the report's section ---------------------------------------------------------------------
-@dataclass
-class StorageHost:
+class StorageHost(Struct):
     """One host's row: its mount, what it saw, its rates (first pass; the second where measured again)."""
 
     host: str
@@ -214,8 +198,7 @@ class StorageHost:
         return again if again is not None else (self.write_gbps if name == "write" else self.read_gbps)
 
 
-@dataclass
-class StorageSection:
+class StorageSection(Struct):
     """The storage family in the JobReport: per host, the job's aggregate, one save and restore projected."""
 
     path: str

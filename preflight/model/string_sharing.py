@@ -11,20 +11,19 @@ declared type holds strings (a walk over every field of every value cost several
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import types
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from preflight.model.codec import type_hints
+from preflight.model.codec import field_names, is_frozen, is_model_type, type_hints
 
 T = TypeVar("T")
 
 
 def share_strings(value: T, seen: dict[str, str]) -> T:
-    """`value` (a model dataclass as decoded) with each string of its fields, lists and string maps,
+    """`value` (a model object as decoded) with each string of its fields, lists and string maps,
     at any depth, replaced by the equal one in `seen` (added there when new); returned for chaining."""
     _sharer(type(value))(value, seen)
     return value
@@ -36,24 +35,24 @@ def _ignore(value: Any, seen: dict[str, str]) -> None:
 
 @functools.cache
 def _sharer(cls: type) -> Callable[[Any, dict[str, str]], None]:
-    """The generated sharer of a dataclass type (see the module docstring)."""
-    hints = type_hints(cls) if dataclasses.is_dataclass(cls) else None
-    if hints is None or cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+    """The generated sharer of a model type (see the module docstring)."""
+    hints = type_hints(cls) if is_model_type(cls) else None
+    if hints is None or is_frozen(cls):
         return _ignore
     lines, names = [], {}
-    for item in dataclasses.fields(cls):
-        kind, inner = _kind(hints.get(item.name, Any))
-        get = f"v = o.{item.name}"
+    for name in field_names(cls):
+        kind, inner = _kind(hints.get(name, Any))
+        get = f"v = o.{name}"
         if kind == "str":
-            lines += [get, f"if v: o.{item.name} = sd(v, v)"]
+            lines += [get, f"if v: o.{name} = sd(v, v)"]
         elif kind == "str or a number":
-            lines += [get, f"if v.__class__ is str: o.{item.name} = sd(v, v)"]
+            lines += [get, f"if v.__class__ is str: o.{name} = sd(v, v)"]
         elif kind == "list[str]":
-            lines += [get, f"if v: o.{item.name} = [sd(x, x) for x in v]"]
+            lines += [get, f"if v: o.{name} = [sd(x, x) for x in v]"]
         elif kind == "dict[str, str]":
-            lines += [get, f"if v: o.{item.name} = {{sd(k, k): sd(x, x) for k, x in v.items()}}"]
+            lines += [get, f"if v: o.{name} = {{sd(k, k): sd(x, x) for k, x in v.items()}}"]
         elif kind == "dict[str, a number]":
-            lines += [get, f"if v: o.{item.name} = {{sd(k, k): x for k, x in v.items()}}"]
+            lines += [get, f"if v: o.{name} = {{sd(k, k): x for k, x in v.items()}}"]
         elif kind in ("model", "list[model]") and inner is not cls:
             nested = _sharer(inner)
             if nested is _ignore:
@@ -81,12 +80,12 @@ def _kind(hint: Any) -> tuple[str, Any]:
         return ("str or a number", None) if str in args and set(args) <= {str, *_NUMBERS} else ("", None)
     if hint is str:
         return "str", None
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+    if is_model_type(hint):
         return "model", hint
     if origin is list and len(args) == 1:
         if args[0] is str:
             return "list[str]", None
-        if isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
+        if is_model_type(args[0]):
             return "list[model]", args[0]
     if origin is dict and args == [str, str]:
         return "dict[str, str]", None

@@ -13,16 +13,16 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from preflight.lib.errors import BadInput, BadOptionType
 from preflight.lib.numbers import shown
 from preflight.options.values import MAX_COUNT, MAX_LIST_CHARS, MAX_RATIO, MAX_SECONDS, parse_count, parse_seconds
 
 
-@dataclass(frozen=True)
-class Kind:
+class Kind(Struct, frozen=True):
     """What values an option takes: `what` as the docs say it, `check(label, value)` for a value from
     either door, `read(text)` for the command line's text (None: the text is the value)."""
 

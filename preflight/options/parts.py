@@ -1,4 +1,4 @@
-"""The parts of RunOptions, one concern each, each a small dataclass that validates itself where it is built
+"""The parts of RunOptions, one concern each, each a small Struct that validates itself where it is built
 (torchtitan's ParallelDims): the timeouts, the probes (the mesh with the world it is resolved for), the
 device probes, the run's history. The storage family's part is lib/storage_options.StorageOptions and the
 report targets reports/targets.ReportTargets. Each field is a row of the options table (its target, e.g.
@@ -8,9 +8,10 @@ front doors spell it (`timeout_s (--timeout) must be a number of seconds, not st
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
+from msgspec import Struct, field
 
 from preflight.lib.errors import BadInput, BadOptionType
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim, mesh_text, resolve_dims
@@ -31,8 +32,7 @@ def check_rows(part: Any, prefix: str) -> None:
             setattr(part, name, option.kind.check(option_name(option.name), getattr(part, name)))
 
 
-@dataclass
-class Timeouts:
+class Timeouts(Struct):
     """Every deadline of a run, in seconds: rank 0's wait for the ranks (--timeout), one check or fact
     gatherer (--check-timeout), one collective (--probe-timeout), the history each side of the verdict."""
 
@@ -45,8 +45,7 @@ class Timeouts:
         check_rows(self, "timeouts")
 
 
-@dataclass
-class ProbeOptions:
+class ProbeOptions(Struct):
     """What the collective probes measure: the mesh and the world it is resolved for, the ops, sizes and
     iterations, and how they are judged (--expect per dimension, --straggler-ratio, --strict-bandwidth)."""
 
@@ -78,11 +77,10 @@ class ProbeOptions:
 
     def for_world(self, world_size: int) -> ProbeOptions:
         """These options with the mesh resolved for world_size (BadInput when its arithmetic fails)."""
-        return dataclasses.replace(self, world_size=world_size)
+        return msgspec.structs.replace(self, world_size=world_size)
 
 
-@dataclass
-class DeviceOptions:
+class DeviceOptions(Struct):
     """The device probes (probes/device/family.py): --expect's device figures (TFLOP/s, GB/s) by name, the
     family's time budget per device (None: its default per device kind), seconds of sustained load."""
 
@@ -94,8 +92,7 @@ class DeviceOptions:
         check_rows(self, "device")
 
 
-@dataclass
-class RunHistory:
+class RunHistory(Struct):
     """The run's history (docs/history.md): its URL ("" none), the metrics textfile, and --flaky K/N
     (a host failed in K of its last N recorded runs is flaky)."""
 

@@ -18,10 +18,11 @@ checks its bounds again.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
+from msgspec import Struct, field
 
 from preflight.lib.errors import BadInput, BadOptionType
 from preflight.lib.mesh_shape import parse_mesh_syntax
@@ -59,8 +60,7 @@ _MOVED = {**{o.name: o.target for o in OPTIONS if "." in o.target and not o.targ
           "flaky_failures": "history.flaky_failures", "flaky_window": "history.flaky_window"}
 
 
-@dataclass
-class RunOptions:
+class RunOptions(Struct):
     """Everything `preflight run` was asked to do, as typed values: the run's own options and its parts
     (options/parts.py), each validated where it is built. Build it with `RunOptions.build`."""
 
@@ -163,7 +163,7 @@ class RunOptions:
 
     def for_world(self, world_size: int) -> RunOptions:
         """These options with the mesh resolved for world_size (BadInput when its arithmetic fails)."""
-        return dataclasses.replace(self, probes=self.probes.for_world(world_size))
+        return msgspec.structs.replace(self, probes=self.probes.for_world(world_size))
 
     def probes_enabled(self) -> bool:
         """Probes run unless `--skip probe`, or `--only` names tags without `probe`."""
@@ -194,7 +194,7 @@ def _report_targets(targets: Any) -> ReportTargets:
     checked = {name: o.kind.check(option_name(name), getattr(targets, name))
                for o in _REPORTS if (name := o.target.partition(".")[2])}
     checked["retry_exclude"] = kinds.path("retry_exclude", targets.retry_exclude)
-    return dataclasses.replace(targets, **checked)
+    return msgspec.structs.replace(targets, **checked)
 
 
 def validate_selection(options: RunOptions) -> None:

@@ -15,8 +15,9 @@ Adding an option is adding a row here and its field in RunOptions or in one of i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from preflight.options.kinds import (
     COUNT,
@@ -47,8 +48,7 @@ GROUPS = {
 }
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(Struct, frozen=True):
     """One option of a run.
 
     name: preflight.check's keyword and argparse's dest. field: where the value lands in

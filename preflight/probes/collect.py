@@ -8,7 +8,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from preflight.channel import keys
 from preflight.channel.board import BadValue, Board
@@ -26,8 +27,7 @@ EARLY_GRACE_S = 2.0
 GROUP_PHASES = ("op", "connect")
 
 
-@dataclass
-class Gathered:
+class Gathered(Struct):
     """Every rank's payload that arrived, keyed by rank."""
 
     payloads: dict[int, ProbeReport] = field(default_factory=dict)

@@ -19,11 +19,12 @@ rank sits in the control barriers):
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
+from msgspec import Struct, field
 
 from preflight.channel import keys
 from preflight.model.messages import ConfirmPairs, PairSamples, RemeasureSteps, Status
@@ -93,7 +94,7 @@ def _remeasure(session: Any, steps: list[int], calls: int) -> None:
             deadline = time.monotonic() + session.timeout_s
             barrier(session.control, deadline)
             record = measure(session, index, dim, op, size, deadline, iters=session.plan.iters * calls)
-            records.append(dataclasses.replace(record, times_s=figures(record.times_s, calls)))
+            records.append(msgspec.structs.replace(record, times_s=figures(record.times_s, calls)))
     except Exception as exc:  # any failure of the second pass leaves the first pass's verdict unconfirmed
         status = Status("failed", -1, "op", str(exc)[:200])
         session.gave_up(exc, "second pass")
@@ -134,8 +135,7 @@ def follow_groups(session: Any) -> bool:
     return True
 
 
-@dataclass
-class PairVerdict:
+class PairVerdict(Struct):
     """What the confirming pass kept: slow ranks (against a known-good partner) and slow links."""
 
     slow_ranks: dict[int, Confirmed] = field(default_factory=dict)

@@ -19,7 +19,8 @@ Precedence per dimension: --expect, then a profile, then none; every result reco
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.checks.probe_findings import below_expected, below_profile
 from preflight.model import Finding, ProbeResult, RankFacts
@@ -32,8 +33,7 @@ PROFILE_MIN_BYTES = 256 << 20  # the GPU default's largest size: where nccl-test
 EXPLICIT = "--expect"
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(Struct, frozen=True):
     """One row of the shipped table (docs/expectations.md): a path, its line rate and the fraction expected."""
 
     name: str

@@ -23,16 +23,16 @@ sub-communicators; the simulator gives it a model of a cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import Generic, TypeVar
+
+from msgspec import Struct, field
 
 H = TypeVar("H", bound=Hashable)
 
 MAX_ROUNDS = 10_000  # a does-not-loop bound: far above 2 k log2 N for any real job
 
 
-@dataclass
-class Located(Generic[H]):
+class Located(Struct, Generic[H]):
     """What group testing found: the bad hosts, and what it cost."""
 
     bad: list[H]
@@ -47,8 +47,7 @@ def _halves(pool: list[H]) -> list[list[H]]:
     return [pool[:mid], pool[mid:]]
 
 
-@dataclass
-class _Item(Generic[H]):
+class _Item(Struct, Generic[H]):
     """A pool waiting to be measured: a test, a retest of a slow pool whose halves were fast, or a confirmation."""
 
     pool: list[H]

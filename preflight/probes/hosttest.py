@@ -37,8 +37,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from preflight.channel import keys
 from preflight.channel.board import BadValue
@@ -49,8 +50,7 @@ from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_lo
 ABORTS = (ProbeTimeout, ProbeFailed, RuntimeError)
 
 
-@dataclass
-class HostSets:
+class HostSets(Struct):
     """Hosts of the confirmed slow groups (suspects), hosts in none (known-good), ranks per host."""
 
     suspects: list[str]
@@ -128,8 +128,7 @@ def is_slow(samples: list[float], reference: list[float], ratio: float) -> bool:
     return max(samples) < ratio * statistics.median(reference)
 
 
-@dataclass
-class HostVerdict:
+class HostVerdict(Struct):
     """A host group testing named, with the figures of its single-host tests."""
 
     host: str
@@ -138,8 +137,7 @@ class HostVerdict:
     partners: list[str]  # the known-good host of each of those tests
 
 
-@dataclass
-class GroupTestOutcome:
+class GroupTestOutcome(Struct):
     """What group testing found and cost."""
 
     named: list[HostVerdict]

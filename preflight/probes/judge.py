@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.model import ProbeResult
 from preflight.model.probe_faults import Straggler
@@ -111,8 +112,7 @@ def cross_dim_suspects(slow: list[Straggler]) -> dict[int, list[str]]:
     return {rank: sorted(d) for rank, d in sorted(dims.items()) if len(d) >= 2}
 
 
-@dataclass
-class BelowExpected:
+class BelowExpected(Struct):
     """A group whose busbw is under 0.9 x the --expect figure of its dimension."""
 
     result: ProbeResult

@@ -18,13 +18,12 @@ together (measured on CPU here; docs/probes.md#levels says what was measured whe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 MIB = 1 << 20
 
 
-@dataclass(frozen=True)
-class Level:
+class Level(Struct, frozen=True):
     """One level's plan defaults, per device kind ("cpu", "cuda"), and its stated budget."""
 
     name: str

@@ -16,8 +16,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from msgspec import Struct
 
 from preflight.channel import keys, store_join
 from preflight.channel.liveness import RankLiveness
@@ -33,8 +34,7 @@ PROBE_PREFIX = keys.PROBE_PREFIX  # the probes' keys, under the run's prefix (or
 SIDE_JOIN_S = store_join.HANDSHAKE_S
 
 
-@dataclass(frozen=True)
-class ProbeStores:
+class ProbeStores(Struct, frozen=True):
     """The probes' two clients of the run's store, both under PROBE_PREFIX (docs/architecture.md,
     "Store clients"): `board` is the run's own client, which the thread running the steps shares
     with the beat and the watch and only ever asks calls that answer at once; `torch` is a

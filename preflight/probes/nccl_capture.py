@@ -26,8 +26,9 @@ import socket
 import sys
 import tempfile
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
 from typing import TextIO
+
+from msgspec import Struct, field
 
 from preflight.lib.nccl_log import MAX_LINE, MAX_READ_BYTES, read_log_file
 from preflight.model.nccl_account import NcclAccount
@@ -40,8 +41,7 @@ UNAVAILABLE_IN_PROCESS = ("the trainer formed its communicators before preflight
                           "communicator")
 
 
-@dataclass
-class NcclCapture:
+class NcclCapture(Struct):
     """Where NCCL writes this process's log, and what to put back afterwards."""
 
     pattern: str = ""  # NCCL_DEBUG_FILE as NCCL expands it (%h, %p); "" when there is none to read

@@ -14,16 +14,16 @@ is shown rather than a made-up one.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from preflight.lib.ib_hca import HcaFilter
 from preflight.model import GpuFacts, IbPort, ProbeResult, RankFacts
 from preflight.probes.device.hardware import NVLINK_GBPS_PER_LINK  # the one hardware table
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(Struct, frozen=True):
     """A nominal rate in GB/s (1e9 B/s) and where it was read."""
 
     gbps: float

@@ -20,17 +20,16 @@ look the op up once and never switch on its name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from msgspec import Struct
 
 _PATTERN_MOD = 200  # small integers: exact in bf16 (<= 256) and fp32
 
 
-@dataclass
-class Buffers:
+class Buffers(Struct):
     """The tensors of one op on one rank."""
 
     op: str
@@ -168,8 +167,7 @@ def _verify_chunks(b: Buffers, me: int, n: int) -> tuple[bool, list[int]]:
     return not sources, sources
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(Struct, frozen=True):
     """One collective, one row: bytes (chunked: `size` is the whole buffer, n chunks of it), the
     bus factor for n > 1 ranks, torch's names for it (newest first), init, run, verify."""
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from preflight.probes.timing import ProbeFailed, ProbeTimeout, barrier, timed_loop
 
@@ -87,8 +88,7 @@ def run_rounds(rank: int, ranks: list[int], size_bytes: int, iters: int, control
     return times
 
 
-@dataclass
-class Localized:
+class Localized(Struct):
     """What the round robin found: slow ranks (hosts) and slow links between fast ranks."""
 
     slow_ranks: dict[int, float]  # rank -> its median pair bandwidth / everyone's median

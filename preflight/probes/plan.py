@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from preflight.lib.mesh_shape import WORLD_DIM, MeshDim
 from preflight.options import RunOptions
@@ -16,8 +16,7 @@ DEFAULT_WARMUP = STANDARD.warmup
 DEFAULT_ITERS = STANDARD.iters
 
 
-@dataclass
-class ProbePlan:
+class ProbePlan(Struct):
     """The resolved plan: mesh dimensions, ops per dimension, sizes, iterations."""
 
     dims: list[MeshDim]

@@ -18,9 +18,10 @@ import contextlib
 import inspect
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
+
+from msgspec import Struct, field
 
 from preflight.channel import keys
 from preflight.channel.board import BadValue, Board
@@ -62,8 +63,7 @@ class BindError(Exception):
 
 
 
-@dataclass
-class BackendChoice:
+class BackendChoice(Struct):
     """The backend the probes use, and why (auto decides by the ranks' votes)."""
 
     backend: str
@@ -74,8 +74,7 @@ class BackendChoice:
 
 
 
-@dataclass
-class Session:
+class Session(Struct):
     """Process groups of one rank: the control group and, per dimension, its own group."""
 
     world: World

@@ -18,7 +18,8 @@ connect them, which is a network finding, not a rank's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.channel import keys
 from preflight.channel.board import Board
@@ -50,8 +51,7 @@ def marker(board: Board, rank: int, host: str) -> Callable[[str], None]:
     return mark
 
 
-@dataclass
-class SetupBlame:
+class SetupBlame(Struct):
     """Who held setup up: ranks blamed with why, ranks that were waiting, and the stage all were in."""
 
     culprits: dict[int, str]

@@ -10,9 +10,10 @@ device, groups and deadline, is probes/session.py's.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
+
+import msgspec
 
 from preflight.channel import keys
 from preflight.channel.board import Board
@@ -117,5 +118,5 @@ def publish(board: Board, rank: int, host: str, records: list[StepRecord], statu
     The account goes first, under its own key, without what only this rank says (its rank, host
     and pid: rank 0 knows them): ranks whose NCCL said the same send the same bytes."""
     if nccl is not None:
-        board.put(keys.NCCL_ACCOUNT.at(rank), dataclasses.replace(nccl, rank=None, host="", pid=0))
+        board.put(keys.NCCL_ACCOUNT.at(rank), msgspec.structs.replace(nccl, rank=None, host="", pid=0))
     board.put(keys.RESULT.at(rank), ProbeReport(host, records, status, nccl_missing))

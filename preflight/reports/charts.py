@@ -16,7 +16,8 @@ import html
 import math
 import sys
 from collections import defaultdict
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from preflight.lib.hostlist import compress_hostlist, ranks_text
 from preflight.lib.shorten import shorten
@@ -202,8 +203,7 @@ def finding_hosts(finding: Finding, rank_hosts: dict[int, str]) -> list[str]:
     return sorted({rank_hosts[r] for r in finding.ranks if r in rank_hosts})
 
 
-@dataclass
-class Matrix:
+class Matrix(Struct):
     """Host x check: each cell the worst severity that check found on that host, with a tooltip."""
 
     hosts: list[str]

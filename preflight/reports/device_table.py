@@ -8,7 +8,7 @@ coloured by its % of the siblings' median, the slowest cell named under the grid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from preflight.lib.units import percent
 from preflight.model import JobReport
@@ -92,8 +92,7 @@ def device_rows(report: JobReport, limit: int = MAX_DEVICES) -> list[list[str]]:
     return out
 
 
-@dataclass
-class Grid:
+class Grid(Struct):
     """One figure over the job: hosts down, device indexes across, % of siblings' median per cell."""
 
     figure: str

@@ -7,7 +7,8 @@ checks use too. Secrets arrive redacted; they are shown as numbered placeholders
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from preflight.lib.env_drift import drifting_rows, secret_numbers, value_label
 from preflight.lib.grouping import LastAnswerKept
@@ -18,8 +19,7 @@ from preflight.reports.common import rank_ranges
 UNSET = "(unset)"
 
 
-@dataclass
-class DriftValue:
+class DriftValue(Struct):
     """One value of a drifting variable and who holds it."""
 
     value: str
@@ -28,8 +28,7 @@ class DriftValue:
     hosts: str  # compressed hostlist
 
 
-@dataclass
-class DriftRow:
+class DriftRow(Struct):
     """A variable whose value differs between ranks; values most common first."""
 
     variable: str

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.lib.grouping import LastAnswerKept
 from preflight.lib.hostlist import rank_ranges
@@ -28,8 +29,7 @@ MAX_HOSTS_SHOWN = 6
 MAX_DOMAINS = 32  # the text and terminal show those that need a look first; the HTML shows all
 
 
-@dataclass(frozen=True)
-class _Domain:
+class _Domain(Struct, frozen=True):
     """One domain's row, and whether it needs a look (what the text and terminal keep first)."""
 
     cells: list[str]

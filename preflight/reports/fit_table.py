@@ -11,8 +11,8 @@ wider than the console, the table is split into several that each repeat the `ke
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from msgspec import Struct
 from rich import box
 from rich.cells import cell_len
 from rich.console import RenderableType
@@ -32,8 +32,7 @@ def _longest_word(text: str) -> int:
     return max((cell_len(word) for word in text.split()), default=0)
 
 
-@dataclass
-class _Column:
+class _Column(Struct):
     header: str
     whole: bool  # a figure: never wrapped
     natural: int  # the widest cell or header on one line

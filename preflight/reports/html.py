@@ -13,12 +13,12 @@ import base64
 import functools
 import hashlib
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import markupsafe
+from msgspec import Struct, field
 
 from preflight.lib.files import ensure_parent
 from preflight.lib.hostlist import compress_hostlist, ranks_text
@@ -42,8 +42,7 @@ _TEMPLATES = Path(__file__).parent / "templates"
 _VERDICT_CLASS = {"passed": "passed", "passed with warnings": "warned", "failed": "failed"}
 
 
-@dataclass
-class Todo:
+class Todo(Struct):
     """One deduplicated hint: what to do, for which checks, where."""
 
     severity: Severity

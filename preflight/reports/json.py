@@ -10,13 +10,12 @@ written compact (one line: indenting puts every cell of a column on a line of it
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+from msgspec import Struct
 
 from preflight.lib.collector import collector_paused
 from preflight.lib.files import ensure_parent
@@ -35,7 +34,6 @@ MAX_REPORT_BYTES = 1 << 30
 _TABLE_SLOT = b'\n "rank_table": null'  # a top-level key (indent 1): nothing nested or quoted matches
 
 
-@dataclass
 class _Document(JobReport):
     """The report as its JSON holds it: the JobReport's own fields and those the JSON adds, the packed
     ranks (schemas 2 to 5), read in one parse (a second parse of a 131,072-rank report: 0.13 s)."""
@@ -44,8 +42,7 @@ class _Document(JobReport):
     schema: int = 1  # a report without one is schema 1 (a verbatim `ranks` list)
 
 
-@dataclass
-class _Schema:
+class _Schema(Struct):
     """Only the schema: read when the whole document did not decode, to say whether a newer preflight wrote it."""
 
     schema: int = 1
@@ -62,7 +59,7 @@ def _parts(report: JobReport, spool_in: str | None = None) -> tuple[bytes, Itera
     writes them one after another, never holding a joined copy of a 100 MB report, and the encoded forms
     of the ranks' own parts in a temporary file in `spool_in` (rank_table.Spooled), not in memory."""
     head = encode({"schema": SCHEMA, "rank_table": None, "probe_summary": summarize_probes(report.probes)})
-    body = encode(dataclasses.replace(report, ranks=[]))
+    body = encode(msgspec.structs.replace(report, ranks=[]))
     # One object: the report's own fields, then the added ones (probe_summary is never read back).
     merged = body[:-1] + b"," + head[1:] if body != b"{}" else head
     indented = msgspec.json.format(merged, indent=1)
@@ -74,7 +71,7 @@ def _parts(report: JobReport, spool_in: str | None = None) -> tuple[bytes, Itera
 
 def _table_pieces(source: Packed) -> Iterator[bytes]:
     """`encode(source.table)`, field by field and column by column: the same bytes (the codec writes a
-    dataclass as its fields in order, compact), without one more copy of the whole table at once; a
+    Struct as its fields in order, compact), without one more copy of the whole table at once; a
     table of distinct values is written from the encoded forms `pack` made of them (all that is kept of
     the ranks' own health and placement parts: `packed(..., keep_own_parts=False)`)."""
     try:
@@ -86,7 +83,7 @@ def _table_pieces(source: Packed) -> Iterator[bytes]:
 def _table_fields(source: Packed) -> Iterator[bytes]:
     table = source.table
     yield b"{"
-    for i, item in enumerate(dataclasses.fields(table)):
+    for i, item in enumerate(msgspec.structs.fields(table)):
         yield (b"," if i else b"") + encode(item.name) + b":"
         value = getattr(table, item.name)
         encoded = source.encoded.get(item.name)
@@ -100,7 +97,7 @@ def _table_fields(source: Packed) -> Iterator[bytes]:
             yield encode(value)
             continue
         yield b"{"
-        for j, column in enumerate(dataclasses.fields(value)):
+        for j, column in enumerate(msgspec.structs.fields(value)):
             yield (b"," if j else b"") + encode(column.name) + b":" + encode(getattr(value, column.name))
         yield b"}"
     yield b"}"
@@ -143,7 +140,7 @@ def _loads(data: bytes | str) -> JobReport:
         _check_schema(_schema_of(data))  # a newer preflight's report: say that, not which field did not fit
         raise exc from None
     _check_schema(document.schema)
-    report = JobReport(**{item.name: getattr(document, item.name) for item in dataclasses.fields(JobReport)})
+    report = JobReport(**{item.name: getattr(document, item.name) for item in msgspec.structs.fields(JobReport)})
     table = document.rank_table
     if table is not None and not report.ranks:
         try:  # schema 3 to 5's columns read by the renderers as they are (model/table_ranks.py); schema 2 unpacked

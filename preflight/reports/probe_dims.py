@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from preflight.model import JobReport, ProbeResult
 
@@ -34,8 +35,7 @@ def by_op(results: list[ProbeResult]) -> dict[str, list[ProbeResult]]:
     return dict(sorted(ops.items()))
 
 
-@dataclass
-class LargestSize:
+class LargestSize(Struct):
     """One op of one dimension at its largest message size: the figure the verdict judges."""
 
     dim: str

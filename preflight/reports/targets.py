@@ -14,16 +14,16 @@ import os
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from preflight.lib.errors import BadInput
 from preflight.lib.files import ensure_parent
 from preflight.model import ExitCode, JobReport
 
 
-@dataclass
-class ReportTargets:
+class ReportTargets(Struct):
     """Where rank 0 writes the reports (`preflight report` re-renders to the same targets)."""
 
     json: str | None = None  # --json: the JobReport
@@ -54,8 +54,7 @@ class ReportTargets:
 NOT_WRITTEN = "NOT WRITTEN: "  # the headline's first words when an output was not written
 
 
-@dataclass(frozen=True)
-class Unwritten:
+class Unwritten(Struct, frozen=True):
     """An output that was asked for and could not be written after the verdict: which, where, why."""
 
     flag: str

@@ -9,6 +9,7 @@ that JUnit's testcases are the same set on every run of the same options.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 
 from preflight.model import CheckOutcome, Finding, Severity, culprit_order
@@ -51,7 +52,7 @@ def merge_outcomes(outcomes: Iterable[CheckOutcome]) -> list[CheckOutcome]:
     for outcome in outcomes:
         known = merged.get(outcome.check_id)
         if known is None:
-            merged[outcome.check_id] = CheckOutcome(**vars(outcome))
+            merged[outcome.check_id] = copy.copy(outcome)
             continue
         if outcome.status.rank > known.status.rank:
             known.status = outcome.status

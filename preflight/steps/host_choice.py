@@ -30,8 +30,9 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from preflight.checks import device_probe, history_findings, localization_findings, probe_findings, storage
 from preflight.lib.grouping import shared_host_names
@@ -43,8 +44,7 @@ from preflight.model.host_choice import SLOW_GROUP, SLOW_LINK, SLOW_MEASURED, SL
 from preflight.registry import EngineCheck
 
 
-@dataclass(frozen=True)
-class Slowness:
+class Slowness(Struct, frozen=True):
     """One piece of evidence that a host is slow: how strong (SLOW_*), its figure as a fraction of
     its peers' (None: no figure), and one line saying where it comes from."""
 

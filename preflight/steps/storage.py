@@ -39,8 +39,9 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from preflight.channel import keys
 from preflight.channel.board import Board
@@ -68,8 +69,7 @@ CHUNK = 4 * 2**20  # bytes per write / read call
 WAIT_MARGIN_S = 30.0  # a follower waits for rank 0's next message this long beyond the run's --timeout
 
 
-@dataclass
-class StorageOutcome:
+class StorageOutcome(Struct):
     """Rank 0's result of the family: the report's section and the findings."""
 
     section: StorageSection | None = None

@@ -10,8 +10,9 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from preflight.checks.run_findings import rank_died, rank_zero_lost
 from preflight.lib.mesh_shape import mesh_text
@@ -37,8 +38,7 @@ from preflight.steps.check_results import every_selected_outcome, merge_findings
 from preflight.steps.host_choice import rank_hosts
 
 
-@dataclass
-class RunRecord:
+class RunRecord(Struct):
     """What the steps have produced so far; enough to write a report at any point."""
 
     world: World

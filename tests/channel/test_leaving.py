@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
+
 from preflight.reports.json import load as load_report
 from tests.helpers.ranks import EXEC, Placement, base_env, exit_times, free_port, plant_env, start_rank
 
@@ -133,7 +135,7 @@ def kill_one_rank_in_the_exchange_under_launch(folder: Path, world: int = 4, pla
     proc.wait(timeout=BOUND_S)
     assert killed_at is not None and len(gone) == world, (gone, "".join(output)[-3000:])
     return ({r: t - killed_at for r, t in gone.items()}, proc.returncode,
-            load_report(report).__dict__ if report.exists() else {})
+            msgspec.structs.asdict(load_report(report)) if report.exists() else {})
 
 
 def test_a_rank_killed_in_the_exchange_under_launch_rank_0_leaves_with_the_others(tmp_path: Path) -> None:

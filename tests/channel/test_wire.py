@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import struct
 import tracemalloc
 
@@ -83,7 +82,7 @@ def test_the_longest_duration_is_read_unsigned_up_to_the_largest_a_rank_can_send
     """rank 0 holds the durations as 4-byte unsigned numbers (from_wire's arrays): one past 2**31 is a
     long check, never a negative one that any other rank's would beat."""
     sent = [_payload(rank, (0.001, 0.002)) for rank in range(3)]
-    sent[1].outcomes = [dataclasses.replace(o, duration_s=s) for o, s in zip(sent[1].outcomes, (2**31 / 1e6, 9e9))]
+    sent[1].outcomes = [msgspec.structs.replace(o, duration_s=s) for o, s in zip(sent[1].outcomes, (2**31 / 1e6, 9e9))]
     shared = SharedSections()
     read = [from_wire(to_wire(p), shared) for p in sent]
     assert read[0].outcomes is read[1].outcomes is read[2].outcomes  # one group: its maximum is taken

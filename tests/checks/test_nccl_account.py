@@ -4,9 +4,10 @@ against the hosts' facts: RDMA ports, NVLink, NVSwitch, the GPU model."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import io
 from collections import Counter
+
+import msgspec
 
 from preflight.lib.nccl_log import parse_lines
 from preflight.lib.nccl_summary import group_transport, summarize
@@ -102,7 +103,7 @@ def _shared_job() -> tuple[list[str], dict[int, NcclAccount], dict[int, NcclAcco
     """Five hosts of two ranks; hosts whose NCCL said the same share account objects, as rank 0 holds them
     (channel/board.fetch_interned), and the same accounts with every rank's its own copy."""
     ib, socket = accounts()[0], accounts(env_of=lambda name: {"NCCL_IB_DISABLE": "1"})[0]
-    older = dataclasses.replace(socket, nccl_version="2.20.3")  # a second kind of host on sockets
+    older = msgspec.structs.replace(socket, nccl_version="2.20.3")  # a second kind of host on sockets
     hosts = ["h0", "h0", "h1", "h1", "h2", "h2", "h3", "h3", "h4", "h4"]
     said = {"h0": ib, "h1": socket, "h2": ib, "h3": older, "h4": socket}
     shared = {rank: said[host] for rank, host in enumerate(hosts)}

@@ -7,7 +7,6 @@ and HTML without an exception.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 from pathlib import Path
 from typing import Any
@@ -96,7 +95,7 @@ def test_deep_nesting_is_bad_payload_on_the_wire_and_in_any_free_form_type(depth
         with pytest.raises(BadPayload):
             decode(raw, into)
     deep = msgspec.json.decode(data)
-    sent = RankPayload(rank=1, facts=PAYLOAD_FACTS, findings=[dataclasses.replace(FINDING, data=deep)])
+    sent = RankPayload(rank=1, facts=PAYLOAD_FACTS, findings=[msgspec.structs.replace(FINDING, data=deep)])
     with pytest.raises(BadPayload):
         from_wire(to_wire(sent), SharedSections())
     assert not _can_nest(list[GpuFacts]) and not _can_nest(dict[str, str]) and _can_nest(RankPayload)

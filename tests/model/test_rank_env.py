@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -39,7 +38,7 @@ def test_it_reads_as_the_merged_dict_with_the_ranks_own_value_winning() -> None:
 def test_it_encodes_as_the_dict_and_a_rank_holding_one_equals_the_same_rank_with_a_dict() -> None:
     env = RankEnv({"A": "1"}, {"RANK": "3"})
     facts = RankFacts(rank=3, host="h", world=World(launcher="torchrun", rank=3, world_size=4), env=env)
-    plain = dataclasses.replace(facts, env={"A": "1", "RANK": "3"})
+    plain = msgspec.structs.replace(facts, env={"A": "1", "RANK": "3"})
     assert facts == plain
     assert encode(facts) == encode(plain)
     assert to_builtins(facts) == to_builtins(plain)
@@ -51,13 +50,13 @@ def _ranks(shared: dict[str, str], owns: list[dict[str, str]], lone: dict[str, s
     world = World(launcher="slurm", rank=0, world_size=len(owns) + 1)
     ranks = [RankFacts(rank=0, host="h0", world=world, env=lone)]
     for rank, own in enumerate(owns, start=1):
-        ranks.append(RankFacts(rank=rank, host=f"h{rank}", world=dataclasses.replace(world, rank=rank),
+        ranks.append(RankFacts(rank=rank, host=f"h{rank}", world=msgspec.structs.replace(world, rank=rank),
                                env=RankEnv(shared, own)))
     return ranks
 
 
 def _as_dicts(ranks: list[RankFacts]) -> list[RankFacts]:
-    return [dataclasses.replace(facts, env=dict(facts.env)) for facts in ranks]
+    return [msgspec.structs.replace(facts, env=dict(facts.env)) for facts in ranks]
 
 
 @FUZZ
@@ -67,7 +66,7 @@ def test_pack_and_drift_see_a_rank_env_exactly_as_its_dict(shared, owns, lone, o
     the table and the drift groups equal those of the same ranks holding plain dicts, a second
     shared dict included, and the table unpacks to ranks equal to them."""
     ranks = _ranks(shared, owns, lone)
-    ranks[-1] = dataclasses.replace(ranks[-1], env=RankEnv(other, owns[-1]))  # a second shared part
+    ranks[-1] = msgspec.structs.replace(ranks[-1], env=RankEnv(other, owns[-1]))  # a second shared part
     plain = _as_dicts(ranks)
     assert pack(ranks) == pack(plain)
     assert unpack(pack(ranks)) == plain

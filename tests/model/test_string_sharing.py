@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import types
 import typing
 from typing import Any
 
+import msgspec
 import pytest
 
 from preflight.channel.sections import SharedSections
@@ -26,8 +26,8 @@ def _strings(value: Any, path: str = "") -> list[tuple[str, str]]:
     if isinstance(value, dict):
         return [found for key, item in value.items()
                 for found in (*_strings(key, f"{path}.key"), *_strings(item, f"{path}[{key!r}]"))]
-    if dataclasses.is_dataclass(value):
-        return [found for item in dataclasses.fields(value)
+    if isinstance(value, msgspec.Struct):
+        return [found for item in msgspec.structs.fields(value)
                 for found in _strings(getattr(value, item.name), f"{path}.{item.name}")]
     return []
 
@@ -51,7 +51,7 @@ def _gpu_rank(local: int, host: int) -> tuple[HealthFacts, PlacementFacts]:
 def test_two_hosts_same_local_rank_share_every_equal_string_and_keep_their_values() -> None:
     seen: dict[str, str] = {}
     decoded = [decode(encode(part), type(part)) for host in (1, 2) for part in _gpu_rank(3, host)]
-    before = [dataclasses.replace(value) for value in decoded]
+    before = [msgspec.structs.replace(value) for value in decoded]
     shared = [share_strings(value, seen) for value in decoded]
     assert shared == before and all(a is b for a, b in zip(shared, decoded))
     first, second = _strings(shared[0]) + _strings(shared[1]), _strings(shared[2]) + _strings(shared[3])
@@ -72,9 +72,9 @@ def _filled(hint: Any, name: str) -> Any:
         return [_filled(args[0], f"{name}{i}") for i in range(2)]
     if origin is dict:
         return {_filled(args[0], f"{name}-key"): _filled(args[1], name)}
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
         hints = typing.get_type_hints(hint)
-        return hint(**{f.name: _filled(hints[f.name], f.name) for f in dataclasses.fields(hint) if f.init})
+        return hint(**{f.name: _filled(hints[f.name], f.name) for f in msgspec.structs.fields(hint)})
     return {str: f"text of {name}", int: 7, float: 0.5, bool: True}.get(hint, f"any {name}")
 
 

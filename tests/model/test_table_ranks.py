@@ -3,9 +3,9 @@ renderers from the table's columns without building them."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
+import msgspec
 import pytest
 
 from preflight.lib.env_drift import drifting_rows
@@ -126,10 +126,10 @@ def test_the_hosts_rdma_ports_are_stored_once_per_distinct_list_apart_from_their
     ranks = _ranks()
     healthy = [IbPort(f"mlx5_{i}", 1, state="ACTIVE", rate_gbps=400.0, netdevs=[f"ib{i}"]) for i in range(4)]
     for facts in ranks:
-        ports = [dataclasses.replace(p) for p in healthy]
+        ports = [msgspec.structs.replace(p) for p in healthy]
         if facts.host == "node003":
             ports[2].state = "DOWN"
-        facts.network = dataclasses.replace(facts.network, ib_ports=ports, loopback_scope=f"boot-{facts.host}")
+        facts.network = msgspec.structs.replace(facts.network, ib_ports=ports, loopback_scope=f"boot-{facts.host}")
     table = pack(ranks)
     assert len(table.network) == 4 and not [n for n in table.network if n.ib_ports]
     assert len(table.ib_ports) == 2 and table.columns.ib_ports == [0] * 8 + [1] * 4 + [0] * 4
@@ -141,9 +141,9 @@ def test_the_hosts_rdma_ports_are_stored_once_per_distinct_list_apart_from_their
     written = json.loads((tmp_path / "run.json").read_text())
     assert written["schema"] == 5 and len(written["rank_table"]["ib_ports"]) == 2
     # As schema 4 wrote it: each host's ports in its network section, no ports column.
-    old = dataclasses.replace(table, network=[dataclasses.replace(n, ib_ports=table.ib_ports[p]) for n, p in
+    old = msgspec.structs.replace(table, network=[msgspec.structs.replace(n, ib_ports=table.ib_ports[p]) for n, p in
                                               ((table.network[i], table.columns.ib_ports[row]) for row, i in
                                                enumerate(table.columns.network))],
-                              ib_ports=[], columns=dataclasses.replace(table.columns, ib_ports=[],
+                              ib_ports=[], columns=msgspec.structs.replace(table.columns, ib_ports=[],
                                                                        network=list(range(len(ranks)))))
     assert unpack(old) == ranks

@@ -76,9 +76,9 @@ def test_every_rank_names_the_same_mig_ranks_and_gloo_names_none(monkeypatch: An
                for r in range(4)}
     lists = []
     for rank in range(4):
-        session = Session.__new__(Session)
-        session.backend, session.control, session.store, session.bad_values = "nccl", None, None, {}
-        session.world = type("W", (), {"world_size": 4, "rank": rank})()
+        world = type("W", (), {"world_size": 4, "rank": rank})()  # the two fields mig_ranks reads
+        session = Session(world=world, plan=None, store=None, device=None, dtype=None, control=None, groups={},
+                          timeout_s=0.0, backend="nccl")
         monkeypatch.setattr(Session, "board", property(lambda self: _Board(records)))
         lists.append(mig.mig_ranks(session, 0.0))
     assert lists[0] == [mig.MigRank(1, "node0", "MIG-1"), mig.MigRank(3, "node1", "MIG-3")]

@@ -108,7 +108,7 @@ def test_group_chart_labels_groups_by_ranks_and_hosts_with_the_median_and_expect
 
 def test_size_chart_shows_the_slowest_group_not_only_the_median() -> None:
     """Two groups, one at 7%: the median alone would sit halfway; the band's low edge is the straggler."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from tests.helpers.synthetic import probe_results
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from preflight.lib.errors import one_line
 from preflight.model.device_probe import LINK_FIGURES, DeviceReport, Measured
@@ -34,8 +35,7 @@ PASSES = 2
 MAX_SUSTAIN_SAMPLES = 200  # NVML samples of --device-sustain, spread over its length
 
 
-@dataclass(frozen=True)
-class Sizes:
+class Sizes(Struct, frozen=True):
     """Operand sizes of one device kind."""
 
     gemm_n: int  # matrix side of the throughput products

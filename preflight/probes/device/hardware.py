@@ -22,13 +22,13 @@ against the slot's maximum: a Gen5 x16 slot moving Gen3 speeds is slow against G
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from preflight.model.device_probe import LINK_FIGURES
 
 
-@dataclass(frozen=True)
-class Sku:
+class Sku(Struct, frozen=True):
     """One GPU model: how its names read, its published peaks and links."""
 
     label: str
@@ -119,8 +119,7 @@ def tokens(name: str) -> set[str]:
     return set(_TOKEN.findall(name.lower()))
 
 
-@dataclass(frozen=True)
-class Match:
+class Match(Struct, frozen=True):
     """Which row a name matched, and why (or why none)."""
 
     sku: Sku | None

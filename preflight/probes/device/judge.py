@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from preflight.model.device_probe import (
     LINK_FIGURES,
@@ -41,8 +42,7 @@ SLOWDOWN_BITS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software the
 CLOCK_RATIO = 0.85  # an SM clock under load below this share of its siblings' median is a collapse
 
 
-@dataclass
-class Judged:
+class Judged(Struct):
     """Everything rank 0 concluded from the device reports."""
 
     rows: list[DeviceRow] = field(default_factory=list)

@@ -10,9 +10,10 @@ collectives, when every rank's report is in the store. The family runs in a boun
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
+
+import msgspec
 
 from preflight.channel import keys
 from preflight.channel.liveness import RankLiveness
@@ -119,7 +120,7 @@ def measure(session: Any, options: RunOptions, watch: RankLiveness, device: Any 
         liveness.bounded(lambda: _on_device(session, open_and_run), deadline_s, watch).close()
     except liveness.StillRunning as exc:
         # The abandoned thread still fills `report`: send a copy of what it was, and this reason only.
-        report = dataclasses.replace(report, measured=[], samples=[], skipped={},
+        report = msgspec.structs.replace(report, measured=[], samples=[], skipped={},
                                      errors={"every figure": f"did not finish within {deadline_s:g}s ({exc})"})
         session.abandoned = True  # the device may still be busy: no clean teardown
     except Exception as exc:  # the barrier timed out, the device could not be opened

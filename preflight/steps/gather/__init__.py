@@ -7,7 +7,8 @@ A gatherer fills one section of RankFacts. One that raises or overruns is record
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from preflight.checks.run_findings import gatherer_failed
 from preflight.lib.deadline import call_with_deadline
@@ -31,8 +32,7 @@ from preflight.steps.gather import (
 )
 
 
-@dataclass
-class GatherOptions:
+class GatherOptions(Struct):
     """What the gatherers may need from the run options."""
 
     timeout_s: float = 5.0

@@ -18,7 +18,7 @@ def test_interfaces_shape_matches_psutil(tmp_path) -> None:
     assert set(found) == set(psutil.net_if_addrs()) | set(psutil.net_if_stats())
     assert found["lo"].up is True and found["lo"].mtu > 0 and "127.0.0.1" in found["lo"].addresses
     for entry in found.values():
-        assert set(vars(entry)) == {"name", "up", "mtu", "speed_mbps", "addresses"}
+        assert set(entry.__struct_fields__) == {"name", "up", "mtu", "speed_mbps", "addresses"}
 
 
 def test_master_addr_resolution() -> None:
