@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Every run of the "Measured on GPU" README section, on one NVIDIA GPU with CUDA torch, NCCL and
-# nvidia-ml-py already installed (the device machine: no network, so missing pure-Python deps
-# travel as wheels in .whl/). Results land in $OUT (default /tmp/preflight-gpu):
-#     bash benchmarks/gpu_session.sh
+# Every run of docs/verification.md's hardware column and performance.md's "Measured on GPU", on one
+# NVIDIA GPU with CUDA torch, NCCL and nvidia-ml-py already installed (the device machine: no network,
+# so missing pure-Python deps travel as wheels in .whl/). Results land in $OUT (default
+# /tmp/preflight-gpu): session.log (everything printed) and results.tgz (every report, log and
+# NCCL file), both rewritten after each step so a run stopped at its limit still returns what it did.
+#     bash benchmarks/gpu_session.sh              # DEADLINE=500: seconds the whole session may take
+# Steps run most-needed first; a step that would not end before DEADLINE is skipped and said so.
 set -uo pipefail
 # Before anything is installed or written: on a machine without a GPU, say so and stop.
 if ! nvidia-smi -L >/dev/null 2>&1; then
@@ -10,85 +13,193 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   exit 2
 fi
 OUT=${OUT:-/tmp/preflight-gpu}
+DEADLINE=${DEADLINE:-500}
 RES=/tmp/preflight-gpu-results
 mkdir -p "$OUT" "$RES"
+exec > >(tee "$OUT/session.log") 2>&1
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
 fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || { echo "install failed"; exit 2; }
-log() { echo "=== $* ($(date +%T))"; }
-{
-  log device; nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total --format=csv
-  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
+# preflight itself from this tree: on the path, whether or not an editable install takes.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "(no editable install: PYTHONPATH)"
+
+log() { echo "=== $* (t=${SECONDS}s, $(date +%T))"; }
+save() { tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
+# step NEED NAME: true when NEED more seconds fit before DEADLINE; else says the step is skipped.
+step() {
+  if (( SECONDS + $1 > DEADLINE )); then log "SKIPPED (needs ${1}s, ${SECONDS}s of ${DEADLINE}s used): $2"; return 1; fi
+  save; log "$2"
+}
+two_ranks() {  # env:// by hand: two ranks on GPU 0, a NCCL host id each, NCCL over lo; EXTRA_ENV per call
+  local port=$((20000 + RANDOM % 10000)) r pids=()
+  for r in 0 1; do
+    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      NCCL_HOSTID=gpu-session-$r NCCL_SOCKET_IFNAME=lo CUDA_VISIBLE_DEVICES=0 ${EXTRA_ENV:-} \
+      timeout 150 python3 -m preflight run "$@" &
+    pids+=($!)
+  done
+  wait "${pids[0]}"; local rc=$?; wait "${pids[1]}"; echo "exit (rank 0) $rc, (rank 1) $?"
+}
+summary() {  # FILE.json: the verdict, findings and device rows of one report, short
+  python3 - "$1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("exit", r.get("exit_code"), "|", r.get("why", "")[:300])
+for f in r.get("findings", []):
+    print(f"  {f['check_id']} {f['severity']}: {f['message'][:400]}")
+for d in r.get("device_probes", []):
+    print("  device", json.dumps(d)[:1500])
+for p in r.get("probes", []):
+    print(f"  probe {p.get('dim', '')} {p['op']} {p['size_bytes']} busbw {p['busbw_gbps']:.2f} verified {p['verified']}")
+if r.get("nccl"):
+    print("  nccl", json.dumps(r["nccl"])[:3000])
+EOF
+}
+plant() {  # DIR CODE: a sitecustomize in DIR that runs CODE at interpreter start (a fault planted from outside)
+  mkdir -p "$1"; printf '%s\n' "$2" >"$1/sitecustomize.py"
+}
+
+step 20 device && {
+  nvidia-smi --query-gpu=name,driver_version,pci.bus_id,memory.total,clocks.max.sm --format=csv
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'cudnn', torch.backends.cudnn.version())"
+  python3 -c "import pynvml, msgspec; print('nvidia-ml-py', getattr(pynvml, '__version__', '?'), 'msgspec', msgspec.__version__)"
 } 2>&1 | tee "$RES/device.txt"
 
-log "pytest -m gpu"
-timeout 420 python3 -m pytest -m gpu -v -p no:cacheprovider -p no:randomly tests/probes/test_probes_gpu.py \
-  2>&1 | tee "$RES/pytest-gpu.txt" | tail -40
+step 40 "facts only (NVML facts, GPU health, fabric as the card answers)" && {
+  timeout 90 python3 -m preflight run --skip probe --json "$RES/facts.json" --text "$RES/facts.txt"; echo "exit $?"
+  summary "$RES/facts.json"
+  python3 - <<'EOF' 2>&1 | tee "$RES/fabric.txt"
+import pynvml
+from preflight.lib.nvml_fabric import read_fabric_info
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+try:
+    print("fabric (preflight's read):", read_fabric_info(pynvml, h))
+except pynvml.NVMLError as exc:
+    print("fabric (preflight's read): NVMLError", exc)
+for name in ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t", "c_nvmlGpuFabricInfo_t"):
+    print(name, "in nvidia-ml-py:", hasattr(pynvml, name))
+print("driver", pynvml.nvmlSystemGetDriverVersion())
+EOF
+}
+
+step 60 "device probes alone (--only gpu-probe): TFLOP/s, copy, host link, % of the SKU" && {
+  timeout 120 python3 -m preflight run --only gpu-probe --json "$RES/device.json" --text "$RES/device.txt"; echo "exit $?"
+  summary "$RES/device.json"
+}
+
+step 60 "a planted wrong result (every other matmul's first element nudged): DEV002 expected" && {
+  # One GPU has no sibling to differ from (DEV001); the same product giving two answers needs none.
+  plant /tmp/plant-wrong 'import itertools, torch
+_calls = itertools.count()
+def _nudged(real):
+    def wrapper(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if next(_calls) % 2:
+            out.view(-1)[0] += 1.0
+        return out
+    return wrapper
+torch.matmul = _nudged(torch.matmul)
+torch.mm = _nudged(torch.mm)
+torch.Tensor.__matmul__ = _nudged(torch.Tensor.__matmul__)'
+  PYTHONPATH="/tmp/plant-wrong:$PYTHONPATH" timeout 120 python3 -m preflight run --only gpu-probe \
+    --json "$RES/planted_wrong.json"; echo "exit $?"
+  summary "$RES/planted_wrong.json"
+}
+
+step 60 "a planted slow GPU (a 2 ms kernel queued before each matmul): DEV006 expected" && {
+  plant /tmp/plant-slow 'import torch
+def _slowed(real):
+    def wrapper(*args, **kwargs):
+        torch.cuda._sleep(4_000_000)
+        return real(*args, **kwargs)
+    return wrapper
+torch.matmul = _slowed(torch.matmul)
+torch.mm = _slowed(torch.mm)
+torch.Tensor.__matmul__ = _slowed(torch.Tensor.__matmul__)'
+  PYTHONPATH="/tmp/plant-slow:$PYTHONPATH" timeout 120 python3 -m preflight run --only gpu-probe \
+    --json "$RES/planted_slow.json"; echo "exit $?"
+  summary "$RES/planted_slow.json"
+}
 
 OPS=all_reduce,all_gather,reduce_scatter,all_to_all,broadcast
-log "world size 1, nccl, 1MiB and 256MiB"
-timeout 120 python3 -m preflight run --backend nccl --ops $OPS --sizes 1MiB,256MiB --json "$RES/world1.json" \
-  --text "$RES/world1.txt"; echo "exit $?"
-
-two_ranks() {  # env:// by hand: two ranks on GPU 0, a NCCL host id each, NCCL over lo
-  local port=$((20000 + RANDOM % 10000)) r
-  for r in 0 1; do
-    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      NCCL_HOSTID=gpu-session-$r NCCL_SOCKET_IFNAME=lo CUDA_VISIBLE_DEVICES=0 \
-      timeout 180 python3 -m preflight run "$@" &
-  done
-  wait %1; local rc=$?; wait; echo "exit (rank 0) $rc"
+step 60 "NCCL's account, captured by preflight: two ranks on one GPU, --mesh tp2" && {
+  two_ranks --backend nccl --mesh tp2 --ops $OPS --sizes 1MiB,256MiB --json "$RES/tp2.json" --text "$RES/tp2.txt"
+  summary "$RES/tp2.json"
 }
-log "world size 2 on one GPU, --mesh tp2"
-two_ranks --backend nccl --mesh tp2 --ops $OPS --sizes 1MiB,256MiB --json "$RES/tp2.json" --text "$RES/tp2.txt"
-log "world size 2 on one GPU, --mesh pp2 --ops send_recv"
-two_ranks --backend nccl --mesh pp2 --ops send_recv --sizes 1MiB,256MiB --json "$RES/pp2.json" --text "$RES/pp2.txt"
-log "facts only"
-timeout 120 python3 -m preflight run --skip probe --json "$RES/facts.json" --text "$RES/facts.txt"; echo "exit $?"
 
-log "fidelity"
-for size in 1MiB 256MiB; do
-  timeout 240 python3 benchmarks/probe_fidelity.py --backend nccl --ranks 2 --size $size --iters 20 --rounds 5
-done 2>&1 | tee "$RES/fidelity.txt"
-log "device probes: a run of the family alone, and its fidelity against a bare torch loop"
-timeout 120 python3 -m preflight run --only gpu-probe --json "$RES/device.json" --text "$RES/device.txt"; echo "exit $?"
-timeout 300 python3 benchmarks/device_fidelity.py --device cuda --rounds 5 2>&1 | tee "$RES/device_fidelity.txt"
+step 60 "NCCL's account from the job's own NCCL_DEBUG_FILE, then preflight nccl-log on those files" && {
+  EXTRA_ENV="NCCL_DEBUG_FILE=$RES/nccl.%h.%p.log" two_ranks --backend nccl --mesh pp2 --ops send_recv \
+    --sizes 1MiB,64MiB --json "$RES/pp2.json" --text "$RES/pp2.txt"
+  summary "$RES/pp2.json"
+  ls -l "$RES"/nccl.*.log
+  timeout 60 python3 -m preflight nccl-log "$RES"/nccl.*.log; echo "nccl-log exit $?"
+  timeout 60 python3 -m preflight nccl-log --json "$RES"/nccl.*.log >"$RES/nccl_log.json"; echo "nccl-log --json exit $?"
+}
+
+step 90 "issue 43: events, identity by bus id, loaded libraries, pinned memory, sustained sampling, device_id" && {
+  timeout 120 python3 benchmarks/node_wave2.py 2>&1 | tee "$RES/node_wave2.txt"
+  CUDA_DEVICE_ORDER=PCI_BUS_ID timeout 60 python3 -c "import benchmarks.node_wave2 as w, torch; w.identity(torch)" \
+    2>&1 | tee -a "$RES/node_wave2.txt"
+}
+
+step 60 "in-process preflight.check with the newer TF32 API set" && {
+  timeout 120 python3 benchmarks/inprocess_device.py 2>&1 | tee "$RES/inprocess_tf32.txt"
+}
+
+STUCK=tests/probes/test_probes_gpu.py::test_a_rank_stuck_on_the_gpu_is_named_as_bw002_with_a_written_report_and_exit_3
+HELD=tests/probes/test_probes_gpu.py::test_a_rank_held_up_before_nccl_setup_is_named_while_rank_0_sits_in_ncclcomminitrank
+gpu_tests() {  # pytest -m gpu ARGS, bounded by what is left of DEADLINE
+  timeout $((DEADLINE - SECONDS - 5)) python3 -m pytest -m gpu -v -p no:cacheprovider -p no:randomly "$@" \
+    tests/probes/test_probes_gpu.py tests/steps/gather/test_gpu_health.py 2>&1 | tail -40
+}
+step 120 "pytest -m gpu, all but the two that wait out a planted hang" && {
+  gpu_tests --deselect "$STUCK[None]" --deselect "$STUCK[1]" --deselect "$STUCK[2]" --deselect "$STUCK[3]" \
+    --deselect "$HELD" | tee "$RES/pytest-gpu.txt"
+}
+
+step 60 "device probe fidelity against a bare torch loop" && {
+  timeout $((DEADLINE - SECONDS - 5)) python3 benchmarks/device_fidelity.py --device cuda --rounds 3 \
+    2>&1 | tee "$RES/device_fidelity.txt"
+}
+
+step 60 "collective fidelity against a bare loop (2 ranks, 256 MiB)" && {
+  timeout $((DEADLINE - SECONDS - 5)) python3 benchmarks/probe_fidelity.py --backend nccl --ranks 2 --size 256MiB \
+    --iters 20 --rounds 3 2>&1 | tee "$RES/fidelity.txt"
+}
+
+step 60 "issue 43: a second user on the node after the first (the PCIe turns leave nothing behind)" && {
+  timeout 60 python3 -m preflight run --only gpu-probe --json "$RES/user1.json" >/dev/null 2>&1; echo "root: exit $?"
+  ls -l /tmp/preflight-pcie-* 2>/dev/null | tee "$RES/left_behind.txt" || echo "nothing left in /tmp"
+  if id nobody >/dev/null 2>&1 && command -v runuser >/dev/null; then
+    chmod -R a+rX . /tmp/site 2>/dev/null
+    timeout 60 runuser -u nobody -- env PYTHONPATH="$PYTHONPATH" python3 -m preflight run \
+      --only gpu-probe --json /tmp/preflight-user2.json >/dev/null 2>&1; echo "nobody: exit $?"
+    python3 -c "import json; r = json.load(open('/tmp/preflight-user2.json')); print('exit', r['exit_code'], 'DEV009:', [f['message'] for f in r['findings'] if f['check_id'] == 'DEV009'])" \
+      2>&1 | tee -a "$RES/left_behind.txt"
+  fi
+}
+
+step 120 "pytest -m gpu: the planted hang (user's TORCH_NCCL_ASYNC_ERROR_HANDLING unset) and the held-up rank" && {
+  gpu_tests -k "stuck or held_up" --deselect "$STUCK[1]" --deselect "$STUCK[2]" --deselect "$STUCK[3]" \
+    | tee "$RES/pytest-gpu-hangs.txt"
+}
+
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
-if [ "$NGPU" -ge 2 ]; then  # issue 31: a rank on LOCAL_RANK 1 must measure GPU 1, not GPU 0
-  log "device probes from LOCAL_RANK 0 and 1 of 2 visible devices"
-  port=$((20000 + RANDOM % 10000))
+if [ "$NGPU" -ge 2 ] && step 60 "device probes from LOCAL_RANK 0 and 1 of 2 visible devices"; then
+  port=$((20000 + RANDOM % 10000)) pids=()
   for r in 0 1; do
     RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      CUDA_VISIBLE_DEVICES=0,1 timeout 180 python3 -m preflight run --only gpu-probe \
-      --json "$RES/device_local_rank1.json" --text "$RES/device_local_rank1.txt" &
+      CUDA_VISIBLE_DEVICES=0,1 timeout 120 python3 -m preflight run --only gpu-probe \
+      --json "$RES/device_local_rank1.json" &
+    pids+=($!)
   done
-  wait %1; echo "exit (rank 0) $?"; wait
-  python3 -c "import json; r = json.load(open('$RES/device_local_rank1.json')); print([(d['rank'], d['index'], d['uuid']) for d in r['device_probes']])"
-  log "in-process from LOCAL_RANK 1 with the newer TF32 API set"
-  LOCAL_RANK=1 timeout 180 python3 benchmarks/inprocess_device.py 2>&1 | tee "$RES/inprocess_local_rank1.txt"
-else
-  log "one GPU: LOCAL_RANK 1 of 2 visible devices cannot run here"
-fi
-log "in-process with the newer TF32 API set"
-timeout 180 python3 benchmarks/inprocess_device.py 2>&1 | tee "$RES/inprocess_tf32.txt"
-
-# Issue 43 (docs/verification.md, "The real node, wave 2"): the model's rules checked on the device.
-log "issue 43: events, identity by bus id, loaded libraries, pinned memory, sustained sampling, device_id"
-timeout 240 python3 benchmarks/node_wave2.py 2>&1 | tee "$RES/node_wave2.txt"
-CUDA_DEVICE_ORDER=PCI_BUS_ID timeout 120 python3 -c "import benchmarks.node_wave2 as w, torch; w.identity(torch)" \
-  2>&1 | tee -a "$RES/node_wave2.txt"
-log "issue 43: a second user on the node after the first (the PCIe turns leave nothing behind)"
-timeout 120 python3 -m preflight run --only gpu-probe --json "$RES/user1.json" >/dev/null 2>&1; echo "root: exit $?"
-ls -l /tmp/preflight-pcie-* 2>/dev/null | tee "$RES/left_behind.txt" || echo "nothing left in /tmp"
-if id nobody >/dev/null 2>&1 && command -v runuser >/dev/null; then
-  chmod -R a+rX . 2>/dev/null
-  timeout 120 runuser -u nobody -- env PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 -m preflight run \
-    --only gpu-probe --json /tmp/preflight-user2.json >/dev/null 2>&1; echo "nobody: exit $?"
-  python3 -c "import json; r = json.load(open('/tmp/preflight-user2.json')); print('DEV009:', [f['message'] for f in r['findings'] if f['check_id'] == 'DEV009'])" \
-    2>&1 | tee -a "$RES/left_behind.txt"
+  wait "${pids[0]}"; echo "exit (rank 0) $?"; wait "${pids[1]}"
+  summary "$RES/device_local_rank1.json"
+  LOCAL_RANK=1 timeout 120 python3 benchmarks/inprocess_device.py 2>&1 | tee "$RES/inprocess_local_rank1.txt"
 fi
 log done
-tar czf "$OUT/results.tgz" -C "$RES" .
+save

@@ -72,7 +72,9 @@ def _bare(op: str, size: int, iters: int, warmup: int, ses: session.Session) -> 
     me, n = ranks.index(dist.get_rank()), len(ranks)
     bufs = ops.make_buffers(op, size, me, n, ses.dtype, ses.device)
     call = _bare_call(op, bufs, group, ranks, me)
-    sync = torch.cuda.synchronize if ses.device == "cuda" else (lambda: None)
+    # ses.device is torch.device("cuda", k) since the probes name their GPU: compare its type, never the
+    # whole device with "cuda" (that compared False on a GPU, and the loop timed its launches alone).
+    sync = (lambda: torch.cuda.synchronize(ses.device)) if ses.kind == "cuda" else (lambda: None)
     for _ in range(warmup):
         call()
     sync()

@@ -102,3 +102,15 @@ def test_missing_file_and_folder_exit_2(tmp_path, capsys):
     assert main(["nccl-log", str(tmp_path / "nope.log")]) == 2
     assert main(["nccl-log", str(tmp_path)]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_real_nccl_2_28_job_log_is_one_host_on_sockets_with_the_reason(capsys):
+    """The two files NCCL 2.28.9 wrote on an H200 (tests/fixtures/nccl_log/real_h200_2.28.9), as a user reads them."""
+    from pathlib import Path
+
+    folder = Path(__file__).parents[1] / "fixtures" / "nccl_log" / "real_h200_2.28.9"
+    paths = sorted(str(p) for p in folder.glob("nccl.*.log"))
+    assert main(["nccl-log", *paths]) == 0
+    text = capsys.readouterr().out
+    assert "vm: ranks 0-1  NCCL 2.28.9  network Socket  GDR OFF" in text and "NICs lo" in text
+    assert "why: NET/IB : No device found." in text and "no findings" in text

@@ -21,7 +21,14 @@ data, and holds CUDA's rules where preflight could break them:
   CUDA's out-of-memory error); torch's caching allocator is modelled (reserved memory stays
   reserved until empty_cache()), and so is its host caching allocator of pinned memory (pinned
   bytes stay cached after their tensor is freed until torch.accelerator.empty_host_cache()), and a
-  CUDA context per device the process uses (`contexts`, `context_bytes` of its memory);
+  CUDA context per device the process uses (`contexts`, `context_bytes` of its memory), and
+  torch's cuBLAS workspaces: the first product of a thread (its cuBLAS handle) on a stream takes
+  a workspace from the caching allocator that torch keeps, past the thread's end, until
+  torch._C._cuda_clearCublasWorkspaces() (`blas_workspace_bytes`, 32 MiB), and the process's
+  first product on a device takes a block that nothing gives back (`blas_first_product_bytes`,
+  2 MiB). Both as an H200 under torch 2.11 showed them (docs/verification.md): a one-rank
+  trainer's reserved memory grew by 34 MiB across the device family, by 2 MiB once the
+  workspaces were cleared, and by nothing where the trainer had run a product first;
 - a communicator that refuses two ranks of one host on one device (NCCL's "Duplicate GPU
   detected"): `Node.join`;
 - a virtual clock per stream for events (record() stamps the time the stream's queued work
@@ -29,9 +36,10 @@ data, and holds CUDA's rules where preflight could break them:
   which is per thread, as torch's: the default stream until the thread selects another), and
   CUDA's rules of time: an event is complete only when
   the device has done the work before it, which it does only as the host waits (synchronize, or
-  a little per query()); elapsed_time raises as cudaEventElapsedTime does (not ready, not
-  recorded, no timing, two devices); a collective takes virtual time on its communicator's stream
-  and the caller's stream includes it only once its work is waited on.
+  a little per query()); elapsed_time raises as torch and cudaEventElapsedTime do (not
+  completed: torch's own words, seen on an H200; not recorded, no timing, two devices); a
+  collective takes virtual time on its communicator's stream and the caller's stream includes it
+  only once its work is waited on.
 
 Two ways in, one model: injected where preflight takes a `cuda=` (session.bind_device,
 decide_backend, timing.timed_loop), or `install()`ed in place of torch.cuda and torch's tensor
@@ -146,7 +154,8 @@ class FakeEvent:
 
     As strict as CUDA's documentation (cudaEventQuery, cudaEventElapsedTime): the event is complete
     only once the device has done the work queued before it; query() says False until then;
-    elapsed_time raises "device not ready" (cudaErrorNotReady) while either event is incomplete,
+    elapsed_time raises torch's "Both events must be completed" while either event is incomplete
+    (torch checks before CUDA would say cudaErrorNotReady; seen on an H200, torch 2.11),
     "invalid resource handle" when either was never recorded or was made without enable_timing,
     and for events of two devices. The device does its work only as the host waits: synchronize()
     (the event's, the device's) completes it; each query() lets the device progress a little.
@@ -188,7 +197,7 @@ class FakeEvent:
         if end.device != self.device:  # CUDA: events of two devices cannot be compared
             raise RuntimeError("CUDA error: invalid resource handle (events on different devices)")
         if not (self._complete() and end._complete()):
-            raise RuntimeError("CUDA error: device not ready")
+            raise RuntimeError("Both events must be completed before calculating elapsed time.")
         return (end.stamp - self.stamp) * 1e3  # milliseconds, as torch.cuda.Event gives
 
 
@@ -243,6 +252,8 @@ class FakeCuda:
     pinned_allocated: int = 0  # pinned host bytes live tensors hold
     pinned_reserved: int = 0  # pinned host bytes the host caching allocator holds (live + cached)
     initialized: bool = False  # a CUDA context exists in this process (torch.cuda.is_initialized)
+    blas_workspace_bytes: int = 32 * 2**20  # per (thread's handle, device, stream), kept until cleared
+    blas_first_product_bytes: int = 2 * 2**20  # per device, at the process's first product, kept
 
     def __post_init__(self) -> None:
         self.tunable = SimpleNamespace(is_enabled=lambda: self.tunableop)  # ROCm's TunableOp, off unless asked
@@ -254,6 +265,8 @@ class FakeCuda:
         self.queried: list[FakeEvent] = []  # every event query(), in order
         self.allocated = [0] * len(self.devices)
         self.reserved = [0] * len(self.devices)
+        self.blas_workspaces: dict[tuple[int, int, int], int] = {}  # (thread, device, stream) -> device
+        self.blas_first_product: set[int] = set()  # devices a product ran on in this process
 
     # ---- what torch.cuda answers ----
     def nccl_available(self) -> bool:
@@ -403,6 +416,24 @@ class FakeCuda:
         with self._lock:
             self.allocated[index] -= nbytes
 
+    def blas_workspace(self, index: int) -> None:
+        """A product on device `index`: the process's first takes the block kept for good; the calling thread's
+        cuBLAS handle takes a workspace for its current stream the first time (torch's workspace map)."""
+        if index not in self.blas_first_product:
+            self.allocate(index, self.blas_first_product_bytes)
+            self.blas_first_product.add(index)
+        key = (threading.get_ident(), index, id(self.stream_of(index)))
+        if key not in self.blas_workspaces:
+            self.allocate(index, self.blas_workspace_bytes)
+            self.blas_workspaces[key] = index
+
+    def clear_blas_workspaces(self) -> None:
+        """torch._C._cuda_clearCublasWorkspaces: every thread's workspaces back to the caching allocator
+        (reserved until empty_cache)."""
+        for index in self.blas_workspaces.values():
+            self.release(index, self.blas_workspace_bytes)
+        self.blas_workspaces.clear()
+
     def kernel(self, index: int, figure: str, amount: float) -> None:
         """Queue `amount` (flops of a product, bytes of a copy) on the calling thread's current stream of
         device `index`."""
@@ -439,6 +470,9 @@ class FakeCuda:
     def install(self) -> contextlib.AbstractContextManager[None]:
         """This model as torch.cuda, and CUDA tensors held on the CPU through it, until the context ends."""
         return _installed(self)
+
+
+ABSENT = object()  # an attribute the real torch lacks (the CPU wheel's torch._C has no CUDA calls)
 
 
 def _ordinal(device: Any) -> int | None:
@@ -526,6 +560,8 @@ def _installed(model: FakeCuda) -> Iterator[None]:
     put(torch.Tensor, "pin_memory", pin_memory)
     if hasattr(torch, "accelerator"):
         put(torch.accelerator, "empty_host_cache", model.empty_host_cache)
+    saved.append((torch._C, "_cuda_clearCublasWorkspaces", getattr(torch._C, "_cuda_clearCublasWorkspaces", ABSENT)))
+    torch._C._cuda_clearCublasWorkspaces = model.clear_blas_workspaces  # absent from the CPU wheel
     for name in ("is_available", "is_initialized", "device_count", "current_device", "set_device",
                  "get_device_properties", "current_stream", "Stream", "stream", "set_stream", "Event",
                  "synchronize", "mem_get_info", "memory_reserved", "memory_allocated", "empty_cache", "device",
@@ -562,7 +598,10 @@ def _installed(model: FakeCuda) -> Iterator[None]:
         yield
     finally:
         for owner, name, value in reversed(saved):
-            setattr(owner, name, value)
+            if value is ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
 
 
 def _nccl_comm(store: Any, rank: int, world_size: int, device: int) -> Any:

@@ -116,6 +116,7 @@ def device_tensor_class(model: Any, ledger: Ledger, ordinal: Any) -> type:
         index = devices.pop() if devices else None
         if name in MATMULS and index is not None:
             a, b = args[0], args[1]
+            model.blas_workspace(index)
             model.kernel(index, "gemm", 2.0 * a.shape[0] * a.shape[1] * b.shape[-1])
             if a.dtype in (torch.float16, torch.bfloat16) and a.dim() == 2 and b.dim() == 2:
                 # A half-precision product's values are never looked at (only its time, the model's): not

@@ -234,3 +234,21 @@ def test_any_lines_are_read_or_counted_never_raised(lines):
     assert read.lines == len(lines) and read.unreadable <= len(lines)
     for account in read.accounts:
         assert len(account.warnings) <= MAX_WARNINGS
+
+
+def test_a_real_nccl_2_28_logs_are_read_whole_into_their_account():
+    """Two files NCCL 2.28.9 wrote on an H200 (tests/fixtures/nccl_log/real_h200_2.28.9): every line read,
+    sockets on lo because no InfiniBand device was found, GPUDirect RDMA off for that reason, no plugin."""
+    folder = Path(__file__).parents[1] / "fixtures" / "nccl_log" / "real_h200_2.28.9"
+    reads = [read_log_file(str(folder / f"nccl.vm.{pid}.log")) for pid in (1292, 1291)]
+    assert [(r.lines, r.unreadable) for r in reads] == [(91, 0), (88, 0)]
+    accounts = [a for r in reads for a in r.accounts]
+    assert [(a.rank, a.host, a.pid) for a in accounts] == [(0, "vm", 1292), (1, "vm", 1291)]
+    for account in accounts:
+        assert (account.nccl_version, account.cuda_version, account.network) == ("2.28.9", "13.0", "Socket")
+        assert account.ib_found is False and account.gdr is False and account.nnodes == 2
+        assert [n.device for n in account.nics] == ["lo"]
+        assert set(account.inter) == {"NET/Socket/0", "NET/Socket/0/Shared"}
+        assert not account.plugin.loaded and "libnccl-net.so" in account.plugin.why
+        assert account.channels == 2 and not account.nvls_used
+        assert "NET/IB : No device found." in network_reason(account)

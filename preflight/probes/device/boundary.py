@@ -80,6 +80,21 @@ def release_pinned(torch: Any) -> None:
             release()
 
 
+def release_blas_workspaces(torch: Any) -> None:
+    """torch's cuBLAS workspaces back to the caching allocator (torch._C._cuda_clearCublasWorkspaces).
+
+    torch keeps one workspace (32 MiB and cuBLASLt's block: 34 MiB reserved on an H200, torch 2.11)
+    per cuBLAS handle and stream, past the end of the thread whose handle it was, and empty_cache
+    cannot free it while the map holds it: the family's thread left 34 MiB reserved in the trainer's
+    process. The map is torch's, one for the process, so the trainer's own workspaces go too; torch
+    makes them again at its next product, as it does after every CUDA graph capture, which clears
+    the same map."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        with contextlib.suppress(Exception):
+            clear()
+
+
 class TorchDevice:
     """This rank's device as torch drives it: "cpu", or the CUDA ordinal the session bound."""
 
@@ -252,10 +267,12 @@ class TorchDevice:
         return int(self.cuda.mem_get_info(self.device)[0])
 
     def close(self) -> None:
-        """Give back what the family held: the caching allocator's blocks it reserved (its tensors are
-        gone by now), the pinned host memory of its host copies (torch's host caching allocator keeps
-        it after the tensors are freed, and empty_cache does not touch it) and the NVML reference."""
+        """Give back what the family held: torch's cuBLAS workspaces its products made, the caching
+        allocator's blocks it reserved (its tensors are gone by now), the pinned host memory of its
+        host copies (torch's host caching allocator keeps it after the tensors are freed, and
+        empty_cache does not touch it) and the NVML reference."""
         if self.kind == "cuda":
+            release_blas_workspaces(self.torch)  # before empty_cache, which can then free them
             self.cuda.empty_cache()
             release_pinned(self.torch)
         if self.nvml is not None:
