@@ -187,11 +187,12 @@ def interrupt(folder: Path, launcher: str, phase: str, sig: signal.Signals, *, s
     if mark:
         assert seen.wait(START_BOUND_S), "".join(lines)[-3000:]
         time.sleep(3.0 if phase in ("probes", "probe set-up") else 0.5)  # in the all_reduce loop / torch's wait
-    elif launcher != "forkserver":
+    elif launcher == "env":
         time.sleep(START_UP_S)  # the recipe; each rank imports torch itself (seconds)
     else:
-        # Under the forkserver, start-up is the launcher's first child (the forkserver preloading torch):
-        # a fixed sleep can land after a quick run's verdict on a quiet machine.
+        # Under a launcher, start-up is its first child (the forkserver preloading torch, or an exec'd
+        # rank): a fixed sleep can land after a quick run's verdict on a quiet machine (seen under exec
+        # on a fast one: the 2 s recipe found the run done, exit 0).
         started = time.monotonic()
         while len(_all_pids(procs)) <= len(procs) and time.monotonic() - started < START_BOUND_S:
             time.sleep(0.02)
