@@ -58,8 +58,17 @@ if r.get("nccl"):
     print("  nccl", json.dumps(r["nccl"])[:3000])
 EOF
 }
-plant() {  # DIR CODE: a sitecustomize in DIR that runs CODE at interpreter start (a fault planted from outside)
-  mkdir -p "$1"; printf '%s\n' "$2" >"$1/sitecustomize.py"
+planted_products() {  # NAME BODY: `preflight run --only gpu-probe` with every product wrapped by BODY
+  # A sitecustomize (a fault planted from outside, as a user's would be) runs BODY around each call of
+  # torch.matmul / torch.mm / Tensor.__matmul__: BODY sees `real`, `args`, `kwargs` and returns the result.
+  mkdir -p "/tmp/plant-$1"
+  printf '%s\n' 'import itertools, torch' '_calls = itertools.count()' 'def _wrapped(real):' \
+    '    def wrapper(*args, **kwargs):' "$2" '    return wrapper' \
+    'torch.matmul = _wrapped(torch.matmul)' 'torch.mm = _wrapped(torch.mm)' \
+    'torch.Tensor.__matmul__ = _wrapped(torch.Tensor.__matmul__)' >"/tmp/plant-$1/sitecustomize.py"
+  PYTHONPATH="/tmp/plant-$1:$PYTHONPATH" timeout 120 python3 -m preflight run --only gpu-probe \
+    --json "$RES/planted_$1.json"; echo "exit $?"
+  summary "$RES/planted_$1.json"
 }
 
 step 20 device && {
@@ -93,36 +102,15 @@ step 60 "device probes alone (--only gpu-probe): TFLOP/s, copy, host link, % of 
 
 step 60 "a planted wrong result (every other matmul's first element nudged): DEV002 expected" && {
   # One GPU has no sibling to differ from (DEV001); the same product giving two answers needs none.
-  plant /tmp/plant-wrong 'import itertools, torch
-_calls = itertools.count()
-def _nudged(real):
-    def wrapper(*args, **kwargs):
-        out = real(*args, **kwargs)
+  planted_products wrong '        out = real(*args, **kwargs)
         if next(_calls) % 2:
             out.view(-1)[0] += 1.0
-        return out
-    return wrapper
-torch.matmul = _nudged(torch.matmul)
-torch.mm = _nudged(torch.mm)
-torch.Tensor.__matmul__ = _nudged(torch.Tensor.__matmul__)'
-  PYTHONPATH="/tmp/plant-wrong:$PYTHONPATH" timeout 120 python3 -m preflight run --only gpu-probe \
-    --json "$RES/planted_wrong.json"; echo "exit $?"
-  summary "$RES/planted_wrong.json"
+        return out'
 }
 
 step 60 "a planted slow GPU (a 2 ms kernel queued before each matmul): DEV006 expected" && {
-  plant /tmp/plant-slow 'import torch
-def _slowed(real):
-    def wrapper(*args, **kwargs):
-        torch.cuda._sleep(4_000_000)
-        return real(*args, **kwargs)
-    return wrapper
-torch.matmul = _slowed(torch.matmul)
-torch.mm = _slowed(torch.mm)
-torch.Tensor.__matmul__ = _slowed(torch.Tensor.__matmul__)'
-  PYTHONPATH="/tmp/plant-slow:$PYTHONPATH" timeout 120 python3 -m preflight run --only gpu-probe \
-    --json "$RES/planted_slow.json"; echo "exit $?"
-  summary "$RES/planted_slow.json"
+  planted_products slow '        torch.cuda._sleep(4_000_000)
+        return real(*args, **kwargs)'
 }
 
 OPS=all_reduce,all_gather,reduce_scatter,all_to_all,broadcast

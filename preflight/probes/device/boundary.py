@@ -83,12 +83,12 @@ def release_pinned(torch: Any) -> None:
 def release_blas_workspaces(torch: Any) -> None:
     """torch's cuBLAS workspaces back to the caching allocator (torch._C._cuda_clearCublasWorkspaces).
 
-    torch keeps one workspace (32 MiB and cuBLASLt's block: 34 MiB reserved on an H200, torch 2.11)
-    per cuBLAS handle and stream, past the end of the thread whose handle it was, and empty_cache
-    cannot free it while the map holds it: the family's thread left 34 MiB reserved in the trainer's
-    process. The map is torch's, one for the process, so the trainer's own workspaces go too; torch
-    makes them again at its next product, as it does after every CUDA graph capture, which clears
-    the same map."""
+    torch keeps one workspace (32 MiB on an H200, torch 2.11) per cuBLAS handle and stream, past the
+    end of the thread whose handle it was, and empty_cache cannot free it while the map holds it:
+    the family's thread left 34 MiB reserved in the trainer's process (that workspace, and a 2 MiB
+    block the process's first product keeps, which nothing frees). The map is torch's, one for the
+    process, so the trainer's own workspaces go too; torch makes them again at its next product,
+    as it does after every CUDA graph capture, which clears the same map."""
     clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
     if clear is not None:
         with contextlib.suppress(Exception):
