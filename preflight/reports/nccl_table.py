@@ -24,10 +24,13 @@ def _hosts(hosts: list[str]) -> str:
 
 
 def dim_rows(report: JobReport) -> list[list[str]]:
-    """Each mesh dimension's groups and what NCCL carried them over; [] without an account."""
+    """Each mesh dimension's groups and what NCCL carried them over; [] without an account. A job of one
+    rank connects nothing (NCCL logs no channel): said so, where "?" would read as a log that said nothing."""
     if report.nccl is None:
         return []
-    return [[d.dim, str(d.groups), str(d.intra_host_groups), "; ".join(d.transports) or "?"] for d in report.nccl.dims]
+    nothing = "none: one rank" if report.meta.world_size == 1 else "?"
+    return [[d.dim, str(d.groups), str(d.intra_host_groups), "; ".join(d.transports) or nothing]
+            for d in report.nccl.dims]
 
 
 def rows(report: JobReport) -> list[list[str]]:

@@ -24,6 +24,18 @@ def test_each_dimension_says_what_carried_it():
     assert rows["dp"][1:] == ["2", "0", "NET/IB/GDRDMA; NET/Socket on host b"]
 
 
+def test_a_one_rank_job_says_nothing_was_connected_not_a_question_mark():
+    """As an H200's one-rank run showed it: NCCL logged no channel for the world's one-rank communicator."""
+    from preflight.model.nccl_account import NcclDimension, NcclSummary
+
+    alone = NcclSummary(source="captured", ranks_read=1, dims=[NcclDimension("world", 1, 1, [])])
+    report = JobReport(ReportMeta("none", "", "run", 1, 1, "a", 29500), nccl=alone)
+    assert [row[3] for row in nccl_table.dim_rows(report)] == ["none: one rank"]
+    four = _report()
+    four.nccl.dims[0].transports = []
+    assert nccl_table.dim_rows(four)[0][3] == "?"  # a bigger job whose logs said nothing: unknown
+
+
 def test_text_terminal_html_and_json_show_the_account():
     report = _report()
     plain = text.render(report)
