@@ -28,7 +28,8 @@ data, and holds CUDA's rules where preflight could break them:
   first product on a device takes a block that nothing gives back (`blas_first_product_bytes`,
   2 MiB). Both as an H200 under torch 2.11 showed them (docs/verification.md): a one-rank
   trainer's reserved memory grew by 34 MiB across the device family, by 2 MiB once the
-  workspaces were cleared, and by nothing where the trainer had run a product first;
+  workspaces were cleared, and fell by the trainer's own 32 MiB workspace where it had run a
+  product first (its 2 MiB block made already);
 - a communicator that refuses two ranks of one host on one device (NCCL's "Duplicate GPU
   detected"): `Node.join`;
 - a virtual clock per stream for events (record() stamps the time the stream's queued work
