@@ -33,12 +33,16 @@ step() {
   if (( SECONDS + $1 > DEADLINE )); then log "SKIPPED (needs ${1}s, ${SECONDS}s of ${DEADLINE}s used): $2"; return 1; fi
   save; log "$2"
 }
-two_ranks() {  # env:// by hand: two ranks on GPU 0, a NCCL host id each, NCCL over lo; EXTRA_ENV per call
-  local port=$((20000 + RANDOM % 10000)) r pids=()
+# two_ranks ARGS: `preflight run ARGS` as two env:// ranks started by hand; EXTRA_ENV per call. PLACE:
+# one-gpu (default: both on GPU 0, a NCCL host id each, NCCL over lo) or two-gpus (GPUs 0 and 1 visible
+# to both, LOCAL_RANK choosing: a rank on LOCAL_RANK 1 must measure GPU 1, not GPU 0).
+two_ranks() {
+  local port=$((20000 + RANDOM % 10000)) r place pids=()
   for r in 0 1; do
+    place="NCCL_HOSTID=gpu-session-$r NCCL_SOCKET_IFNAME=lo CUDA_VISIBLE_DEVICES=0"
+    [ "${PLACE:-one-gpu}" = two-gpus ] && place="CUDA_VISIBLE_DEVICES=0,1"
     env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      NCCL_HOSTID=gpu-session-$r NCCL_SOCKET_IFNAME=lo CUDA_VISIBLE_DEVICES=0 ${EXTRA_ENV:-} \
-      timeout 150 python3 -m preflight run "$@" &
+      $place ${EXTRA_ENV:-} timeout 150 python3 -m preflight run "$@" &
     pids+=($!)
   done
   wait "${pids[0]}"; local rc=$?; wait "${pids[1]}"; echo "exit (rank 0) $rc, (rank 1) $?"
@@ -154,9 +158,11 @@ step 60 "device probe fidelity against a bare torch loop" && {
     2>&1 | tee "$RES/device_fidelity.txt"
 }
 
-step 60 "collective fidelity against a bare loop (2 ranks, 256 MiB)" && {
-  timeout $((DEADLINE - SECONDS - 5)) python3 benchmarks/probe_fidelity.py --backend nccl --ranks 2 --size 256MiB \
-    --iters 20 --rounds 3 2>&1 | tee "$RES/fidelity.txt"
+step 60 "collective fidelity against a bare loop (2 ranks, 64 MiB and 1 MiB)" && {
+  for size in 64MiB 1MiB; do  # docs/performance.md's sizes (256 MiB over the socket: 156 s for one size)
+    timeout $((DEADLINE - SECONDS - 5)) python3 benchmarks/probe_fidelity.py --backend nccl --ranks 2 --size $size \
+      --ops all_reduce,all_to_all,send_recv --iters 20 --rounds 3
+  done 2>&1 | tee "$RES/fidelity.txt"
 }
 
 step 60 "issue 43: a second user on the node after the first (the PCIe turns leave nothing behind)" && {
@@ -178,14 +184,7 @@ step 120 "pytest -m gpu: the planted hang (user's TORCH_NCCL_ASYNC_ERROR_HANDLIN
 
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$NGPU" -ge 2 ] && step 60 "device probes from LOCAL_RANK 0 and 1 of 2 visible devices"; then
-  port=$((20000 + RANDOM % 10000)) pids=()
-  for r in 0 1; do
-    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      CUDA_VISIBLE_DEVICES=0,1 timeout 120 python3 -m preflight run --only gpu-probe \
-      --json "$RES/device_local_rank1.json" &
-    pids+=($!)
-  done
-  wait "${pids[0]}"; echo "exit (rank 0) $?"; wait "${pids[1]}"
+  PLACE=two-gpus two_ranks --only gpu-probe --json "$RES/device_local_rank1.json"
   summary "$RES/device_local_rank1.json"
   LOCAL_RANK=1 timeout 120 python3 benchmarks/inprocess_device.py 2>&1 | tee "$RES/inprocess_local_rank1.txt"
 fi
