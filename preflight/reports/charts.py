@@ -16,8 +16,10 @@ import html
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Iterator, Mapping
 
-from msgspec import Struct, field
+import markupsafe
+from msgspec import Struct
 
 from preflight.lib.hostlist import compress_hostlist, ranks_text
 from preflight.lib.shorten import shorten
@@ -208,8 +210,63 @@ class Matrix(Struct):
 
     hosts: list[str]
     checks: list[str]
-    cells: dict[tuple[str, str], tuple[Severity, str]] = field(default_factory=dict)
+    cells: MatrixCells
     hidden_hosts: int = 0
+
+    def rows(self) -> Iterator[tuple[str, markupsafe.Markup]]:
+        """Each shown host with its row's cells as HTML (`<td>` each, its severity's class, its tooltip)."""
+        for host in self.hosts:
+            yield host, self.cells.row_html(host)
+
+
+class MatrixCells(Mapping[tuple[str, str], tuple[Severity, str]]):
+    """(host, check) -> (worst severity, tooltip), for every shown host and check.
+
+    Most cells hold no finding (a 131,072-rank job: 300 hosts x ~140 checks, 43,200 cells): those are made
+    from their check's quiet severity when asked for, and their HTML from one piece per check, not each
+    cell through the template (0.15 s of the page's 0.25 s)."""
+
+    def __init__(self, hosts: list[str], checks: list[str], found: dict[tuple[str, str], tuple[Severity, str]],
+                 quiet: dict[str, tuple[Severity, str]]) -> None:
+        self.hosts, self.checks = hosts, checks
+        self.shown_hosts, self.shown_checks = frozenset(hosts), frozenset(checks)
+        self.found = found  # the cells with findings
+        self.quiet = quiet  # each check's severity and tooltip's end where nothing was found
+        # A quiet cell's HTML but for its host: the template's escaping (markupsafe's), done once per check.
+        self.quiet_html = {check_id: (f'<td class="cell sev-{markupsafe.escape(severity.value)}" title="',
+                                      f' · {markupsafe.escape(check_id)}: {markupsafe.escape(tail)}"></td>')
+                           for check_id, (severity, tail) in quiet.items()}
+
+    def __getitem__(self, key: tuple[str, str]) -> tuple[Severity, str]:
+        found = self.found.get(key)
+        if found is not None:
+            return found
+        host, check_id = key
+        if host not in self.shown_hosts or check_id not in self.shown_checks:
+            raise KeyError(key)
+        severity, tail = self.quiet[check_id]
+        return severity, f"{host} · {check_id}: {tail}"
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return ((host, check_id) for host in self.hosts for check_id in self.checks)
+
+    def __len__(self) -> int:
+        return len(self.hosts) * len(self.checks)
+
+    def row_html(self, host: str) -> markupsafe.Markup:
+        """The `<td>` of each check on this host's row, escaped as the template escapes (markupsafe)."""
+        quiet_html = self.quiet_html
+        shown_host = str(markupsafe.escape(host))
+        cells = []
+        for check_id in self.checks:
+            found = self.found.get((host, check_id))
+            if found is None:
+                start, end = quiet_html[check_id]
+                cells.append(f"{start}{shown_host}{end}")
+            else:
+                cells.append(f'<td class="cell sev-{markupsafe.escape(found[0].value)}" '
+                             f'title="{markupsafe.escape(found[1])}"></td>')
+        return markupsafe.Markup("".join(cells))
 
 
 def matrix(report: JobReport, rank_hosts: dict[int, str]) -> Matrix | None:
@@ -231,16 +288,19 @@ def matrix(report: JobReport, rank_hosts: dict[int, str]) -> Matrix | None:
     if total > MAX_MATRIX_HOSTS:  # the hosts with findings matter most; keep the grid readable
         hosts = sorted(sorted(hosts, key=lambda h: (-worst_host[h], h))[:MAX_MATRIX_HOSTS])
     skipped = {c.check_id: c.reason for c in report.checks if c.status == Severity.SKIPPED}
-    grid = Matrix(hosts, checks, hidden_hosts=total - len(hosts))
-    for host in hosts:
-        for check_id in checks:
-            here = found.get((host, check_id), [])
-            quiet = Severity.SKIPPED if check_id in skipped else Severity.OK
-            worst = max((f.severity for f in here), key=lambda s: s.rank, default=quiet)
-            reason = f" ({skipped[check_id] or 'did not apply'})" if worst == Severity.SKIPPED else ""
-            lines = [f"{host} · {check_id}: {SEVERITY_LABEL[worst]}{reason}"]
-            lines += [f.message[:160] for f in here[:3]]
-            if len(here) > 3:
-                lines.append(f"... and {len(here) - 3} more")
-            grid.cells[(host, check_id)] = (worst, "\n".join(lines))
-    return grid
+    skip_label, ok = SEVERITY_LABEL[Severity.SKIPPED], (Severity.OK, SEVERITY_LABEL[Severity.OK])
+    quiet = {check_id: (Severity.SKIPPED, f"{skip_label} ({skipped[check_id] or 'did not apply'})")
+             if check_id in skipped else ok for check_id in checks}
+    shown = set(hosts)
+    cells = {}
+    for (host, check_id), here in found.items():
+        if host not in shown:
+            continue
+        worst = max((f.severity for f in here), key=lambda s: s.rank)
+        reason = f" ({skipped[check_id] or 'did not apply'})" if worst == Severity.SKIPPED else ""
+        lines = [f"{host} · {check_id}: {SEVERITY_LABEL[worst]}{reason}"]
+        lines += [f.message[:160] for f in here[:3]]
+        if len(here) > 3:
+            lines.append(f"... and {len(here) - 3} more")
+        cells[(host, check_id)] = (worst, "\n".join(lines))
+    return Matrix(hosts, checks, MatrixCells(hosts, checks, cells, quiet), hidden_hosts=total - len(hosts))

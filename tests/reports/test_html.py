@@ -7,6 +7,8 @@ import hashlib
 import html as htmllib
 import re
 
+import pytest
+
 from preflight.model import CheckOutcome, Finding, JobReport, RankFacts, ReportMeta, Severity, World
 from preflight.reports import charts, html
 from preflight.reports.drift_table import env_drift
@@ -118,3 +120,18 @@ def test_size_chart_shows_the_slowest_group_not_only_the_median() -> None:
     svg = charts.busbw_by_size_svg("tp", slow)
     assert 'class="band"' in svg and 'class="low"' in svg
     assert f"slowest {slow[0].busbw_gbps:.3g}" in svg
+
+
+def test_matrix_past_its_host_limit_keeps_the_hosts_with_findings_and_draws_each_quiet_cell(monkeypatch) -> None:
+    monkeypatch.setattr(charts, "MAX_MATRIX_HOSTS", 2)
+    report = _report([{}, {}, {}, {}], [Finding("NCCL001", Severity.ERROR, "slow", ranks=[3])])
+    grid = charts.matrix(report, {f.rank: f.host for f in report.ranks})
+    assert grid.hosts == ["n1", "n4"] and grid.hidden_hosts == 2
+    assert len(grid.cells) == 4 and sorted(grid.cells) == [(h, c) for h in ("n1", "n4") for c in ("ENV001", "NCCL001")]
+    assert grid.cells[("n1", "NCCL001")] == (Severity.OK, "n1 · NCCL001: OK")
+    assert grid.cells[("n4", "NCCL001")] == (Severity.ERROR, "n4 · NCCL001: ERROR\nslow")
+    with pytest.raises(KeyError):
+        grid.cells[("n2", "NCCL001")]  # not shown
+    page = html.render(report)
+    assert page.count('class="cell ') == 4
+    assert '<td class="cell sev-ok" title="n1 · ENV001: OK"></td>' in page
