@@ -277,9 +277,16 @@ def merged_outcomes(payloads: Iterable[RankPayload]) -> list[CheckOutcome]:
 
 
 def _longest(durations: list[Sequence[int]]) -> Sequence[int]:
-    """Each check's longest duration over these ranks' lists (of one length): max over a few
-    thousand lists at a time in C, not a Python call per rank (131,072 x 49 checks: 0.4 s)."""
-    longest = durations[0]
-    for start in range(1, len(durations), 4096):
-        longest = list(map(max, longest, *durations[start:start + 4096]))
-    return longest
+    """Each check's longest duration over these ranks' lists (of one length): max in C, not a Python call
+    per rank (131,072 x 49 checks: 0.4 s). The arrays read from the wire are joined into one buffer, each
+    check's column a strided view of it (0.14 -> 0.11 s); lists (payloads built in-process) a few
+    thousand at a time."""
+    checks = len(durations[0])
+    try:
+        joined = memoryview(b"".join(durations)).cast(_US_TYPE)  # type: ignore[arg-type]
+    except TypeError:  # not buffers: lists of numbers
+        longest = durations[0]
+        for start in range(1, len(durations), 4096):
+            longest = list(map(max, longest, *durations[start:start + 4096]))
+        return longest
+    return [max(joined[check::checks]) for check in range(checks)]

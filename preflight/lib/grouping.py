@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from preflight.lib.hostlist import host_ranges, rank_ranges
-from preflight.model import RankFacts
+from preflight.model import RankFacts, table_ranks
 
 K = TypeVar("K", bound=Hashable)
 H = TypeVar("H", bound=Hashable)
@@ -55,13 +55,14 @@ def where_text(group: Sequence[RankFacts], all_ranks: Sequence[RankFacts], count
 
     count_only (the most common value): just the host count, never rank detail. On a one-host job
     hosts tell no group apart, so ranks do: `ranks 0-1,3`, `rank 2`."""
-    hosts = {f.host for f in group}
-    if len({f.host for f in all_ranks}) <= 1:
+    hosts = set(map(host_of, group))
+    per_host = ranks_per_host(all_ranks)
+    if len(per_host) <= 1:
         return f"{'rank' if len(group) == 1 else 'ranks'} {rank_ranges(f.rank for f in group)}"
     if count_only and len(hosts) > 1:
         return f"{len(hosts)} hosts"
     place = host_ranges(hosts)
-    on_hosts = sum(1 for f in all_ranks if f.host in hosts)
+    on_hosts = sum(per_host[host] for host in hosts)
     if count_only or on_hosts == len(group):
         return place
     if len(hosts) > 3:  # scattered over many hosts: counts say more than a cut list
@@ -99,6 +100,7 @@ NodeKey = tuple[str, int]  # (host, node rank); node rank -1 where the launcher 
 
 
 rank_number = operator.attrgetter("rank")  # a rank's number, read in C (sorted's key: no Python call per rank)
+host_of = operator.attrgetter("host")  # a rank's host, read in C
 
 
 def node_key(facts: RankFacts) -> NodeKey:
@@ -138,6 +140,19 @@ class LastAnswerKept(Generic[R]):
     def forget(self) -> None:
         """Drop the kept answer (tests that compare two computations)."""
         self._last = None
+
+
+# Each rank's number and host, by row (model/table_ranks.py), kept: the text, terminal and HTML views each
+# ask for one report's, several times (at 131,072 ranks each pass over them is ~10 ms). Read-only.
+numbers_by_row = LastAnswerKept(table_ranks.rank_numbers)
+hosts_by_row = LastAnswerKept(table_ranks.hosts)
+
+
+@LastAnswerKept
+def ranks_per_host(ranks: Sequence[RankFacts]) -> Counter[str]:
+    """How many of these ranks each host holds (read-only; the last answer is kept: each finding's text asks
+    about the job's ranks, where_text)."""
+    return Counter(map(host_of, ranks))
 
 
 @LastAnswerKept

@@ -6,6 +6,7 @@ and the spare-node choice (preflight/steps/host_choice.py: which hosts are dropp
 
 from __future__ import annotations
 
+from preflight.lib.grouping import ranks_per_host
 from preflight.model import ExitCode, Finding, JobReport, Severity
 
 
@@ -14,12 +15,11 @@ def job_error(report: JobReport) -> Finding | None:
     names (`blames_host`) and it names no host or every host (the script's environment, a bad
     flag). Leaving hosts out, or running elsewhere, would fail the same way. None when every
     error is a host's fault (or there is no error)."""
-    everyone = {facts.host for facts in report.ranks}
     for finding in report.findings:
         if finding.severity != Severity.ERROR or finding.blames_host:
             continue
         named = set(finding.hosts)
-        if not named or named >= everyone:
+        if not named or named >= ranks_per_host(report.ranks).keys():  # (kept: the checks' texts counted them)
             return finding
     return None
 

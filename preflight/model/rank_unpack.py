@@ -57,9 +57,7 @@ def check_columns(table: RankTable) -> None:
     for name, into in _INDEXED.items():
         if not _within(getattr(cols, name), len(getattr(table, into))):
             raise ValueError(f"the rank table's {name} index is out of range")
-    for name in ("health", "placement"):  # past its table: no section (the default one)
-        if getattr(cols, name) and min(getattr(cols, name)) < 0:
-            raise ValueError(f"the rank table's {name} index is out of range")
+    # (health and placement: past its table, no section, the default one; never negative: rank_table.Index)
     for differing, unset in ((cols.env, cols.env_unset), (cols.raw, cols.raw_unset)):
         for column in differing.values():
             if not _within(column.keys() if isinstance(column, dict) else range(len(column)), rows):
@@ -76,8 +74,9 @@ _INDEXED = {"world": "worlds", "versions": "versions", "system": "system", "netw
 
 
 def _within(indices: Collection[int], size: int) -> bool:
-    """Whether every index is one of range(size) (true of none)."""
-    return not indices or (min(indices) >= 0 and max(indices) < size)
+    """Whether every index is one of range(size) (true of none): below it, as none is negative (a decoded
+    table's indices are rank_table.Index, refused below 0 as they are read; pack makes none)."""
+    return not indices or max(indices) < size
 
 
 def unpack(table: RankTable) -> list[RankFacts]:

@@ -6,9 +6,9 @@ import os
 from collections.abc import Sequence
 from typing import TextIO
 
-from preflight.lib.grouping import LastAnswerKept
+from preflight.lib.grouping import LastAnswerKept, hosts_by_row
 from preflight.lib.hostlist import compress_hostlist, host_ranges, rank_ranges
-from preflight.model import Finding, JobReport, RankFacts, Severity, culprit_order, table_ranks
+from preflight.model import Finding, JobReport, RankFacts, Severity, culprit_order
 
 SEVERITY_LABEL = {
     Severity.ERROR: "ERROR",
@@ -64,7 +64,7 @@ def world_summary(report: JobReport) -> str:
 def _hosts(ranks: Sequence[RankFacts]) -> tuple[int, str]:
     """How many hosts the ranks ran on, and their compressed hostlist (kept: the text, terminal and
     HTML views each show it; at 131,072 ranks each pass over them is ~40 ms)."""
-    hosts = set(table_ranks.hosts(ranks))
+    hosts = set(hosts_by_row(ranks))
     return len(hosts), compress_hostlist(hosts)
 
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from msgspec import Struct, field
 
 from preflight.lib.env_drift import drifting_rows, secret_numbers, value_label
-from preflight.lib.grouping import LastAnswerKept
+from preflight.lib.grouping import LastAnswerKept, hosts_by_row, numbers_by_row
 from preflight.lib.hostlist import compress_hostlist
-from preflight.model import JobReport, RankFacts, table_ranks
+from preflight.model import JobReport, RankFacts
 from preflight.reports.common import rank_ranges
 
 UNSET = "(unset)"
@@ -52,7 +52,7 @@ def env_drift(report: JobReport, max_values: int = MAX_VALUES) -> list[DriftRow]
 def _rows(ranks: Sequence[RankFacts]) -> list[DriftRow]:
     """env_drift's rows with MAX_VALUES values each (read-only; kept: the text, terminal and HTML views
     each show the table, and each row's rank ranges and hosts are a pass over its ranks)."""
-    numbers, hosts = table_ranks.rank_numbers(ranks), table_ranks.hosts(ranks)
+    numbers, hosts = numbers_by_row(ranks), hosts_by_row(ranks)
     rows = []
     for name, groups in drifting_rows(ranks).items():
         numbers_of_secrets = secret_numbers(list(groups))

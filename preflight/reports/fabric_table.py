@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from msgspec import Struct
 
-from preflight.lib.grouping import LastAnswerKept
+from preflight.lib.grouping import LastAnswerKept, hosts_by_row, numbers_by_row
 from preflight.lib.hostlist import rank_ranges
 from preflight.lib.nvml_fabric import STATES, health_faults
 from preflight.model import JobReport, RankFacts, table_ranks
@@ -107,7 +107,7 @@ def _shown_and_hidden(report: JobReport, limit: int) -> tuple[list[_Domain], lis
 def _domains(ranks: Sequence[RankFacts]) -> list[_Domain]:
     """Each domain's row, largest first (kept: the text, the terminal and the HTML ask for one report)."""
     sections = table_ranks.health(ranks)
-    numbers, host_of = table_ranks.rank_numbers(ranks), table_ranks.hosts(ranks)
+    numbers, host_of = numbers_by_row(ranks), hosts_by_row(ranks)
     keys: dict[int, str] = {}  # by the section's id: a host's ranks share theirs
     domains: dict[str, list[int]] = defaultdict(list)  # domain -> rows
     for row, health in enumerate(sections):

@@ -21,8 +21,9 @@ import markupsafe
 from msgspec import Struct, field
 
 from preflight.lib.files import ensure_parent
+from preflight.lib.grouping import hosts_by_row, numbers_by_row
 from preflight.lib.hostlist import compress_hostlist, ranks_text
-from preflight.model import JobReport, Severity, table_ranks
+from preflight.model import JobReport, Severity
 from preflight.reports import charts, device_table, fabric_table, host_choice, nccl_table, storage_table
 from preflight.reports.common import (
     SEVERITY_LABEL,
@@ -95,7 +96,7 @@ def _finding_rows(report: JobReport, rank_hosts: dict[int, str]) -> list[dict[st
 
 def _meta_rows(report: JobReport) -> list[tuple[str, str]]:
     meta = report.meta
-    hosts = sorted(set(table_ranks.hosts(report.ranks)))
+    hosts = sorted(set(hosts_by_row(report.ranks)))
     rows = [
         ("launcher", meta.launcher), ("job id", meta.job_id), ("run id", meta.run_id),
         ("world", f"{meta.world_size} rank(s) on {meta.num_nodes} node(s); {len(report.ranks)} reported"),
@@ -151,7 +152,7 @@ def _csp_hash(script: str) -> str:
 def render(report: JobReport) -> str:
     """The whole report as one HTML document."""
     env = _environment()
-    rank_hosts = dict(zip(table_ranks.rank_numbers(report.ranks), table_ranks.hosts(report.ranks)))
+    rank_hosts = dict(zip(numbers_by_row(report.ranks), hosts_by_row(report.ranks)))
     dims = _dimensions(report)
     rows = _finding_rows(report, rank_hosts)
     page_js = (_TEMPLATES / "report.js").read_text()

@@ -15,6 +15,7 @@ from pathlib import Path
 from msgspec import Struct, field
 
 from preflight.checks.run_findings import rank_died, rank_zero_lost
+from preflight.lib.grouping import ranks_per_host
 from preflight.lib.mesh_shape import mesh_text
 from preflight.lib.shorten import shorten
 from preflight.model import (
@@ -110,7 +111,7 @@ def build_report(record: RunRecord) -> JobReport:
         reachability=record.reachability,
         storage=record.storage,
         missing_ranks=list(record.missing),
-        bad_hosts=bad_hosts(findings, sorted({f.host for f in facts})),
+        bad_hosts=bad_hosts(findings, sorted(ranks_per_host(facts))),  # (kept: the checks' texts counted them)
         verdict=verdict_text(code, findings),
         exit_code=int(code),
         why=explain_verdict(code, findings, checks),  # the same skips the check summary counts

@@ -77,7 +77,8 @@ def test_loaded_ranks_are_the_packed_rankfacts_and_render_without_being_built(tm
 
 
 @pytest.mark.parametrize("spoil", ["negative index", "env row past the rows", "unset row past the rows",
-                                   "dense column longer than the rows", "a host part column missing"])
+                                   "dense column longer than the rows", "a host part column missing",
+                                   "negative health index", "negative env row", "negative unset row"])
 def test_a_table_that_unpack_could_not_read_is_refused_when_loaded(tmp_path, spoil: str) -> None:
     """The RankFacts are built later (on first use), so every table they could not be built from is
     refused where the report is loaded: a BadPayload, never an IndexError in a renderer."""
@@ -86,6 +87,12 @@ def test_a_table_that_unpack_could_not_read_is_refused_when_loaded(tmp_path, spo
     columns = document["rank_table"]["columns"]
     if spoil == "negative index":
         columns["network"][2] = -1
+    elif spoil == "negative health index":  # (past its table is the default section; below it, nothing)
+        columns["health"][2] = -1
+    elif spoil == "negative env row":
+        columns["env"]["ODD"]["-1"] = "x"
+    elif spoil == "negative unset row":
+        columns["env_unset"]["APP_3"].append(-1)
     elif spoil == "env row past the rows":
         columns["env"]["ODD"]["99"] = "x"
     elif spoil == "unset row past the rows":
