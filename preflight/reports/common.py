@@ -60,6 +60,11 @@ def world_summary(report: JobReport) -> str:
     )
 
 
+def hostlist_text(ranks: Sequence[RankFacts]) -> str:
+    """The hosts the ranks ran on, as a compressed hostlist (`gpu[001-016]`; kept, see `_hosts`)."""
+    return _hosts(ranks)[1]
+
+
 @LastAnswerKept
 def _hosts(ranks: Sequence[RankFacts]) -> tuple[int, str]:
     """How many hosts the ranks ran on, and their compressed hostlist (kept: the text, terminal and

@@ -31,6 +31,7 @@ from preflight.reports.common import (
     backend_text,
     check_summary,
     exclude_text,
+    hostlist_text,
     ordered_findings,
     rank_ranges,
     where,
@@ -96,11 +97,10 @@ def _finding_rows(report: JobReport, rank_hosts: dict[int, str]) -> list[dict[st
 
 def _meta_rows(report: JobReport) -> list[tuple[str, str]]:
     meta = report.meta
-    hosts = sorted(set(hosts_by_row(report.ranks)))
     rows = [
         ("launcher", meta.launcher), ("job id", meta.job_id), ("run id", meta.run_id),
         ("world", f"{meta.world_size} rank(s) on {meta.num_nodes} node(s); {len(report.ranks)} reported"),
-        ("hosts", compress_hostlist(hosts)), ("master", f"{meta.master_addr}:{meta.master_port}"),
+        ("hosts", hostlist_text(report.ranks)), ("master", f"{meta.master_addr}:{meta.master_port}"),
         ("mesh", meta.mesh or "(none)"), ("backend", backend_text(report)),
         ("authenticated", authentication_text(report)),
         ("started", meta.started_at), ("finished", meta.finished_at), ("duration", f"{meta.duration_s:.2f} s"),
