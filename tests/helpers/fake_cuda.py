@@ -420,9 +420,16 @@ class FakeCuda:
     def blas_workspace(self, index: int) -> None:
         """A product on device `index`: the process's first takes the block kept for good; the calling thread's
         cuBLAS handle takes a workspace for its current stream the first time (torch's workspace map)."""
-        if index not in self.blas_first_product:
-            self.allocate(index, self.blas_first_product_bytes)
+        with self._lock:  # marked under the lock: two threads' first products at once take the block once
+            first = index not in self.blas_first_product
             self.blas_first_product.add(index)
+        if first:
+            try:
+                self.allocate(index, self.blas_first_product_bytes)
+            except RuntimeError:  # out of memory: nothing was taken, the next product tries again
+                with self._lock:
+                    self.blas_first_product.discard(index)
+                raise
         key = (threading.get_ident(), index, id(self.stream_of(index)))
         if key not in self.blas_workspaces:
             self.allocate(index, self.blas_workspace_bytes)

@@ -84,3 +84,38 @@ def test_a_threads_first_product_keeps_a_cublas_workspace_until_torch_clears_the
         model.empty_cache()
         assert model.memory_reserved(0) == model.memory_allocated(0) == kept
     assert not hasattr(torch._C, "_cuda_clearCublasWorkspaces") or torch.cuda.is_available()  # put back as found
+
+
+def test_threads_making_their_first_products_at_once_keep_the_process_block_once(monkeypatch) -> None:
+    """The block torch keeps from the process's first product is one per device however many threads race to
+    it: the model marks the device under its lock before it allocates (here made slow, so both threads are
+    inside at once)."""
+    import threading
+    import time
+
+    model = FakeCuda([gpu(0)])
+    allocate = model.allocate
+
+    def slow_allocate(index: int, nbytes: int) -> int:
+        if nbytes == model.blas_first_product_bytes:
+            time.sleep(0.05)  # the other thread's product reaches the same point meanwhile
+        return allocate(index, nbytes)
+
+    monkeypatch.setattr(model, "allocate", slow_allocate)
+    with model.install():
+        a = torch.ones(64, 64, device="cuda:0")
+        start = threading.Barrier(2)
+
+        def product(t: torch.Tensor) -> None:
+            start.wait()
+            t @ t
+
+        workers = [threading.Thread(target=product, args=(a,)) for _ in range(2)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        del a
+        gc.collect()
+        model.empty_cache()
+        assert model.memory_reserved(0) == model.blas_first_product_bytes + 2 * model.blas_workspace_bytes
