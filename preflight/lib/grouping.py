@@ -151,8 +151,8 @@ hosts_by_row = LastAnswerKept(table_ranks.hosts)
 @LastAnswerKept
 def ranks_per_host(ranks: Sequence[RankFacts]) -> Counter[str]:
     """How many of these ranks each host holds (read-only; the last answer is kept: each finding's text asks
-    about the job's ranks, where_text)."""
-    return Counter(map(host_of, ranks))
+    about the job's ranks, where_text). A loaded report's from its host column: no RankFacts built."""
+    return Counter(hosts_by_row(ranks))
 
 
 @LastAnswerKept
