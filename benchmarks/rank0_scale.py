@@ -32,7 +32,8 @@ rank 0 holds, writes and reloads at that scale on GPU hosts. This tree only (not
 The payloads are written as rank 0 reads them from the store: each rank's payload and, before
 the first payload that names it, each distinct shared section once (channel/sections.py, issue
 44); `payload_kb_per_rank` is all of that per reporting rank, the bytes that reach rank 0.
-`--compare-src DIR` runs DIR's own copy of this benchmark (its own wire form), alternated.
+`--compare-src DIR` runs DIR's own copy of this benchmark (its own wire form), alternated, after `--warmup`
+pairs (default 1) run and printed but not counted.
 
 The worlds are SYNTHETIC but built the way a real run builds them: the World comes from
 steps.launchers.resolve_world over torchrun-like or Slurm-like variables, 8 ranks per host,
@@ -569,24 +570,28 @@ def sweep(worlds: list[str], sizes: list[int], missing_hosts: int) -> None:
             print(f"{world_kind}: 16384/4096 = {by[16384] / by[4096]:.2f}")
 
 
-def compare(src: str, world_kind: str, size: int, missing_hosts: int, repeat: int) -> None:
+def compare(src: str, world_kind: str, size: int, missing_hosts: int, repeat: int, warmup: int = 1) -> None:
     """This tree against the one at `src` (its own benchmark, on payloads its own code generates),
-    alternated `repeat` times, each run a fresh process; each pair's ratios and their medians."""
+    alternated `repeat` times, each run a fresh process; each pair's ratios and their medians. The first
+    `warmup` pairs are run and printed but not counted: a tree's first run reads the payloads its
+    generator has just written (the tree before issue 44: 2.9 GB), and on a machine whose page cache
+    is small its first pair was the lowest of every run (0.37-0.44 against 0.46-0.52 after it)."""
     import statistics
 
     trees = {"this tree": str(Path(__file__).resolve().parents[1]), src: os.path.abspath(src)}
     keep = {name: tempfile.mkdtemp(prefix="pf-compare-") for name in trees}  # generated once per tree
     rows: dict[str, list[dict]] = {name: [] for name in trees}
     try:
-        for _ in range(repeat):
+        for run in range(warmup + repeat):
             for name, root in trees.items():
                 done = subprocess.run(
                     [sys.executable, os.path.join(root, "benchmarks", "rank0_scale.py"), "--ranks", str(size),
                      "--world", world_kind, "--missing-hosts", str(missing_hosts), "--keep", keep[name]],
                     check=True, capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root})
                 row = json.loads(done.stdout.strip().splitlines()[-1])
-                rows[name].append(row)
-                print(json.dumps({"tree": name, **row}), flush=True)
+                if run >= warmup:
+                    rows[name].append(row)
+                print(json.dumps({"tree": name, **({"warm_up": True} if run < warmup else {}), **row}), flush=True)
     finally:
         for folder in keep.values():
             shutil.rmtree(folder, ignore_errors=True)
@@ -607,6 +612,8 @@ def main() -> None:
     parser.add_argument("--compare-src", metavar="DIR",
                         help="also run the benchmark of the source tree at DIR (alternated), and print the ratios")
     parser.add_argument("--repeat", type=int, default=3, help="with --compare-src: runs of each tree")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="with --compare-src: pairs run first and not counted (default 1; 0: every pair counts)")
     parser.add_argument("--ranks", type=int)
     parser.add_argument("--world", choices=("torchrun", "slurm"))
     parser.add_argument("--missing-hosts", type=int, default=1)
@@ -627,7 +634,8 @@ def main() -> None:
     elif args.generate:
         generate(args.world, args.ranks, args.missing_hosts, args.generate, args.nccl, args.gpu_node)
     elif args.compare_src:
-        compare(args.compare_src, args.world or "slurm", args.ranks or 16384, args.missing_hosts, args.repeat)
+        compare(args.compare_src, args.world or "slurm", args.ranks or 16384, args.missing_hosts, args.repeat,
+                args.warmup)
     elif args.ranks and args.world:
         print(json.dumps(measure(args.world, args.ranks, args.missing_hosts, args.keep, args.nccl, args.gpu_node)))
     else:
