@@ -50,6 +50,7 @@ from preflight.lib import secrets, waiting
 from preflight.lib.collector import collector_paused
 from preflight.lib.deadline import abandoned_alive
 from preflight.lib.errors import BadInput, Interrupted
+from preflight.lib.grouping import ranks_per_host
 from preflight.lib.torch_import import import_torch_distributed
 from preflight.model import ExitCode, RankFacts, Severity, World
 from preflight.model.job_groups import JobGroups
@@ -226,7 +227,7 @@ def _lead(record: RunRecord, phases: Phases, exchange: Exchange, reach: tcp_reac
         storage.release(exchange.store, record.nonce)
     else:
         with phases.step("reachability"):  # 5
-            record.reachability = tcp_reach.lead(reach, sorted({f.host for f in record.all_facts}))
+            record.reachability = tcp_reach.lead(reach, sorted(ranks_per_host(record.all_facts)))
     # The checkpoint path, before the cross checks: its errors stop the probes.
     if not disagree and storage.enabled(options):
         with phases.step("storage"):

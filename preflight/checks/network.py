@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
-from preflight.lib.grouping import first_per_host, odd_ones
+from preflight.lib.grouping import first_per_host, odd_ones, ranks_per_host
 from preflight.model import RankFacts, Severity
 from preflight.model.codec import to_builtins
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check
@@ -113,7 +113,7 @@ def master_addr_loopback(job: JobView) -> Iterable[Problem]:
     loopback = [f for f in ranks if _loopback(f, known)]
     # Hosts that share one kernel and network namespace (fake nodes of one machine) share loopback.
     scopes = {f.network.loopback_scope or f.host for f in ranks}
-    hosts = {f.host for f in ranks}
+    hosts = ranks_per_host(ranks)  # (kept: the job's hosts, counted once for every check)
     if len(hosts) > 1 and len(scopes) > 1 and loopback:
         yield Problem(f"MASTER_ADDR resolves to a loopback address but ranks run on {len(hosts)} hosts",
                       ranks=[f.rank for f in loopback], hosts=sorted({f.host for f in loopback}))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from preflight.lib.grouping import ranks_per_host
 from preflight.lib.secrets import redact_command
 from preflight.model import MasterPortState, RankFacts, Severity
 from preflight.model.codec import to_builtins
@@ -135,7 +136,7 @@ def store_not_authenticated(job: JobView) -> Iterable[Problem]:
     or ended the run with a forged verdict. On one host only the host's own processes reach
     the port through loopback, so a single-host run is not reported.
     """
-    hosts = sorted({facts.host for facts in job.ranks})
+    hosts = ranks_per_host(job.ranks)  # (kept: the job's hosts, counted once for every check)
     if job.authenticated or len(hosts) < 2:
         return
     yield Problem(f"the store's values were not authenticated (no PREFLIGHT_SECRET) on a run over {len(hosts)} "

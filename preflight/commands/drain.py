@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from msgspec import Struct
 
 from preflight.lib.errors import BadInput
+from preflight.lib.grouping import ranks_per_host
 from preflight.lib.host_fault import retry_hosts
 from preflight.model import ExitCode, Finding, JobReport, Severity
 from preflight.model.history_records import Flaky
@@ -60,7 +61,7 @@ _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 def from_report(report: JobReport, warnings: bool = False) -> list[Drain]:
     """The nodes a failed run blames (each with the first error naming it); with `warnings`, also
     hosts a warning names where it names some hosts but not every one."""
-    everyone = {facts.host for facts in report.ranks}
+    everyone = ranks_per_host(report.ranks).keys()  # a loaded report's host column: no RankFacts built
     nodes: dict[str, Finding] = {}
     blamed = set(retry_hosts(report))
     for finding in report.findings:

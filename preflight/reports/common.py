@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import TextIO
 
-from preflight.lib.grouping import LastAnswerKept, hosts_by_row
+from preflight.lib.grouping import LastAnswerKept, ranks_per_host
 from preflight.lib.hostlist import compress_hostlist, host_ranges, rank_ranges
 from preflight.model import Finding, JobReport, RankFacts, Severity, culprit_order
 
@@ -69,7 +69,7 @@ def hostlist_text(ranks: Sequence[RankFacts]) -> str:
 def _hosts(ranks: Sequence[RankFacts]) -> tuple[int, str]:
     """How many hosts the ranks ran on, and their compressed hostlist (kept: the text, terminal and
     HTML views each show it; at 131,072 ranks each pass over them is ~40 ms)."""
-    hosts = set(hosts_by_row(ranks))
+    hosts = ranks_per_host(ranks)  # (kept too: the checks' texts and the verdict counted them)
     return len(hosts), compress_hostlist(hosts)
 
 

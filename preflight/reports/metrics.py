@@ -14,6 +14,7 @@ from collections import Counter
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
+from preflight.lib.grouping import ranks_per_host
 from preflight.lib.iso_time import epoch
 from preflight.model import JobReport
 
@@ -46,7 +47,7 @@ def build_registry(report: JobReport) -> CollectorRegistry:
         findings.labels(check_id, severity).set(count)
     excluded = gauge("preflight_host_excluded", "1 when the last run put the host on its exclude list", ("host",))
     bad = set(report.bad_hosts)
-    for host in sorted({f.host for f in report.ranks} | bad):
+    for host in sorted(ranks_per_host(report.ranks).keys() | bad):  # a loaded report's host column
         excluded.labels(host).set(1 if host in bad else 0)
     busbw = gauge("preflight_collective_busbw_bytes_per_second",
                   "Bus bandwidth of a collective (nccl-tests' busbw) on the rank's group", FIGURE_LABELS)

@@ -19,6 +19,7 @@ from pathlib import Path
 from preflight.checks.history_findings import below_own_history, flaky_host, history_unusable, metrics_not_written
 from preflight.lib.deadline import call_with_deadline
 from preflight.lib.files import ensure_parent
+from preflight.lib.grouping import ranks_per_host
 from preflight.model import Finding, JobReport, ProbeResult
 from preflight.model.history_records import Drop, FigureRow, Flaky, OwnPast
 from preflight.options import RunOptions
@@ -37,7 +38,7 @@ def recall(record: RunRecord) -> list[Finding]:
 
     results = list(record.probes.results) if record.probes else []
     rows = figure_rows(results, record.probes.devices if record.probes else [], record.storage)
-    hosts = sorted({f.host for f in record.all_facts})
+    hosts = sorted(ranks_per_host(record.all_facts))
     outcome = call_with_deadline(_judge, options.timeouts.history_s + GRACE_S, options, rows, hosts)
     if not outcome.ok:
         return _unusable(options.history.url, outcome.error, outcome.reason(options.timeouts.history_s), "read")
