@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the bad hosts when the failure is theirs alone (what a resubmission excludes); "
                         "empty when resubmitting cannot help (default: not written)")
     report.add_argument("--json", dest="json_path", metavar="PATH",
-                        help="write the JSON again, e.g. to normalise an older report (default: not written)")
+                        help="write the JSON again, e.g. to normalise an older report; - for stdout, the verdict "
+                        "then on stderr (default: not written)")
 
     spares = report.add_argument_group("spare nodes (asked for N+k nodes, train on the best N)")
     spares.add_argument("--keep", type=_kept_hosts, metavar="N",

@@ -40,7 +40,7 @@ from preflight.lib.interrupts import (
 )
 from preflight.model import ExitCode
 from preflight.options import RunOptions
-from preflight.reports.targets import refuse_unwritable
+from preflight.reports.targets import STDOUT, refuse_unwritable
 
 # What the forkserver imports once for every worker (see launch).
 # forkserver_setup first: it quiets a Ctrl-C that arrives while the rest loads.
@@ -306,7 +306,7 @@ def _name_the_dead(dead: dict[int, str], report_json: Path, verdict_file: Path, 
     for rank, how in sorted(dead.items()):
         print(f"preflight launch: rank {rank} died: {how}; the launcher then stopped the other ranks",
               file=sys.stderr)
-    if not report_json.is_file():
+    if str(report_json) == STDOUT or not report_json.is_file():  # (`--json -`: on stdout already, not amended)
         return int(ExitCode.FAILED)  # a dead rank fails the run, whatever rank 0 managed to write
     try:
         report = amend_for_dead(json_report.load(report_json), dead, strict=options.strict)

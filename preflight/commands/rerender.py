@@ -13,6 +13,7 @@ from preflight.model.codec import BadPayload
 from preflight.options import ReportTargets
 from preflight.reports import host_choice, write_reports
 from preflight.reports import json as json_report
+from preflight.reports.targets import STDOUT
 from preflight.steps.host_choice import rank_hosts
 
 
@@ -53,8 +54,9 @@ def rerender(args: argparse.Namespace) -> int:
                                drain.none_from_report(report, args.drain_warnings))
     if report.host_choice is None:
         return report.exit_code
-    sys.stdout.write(host_choice.render(report))
-    sys.stdout.flush()
+    choice_to = sys.stderr if STDOUT in targets.paths().values() else sys.stdout  # stdout holds that report alone
+    choice_to.write(host_choice.render(report))
+    choice_to.flush()
     if not report.host_choice.chosen:
         return int(ExitCode.FAILED)
     return int(ExitCode.INCOMPLETE) if len(written) < len(targets.paths()) else int(ExitCode.PASSED)

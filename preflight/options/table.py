@@ -126,8 +126,9 @@ OPTIONS: tuple[Option, ...] = (
     _row("verdict_file", "--verdict-file", PATH, None, "run", "launch's own channel to its ranks (default: none)",
          api=False, internal=True),
     # -- reports --
-    _row("json", "--json", PATH, None, "reports", "write the whole JobReport as JSON (default: not written; "
-         "`preflight report` re-renders it)", field="reports.json", metavar="PATH"),
+    _row("json", "--json", PATH, None, "reports", "write the whole JobReport as JSON; - for stdout, the verdict "
+         "then on stderr (default: not written; `preflight report` re-renders it)", field="reports.json",
+         metavar="PATH"),
     _row("html", "--html", PATH, None, "reports", "write a self-contained HTML report, no network needed "
          "(default: not written)", field="reports.html", metavar="PATH"),
     _row("junit", "--junit", PATH, None, "reports", "write JUnit XML, one testcase per check, for CI "

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from preflight.lib.files import ensure_parent, replacing
 from preflight.model import JobReport
-from preflight.reports.targets import ReportTargets, Unwritten, mark_unwritten
+from preflight.reports.targets import STDOUT, ReportTargets, Unwritten, mark_unwritten
 
 
 def write_reports(report: JobReport, targets: ReportTargets, unwritten: Sequence[Unwritten] = (),
@@ -17,7 +20,8 @@ def write_reports(report: JobReport, targets: ReportTargets, unwritten: Sequence
                   unannounced: str = "") -> list[tuple[str, str]]:
     """Write every requested format, then the verdict to stdout (rich on a TTY, else text), then
     announce each output written on stderr (reports/announce.py; `also_written`: the lines of the
-    outputs written before, the history and --metrics); returns what was written, (flag, path) each.
+    outputs written before, the history and --metrics); returns what was written, (flag, path) each
+    (path `-`: the one written to stdout, not announced).
     `announce` None: unless --quiet. `unannounced`: a folder whose files are not the user's (`preflight
     launch`'s own copy of rank 0's JSON) and are not announced.
 
@@ -25,6 +29,8 @@ def write_reports(report: JobReport, targets: ReportTargets, unwritten: Sequence
     the failure is one line on stderr and the remaining formats are still written. Every
     output not written (these files, and `unwritten`: the history, --metrics) then marks the
     report (targets.mark_unwritten: the headline names them, a pass exits 4) before stdout gets it.
+    A report asked for as `-` (targets.STDOUT, at most one) is stdout itself, written after the
+    files: the verdict then goes to stderr, so stdout holds that report alone (`--json - | jq`).
     """
     writers: list[tuple[str, str | None, Callable[[JobReport, str], None]]] = [
         ("--json", targets.json, _writer("json", "write")),
@@ -38,8 +44,12 @@ def write_reports(report: JobReport, targets: ReportTargets, unwritten: Sequence
     mark_unwritten(report, list(unwritten))  # known before the files: every file says so too
     written: list[tuple[str, str]] = []
     failed: list[Unwritten] = []
+    to_stdout: tuple[str, Callable[[JobReport, str], None]] | None = None
     for flag, path, write in writers:
         if not path:
+            continue
+        if path == STDOUT:
+            to_stdout = (flag, write)  # after the files: it says which of them were not written
             continue
         try:
             _write_whole(write, report, path)
@@ -47,20 +57,23 @@ def write_reports(report: JobReport, targets: ReportTargets, unwritten: Sequence
         except Exception as exc:  # one renderer's bug or a full disk must not lose the rest
             failed.append(Unwritten(flag, path, f"{type(exc).__name__}: {exc}"))
     mark_unwritten(report, failed)
+    if to_stdout is not None and _write_stdout(*to_stdout, report):
+        written.append((to_stdout[0], STDOUT))
     if not targets.quiet:
         from preflight.reports import terminal, text
 
-        if terminal.wants_rich(sys.stdout):
-            terminal.render(report, sys.stdout)
+        verdict_to = sys.stdout if to_stdout is None else sys.stderr
+        if terminal.wants_rich(verdict_to):
+            terminal.render(report, verdict_to)
         else:
-            sys.stdout.write(text.render(report))
-            sys.stdout.flush()
+            verdict_to.write(text.render(report))
+            verdict_to.flush()
     if not targets.quiet if announce is None else announce:
         from preflight.reports.announce import announce as say
         from preflight.reports.announce import written_line
 
-        say([*also_written, *(written_line(flag, path) for flag, path in written
-                              if not unannounced or Path(path).parent != Path(unannounced))])
+        say([*also_written, *(written_line(flag, path) for flag, path in written if path != STDOUT
+                              and (not unannounced or Path(path).parent != Path(unannounced)))])
     return written
 
 
@@ -71,6 +84,27 @@ def _writer(module: str, name: str) -> Callable[[JobReport, str], None]:
     def write(report: JobReport, path: str) -> None:
         getattr(importlib.import_module(f"preflight.reports.{module}"), name)(report, path)
     return write
+
+
+def _write_stdout(flag: str, write: Callable[[JobReport, str], None], report: JobReport) -> bool:
+    """The report asked for as `-`, rendered whole into a temporary file first (a renderer that fails
+    leaves nothing half-written on stdout: it is marked unwritten like a file, and False returned), then
+    copied to stdout. A reader that stops early (`| head`) is no error: the rest is not written."""
+    with tempfile.TemporaryDirectory(prefix="preflight-stdout-") as folder:
+        rendered = Path(folder, "report")
+        try:
+            write(report, str(rendered))
+        except Exception as exc:
+            mark_unwritten(report, [Unwritten(flag, STDOUT, f"{type(exc).__name__}: {exc}")])
+            return False
+        sys.stdout.flush()
+        try:
+            with rendered.open("rb") as source:
+                shutil.copyfileobj(source, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+        except BrokenPipeError:  # stdout closed by its reader: nothing more goes there, and no error at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return True
 
 
 def _write_whole(write: Callable[[JobReport, str], None], report: JobReport, path: str) -> None:

@@ -43,8 +43,14 @@ class ReportTargets(Struct):
         return {flag: path for flag, path in flags.items() if path}
 
     def unwritable(self) -> str:
-        """Why a requested report could not be written ("" when all can), found before the run, not after it."""
+        """Why a requested report could not be written ("" when all can), found before the run, not after it.
+        `-` is stdout (STDOUT): one report at most can go there."""
+        to_stdout = [flag for flag, path in self.paths().items() if path == STDOUT]
+        if len(to_stdout) > 1:
+            return f"{' -, '.join(to_stdout)} -: only one report can go to stdout (-); give the others a file"
         for flag, path in self.paths().items():
+            if path == STDOUT:
+                continue
             reason = unwritable_path(Path(path))
             if reason:
                 return f"{flag} {path}: {reason}"
@@ -52,6 +58,7 @@ class ReportTargets(Struct):
 
 
 NOT_WRITTEN = "NOT WRITTEN: "  # the headline's first words when an output was not written
+STDOUT = "-"  # a report's PATH that means stdout (`--json -`), as `preflight history --json` writes there
 
 
 class Unwritten(Struct, frozen=True):

@@ -118,3 +118,62 @@ def test_a_folder_that_refuses_files_is_named_without_the_probe_files_name() -> 
 
     why = unwritable_path(Path("/proc/r.json"))
     assert why.startswith("cannot create a file in /proc (") and "write-test" not in why, why
+
+
+def _report_on(stdout: str) -> JobReport:
+    from preflight.reports.json import loads
+
+    return loads(stdout)  # BadPayload (the test fails) when stdout holds anything but the one report
+
+
+def test_a_report_asked_for_as_dash_is_stdout_alone_and_the_verdict_goes_to_stderr(tmp_path: Path) -> None:
+    """`--json -` as `preflight history --json` does it: stdout holds the report alone (`| jq`), the verdict goes
+    to stderr, and no file named `-` is made."""
+    done = run_cli(["run", "--json", "-"], cwd=str(tmp_path))
+    report = _report_on(done.stdout)
+    assert done.returncode == report.exit_code and report.meta.world_size == 1, done.stderr
+    assert f"preflight: {report.verdict.upper()} (exit {report.exit_code})" in done.stderr
+    assert "wrote json report" not in done.stderr and not (tmp_path / "-").exists()
+
+
+def test_report_writes_one_format_to_stdout_and_the_others_to_their_files(saved_report: Path, tmp_path: Path) -> None:
+    done = run_cli(["report", str(saved_report), "--json", "-", "--text", "t.txt"], cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert _report_on(done.stdout).why == "every check passed"
+    assert "preflight: PASSED (exit 0)" in done.stderr and "wrote text report" in done.stderr
+    assert (tmp_path / "t.txt").read_text().startswith("preflight: PASSED") and not (tmp_path / "-").exists()
+    kept = run_cli(["report", str(saved_report), "--keep", "1", "--junit", "-"], cwd=str(tmp_path))
+    assert kept.stdout.startswith("<?xml") and kept.stdout.rstrip().endswith(">"), kept.stdout[-300:]
+    assert "hosts: keep 1" in kept.stderr  # the host choice beside it, on stderr: stdout is the XML alone
+
+
+def test_two_reports_to_stdout_are_one_line_and_exit_2(saved_report: Path) -> None:
+    _one_line_exit_2(run_cli(["report", str(saved_report), "--json", "-", "--text", "-"]), "--json")
+    done = run_cli(["run", "--html", "-", "--junit", "-", "--quiet"], timeout=60)
+    _one_line_exit_2(done, "--html")
+    assert "only one report can go to stdout" in done.stderr
+
+
+def test_a_reader_that_stops_early_is_no_error(saved_report: Path) -> None:
+    """`preflight report r.json --json - | head -c 10`: a report larger than the pipe holds, its reader gone
+    after ten bytes: the run's own exit code, no traceback."""
+    from preflight.reports.json import load
+
+    report = load(str(saved_report))
+    report.why = "x" * 300_000  # more than a pipe's buffer: the writer meets the closed pipe
+    saved_report.write_text(dumps(report))
+    from tests.helpers.ranks import PYTHON, base_env
+
+    proc = subprocess.Popen([PYTHON, "-m", "preflight", "report", str(saved_report), "--json", "-"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=base_env(None))
+    assert proc.stdout is not None and proc.stdout.read(10).startswith(b"{")
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and b"Traceback" not in err and b"Broken pipe" not in err, err[-2000:]
+
+
+def test_launch_hands_the_dash_to_rank_0(tmp_path: Path) -> None:
+    done = run_cli(["launch", "-n", "2", "--json", "-"], cwd=str(tmp_path))
+    report = _report_on(done.stdout)
+    assert report.meta.world_size == 2 and done.returncode == report.exit_code, done.stderr
+    assert not (tmp_path / "-").exists()
