@@ -12,11 +12,11 @@ class (NCCL_IB_TC) for the switches' lossless (PFC) queue to carry it.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from preflight.checks.nic_health import has_rdma_ports, nccl_ib_ports, rdma_ports_somewhere
-from preflight.lib.grouping import first_per_host, odd_ones
+from preflight.checks.nic_health import has_rdma_ports, nccl_ib_ports, ports_by_host_group, rdma_ports_somewhere
+from preflight.lib.grouping import first_per_host, majority_of, odd_ones
 from preflight.model import IbPort, RankFacts, Severity
 from preflight.model.health_facts import port_key
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check
@@ -137,13 +137,17 @@ def roce_setting_reports(name: str, groups: Mapping[str | None, Sequence[RankFac
     return "" not in settings and len(settings) > 1
 
 
-def _devices(job: JobView) -> dict[str, dict[tuple[str, str], IbPort]]:
-    """Model -> (host, device) -> one port of that device, for the devices NCCL would use."""
-    models: dict[str, dict[tuple[str, str], IbPort]] = defaultdict(dict)
-    for host, facts in first_per_host(job.ranks).items():
-        for port in nccl_ib_ports(facts):
+def _devices(job: JobView) -> dict[str, list[tuple[dict[str, IbPort], list[str]]]]:
+    """Model -> for each group of hosts with one list of ports (nic_health.ports_by_host_group): device -> one
+    port of that device, and the group's hosts; for the devices NCCL would use."""
+    models: dict[str, list[tuple[dict[str, IbPort], list[str]]]] = defaultdict(list)
+    for group in ports_by_host_group(job.ranks):
+        devices: dict[str, dict[str, IbPort]] = defaultdict(dict)
+        for port in group.ports:
             model = port.hca_type or port.device.rstrip("0123456789").rstrip("_")
-            models[model].setdefault((host, port.device), port)
+            devices[model].setdefault(port.device, port)
+        for model, ports in devices.items():
+            models[model].append((ports, group.hosts))
     return models
 
 
@@ -157,14 +161,22 @@ def nic_firmware_differs(job: JobView) -> Iterable[Problem]:
     mixed firmware behaves differently per host, and one host's old firmware is a classic cause
     of a slow or flapping rail. A different board id (PSID) is another board variant or OEM image.
     """
-    for model, devices in sorted(_devices(job).items()):
-        if len({host for host, _ in devices}) < 2:
+    for model, groups in sorted(_devices(job).items()):
+        if sum(len(hosts) for _, hosts in groups) < 2:  # (each host is in one group)
             continue
         for what, attribute in (("firmware", "fw_ver"), ("board id", "board_id")):
-            values = {key: getattr(port, attribute) for key, port in devices.items() if getattr(port, attribute)}
-            if len(values) < 2 or len(set(values.values())) < 2:
+            # Each (host, device)'s value counted once: a group's ports for each of its hosts.
+            counts: Counter[str] = Counter()
+            for devices, hosts in groups:
+                for port in devices.values():
+                    if getattr(port, attribute):
+                        counts[getattr(port, attribute)] += len(hosts)
+            if counts.total() < 2 or len(counts) < 2:
                 continue
-            majority, odd = odd_ones(values)
+            majority = majority_of(counts)
+            odd = {(host, device): getattr(port, attribute) for devices, hosts in groups
+                   for device, port in devices.items() if getattr(port, attribute) not in ("", majority)
+                   for host in hosts}
             by_host: dict[str, list[str]] = defaultdict(list)
             for (host, device), value in sorted(odd.items()):
                 by_host[host].append(f"{device} {value}")

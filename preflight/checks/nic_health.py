@@ -10,10 +10,10 @@ again after the probes (preflight/steps/recheck.py): an increase during the run 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
-from preflight.lib.grouping import first_per_host, odd_ones
+from preflight.lib.grouping import LastAnswerKept, first_per_host, odd_ones
 from preflight.model import IbPort, RankFacts, Severity
 from preflight.model.codec import to_builtins
 from preflight.model.health_facts import port_key
@@ -50,6 +50,32 @@ def nccl_ib_ports(facts: RankFacts) -> list[IbPort]:
         return list(facts.network.ib_ports)
     chosen = set(facts.health.nccl_ports)
     return [p for p in facts.network.ib_ports if port_key(p.device, p.port) in chosen]
+
+
+class PortGroup(NamedTuple):
+    """Hosts whose ports NCCL would use are one list: that list, and whether the hosts have any RDMA port."""
+
+    ports: list[IbPort]  # nccl_ib_ports of each host's first rank (read-only: shared by the hosts)
+    any_port: bool  # facts.network.ib_ports not empty (NCCL_IB_HCA may select none of them)
+    hosts: list[str]  # in the order of their first ranks
+
+
+@LastAnswerKept
+def ports_by_host_group(ranks: Sequence[RankFacts]) -> list[PortGroup]:
+    """Each host's ports NCCL would use (nccl_ib_ports of its first rank), the hosts that read the same
+    sections grouped: rank 0 decodes a host's ports once for every host that sent them alike (the same
+    object), so a job of 16,384 alike hosts is a handful of groups, each judged once (NET005, NIC007).
+    Read-only; the last answer is kept."""
+    groups: dict[tuple[int, int], PortGroup] = {}
+    for host, facts in first_per_host(ranks).items():
+        ports, health = facts.network.ib_ports, facts.health
+        # The selection's object only where NCCL_IB_HCA selects (both objects alive while `ranks` is).
+        key = (id(ports), id(health) if health.nccl_ports_source.startswith("NCCL_IB_HCA") else 0)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = PortGroup(nccl_ib_ports(facts), bool(ports), [])
+        group.hosts.append(host)
+    return list(groups.values())
 
 
 @check(
@@ -96,16 +122,19 @@ def ib_rates_differ(job: JobView) -> Iterable[Problem]:
     The slowest link sets the pace of every collective: one degraded port costs 5-30% of a
     job's throughput.
     """
-    hosts = first_per_host(job.ranks)
-    for host, facts in sorted(hosts.items()):
-        ports = [p for p in nccl_ib_ports(facts) if p.rate_gbps]
-        best = max((p.rate_gbps or 0 for p in ports), default=0)
-        for port in ports:
-            if (port.rate_gbps or 0) < best:
-                yield Problem(f"{port.device} port {port.port} on {host} runs at {port.rate}; the host's other "
-                              f"ports run at {best:g} Gb/sec", hosts=[host], data=to_builtins(port))
-    rates = {host: tuple(sorted(p.rate for p in nccl_ib_ports(facts)))
-             for host, facts in hosts.items() if facts.network.ib_ports}
+    groups = ports_by_host_group(job.ranks)
+    slow: list[tuple[str, IbPort, float]] = []  # (host, port, its host's best rate), judged once per group
+    for group in groups:
+        rated = [p for p in group.ports if p.rate_gbps]
+        best = max((p.rate_gbps or 0 for p in rated), default=0)
+        slower = [p for p in rated if (p.rate_gbps or 0) < best]
+        slow += [(host, port, best) for host in group.hosts for port in slower]
+    slow.sort(key=operator.itemgetter(0))  # by host, each host's ports in their order (a stable sort)
+    for host, port, best in slow:
+        yield Problem(f"{port.device} port {port.port} on {host} runs at {port.rate}; the host's other "
+                      f"ports run at {best:g} Gb/sec", hosts=[host], data=to_builtins(port))
+    rates = {host: rated for group in groups if group.any_port
+             for rated in [tuple(sorted(p.rate for p in group.ports))] for host in group.hosts}
     if len(rates) < 2:
         return
     majority, odd = odd_ones(rates)

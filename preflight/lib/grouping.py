@@ -44,10 +44,14 @@ def all_alike(ranks: Iterable[RankFacts], key: Callable[[RankFacts], Hashable]) 
 
 
 def odd_ones(values: Mapping[H, V]) -> tuple[V, dict[H, V]]:
-    """The most common value (ties: the larger text) and the keys whose value differs from it."""
-    counts = Counter(values.values())
-    majority = max(counts, key=lambda v: (counts[v], str(v)))
+    """The most common value (majority_of) and the keys whose value differs from it."""
+    majority = majority_of(Counter(values.values()))
     return majority, {key: v for key, v in values.items() if v != majority}
+
+
+def majority_of(counts: Counter[V]) -> V:
+    """The most common of the counted values (ties: the larger text)."""
+    return max(counts, key=lambda v: (counts[v], str(v)))
 
 
 def where_text(group: Sequence[RankFacts], all_ranks: Sequence[RankFacts], count_only: bool = False) -> str:

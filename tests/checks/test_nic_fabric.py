@@ -7,8 +7,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from preflight.checks.nic_health import ports_by_host_group
 from preflight.model import RankFacts
 from tests.checks.test_nic_health import SYSFS, gathered, nic_findings
 
@@ -109,3 +111,34 @@ def test_nic_firmware_and_board_per_model_across_hosts(monkeypatch: pytest.Monke
         "NIC firmware on n1 (MT4129): mlx5_1 28.36.1010; most MT4129 NICs of the job: 28.39.1002",
         "NIC board id on n1 (MT4129): mlx5_1 DEL0000000036; most MT4129 NICs of the job: MT_0000000838"]}
     assert "NIC007" not in found(ranks[1:2])  # one host: nothing to compare it with
+
+
+def _on_hosts(facts: RankFacts, *hosts: str) -> list[RankFacts]:
+    """`facts` as the first rank of each host, their sections the same objects: as rank 0 holds the ranks of
+    hosts that sent a section alike (decoded once, channel/sections.py)."""
+    return [msgspec.structs.replace(facts, rank=int(host[1:]), host=host) for host in hosts]
+
+
+def test_hosts_that_share_a_port_section_are_judged_once_and_each_named(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """NIC007 and NET005 judge each group of hosts with one ports section once (nic_health.ports_by_host_group),
+    and still count and name every host of it: two hosts of old firmware among five of the current one."""
+    old = tree(tmp_path, "old", base="ib_healthy", **{"class/infiniband/mlx5_0/fw_ver": "28.36.1010",
+                                                      "class/infiniband/mlx5_1/fw_ver": "28.36.1010"})
+    ranks = [*_on_hosts(gathered(monkeypatch, "ib_healthy"), "n0", "n1", "n2", "n3", "n4"),
+             *_on_hosts(gathered(monkeypatch, old), "n5", "n6")]
+    assert [group.hosts for group in ports_by_host_group(ranks)] == [["n0", "n1", "n2", "n3", "n4"], ["n5", "n6"]]
+    assert found(ranks) == {"NIC007": [
+        f"NIC firmware on {host} (MT4129): mlx5_0 28.36.1010, mlx5_1 28.36.1010; most MT4129 NICs of the job: "
+        "28.39.1002" for host in ("n5", "n6")]}
+    # Five hosts of the old firmware against two: the majority is counted per NIC of each host (10 against 4),
+    # not per group (2 against 2, which the larger text, the current firmware, would win).
+    flipped = [*_on_hosts(ranks[5], "n0", "n1", "n2", "n3", "n4"), *_on_hosts(ranks[0], "n5", "n6")]
+    assert found(flipped) == {"NIC007": [
+        f"NIC firmware on {host} (MT4129): mlx5_0 28.39.1002, mlx5_1 28.39.1002; most MT4129 NICs of the job: "
+        "28.36.1010" for host in ("n5", "n6")]}
+    # A slow port in a section three hosts share: NET005 names it on each of them, in host order.
+    slow = _on_hosts(gathered(monkeypatch, "ib_mixed"), "n2", "n0", "n1")
+    assert nic_findings(slow)["NET005"] == [
+        f"mlx5_1 port 1 on {host} runs at 200 Gb/sec (4X HDR); the host's other ports run at 400 Gb/sec"
+        for host in ("n0", "n1", "n2")]
