@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from preflight.checks.agreement import restart_count, restart_counts
 from preflight.model import MasterAddrResolution
+from preflight.model.rank_env import RankEnv
 from tests.helpers.facts import cluster, run
 
 
@@ -44,6 +46,22 @@ def test_restart_from_world_or_environment() -> None:
     ranks[3].env["SLURM_RESTART_COUNT"] = "3"
     [finding] = run("ENV005", ranks)
     assert finding.severity.value == "info" and finding.ranks == [0, 3] and "restart #3" in finding.message
+
+
+def test_restarts_read_from_environments_as_rank_0_holds_them() -> None:
+    """RankEnv rows (model/rank_env.py): the shared part's counter read once per shared dict, a rank's own
+    variable winning over it, another shared part without one, the World's counter above them all."""
+    shared = {"SLURM_RESTART_COUNT": "2", "PATH": "/bin"}
+    ranks = cluster(3, 2)
+    for facts in ranks:
+        facts.env = RankEnv(shared, {"SLURM_PROCID": str(facts.rank)})
+    ranks[1].env = RankEnv(shared, {"SLURM_RESTART_COUNT": "5"})
+    ranks[2].env = RankEnv({"PATH": "/bin"}, {"SLURM_PROCID": "2"})
+    ranks[3].env = RankEnv({"PATH": "/bin"}, {"TORCHELASTIC_RESTART_COUNT": " 1 "})
+    ranks[5].world.restart_count = 7
+    assert restart_counts(ranks) == [restart_count(f) for f in ranks] == [2, 5, 0, 1, 2, 7]
+    [finding] = run("ENV005", ranks)
+    assert finding.ranks == [0, 1, 3, 4, 5] and "restart #7" in finding.message
 
 
 def test_software_mismatch_names_the_odd_hosts() -> None:

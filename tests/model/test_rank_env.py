@@ -8,14 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from preflight.lib.env_drift import drifting
-from preflight.model import RankFacts, World
+from preflight.model import RankFacts, World, table_ranks
 from preflight.model.codec import decode, encode, to_builtins
 from preflight.model.rank_env import RankEnv, shared_of
 from preflight.model.rank_table import pack
 from preflight.model.rank_unpack import unpack
 from tests.fuzz.strategies import FUZZ
 
-NAMES = st.sampled_from(["A", "B", "C", "NCCL_IB_HCA", "SLURM_PROCID", "RANK", "OMP_NUM_THREADS"])
+NAMED = ["A", "B", "C", "NCCL_IB_HCA", "SLURM_PROCID", "RANK", "OMP_NUM_THREADS"]
+NAMES = st.sampled_from(NAMED)
 ENVS = st.dictionaries(NAMES, st.sampled_from(["", "0", "1", "x", "mlx5"]), max_size=6)
 
 
@@ -63,12 +64,14 @@ def _as_dicts(ranks: list[RankFacts]) -> list[RankFacts]:
 @given(shared=ENVS, owns=st.lists(ENVS, min_size=1, max_size=12), lone=ENVS, other=ENVS)
 def test_pack_and_drift_see_a_rank_env_exactly_as_its_dict(shared, owns, lone, other) -> None:
     """The shared part is compared once per distinct dict (pack's columns, the drift's candidates):
-    the table and the drift groups equal those of the same ranks holding plain dicts, a second
+    the table, each variable's values and the drift groups equal those of the same ranks holding plain dicts, a second
     shared dict included, and the table unpacks to ranks equal to them."""
     ranks = _ranks(shared, owns, lone)
     ranks[-1] = msgspec.structs.replace(ranks[-1], env=RankEnv(other, owns[-1]))  # a second shared part
     plain = _as_dicts(ranks)
     assert pack(ranks) == pack(plain)
+    for name in NAMED:  # each rank's value, read a shared part at a time (table_ranks._values_of)
+        assert table_ranks.env_values(ranks, name) == [f.env.get(name) for f in plain], name
     assert unpack(pack(ranks)) == plain
     drifting.forget()
     fast = {name: {value: [f.rank for f in group] for value, group in groups.items()}
