@@ -8,10 +8,11 @@ to on each rank.
 from __future__ import annotations
 
 import operator
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from preflight.lib.grouping import all_alike, describe, group_by, minority, short
-from preflight.model import RankFacts, Severity
+from preflight.lib.grouping import all_alike, describe, distinct_networks, group_by, minority, short
+from preflight.model import MasterAddrResolution, RankFacts, Severity
 from preflight.model.rank_env import RankEnv
 from preflight.registry import CROSS, JobView, Problem, Tags, check
 
@@ -54,7 +55,11 @@ def job_disagreement(job: JobView) -> Iterable[Problem]:
 
 
 def _resolved(facts: RankFacts) -> str:
-    entry = facts.network.master_addr
+    return _resolution(facts.network.master_addr)
+
+
+def _resolution(entry: MasterAddrResolution | None) -> str:
+    """What MASTER_ADDR resolved to, as ENV002 compares it: the addresses, `unresolvable`, or "" (not read)."""
     if entry is None:
         return ""
     if entry.error:
@@ -79,6 +84,12 @@ def master_addr_resolution(job: JobView) -> Iterable[Problem]:
     Ranks whose MASTER_ADDR text differs are RANK003's finding; this compares the addresses.
     """
     ranks = job.ranks
+    resolved: dict[str, set[str]] = defaultdict(set)  # each name's addresses, a host's network section read once
+    for network in distinct_networks(ranks):
+        if network.master_addr:
+            resolved[network.master_addr.addr].add(_resolution(network.master_addr))
+    if all(len(found) < 2 for found in resolved.values()):
+        return  # every name resolved alike everywhere (every healthy job): no rank grouped
     known = [f for f in ranks if f.network.master_addr]
     by_text = group_by(known, lambda f: f.network.master_addr.addr if f.network.master_addr else "")
     for addr, same_text in by_text.items():

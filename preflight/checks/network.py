@@ -12,8 +12,8 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
-from preflight.lib.grouping import first_per_host, odd_ones, ranks_per_host
-from preflight.model import RankFacts, Severity
+from preflight.lib.grouping import distinct_networks, first_per_host, odd_ones, ranks_per_host
+from preflight.model import NetworkFacts, RankFacts, Severity
 from preflight.model.codec import to_builtins
 from preflight.registry import CROSS, LOCAL, CheckContext, JobView, Problem, Tags, check
 
@@ -80,10 +80,10 @@ def master_addr_unresolved(facts: RankFacts, ctx: CheckContext) -> Iterable[Prob
                       **_where(facts), data=to_builtins(resolved))
 
 
-def _loopback(facts: RankFacts, known: dict[tuple[str, ...], bool]) -> bool:
-    """Whether every address MASTER_ADDR resolved to on this rank is a loopback one; `known` holds the
-    answer per list of addresses (the whole job has one or a few: 131,072 parses cost 0.3 s)."""
-    ips = tuple(facts.network.master_addr.ips) if facts.network.master_addr else ()
+def _loopback(network: NetworkFacts, known: dict[tuple[str, ...], bool]) -> bool:
+    """Whether every address MASTER_ADDR resolved to in this network section is a loopback one; `known` holds
+    the answer per list of addresses (the whole job has one or a few: 131,072 parses cost 0.3 s)."""
+    ips = tuple(network.master_addr.ips) if network.master_addr else ()
     found = known.get(ips)
     if found is None:
         try:
@@ -110,7 +110,9 @@ def master_addr_loopback(job: JobView) -> Iterable[Problem]:
     """
     ranks = job.ranks
     known: dict[tuple[str, ...], bool] = {}
-    loopback = [f for f in ranks if _loopback(f, known)]
+    if not any(_loopback(network, known) for network in distinct_networks(ranks)):
+        return  # (each host's section read once: every healthy job ends here)
+    loopback = [f for f in ranks if _loopback(f.network, known)]
     # Hosts that share one kernel and network namespace (fake nodes of one machine) share loopback.
     scopes = {f.network.loopback_scope or f.host for f in ranks}
     hosts = ranks_per_host(ranks)  # (kept: the job's hosts, counted once for every check)

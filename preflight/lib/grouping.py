@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from preflight.lib.hostlist import host_ranges, rank_ranges
-from preflight.model import RankFacts, table_ranks
+from preflight.model import NetworkFacts, RankFacts, table_ranks
 
 K = TypeVar("K", bound=Hashable)
 H = TypeVar("H", bound=Hashable)
@@ -177,6 +177,14 @@ def first_per_host(ranks: Sequence[RankFacts]) -> dict[str, RankFacts]:
     for facts in sorted(ranks, key=rank_number):
         chosen.setdefault(facts.host, facts)
     return chosen
+
+
+@LastAnswerKept
+def distinct_networks(ranks: Sequence[RankFacts]) -> list[NetworkFacts]:
+    """The job's network sections, each object once: rank 0 holds one per host that its ranks share
+    (16,384 at 131,072 ranks), so a check of what every rank resolved looks at each once first (ENV002,
+    NET004). Read-only; the last answer is kept."""
+    return list({id(facts.network): facts.network for facts in ranks}.values())
 
 
 def shared_host_names(ranks: Iterable[RankFacts]) -> dict[str, list[NodeKey]]:

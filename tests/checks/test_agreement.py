@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from preflight.checks.agreement import restart_count, restart_counts
+from preflight.lib.grouping import distinct_networks
 from preflight.model import MasterAddrResolution
 from preflight.model.rank_env import RankEnv
 from tests.helpers.facts import cluster, run
@@ -31,6 +32,18 @@ def test_master_addr_resolving_differently() -> None:
     [finding] = run("ENV002", ranks)
     assert finding.ranks == [2, 3] and finding.hosts == ["node003", "node004"]
     assert "unresolvable on node004" in finding.message and "`127.0.1.1` on node003" in finding.message
+
+
+def test_master_addr_read_once_per_host_section_names_every_rank_of_it() -> None:
+    """Rank 0 holds one network section per host, shared by its ranks: ENV002 reads each once, then names
+    every rank of the host whose section resolved MASTER_ADDR differently."""
+    ranks = cluster(3, 2, network={"master_addr": {"addr": "n1", "ips": ["10.0.0.1"], "error": ""}})
+    for first in (0, 2, 4):
+        ranks[first + 1].network = ranks[first].network
+    assert run("ENV002", ranks) == [] and len(distinct_networks(ranks)) == 3
+    ranks[4].network.master_addr = MasterAddrResolution("n1", ["10.9.9.9"])
+    [finding] = run("ENV002", ranks)
+    assert finding.ranks == [4, 5] and set(finding.hosts) == {"node003"}, finding
 
 
 def test_master_addr_text_differences_are_rank003s() -> None:

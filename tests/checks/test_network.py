@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from preflight.lib.grouping import distinct_networks
 from preflight.model import RankFacts, ReachabilityOutcome
 from tests.helpers.facts import rank_facts, run
 from tests.helpers.ranks import base_env, run_cli
@@ -47,6 +48,13 @@ def test_mtu_and_master_addr_across_hosts() -> None:
     for f in loop:
         f.network.loopback_scope = "boot-1/4026531840"
     assert run("NET004", loop) == []  # two fake hosts of one machine share loopback
+    # One section for every rank of the job (rank 0 decodes a section alike once): read once, each rank named.
+    shared = [facts(r, h) for r, h in [(0, "a"), (1, "a"), (2, "b"), (3, "b")]]
+    section = facts(0, "a", master_addr={"addr": "localhost", "ips": ["127.0.0.1"], "error": ""}).network
+    for f in shared:
+        f.network = section
+    [finding] = run("NET004", shared)
+    assert finding.ranks == [0, 1, 2, 3] and finding.hosts == ["a", "b"] and len(distinct_networks(shared)) == 1
     unresolved = facts(0, "a", master_addr={"addr": "x", "ips": [], "error": "gaierror: no such name"})
     assert "does not resolve" in run("NET003", unresolved)[0].message
     empty = facts(0, "a")
