@@ -81,12 +81,27 @@ def describe(groups: dict[K, list[RankFacts]], all_ranks: Sequence[RankFacts],
     parts = []
     items = list(groups.items())
     for index, (value, group) in enumerate(items[:limit]):
-        parts.append(f"{label(value)} on {where_text(group, all_ranks, count_only=index == 0)}")
+        where = _largest_where(group, items[1:], all_ranks) if index == 0 else where_text(group, all_ranks)
+        parts.append(f"{label(value)} on {where}")
     rest = items[limit:]
     if rest:
         others = sum(len(group) for _, group in rest)
         parts.append(f"{len(rest)} other value(s) on {others} rank(s)")
     return ", ".join(parts)
+
+
+def _largest_where(group: Sequence[RankFacts], others: Sequence[tuple[K, list[RankFacts]]],
+                   all_ranks: Sequence[RankFacts]) -> str:
+    """where_text(group, all_ranks, count_only=True) of the largest group, its hosts counted from the other
+    (small) groups' where the groups are all of `all_ranks`: a host is outside it only when every one of its
+    ranks is in another group. One pass over the few ranks of the others, not over the 131,072 of it."""
+    per_host = ranks_per_host(all_ranks)
+    if len(per_host) > 1 and len(group) + sum(len(members) for _, members in others) == len(all_ranks):
+        in_others = Counter(host_of(facts) for _, members in others for facts in members)
+        hosts = len(per_host) - sum(1 for host, count in in_others.items() if count == per_host[host])
+        if hosts > 1:
+            return f"{hosts} hosts"
+    return where_text(group, all_ranks, count_only=True)
 
 
 def minority(groups: dict[K, list[RankFacts]]) -> list[RankFacts]:
