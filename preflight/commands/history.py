@@ -27,6 +27,7 @@ from preflight.model.codec import encode
 from preflight.model.history_records import HistoryFilters, RunView
 from preflight.options_history import ACTIONS, DEFAULT_FLAKY, HistoryOptions
 from preflight.reports.history_trends import series, spark
+from preflight.reports.targets import STDOUT
 
 FULL_WIDTH = 100_000  # piped or --wide: no table is ever narrower than its widest cell
 
@@ -48,7 +49,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--since", default="", help="only runs started since: 7d, 12h, 2w, or a date (2026-01-31)"
                                                " (default: no limit)")
     parser.add_argument("--last", default="50", help="at most this many runs, newest first (default 50)")
-    parser.add_argument("--json", dest="json_path", nargs="?", const="-", metavar="PATH",
+    parser.add_argument("--json", dest="json_path", nargs="?", const=STDOUT, metavar="PATH",
                         help="write {runs: [...], hosts: [...]} as JSON (stdout without PATH) (default: not written)")
     parser.add_argument("--html", dest="html_path", metavar="PATH", help="write trend charts as one HTML file"
                                                                     " (default: not written)")
@@ -93,7 +94,7 @@ def _refuse_unwritable(options: HistoryOptions) -> None:
     before the history is read (the rule of every output, preflight/reports/targets.py)."""
     from preflight.reports.targets import unwritable_path
 
-    json_path = options.json_path if options.json_path != "-" else None
+    json_path = options.json_path if options.json_path != STDOUT else None
     for flag, path in (("--json", json_path), ("--html", options.html_path), ("--exclude-file", options.exclude_file)):
         why = unwritable_path(Path(path)) if path else ""
         if why:
@@ -143,7 +144,7 @@ def _show(options: HistoryOptions) -> int:
     document = {"history": shown_url(options.url), "filters": filters, "runs": runs, "hosts": summary}
     if options.json_path:
         text = msgspec.json.format(encode(document), indent=1) + b"\n"  # the model types through the one codec
-        if options.json_path == "-":
+        if options.json_path == STDOUT:
             sys.stdout.buffer.write(text)
             sys.stdout.flush()
         else:
@@ -152,7 +153,7 @@ def _show(options: HistoryOptions) -> int:
         from preflight.reports.history_html import write
 
         write(runs, filters, shown_url(options.url), Path(options.html_path))
-    if options.json_path != "-":
+    if options.json_path != STDOUT:
         print_tables(runs, filters, summary, wide=options.wide)
     return 0
 

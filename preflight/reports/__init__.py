@@ -103,7 +103,9 @@ def _write_stdout(flag: str, write: Callable[[JobReport, str], None], report: Jo
                 shutil.copyfileobj(source, sys.stdout.buffer)
             sys.stdout.buffer.flush()
         except BrokenPipeError:  # stdout closed by its reader: nothing more goes there, and no error at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
     return True
 
 
