@@ -30,7 +30,7 @@ os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
 # netns_hosts: fake hosts in real network namespaces (needs root; see tests/helpers/netns.py, hosts.py).
 pytest_plugins = ["tests.helpers.netns", "tests.helpers.postgres", "tests.helpers.node_exporter"]
 
-# Which tests share a worker under `pytest -n 2 --dist loadgroup` (.ci/run): a group's tests run
+# Which tests share a worker under `pytest -n 4 --dist loadgroup` (.ci/run): a group's tests run
 # one after another on one worker, so two never run at once. Slurm: the loopback cluster listens
 # on fixed ports, and both clusters are session fixtures (started once per worker that asks).
 # Network namespaces: a module's tests may name their hosts with the module's own fixed prefix
@@ -154,7 +154,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # The tests that start processes are dealt round-robin over their modules (each module's first
         # test, then each one's second, ...): a module's tests are alike, and a module of tests that
         # mostly wait (test_keys' six runs each wait out a 15 s deadline, the probes' hang tests) dealt
-        # to all three workers at once left the two cores half idle for a minute at a time.
+        # to all the workers at once left the two cores half idle for a minute at a time.
         spawns: dict[object, bool] = {}
         items.sort(key=lambda item: (group_of_test_id(item.nodeid) is None,
                                      tuple(not mark for mark in quiet_marks(item)),

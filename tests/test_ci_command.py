@@ -18,5 +18,5 @@ def test_readme_docs_and_ci_run_the_same_test_command() -> None:
     ci = _test_command((REPO / ".ci" / "run").read_text())
     assert ci == _test_command((REPO / "README.md").read_text())
     assert ci == _test_command((REPO / "docs" / "testing.md").read_text())
-    # Three xdist workers with the lab's groups (tests/conftest.py's scheduler reads --dist loadgroup).
-    assert "-n 3" in ci and "--dist loadgroup" in ci
+    # Four xdist workers with the lab's groups (tests/conftest.py's scheduler reads --dist loadgroup).
+    assert "-n 4" in ci and "--dist loadgroup" in ci

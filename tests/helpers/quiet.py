@@ -1,6 +1,6 @@
 """Quiet tests: a timing-sensitive test runs with the two cores its own.
 
-Under `pytest -n 3` (.ci/run) the other workers' load takes what a test's ranks get of the
+Under `pytest -n 4` (.ci/run) the other workers' load takes what a test's ranks get of the
 two cores, unevenly: a test that compares bandwidths or times across ranks (a tbf-shaped host
 against its unshaped siblings) can then see a healthy group slow down by as much as the shaped
 one. Such a test is marked `@pytest.mark.quiet`; tests/conftest.py runs every test inside

@@ -1,5 +1,5 @@
-"""Real gloo process groups on CPU, through `preflight launch`: every group of every dimension
-is measured and verified; planted faults (from the test side only) are found and named."""
+"""Real gloo process groups on CPU: every group of every dimension is measured and verified through
+`preflight launch`; planted faults (from the test side only) are found and named, in env:// ranks."""
 
 from __future__ import annotations
 
@@ -9,18 +9,30 @@ import pytest
 
 from preflight.lib.mesh_shape import dim_groups, resolve_mesh
 from preflight.probes.confirm import CALLS_PER_FIGURE
-from tests.helpers.ranks import EXEC, plant_env, read_json, run_cli, spawn_env_ranks
+from tests.helpers.ranks import plant_env, read_json, run_cli, spawn_env_ranks
 
 SMALL = ["--sizes", "64KiB,256KiB", "--warmup", "1", "--iters", "3"]
 
 
 def _launch(tmp_path: Path, n: int, args: list[str], env: dict[str, str] | None = None) -> tuple[int, dict]:
+    """`preflight launch -n N ARGS`: its exit code and report."""
     out = tmp_path / "report.json"
-    if env and "PYTHONPATH" in env:  # plants run at interpreter start: every rank its own interpreter
-        args = [*EXEC, *args]
     proc = run_cli(["launch", "-n", str(n), *args, "--json", str(out)], env=env, timeout=240)
     assert out.exists(), proc.stdout + proc.stderr
     return proc.returncode, read_json(out)
+
+
+def _planted(tmp_path: Path, n: int, args: list[str], plant: dict[str, str]) -> tuple[int, dict]:
+    """N env:// ranks carrying `plant` (plant_env's): rank 0's exit code and report.
+
+    env:// ranks, not `preflight launch --start-method exec`: what these tests look at is the probes,
+    not the launcher, and the test zygote forks a planted rank where launch would exec an interpreter
+    (a torch import each: ~40 CPU-s of the suite for this module's 20 planted ranks)."""
+    out = tmp_path / "report.json"
+    runs = spawn_env_ranks(n, [*args, "--json", str(out)], common_env=plant, timeout=240)
+    assert out.exists(), "".join(f"\n[rank {r}] exit {run.returncode}:\n{run.stdout[-1500:]}{run.stderr[-1500:]}"
+                                 for r, run in runs.items())
+    return runs[0].returncode, read_json(out)
 
 
 def _findings(report: dict, check_id: str) -> list[dict]:
@@ -76,7 +88,7 @@ def test_sleeping_rank_flags_its_groups_and_is_named(tmp_path: Path) -> None:
     plant = plant_env(tmp_path, {3: SLEEP_50MS_IN_EVERY_COLLECTIVE})
     # 5 iterations: with 3, a complete separation from one sibling happens by chance 1 time in 20,
     # above the 1% the straggler rule allows (judge.MAX_FALSE_ALARM), so nothing could be named.
-    code, report = _launch(tmp_path, 4, ["--mesh", "pp2,tp2", *SMALL, "--iters", "5", "--straggler-ratio", "0.5"],
+    code, report = _planted(tmp_path, 4, ["--mesh", "pp2,tp2", *SMALL, "--iters", "5", "--straggler-ratio", "0.5"],
                            plant)
     stragglers = _findings(report, "BW003")
     assert {(f["data"]["dim"], tuple(f["ranks"])) for f in stragglers} >= {("tp", (2, 3)), ("pp", (1, 3))}
@@ -129,7 +141,7 @@ def test_corrupting_rank_is_a_correctness_error_naming_it(tmp_path: Path) -> Non
             return real_a2a(output, input, *args, **kwargs)
         dist.all_reduce, dist.all_to_all_single = all_reduce, all_to_all_single
     """})
-    code, report = _launch(tmp_path, 4, ["--mesh", "pp2,tp2", *SMALL], plant)
+    code, report = _planted(tmp_path, 4, ["--mesh", "pp2,tp2", *SMALL], plant)
     assert report["exit_code"] == 3 and code == 3, report["why"]
     wrong = _findings(report, "BW001")
     assert wrong and all(f["ranks"] == [3] and f["severity"] == "error" for f in wrong)
@@ -147,7 +159,7 @@ def test_rank_that_skips_an_op_is_named_by_the_timeout_finding(tmp_path: Path) -
         dist.all_to_all_single = lambda *args, **kwargs: None
     """})
     timeout = 4.0
-    code, report = _launch(tmp_path, 4, ["--mesh", "pp2,tp2", *SMALL, "--probe-timeout", str(timeout)], plant)
+    code, report = _planted(tmp_path, 4, ["--mesh", "pp2,tp2", *SMALL, "--probe-timeout", str(timeout)], plant)
     assert report["exit_code"] == 3 and code == 3, report["why"]
     (hang,) = _findings(report, "BW002")
     assert hang["ranks"] == [3] and hang["data"]["op"] == "all_to_all"
@@ -178,7 +190,7 @@ def test_older_torch_without_the_single_tensor_names_still_runs_every_op(tmp_pat
     plant = _plant_everywhere(tmp_path, "import torch.distributed as dist\n"
                               "del dist.all_gather_single, dist.reduce_scatter_single\n")
     ops = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast"
-    code, report = _launch(tmp_path, 2, ["--ops", ops, *SMALL], plant)
+    code, report = _planted(tmp_path, 2, ["--ops", ops, *SMALL], plant)
     assert code in (0, 1), report["why"]
     assert {p["op"] for p in report["probes"]} == set(ops.split(","))
     assert all(p["verified"] for p in report["probes"])
@@ -187,7 +199,7 @@ def test_older_torch_without_the_single_tensor_names_still_runs_every_op(tmp_pat
 
 def test_an_op_that_raises_typeerror_is_reported_naming_the_op_not_a_crashed_rank(tmp_path: Path) -> None:
     plant = plant_env(tmp_path, {1: RAISES_TYPEERROR})
-    code, report = _launch(tmp_path, 2, ["--ops", "all_reduce,all_to_all", *SMALL, "--probe-timeout", "4"], plant)
+    code, report = _planted(tmp_path, 2, ["--ops", "all_reduce,all_to_all", *SMALL, "--probe-timeout", "4"], plant)
     found = [f for f in report["findings"] if f["check_id"] in ("BW002", "BW009")]
     assert len(found) == 1 and found[0]["ranks"] == [1], report["findings"]
     assert "all_to_all" in found[0]["message"] and "TypeError" in found[0]["message"]
@@ -197,7 +209,7 @@ def test_an_op_that_raises_typeerror_is_reported_naming_the_op_not_a_crashed_ran
 
 def test_an_op_that_raises_typeerror_is_could_not_run(tmp_path: Path) -> None:
     plant = plant_env(tmp_path, {1: RAISES_TYPEERROR})
-    code, report = _launch(tmp_path, 2, ["--ops", "all_to_all", *SMALL, "--probe-timeout", "4"], plant)
+    code, report = _planted(tmp_path, 2, ["--ops", "all_to_all", *SMALL, "--probe-timeout", "4"], plant)
     assert [f["severity"] for f in report["findings"] if f["check_id"] in ("BW002", "BW009")] == ["could-not-run"]
     assert code == 4
 
@@ -217,7 +229,7 @@ def test_a_rank_stuck_creating_its_groups_communicators_is_named_at_the_connect_
             return real(*args, **kwargs)
         dist.all_reduce = all_reduce
     """})
-    code, report = _launch(tmp_path, 2, ["--ops", "all_reduce", "--sizes", "64KiB", "--warmup", "1", "--iters", "2",
+    code, report = _planted(tmp_path, 2, ["--ops", "all_reduce", "--sizes", "64KiB", "--warmup", "1", "--iters", "2",
                                          "--probe-timeout", "3"], plant)
     assert code == report["exit_code"] == 3, report["why"]
     (hang,) = _findings(report, "BW002")

@@ -1,5 +1,5 @@
-"""Two real runs with the same options, one with a planted slow rank (rank 3 sleeps 50 ms in
-every collective, from the test side: tests/helpers/ranks.plant_env), the other clean.
+"""Two real runs of four env:// ranks with the same options, one with a planted slow rank (rank 3
+sleeps 50 ms in every collective, from the test side: tests/helpers/ranks.plant_env), the other clean.
 
 JUnit lists the same testcases, by the same `ID: title` names, in both (CI trend tools never see
 tests appear and vanish), and the failure's message is the specific finding. Every view puts
@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.ranks import EXEC, plant_env, run_cli
+from tests.helpers.ranks import plant_env, spawn_env_ranks
 from tests.probes.test_probes_gloo import SLEEP_50MS_IN_EVERY_COLLECTIVE
 
-OPTIONS = ["launch", "-n", "4", *EXEC, "--mesh", "dp2,tp2", "--sizes", "64KiB,256KiB", "--warmup", "1",
-           "--iters", "5"]
+# env:// ranks, forked by the test zygote with the plant in place (under `preflight launch` a planted rank
+# must be an interpreter of its own: eight torch imports for what the reports show, not the launcher).
+OPTIONS = ["--mesh", "dp2,tp2", "--sizes", "64KiB,256KiB", "--warmup", "1", "--iters", "5"]
 
 
 @dataclass
@@ -36,10 +37,11 @@ class Run:
 
 def _run(folder: Path, env: dict[str, str] | None) -> Run:
     folder.mkdir()
-    outputs = ["--json", "r.json", "--html", "r.html", "--junit", "r.xml", "--text", "r.txt", "--quiet"]
-    done = run_cli([*OPTIONS, *outputs], env=env, timeout=300, cwd=str(folder))
-    assert (folder / "r.json").exists(), done.stdout[-2000:] + done.stderr[-2000:]
-    return Run(done.returncode, folder)
+    outputs = [f"--{kind}={folder / name}" for kind, name in
+               (("json", "r.json"), ("html", "r.html"), ("junit", "r.xml"), ("text", "r.txt"))]
+    ranks = spawn_env_ranks(4, [*OPTIONS, *outputs, "--quiet"], common_env=env, timeout=300)
+    assert (folder / "r.json").exists(), ranks[0].stdout[-2000:] + ranks[0].stderr[-2000:]
+    return Run(ranks[0].returncode, folder)
 
 
 @pytest.fixture(scope="module")
