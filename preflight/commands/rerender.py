@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from preflight.commands import drain
 from preflight.lib.errors import BadInput
@@ -13,7 +12,6 @@ from preflight.model.codec import BadPayload
 from preflight.options import ReportTargets
 from preflight.reports import host_choice, write_reports
 from preflight.reports import json as json_report
-from preflight.reports.targets import STDOUT
 from preflight.steps.host_choice import rank_hosts
 
 
@@ -54,7 +52,7 @@ def rerender(args: argparse.Namespace) -> int:
                                drain.none_from_report(report, args.drain_warnings))
     if report.host_choice is None:
         return report.exit_code
-    choice_to = sys.stderr if STDOUT in targets.paths().values() else sys.stdout  # stdout holds that report alone
+    choice_to = targets.console()
     choice_to.write(host_choice.render(report))
     choice_to.flush()
     if not report.host_choice.chosen:

@@ -62,7 +62,7 @@ def write_reports(report: JobReport, targets: ReportTargets, unwritten: Sequence
     if not targets.quiet:
         from preflight.reports import terminal, text
 
-        verdict_to = sys.stdout if to_stdout is None else sys.stderr
+        verdict_to = targets.console()
         if terminal.wants_rich(verdict_to):
             terminal.render(report, verdict_to)
         else:

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TextIO
 
 from msgspec import Struct
 
@@ -41,6 +42,11 @@ class ReportTargets(Struct):
                  "--exclude-file": self.exclude, "--retry-exclude-file": self.retry_exclude,
                  "--hostfile": self.hostfile}
         return {flag: path for flag, path in flags.items() if path}
+
+    def console(self) -> TextIO:
+        """Where the lines for the user go (the verdict, `--keep`'s host choice): stdout, or stderr when a
+        report is asked for as `-` (STDOUT), so that stdout holds that report alone (`--json - | jq`)."""
+        return sys.stderr if STDOUT in self.paths().values() else sys.stdout
 
     def unwritable(self) -> str:
         """Why a requested report could not be written ("" when all can), found before the run, not after it.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from preflight.reports.targets import unwritable_path
+from preflight.reports.targets import STDOUT, ReportTargets, unwritable_path
 from tests.helpers.ranks import free_port, run_cli
 
 
@@ -41,3 +42,11 @@ def test_missing_folders_outside_the_current_directory_are_not_created(tmp_path:
     why = unwritable_path(tmp_path / "elsewhere" / "r.json")
     assert "does not exist" in why and "create it first" in why and not (tmp_path / "elsewhere").exists()
     assert unwritable_path(tmp_path / "r.json") == ""  # an existing folder outside the tree is fine
+
+
+@pytest.mark.parametrize("field", ["json", "html", "junit", "text", "exclude", "retry_exclude", "hostfile"])
+def test_the_users_lines_go_to_stderr_only_when_a_report_holds_stdout(field: str) -> None:
+    # One owner for both callers (write_reports' verdict, `preflight report --keep`'s host choice).
+    assert ReportTargets(**{field: STDOUT}).console() is sys.stderr
+    assert ReportTargets(**{field: "r.out"}).console() is sys.stdout
+    assert ReportTargets().console() is sys.stdout
