@@ -22,7 +22,7 @@ from preflight.channel import keys
 from preflight.channel.board import BadValue, Board
 from preflight.model.messages import Verdict
 from preflight.reports.json import load as load_report
-from tests.helpers.ranks import free_port, plant_env, start_rank, wait_for_ranks
+from tests.helpers.ranks import free_port, plant_env, start_rank, wait_for_ranks, what_ranks_said
 
 FORGER = Path(__file__).resolve().parents[1] / "helpers" / "store_forger.py"
 
@@ -92,9 +92,7 @@ def test_a_wrong_typed_value_under_go_verdict_and_owner_is_refused_named_and_eve
     forged_flag.touch()
     if forger.returncode != 0 or "wrote" not in forged.stdout:  # what the ranks said too: why rank 1 never claimed
         said = wait_for_ranks(procs, started, timeout=150)
-        pytest.fail(forged.stdout + forged.stderr[-2000:] + "".join(
-            f"\n[rank {r}] exit {run.returncode}:\n{run.stdout[-1500:]}{run.stderr[-1500:]}"
-            for r, run in said.items()))
+        pytest.fail(forged.stdout + forged.stderr[-2000:] + what_ranks_said(said))
     # Over 8 MiB the store itself drops the writer; the forger then writes an 8 MiB string, over every
     # decision's bound (keys.SMALL), so the ranks refuse it unparsed.
     assert ("the store refused" in forged.stdout) == (shape == "10MB")

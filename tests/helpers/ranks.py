@@ -211,6 +211,12 @@ def wait_for_ranks(procs: Mapping[int, subprocess.Popen[str]], started: float, t
     return results
 
 
+def what_ranks_said(runs: Mapping[int, RankRun], tail: int = 1500) -> str:
+    """Each rank's exit code and the last `tail` characters of its stdout and stderr: a failure's message."""
+    return "".join(f"\n[rank {rank}] exit {run.returncode}:\n{run.stdout[-tail:]}{run.stderr[-tail:]}"
+                   for rank, run in runs.items())
+
+
 def exited(pid: int) -> bool:
     """The process has exited: gone, or a zombie its parent has not reaped yet (a daemon's parent is init,
     which reaps here up to ~2 s late; a rank's may be a launcher still busy)."""

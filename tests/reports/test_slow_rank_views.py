@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.ranks import plant_env, spawn_env_ranks
+from tests.helpers.ranks import plant_env, spawn_env_ranks, what_ranks_said
 from tests.probes.test_probes_gloo import SLEEP_50MS_IN_EVERY_COLLECTIVE
 
 # env:// ranks, forked by the test zygote with the plant in place (under `preflight launch` a planted rank
@@ -40,7 +40,7 @@ def _run(folder: Path, env: dict[str, str] | None) -> Run:
     outputs = [f"--{kind}={folder / name}" for kind, name in
                (("json", "r.json"), ("html", "r.html"), ("junit", "r.xml"), ("text", "r.txt"))]
     ranks = spawn_env_ranks(4, [*OPTIONS, *outputs, "--quiet"], common_env=env, timeout=300)
-    assert (folder / "r.json").exists(), ranks[0].stdout[-2000:] + ranks[0].stderr[-2000:]
+    assert (folder / "r.json").exists(), what_ranks_said(ranks)
     return Run(ranks[0].returncode, folder)
 
 
