@@ -123,9 +123,13 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
         verdict_file = Path(folder, "verdict")
         # Rank 0's JSON, always: a rank that dies makes the agent stop the others, and the
         # report is then amended here (_name_the_dead).
-        report_json = options.reports.json or str(Path(folder, "report.json"))
-        if not options.reports.json:
-            args += ["--json", report_json]
+        report_json = options.reports.json
+        if report_json in (None, STDOUT):
+            report_json = str(Path(folder, "report.json"))
+            args += ["--json", report_json]  # argparse: the last --json given wins
+        # A report asked for as `-` goes through a file here: this process writes it to stdout once the ranks
+        # are done, amended if one died, never a second copy after rank 0's.
+        held = _hold_stdout(options.reports.stdout_flag(), report_json, Path(folder), args)
         try:
             run_args = ["run", *args, "--verdict-file", str(verdict_file)]
             with children_start_with_signals_held():  # no Ctrl-C inside a child's interpreter start-up
@@ -137,13 +141,16 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
         except ChildFailedError as failed:
             dead = _dead_ranks(failed)
             if dead:
-                return _name_the_dead(dead, Path(report_json), verdict_file, options)
+                return _name_the_dead(dead, Path(report_json), verdict_file, options, held)
+            _hand_on(held)
             return _verdict(verdict_file, failed)
         except SignalException as stop:  # SIGTERM / SIGINT to the launcher (scancel, a time limit)
             # The agent stops the workers; rank 0 writes its partial report and verdict on the way.
             print(f"preflight launch: stopped by {signal.Signals(stop.sigval).name}", file=sys.stderr)
             stopped = _verdict_or(verdict_file, int(ExitCode.INCOMPLETE))
+            _hand_on(held)
         else:
+            _hand_on(held)
             return int(ExitCode.PASSED)
     # Stopped, the folder removed: out at once, not through an interpreter shutdown with torch
     # loaded (a second or more on a loaded node, after the ranks were already gone).
@@ -297,8 +304,29 @@ def _dead_ranks(failed: Any) -> dict[int, str]:
     return {int(rank): f"{how} (pid {first.pid})"}
 
 
-def _name_the_dead(dead: dict[int, str], report_json: Path, verdict_file: Path, options: RunOptions) -> int:
-    """Say which rank died; amend rank 0's report files so they name it (RUN008), not the ranks stopped after it."""
+def _hold_stdout(flag: str | None, report_json: str, folder: Path, args: list[str]) -> Path | None:
+    """Where rank 0 writes the report asked for as `-` (flag), which this process then writes to stdout
+    (_hand_on, or amended by _name_the_dead); None when no report goes to stdout. Rank 0 is told that
+    stdout is held (--stdout-held): its verdict goes to stderr, as under `preflight run --json -`."""
+    if flag is None:
+        return None
+    held = Path(report_json) if flag == "--json" else folder / "stdout-report"
+    args += ["--stdout-held"] if flag == "--json" else [flag, str(held), "--stdout-held"]
+    return held
+
+
+def _hand_on(held: Path | None) -> None:
+    """Rank 0's report for stdout, as it wrote it; nothing when it wrote none (stopped before its verdict)."""
+    from preflight.reports import copy_to_stdout
+
+    if held is not None and held.is_file():
+        copy_to_stdout(held)
+
+
+def _name_the_dead(dead: dict[int, str], report_json: Path, verdict_file: Path, options: RunOptions,
+                   held: Path | None) -> int:
+    """Say which rank died; amend rank 0's report files so they name it (RUN008), not the ranks stopped after it,
+    and the report asked for as `-` (held for stdout) too."""
     from preflight.reports import json as json_report
     from preflight.reports import write_reports
     from preflight.steps.verdict import amend_for_dead
@@ -306,13 +334,15 @@ def _name_the_dead(dead: dict[int, str], report_json: Path, verdict_file: Path, 
     for rank, how in sorted(dead.items()):
         print(f"preflight launch: rank {rank} died: {how}; the launcher then stopped the other ranks",
               file=sys.stderr)
-    if str(report_json) == STDOUT or not report_json.is_file():  # (`--json -`: on stdout already, not amended)
+    if not report_json.is_file():
         return int(ExitCode.FAILED)  # a dead rank fails the run, whatever rank 0 managed to write
     try:
         report = amend_for_dead(json_report.load(report_json), dead, strict=options.strict)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"preflight launch: rank 0's report could not be amended: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _hand_on(held)
         return _verdict_or(verdict_file, int(ExitCode.FAILED))
-    write_reports(report, replace(options.reports, quiet=True))  # the user's files; stdout had rank 0's
+    # The user's files, and the report asked for as `-` to stdout; rank 0 printed its verdict before the amendment.
+    write_reports(report, replace(options.reports, quiet=True))
     print(f"preflight launch: verdict {report.verdict}: {report.why}", file=sys.stderr)
     return report.exit_code

@@ -59,6 +59,7 @@ def options_from_args(args: argparse.Namespace, argv: Sequence[str]) -> RunOptio
 
 
 INTERNAL_FLAGS = tuple(option.flag for option in OPTIONS if option.internal)  # set by `launch` or tests
+_VALUE_TAKEN = frozenset(option.flag for option in OPTIONS if option.internal and option.kind is not FLAG)
 
 
 def shown_argv(argv: Sequence[str]) -> list[str]:
@@ -70,7 +71,7 @@ def shown_argv(argv: Sequence[str]) -> list[str]:
             skip_value = False
             continue
         if arg in INTERNAL_FLAGS:
-            skip_value = True
+            skip_value = arg in _VALUE_TAKEN  # --stdout-held is alone; --verdict-file takes the next word
             continue
         if arg.startswith(tuple(f"{flag}=" for flag in INTERNAL_FLAGS)):
             continue

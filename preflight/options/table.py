@@ -139,6 +139,9 @@ OPTIONS: tuple[Option, ...] = (
          "`sbatch --exclude` (default: not written)", field="reports.exclude", metavar="PATH"),
     _row("quiet", "--quiet", FLAG, False, "reports", "print nothing on stdout (default: print the report)",
          field="reports.quiet"),
+    _row("stdout_held", "--stdout-held", FLAG, False, "reports", "launch's own: it writes the report asked for as "
+         "- to stdout after the run; the verdict goes to stderr (default: off)", field="reports.stdout_held",
+         api=False, internal=True),
     # -- history --
     _row("history", "--history", TEXT_OR_NONE, None, "history", "record the run and judge it against its past: "
          "sqlite:///path/history.db or postgresql://user@host/db (default: $PREFLIGHT_HISTORY)",

@@ -97,16 +97,22 @@ def _write_stdout(flag: str, write: Callable[[JobReport, str], None], report: Jo
         except Exception as exc:
             mark_unwritten(report, [Unwritten(flag, STDOUT, f"{type(exc).__name__}: {exc}")])
             return False
-        sys.stdout.flush()
-        try:
-            with rendered.open("rb") as source:
-                shutil.copyfileobj(source, sys.stdout.buffer)
-            sys.stdout.buffer.flush()
-        except BrokenPipeError:  # stdout closed by its reader: nothing more goes there, and no error at exit
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
+        copy_to_stdout(rendered)
     return True
+
+
+def copy_to_stdout(rendered: Path) -> None:
+    """A report rendered whole into a file, copied to stdout (`preflight launch` hands on rank 0's so).
+    A reader that stops early (`| head`) is no error: the rest is not written."""
+    sys.stdout.flush()
+    try:
+        with rendered.open("rb") as source:
+            shutil.copyfileobj(source, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:  # stdout closed by its reader: nothing more goes there, and no error at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _write_whole(write: Callable[[JobReport, str], None], report: JobReport, path: str) -> None:

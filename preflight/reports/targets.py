@@ -35,6 +35,9 @@ class ReportTargets(Struct):
     retry_exclude: str | None = None  # --retry-exclude-file: the hosts a resubmission excludes, or none
     hostfile: str | None = None  # --hostfile (`preflight report --keep N`): the kept hosts, one per line
     quiet: bool = False  # --quiet: nothing on stdout
+    # --stdout-held (launch's own): the launcher writes the report asked for as `-` to stdout itself, after the
+    # run (amended when a rank died), so rank 0 writes it to a file and its own lines must keep off stdout.
+    stdout_held: bool = False
 
     def paths(self) -> dict[str, str]:
         """Each requested file by its flag."""
@@ -43,10 +46,15 @@ class ReportTargets(Struct):
                  "--hostfile": self.hostfile}
         return {flag: path for flag, path in flags.items() if path}
 
+    def stdout_flag(self) -> str | None:
+        """The flag of the report asked for as `-` (STDOUT), if any (unwritable() refuses a second)."""
+        return next((flag for flag, path in self.paths().items() if path == STDOUT), None)
+
     def console(self) -> TextIO:
         """Where the lines for the user go (the verdict, `--keep`'s host choice): stdout, or stderr when a
-        report is asked for as `-` (STDOUT), so that stdout holds that report alone (`--json - | jq`)."""
-        return sys.stderr if STDOUT in self.paths().values() else sys.stdout
+        report is asked for as `-` (STDOUT), so that stdout holds that report alone (`--json - | jq`), or
+        when the launcher holds stdout for one (stdout_held)."""
+        return sys.stderr if self.stdout_held or self.stdout_flag() else sys.stdout
 
     def unwritable(self) -> str:
         """Why a requested report could not be written ("" when all can), found before the run, not after it.

@@ -225,15 +225,19 @@ def test_a_rank_killed_mid_probe_under_launch_is_named_dead_not_the_ranks_stoppe
 
 def test_a_rank_killed_during_the_exchange_under_launch_is_named_and_the_stopped_ranks_are_not_missing(
         tmp_path) -> None:
+    """With `--json -` (`| jq`): stdout holds the amended report alone, once; the text file is amended too."""
+    from preflight.reports.json import loads
     from tests.channel.test_leaving import KILLED_IN_EXCHANGE  # the one plant of this fault
 
     planted = plant_env(tmp_path, {2: KILLED_IN_EXCHANGE})
     result = run_cli(["launch", "-n", "4", *EXEC, "--skip", "probe", "--timeout", "60",
-                      "--json", str(tmp_path / "r.json")], env=planted, timeout=240)
+                      "--json", "-", "--text", str(tmp_path / "r.txt")], env=planted, timeout=240)
     assert result.returncode == 3, result.stdout + result.stderr
-    report = load_report(tmp_path / "r.json")
-    assert [f.ranks for f in report.findings if f.check_id == "RUN008"] == [[2]]
+    report = loads(result.stdout)  # BadPayload (the test fails) when stdout holds anything but one report
+    assert [f.ranks for f in report.findings if f.check_id == "RUN008"] == [[2]], result.stderr
     assert not [f for f in report.findings if f.check_id == "RANK001"] and report.missing_ranks in ([], [2])
+    assert report.exit_code == 3 and "preflight launch: verdict failed" in result.stderr.lower()
+    assert "RUN008" in (tmp_path / "r.txt").read_text()
 
 
 def test_rendezvous_events_keep_their_names_without_walking_the_stack(monkeypatch) -> None:

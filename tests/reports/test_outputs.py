@@ -16,6 +16,7 @@ import pytest
 
 from preflight.model import JobReport, ReportMeta
 from preflight.reports.json import dumps
+from preflight.reports.json import load as load_report
 from tests.helpers.ranks import run_cli
 
 UNWRITABLE = "/proc/preflight-no-such/out"  # /proc refuses new files, even to root
@@ -172,8 +173,14 @@ def test_a_reader_that_stops_early_is_no_error(saved_report: Path) -> None:
     assert proc.returncode == 0 and b"Traceback" not in err and b"Broken pipe" not in err, err[-2000:]
 
 
-def test_launch_hands_the_dash_to_rank_0(tmp_path: Path) -> None:
-    done = run_cli(["launch", "-n", "2", "--json", "-"], cwd=str(tmp_path))
-    report = _report_on(done.stdout)
+def test_launch_writes_the_dash_report_to_stdout_alone_and_the_verdict_to_stderr(tmp_path: Path) -> None:
+    """Under `preflight launch` rank 0 writes the `-` report to a file of the launcher's, which writes it to
+    stdout after the run (amended there when a rank died: tests/commands/test_launch.py): stdout holds rank 0's
+    report once, alone; its verdict is on stderr. `--text -` goes through the launcher's own file, `--json -`
+    through rank 0's JSON (test_launch.py's dead-rank test)."""
+    done = run_cli(["launch", "-n", "2", "--text", "-", "--json", "r.json"], cwd=str(tmp_path))
+    report = load_report(tmp_path / "r.json")
     assert report.meta.world_size == 2 and done.returncode == report.exit_code, done.stderr
-    assert not (tmp_path / "-").exists()
+    headline = f"preflight: {report.verdict.upper()} (exit {report.exit_code})"
+    assert done.stdout.startswith(headline) and done.stdout.count(headline) == 1, done.stdout
+    assert headline in done.stderr and not (tmp_path / "-").exists()

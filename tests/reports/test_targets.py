@@ -50,3 +50,6 @@ def test_the_users_lines_go_to_stderr_only_when_a_report_holds_stdout(field: str
     assert ReportTargets(**{field: STDOUT}).console() is sys.stderr
     assert ReportTargets(**{field: "r.out"}).console() is sys.stdout
     assert ReportTargets().console() is sys.stdout
+    # Under `preflight launch` rank 0 writes the `-` report to a file; the launcher holds stdout for it.
+    assert ReportTargets(**{field: "r.out"}, stdout_held=True).console() is sys.stderr
+    assert ReportTargets(**{field: STDOUT}).stdout_flag() == ReportTargets(**{field: "x"}).paths().popitem()[0]
