@@ -129,7 +129,8 @@ def launch(nproc: int, argv: Sequence[str], options: RunOptions, start_method: s
             args += ["--json", report_json]  # argparse: the last --json given wins
         # A report asked for as `-` goes through a file here: this process writes it to stdout once the ranks
         # are done, amended if one died, never a second copy after rank 0's.
-        held = _hold_stdout(options.reports.stdout_flag(), report_json, Path(folder), args)
+        held, holding = _hold_stdout(options.reports.stdout_flag(), report_json, Path(folder))
+        args += holding
         try:
             run_args = ["run", *args, "--verdict-file", str(verdict_file)]
             with children_start_with_signals_held():  # no Ctrl-C inside a child's interpreter start-up
@@ -304,15 +305,17 @@ def _dead_ranks(failed: Any) -> dict[int, str]:
     return {int(rank): f"{how} (pid {first.pid})"}
 
 
-def _hold_stdout(flag: str | None, report_json: str, folder: Path, args: list[str]) -> Path | None:
+def _hold_stdout(flag: str | None, report_json: str, folder: Path) -> tuple[Path | None, list[str]]:
     """Where rank 0 writes the report asked for as `-` (flag), which this process then writes to stdout
-    (_hand_on, or amended by _name_the_dead); None when no report goes to stdout. Rank 0 is told that
-    stdout is held (--stdout-held): its verdict goes to stderr, as under `preflight run --json -`."""
+    (_hand_on, or amended by _name_the_dead), and the run arguments that send it there; (None, []) when no
+    report goes to stdout. Rank 0 is told that stdout is held (--stdout-held): its verdict goes to stderr,
+    as under `preflight run --json -`."""
     if flag is None:
-        return None
-    held = Path(report_json) if flag == "--json" else folder / "stdout-report"
-    args += ["--stdout-held"] if flag == "--json" else [flag, str(held), "--stdout-held"]
-    return held
+        return None, []
+    if flag == "--json":  # rank 0's JSON is already a file of this folder (launch)
+        return Path(report_json), ["--stdout-held"]
+    held = folder / "stdout-report"
+    return held, [flag, str(held), "--stdout-held"]  # argparse: the last one given wins over the user's `-`
 
 
 def _hand_on(held: Path | None) -> None:
